@@ -1,0 +1,141 @@
+/* pinhole: a local inference engine for vision-language models in GGUF
+ * files. This is the library's public interface; the CLI and the server use
+ * nothing else.
+ *
+ * Conventions: functions that can fail take a ph_err * (may be NULL) and
+ * return NULL or -1 on failure, with one clear sentence in err->msg. */
+#ifndef PINHOLE_H
+#define PINHOLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PINHOLE_VERSION "0.1.0"
+
+typedef struct ph_err {
+    char msg[512];
+} ph_err;
+
+/* ---- models ---------------------------------------------------------------- */
+typedef struct ph_model ph_model;
+
+typedef struct ph_model_info {
+    const char *arch;      /* "qwen3vl", "qwen3" */
+    const char *name;      /* general.name, or "" */
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;        /* hidden width */
+    int32_t n_embd_inp;    /* width of an input row (n_embd x (1 + deepstack)) */
+    int32_t n_layer, n_head, n_head_kv, head_dim, n_ff;
+    int32_t n_deepstack;
+    bool mrope;            /* positions are 4-component (M-RoPE) */
+    uint64_t n_params;
+    uint64_t file_bytes;
+} ph_model_info;
+
+/* Loads an LLM GGUF (memory-mapped). n_threads <= 0: all cores. */
+ph_model *ph_model_load(const char *path, int n_threads, ph_err *err);
+void ph_model_free(ph_model *m);
+const ph_model_info *ph_model_get_info(const ph_model *m);
+
+/* ---- text -------------------------------------------------------------------- */
+typedef struct ph_tokens {
+    int32_t *ids;
+    size_t n, cap;
+} ph_tokens;
+
+int ph_tokens_push(ph_tokens *t, int32_t id);
+void ph_tokens_free(ph_tokens *t);
+
+/* Appends the tokens of text (no BOS/EOS). parse_special: special tokens
+ * written in the text become their ids. */
+int ph_tokenize(const ph_model *m, const char *text, size_t len, bool parse_special, ph_tokens *out,
+                ph_err *err);
+/* Whether the model wants a BOS token at the start of a prompt, and which. */
+int32_t ph_model_bos(const ph_model *m); /* -1 if none or not wanted */
+bool ph_token_is_eog(const ph_model *m, int32_t id);
+/* Looks up a special token by its text, e.g. "<|im_end|>"; -1 if absent. */
+int32_t ph_token_lookup(const ph_model *m, const char *text);
+
+/* Streaming detokenizer: emits only whole UTF-8 characters. */
+typedef struct ph_detok {
+    char pending[8];
+    int n_pending;
+} ph_detok;
+
+size_t ph_detok_token(ph_detok *d, const ph_model *m, int32_t id, char *out, size_t cap);
+size_t ph_detok_finish(ph_detok *d, char *out, size_t cap);
+
+/* ---- sessions: a context (KV cache) over a model ------------------------ */
+typedef struct ph_session ph_session;
+
+/* n_ctx <= 0: the model's training context, capped at 4096. */
+ph_session *ph_session_new(ph_model *m, int32_t n_ctx, ph_err *err);
+void ph_session_free(ph_session *s);
+int32_t ph_session_n_ctx(const ph_session *s);
+/* Rows held in the KV cache, and the position the next token gets. */
+int32_t ph_session_n_rows(const ph_session *s);
+int32_t ph_session_next_pos(const ph_session *s);
+/* Forgets everything. */
+void ph_session_reset(ph_session *s);
+
+/* Evaluates tokens after what the session holds (prefill in chunks).
+ * Afterwards ph_session_logits() gives the logits after the last one. */
+int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *err);
+const float *ph_session_logits(const ph_session *s); /* n_vocab floats */
+
+/* ---- sampling -------------------------------------------------------------- */
+typedef struct ph_sampler_params {
+    float temperature; /* <= 0: greedy */
+    int32_t top_k;     /* <= 0: off */
+    float top_p;       /* >= 1: off */
+    float min_p;       /* <= 0: off */
+    uint64_t seed;
+} ph_sampler_params;
+
+ph_sampler_params ph_sampler_defaults(void); /* greedy */
+
+typedef struct ph_sampler ph_sampler;
+ph_sampler *ph_sampler_new(const ph_sampler_params *p);
+void ph_sampler_free(ph_sampler *s);
+int32_t ph_sampler_sample(ph_sampler *s, const float *logits, int32_t n_vocab);
+
+/* log-sum-exp of logits, and the k largest (id, logit) sorted descending. */
+double ph_logits_lse(const float *logits, int32_t n);
+void ph_logits_top(const float *logits, int32_t n, int32_t k, int32_t *ids, float *vals);
+
+/* ---- files ------------------------------------------------------------------- */
+/* Prints a GGUF file's header, metadata and tensors (any GGUF: LLM or
+ * mmproj). verbose: every tensor and whole arrays; otherwise tensors are
+ * summarised by type and arrays by their first elements. */
+int ph_print_file_info(const char *path, FILE *out, bool verbose, ph_err *err);
+
+/* ---- synthetic models --------------------------------------------------------- */
+/* Writes a Qwen3-VL LLM GGUF and its mmproj GGUF with random weights, for
+ * tests and benchmarks. Both load in llama.cpp too. */
+typedef struct ph_synth_params {
+    const char *shape;      /* "tiny" or "2b" (Qwen3-VL-2B-Instruct's dimensions) */
+    const char *type;       /* LLM weights: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m */
+    const char *vision_type;/* mmproj weights: f32 f16 bf16 q8_0 (default f16) */
+    const char *vocab;      /* a GGUF whose tokenizer is copied */
+    const char *out;        /* writes OUT.gguf and OUT-mmproj.gguf */
+    uint64_t seed;
+    int n_threads;
+} ph_synth_params;
+
+int ph_synth(const ph_synth_params *p, ph_err *err);
+
+/* ---- misc ---------------------------------------------------------------------- */
+/* The SIMD level in use ("avx2", ...). */
+const char *ph_cpu_isa(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

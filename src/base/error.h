@@ -1,0 +1,23 @@
+/* Error reporting: a fixed buffer that the failing function fills with one
+ * clear sentence. Functions that can fail return 0 on success, -1 on error. */
+#ifndef PH_BASE_ERROR_H
+#define PH_BASE_ERROR_H
+
+#include <stddef.h>
+
+#include "pinhole.h" /* defines ph_err */
+
+#if defined(__GNUC__)
+#define PH_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define PH_PRINTF(a, b)
+#endif
+
+/* Sets the message (if e is not NULL) and returns -1, so callers can write
+ * `return ph_err_set(e, "...")`. */
+int ph_err_set(ph_err *e, const char *fmt, ...) PH_PRINTF(2, 3);
+
+/* Prepends "prefix: " to an existing message. Returns -1. */
+int ph_err_prefix(ph_err *e, const char *fmt, ...) PH_PRINTF(2, 3);
+
+#endif

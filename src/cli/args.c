@@ -1,0 +1,51 @@
+#include "cli/args.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int arg_int(const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "pinhole: %s: '%s' is not a whole number from %ld to %ld\n", flag, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int arg_float(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "pinhole: %s: '%s' is not a number from %g to %g\n", flag, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int arg_u64(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-') {
+        fprintf(stderr, "pinhole: %s: '%s' is not a non-negative whole number\n", flag, s);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+const char *arg_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "pinhole: %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}

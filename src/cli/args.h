@@ -1,0 +1,22 @@
+/* Small helpers for the command-line front ends: strict number parsing and
+ * flag matching. */
+#ifndef PH_CLI_ARGS_H
+#define PH_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Each returns 0, or prints "pinhole: FLAG: ..." and returns -1. */
+int arg_int(const char *flag, const char *s, long lo, long hi, long *out);
+int arg_float(const char *flag, const char *s, double lo, double hi, double *out);
+int arg_u64(const char *flag, const char *s, uint64_t *out);
+/* The value after a flag: argv[*i + 1], advancing *i; NULL (with a message)
+ * when missing. */
+const char *arg_value(int argc, char **argv, int *i);
+
+int cmd_info(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,241 @@
+/* pinhole run: generate from a raw prompt, as text or as a JSON record of
+ * every step (the contract the parity tests and outside tooling use). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/timeutil.h"
+#include "cli/args.h"
+#include "pinhole.h"
+
+typedef struct run_opts {
+    const char *model, *raw;
+    long n_predict, threads, ctx, top_logits;
+    ph_sampler_params sp;
+    bool json;
+    ph_tokens forced;
+} run_opts;
+
+static void run_usage(FILE *out) {
+    fprintf(out,
+            "usage: pinhole run -m LLM.gguf --raw PROMPT [options]\n"
+            "  -m, --model FILE      the LLM GGUF file\n"
+            "  --raw PROMPT          the prompt, used as given: special tokens such as\n"
+            "                        <|im_start|> are parsed, no BOS unless the model asks\n"
+            "  -n, --n-predict N     tokens to generate (default 128)\n"
+            "  --temp T              temperature; 0 = greedy (default 0)\n"
+            "  --top-k K             keep the K most likely tokens (default off)\n"
+            "  --top-p P             nucleus sampling (default 1 = off)\n"
+            "  --min-p M             drop tokens below M x the top probability (default off)\n"
+            "  --seed S              sampling seed (default 0)\n"
+            "  -t, --threads N       threads (default: all cores)\n"
+            "  -c, --ctx-size N      context size (default: the model's, at most 4096)\n"
+            "  --json                print one JSON object: chunks, n_past_after_prompt,\n"
+            "                        generated, steps ({lse, top}) on stdout\n"
+            "  --top-logits K        entries in each step's top list (default 16)\n"
+            "  --force-tokens IDS    feed these comma-separated ids instead of sampling\n");
+}
+
+static int parse_forced(const char *s, ph_tokens *out) {
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "pinhole: --force-tokens: '%s' is not a list of token ids\n", s);
+            return -1;
+        }
+        if (ph_tokens_push(out, (int32_t)v)) return -1;
+        p = *end ? end + 1 : end;
+    }
+    if (out->n == 0) {
+        fprintf(stderr, "pinhole: --force-tokens: no ids given\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_run_args(int argc, char **argv, run_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->top_logits = 16;
+    o->sp = ph_sampler_defaults();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        double d;
+        long l;
+#define VAL() \
+    if (!(v = arg_value(argc, argv, &i))) return -1
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            run_usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            VAL();
+            o->model = v;
+        } else if (!strcmp(a, "--raw")) {
+            VAL();
+            o->raw = v;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            VAL();
+            if (arg_int(a, v, 0, 1 << 24, &o->n_predict)) return -1;
+        } else if (!strcmp(a, "--temp")) {
+            VAL();
+            if (arg_float(a, v, 0, 100, &d)) return -1;
+            o->sp.temperature = (float)d;
+        } else if (!strcmp(a, "--top-k")) {
+            VAL();
+            if (arg_int(a, v, 0, 1 << 30, &l)) return -1;
+            o->sp.top_k = (int32_t)l;
+        } else if (!strcmp(a, "--top-p")) {
+            VAL();
+            if (arg_float(a, v, 0, 1, &d)) return -1;
+            o->sp.top_p = (float)d;
+        } else if (!strcmp(a, "--min-p")) {
+            VAL();
+            if (arg_float(a, v, 0, 1, &d)) return -1;
+            o->sp.min_p = (float)d;
+        } else if (!strcmp(a, "--seed")) {
+            VAL();
+            if (arg_u64(a, v, &o->sp.seed)) return -1;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            VAL();
+            if (arg_int(a, v, 1, 1024, &o->threads)) return -1;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            VAL();
+            if (arg_int(a, v, 1, 1 << 22, &o->ctx)) return -1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "--top-logits")) {
+            VAL();
+            if (arg_int(a, v, 1, 1 << 20, &o->top_logits)) return -1;
+        } else if (!strcmp(a, "--force-tokens")) {
+            VAL();
+            if (parse_forced(v, &o->forced)) return -1;
+        } else {
+            fprintf(stderr, "pinhole run: unknown option '%s' (see pinhole run --help)\n", a);
+            return -1;
+        }
+#undef VAL
+    }
+    if (!o->model || !o->raw) {
+        fprintf(stderr, "pinhole run: -m MODEL and --raw PROMPT are required (see pinhole run --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void print_ids(FILE *out, const int32_t *ids, size_t n) {
+    fputc('[', out);
+    for (size_t i = 0; i < n; i++) fprintf(out, i ? ",%d" : "%d", ids[i]);
+    fputc(']', out);
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o;
+    if (parse_run_args(argc, argv, &o)) {
+        ph_tokens_free(&o.forced);
+        return 2;
+    }
+    int rc = 1;
+    ph_err err;
+    ph_model *m = NULL;
+    ph_session *s = NULL;
+    ph_sampler *smp = NULL;
+    ph_tokens prompt = {0}, gen = {0};
+    int32_t *top_ids = NULL;
+    float *top_vals = NULL;
+    char *steps_json = NULL;
+    size_t steps_len = 0;
+    FILE *steps = NULL;
+
+    m = ph_model_load(o.model, (int)o.threads, &err);
+    if (!m) goto fail;
+    const ph_model_info *info = ph_model_get_info(m);
+    int32_t bos = ph_model_bos(m);
+    if (bos >= 0 && ph_tokens_push(&prompt, bos)) goto oom;
+    if (ph_tokenize(m, o.raw, strlen(o.raw), true, &prompt, &err)) goto fail;
+    if (prompt.n == 0) {
+        fprintf(stderr, "pinhole: the prompt is empty\n");
+        goto done;
+    }
+    for (size_t i = 0; i < o.forced.n; i++)
+        if (o.forced.ids[i] >= info->n_vocab) {
+            fprintf(stderr, "pinhole: --force-tokens: id %d is outside the vocabulary (%d)\n", o.forced.ids[i],
+                    info->n_vocab);
+            goto done;
+        }
+    s = ph_session_new(m, (int32_t)o.ctx, &err);
+    if (!s) goto fail;
+    smp = ph_sampler_new(&o.sp);
+    top_ids = malloc((size_t)o.top_logits * sizeof *top_ids);
+    top_vals = malloc((size_t)o.top_logits * sizeof *top_vals);
+    if (!smp || !top_ids || !top_vals) goto oom;
+    if (o.json && !(steps = open_memstream(&steps_json, &steps_len))) goto oom;
+    if (o.top_logits > info->n_vocab) o.top_logits = info->n_vocab;
+
+    double t0 = ph_now_s();
+    if (ph_session_eval_tokens(s, prompt.ids, prompt.n, &err)) goto fail;
+    double t1 = ph_now_s();
+    int32_t n_past_after_prompt = ph_session_next_pos(s);
+
+    const size_t n_steps = o.forced.n ? o.forced.n : (size_t)o.n_predict;
+    ph_detok dt = {0};
+    char piece[256];
+    for (size_t step = 0; step < n_steps; step++) {
+        const float *logits = ph_session_logits(s);
+        if (o.json) {
+            ph_logits_top(logits, info->n_vocab, (int32_t)o.top_logits, top_ids, top_vals);
+            fprintf(steps, "%s{\"lse\":%.9g,\"top\":[", step ? "," : "", ph_logits_lse(logits, info->n_vocab));
+            for (long k = 0; k < o.top_logits; k++)
+                fprintf(steps, "%s[%d,%.9g]", k ? "," : "", top_ids[k], (double)top_vals[k]);
+            fputs("]}", steps);
+        }
+        int32_t tok = o.forced.n ? o.forced.ids[step] : ph_sampler_sample(smp, logits, info->n_vocab);
+        if (ph_tokens_push(&gen, tok)) goto oom;
+        if (!o.json) {
+            size_t len = ph_detok_token(&dt, m, tok, piece, sizeof piece);
+            fwrite(piece, 1, len, stdout);
+            fflush(stdout);
+        }
+        if (!o.forced.n && ph_token_is_eog(m, tok)) break;
+        if (step + 1 == n_steps) break; /* the last token is chosen, not fed */
+        if (ph_session_eval_tokens(s, &tok, 1, &err)) goto fail;
+    }
+    double t2 = ph_now_s();
+    if (!o.json) {
+        size_t len = ph_detok_finish(&dt, piece, sizeof piece);
+        fwrite(piece, 1, len, stdout);
+        putchar('\n');
+    } else {
+        fclose(steps);
+        steps = NULL;
+        printf("{\"chunks\":[{\"type\":\"text\",\"tokens\":");
+        print_ids(stdout, prompt.ids, prompt.n);
+        printf("}],\"n_past_after_prompt\":%d,\"generated\":", n_past_after_prompt);
+        print_ids(stdout, gen.ids, gen.n);
+        printf(",\"steps\":[%s]}\n", steps_json ? steps_json : "");
+    }
+    size_t n_fed = gen.n > 0 ? gen.n - 1 : 0;
+    fprintf(stderr, "pinhole: prompt %zu tokens in %.3f s (%.2f tok/s), generation %zu tokens in %.3f s (%.2f tok/s)\n",
+            prompt.n, t1 - t0, (double)prompt.n / (t1 - t0), n_fed, t2 - t1,
+            n_fed ? (double)n_fed / (t2 - t1) : 0.0);
+    rc = 0;
+    goto done;
+oom:
+    fprintf(stderr, "pinhole: out of memory\n");
+    goto done;
+fail:
+    fprintf(stderr, "pinhole: %s\n", err.msg);
+done:
+    if (steps) fclose(steps);
+    free(steps_json);
+    free(top_ids);
+    free(top_vals);
+    ph_tokens_free(&prompt);
+    ph_tokens_free(&gen);
+    ph_tokens_free(&o.forced);
+    ph_sampler_free(smp);
+    ph_session_free(s);
+    ph_model_free(m);
+    return rc;
+}

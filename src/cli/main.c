@@ -1,0 +1,44 @@
+/* pinhole: command-line entry point. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "pinhole.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "pinhole " PINHOLE_VERSION ": local inference for vision-language models (GGUF)\n"
+            "\n"
+            "usage: pinhole COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  info FILE.gguf [--verbose]   print a GGUF file's metadata and tensors\n"
+            "  run -m LLM.gguf --raw TEXT   generate a continuation of a raw prompt\n"
+            "  synth --shape tiny|2b ...    write a synthetic Qwen3-VL model (LLM + mmproj)\n"
+            "  bench -m LLM.gguf            measure prefill and decode speed\n"
+            "\n"
+            "'pinhole COMMAND --help' lists a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("pinhole %s (%s)\n", PINHOLE_VERSION, ph_cpu_isa());
+        return 0;
+    }
+    fprintf(stderr, "pinhole: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

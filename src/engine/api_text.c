@@ -1,0 +1,31 @@
+/* The public text functions of pinhole.h, over the model's vocabulary. */
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "model/llm.h"
+
+int ph_tokenize(const ph_model *m, const char *text, size_t len, bool parse_special, ph_tokens *out,
+                ph_err *e) {
+    return ph_vocab_tokenize(m->vocab, text, len, parse_special, out, e);
+}
+
+int32_t ph_model_bos(const ph_model *m) {
+    return ph_vocab_add_bos(m->vocab) ? ph_vocab_bos(m->vocab) : -1;
+}
+
+bool ph_token_is_eog(const ph_model *m, int32_t id) { return ph_vocab_is_eog(m->vocab, id); }
+
+int32_t ph_token_lookup(const ph_model *m, const char *text) {
+    return ph_vocab_find(m->vocab, text, strlen(text));
+}
+
+size_t ph_detok_token(ph_detok *d, const ph_model *m, int32_t id, char *out, size_t cap) {
+    return ph_detok_push(d, m->vocab, id, out, cap);
+}
+
+size_t ph_detok_finish(ph_detok *d, char *out, size_t cap) { return ph_detok_flush(d, out, cap); }
+
+const char *ph_cpu_isa(void) {
+    ph_kernels_init();
+    return ph_isa_name(ph_kernels_isa());
+}

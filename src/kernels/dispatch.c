@@ -1,0 +1,199 @@
+/* CPU detection, the PINHOLE_ISA override, the kernel tables, and the public
+ * entry points that go through them. Compiled without SIMD flags: it only
+ * calls into dot_avx2.c / dot_avx512.c after checking the CPU. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "kernels/kernels_impl.h"
+
+static const int weight_types[] = {PH_TYPE_F32,  PH_TYPE_F16,  PH_TYPE_BF16, PH_TYPE_Q8_0,
+                                   PH_TYPE_Q4_0, PH_TYPE_Q4_K, PH_TYPE_Q5_K, PH_TYPE_Q6_K};
+#define N_WEIGHT_TYPES (int)(sizeof weight_types / sizeof weight_types[0])
+
+static ph_kernel_table tables[3];
+static int cpu_has[3];
+static _Atomic(const ph_kernel_table *) current;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+const char *ph_isa_name(ph_isa isa) {
+    switch (isa) {
+    case PH_ISA_SCALAR: return "scalar";
+    case PH_ISA_AVX2: return "avx2";
+    case PH_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+void ph_fill_ref(ph_kernel_table *t) {
+    t->isa = PH_ISA_SCALAR;
+    t->dot[PH_TYPE_F32] = ph_dot_f32_ref;
+    t->dot[PH_TYPE_F16] = ph_dot_f16_ref;
+    t->dot[PH_TYPE_BF16] = ph_dot_bf16_ref;
+    t->dot[PH_TYPE_Q8_0] = ph_dot_q8_0_ref;
+    t->dot[PH_TYPE_Q4_0] = ph_dot_q4_0_ref;
+    t->dot[PH_TYPE_Q4_K] = ph_dot_q4_K_ref;
+    t->dot[PH_TYPE_Q5_K] = ph_dot_q5_K_ref;
+    t->dot[PH_TYPE_Q6_K] = ph_dot_q6_K_ref;
+    t->act[PH_TYPE_F16] = ph_act_f16_ref;
+    t->act[PH_TYPE_BF16] = ph_act_bf16_ref;
+    t->act[PH_TYPE_Q8_0] = ph_act_q8_0_ref;
+    t->act[PH_TYPE_Q8_K] = ph_act_q8_K_ref;
+    for (int k = 0; k < N_WEIGHT_TYPES; k++) {
+        int w = weight_types[k], dt = ph_type_get(w)->dot_type;
+        t->mm[w] = (ph_mm_plan){dt == PH_TYPE_F32 ? NULL : t->act[dt], dt, t->dot[w], NULL, 1, 1};
+    }
+}
+
+/* ---- self-test ----------------------------------------------------------------- */
+
+/* A small known-answer check of a SIMD table against the reference before it
+ * is installed: a CPU feature bug or a miscompiled kernel then costs speed,
+ * not wrong answers. Deterministic data; a few microseconds. */
+static int table_ok(const ph_kernel_table *t, const ph_kernel_table *ref) {
+    enum { N = 512, NR = 4 };
+    static float xf[NR][N], wf[2][N];
+    static _Alignas(64) uint8_t wq[2][N * 4], xq[NR][N * 4], xr[N * 4];
+    uint32_t s = 12345;
+    for (int r = 0; r < NR; r++)
+        for (int i = 0; i < N; i++) {
+            s = s * 1664525u + 1013904223u;
+            xf[r][i] = (float)((int32_t)s >> 8) * 0x1p-23f;
+        }
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < N; i++) {
+            s = s * 1664525u + 1013904223u;
+            wf[r][i] = (float)((int32_t)s >> 8) * 0x1p-23f;
+        }
+    for (int k = 0; k < N_WEIGHT_TYPES; k++) {
+        int w = weight_types[k], dt = ph_type_get(w)->dot_type;
+        size_t xb = ph_row_bytes(dt, N);
+        for (int r = 0; r < 2; r++) ph_quantize_weight_row(w, wf[r], wq[r], N);
+        for (int r = 0; r < NR; r++) {
+            if (dt == PH_TYPE_F32) {
+                memcpy(xq[r], xf[r], xb);
+            } else {
+                t->act[dt](xf[r], xq[r], N);
+                ref->act[dt](xf[r], xr, N);
+                if (memcmp(xq[r], xr, xb) != 0) return 0; /* conversions must be exact */
+            }
+        }
+        float want[NR][2];
+        double mag = 0;
+        for (int r = 0; r < NR; r++)
+            for (int o = 0; o < 2; o++) {
+                want[r][o] = ref->dot[w](N, wq[o], xq[r]);
+                mag += fabs(want[r][o]);
+            }
+        float tol = (float)(1e-4 * (mag + 1));
+        if (fabsf(t->dot[w](N, wq[0], xq[0]) - want[0][0]) > tol) return 0;
+        const ph_mm_plan *p = &t->mm[w];
+        if (p->tile) {
+            /* the plan's own activation format, from the same rows */
+            static _Alignas(64) uint8_t xp[NR][N * 4];
+            size_t pb = ph_row_bytes(p->act_type, N);
+            for (int r = 0; r < NR; r++) {
+                if (p->act) p->act(xf[r], xp[r], N);
+                else memcpy(xp[r], xf[r], pb);
+            }
+            float got[NR][2];
+            p->tile(N, wq[0], sizeof wq[0], xp[0], sizeof xp[0], &got[0][0], 2);
+            for (int r = 0; r < p->mx; r++)
+                for (int o = 0; o < p->mw; o++)
+                    if (fabsf(got[r][o] - want[r][o]) > tol) return 0;
+        }
+    }
+    return 1;
+}
+
+static void detect(void) {
+    __builtin_cpu_init();
+    cpu_has[PH_ISA_SCALAR] = 1;
+    cpu_has[PH_ISA_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+    cpu_has[PH_ISA_AVX512] = cpu_has[PH_ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+
+    ph_fill_ref(&tables[PH_ISA_SCALAR]);
+    if (cpu_has[PH_ISA_AVX2]) {
+        tables[PH_ISA_AVX2] = tables[PH_ISA_SCALAR];
+        ph_fill_avx2(&tables[PH_ISA_AVX2]);
+        if (!table_ok(&tables[PH_ISA_AVX2], &tables[PH_ISA_SCALAR])) {
+            PH_WARN("kernels: the avx2 kernels failed their self-test; using scalar code");
+            cpu_has[PH_ISA_AVX2] = cpu_has[PH_ISA_AVX512] = 0;
+        }
+    }
+    if (cpu_has[PH_ISA_AVX512]) {
+        tables[PH_ISA_AVX512] = tables[PH_ISA_AVX2];
+        ph_fill_avx512(&tables[PH_ISA_AVX512]);
+        if (!table_ok(&tables[PH_ISA_AVX512], &tables[PH_ISA_SCALAR])) {
+            PH_WARN("kernels: the avx512 kernels failed their self-test; using avx2");
+            cpu_has[PH_ISA_AVX512] = 0;
+        }
+    }
+
+    ph_isa isa = cpu_has[PH_ISA_AVX512] ? PH_ISA_AVX512 : cpu_has[PH_ISA_AVX2] ? PH_ISA_AVX2 : PH_ISA_SCALAR;
+    const char *env = getenv("PINHOLE_ISA");
+    if (env && *env) {
+        int want = -1;
+        for (int i = 0; i < 3; i++)
+            if (strcmp(env, ph_isa_name((ph_isa)i)) == 0) want = i;
+        if (want < 0)
+            PH_WARN("PINHOLE_ISA=%s is not one of scalar, avx2, avx512; using %s", env, ph_isa_name(isa));
+        else if (!cpu_has[want])
+            PH_WARN("PINHOLE_ISA=%s: this CPU cannot run it; using %s", env, ph_isa_name(isa));
+        else
+            isa = (ph_isa)want;
+    }
+    atomic_store(&current, &tables[isa]);
+}
+
+void ph_kernels_init(void) { pthread_once(&init_once, detect); }
+
+const ph_kernel_table *ph_kt(void) {
+    const ph_kernel_table *t = atomic_load_explicit(&current, memory_order_acquire);
+    if (!t) {
+        ph_kernels_init();
+        t = atomic_load_explicit(&current, memory_order_acquire);
+    }
+    return t;
+}
+
+ph_isa ph_kernels_isa(void) { return ph_kt()->isa; }
+
+int ph_cpu_has(ph_isa isa) {
+    ph_kernels_init();
+    return (int)isa >= 0 && (int)isa < 3 && cpu_has[isa];
+}
+
+int ph_kernels_force(ph_isa isa) {
+    if (!ph_cpu_has(isa)) return -1;
+    atomic_store(&current, &tables[isa]);
+    return 0;
+}
+
+static _Noreturn void bad_type(const char *fn, int type) {
+    fprintf(stderr, "pinhole: %s: unsupported type %d (%s)\n", fn, type, ph_type_get(type)->name);
+    abort();
+}
+
+float ph_vec_dot(int wtype, int64_t n, const void *w, const void *x) {
+    ph_dot_fn f = (wtype >= 0 && wtype < PH_TYPE_COUNT) ? ph_kt()->dot[wtype] : NULL;
+    if (!f) bad_type("ph_vec_dot", wtype);
+    return f(n, w, x);
+}
+
+void ph_quantize_act_row(int dot_type, const float *src, void *dst, int64_t n) {
+    if (dot_type == PH_TYPE_F32) {
+        memmove(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    ph_act_fn f = (dot_type >= 0 && dot_type < PH_TYPE_COUNT) ? ph_kt()->act[dot_type] : NULL;
+    if (!f) bad_type("ph_quantize_act_row", dot_type);
+    f(src, dst, n);
+}

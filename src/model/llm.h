@@ -1,0 +1,67 @@
+/* The LLM: hyperparameters and weights read from a GGUF file, and the
+ * forward pass over a batch of rows (architectures qwen3, qwen3vl; spec B). */
+#ifndef PH_MODEL_LLM_H
+#define PH_MODEL_LLM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/threadpool.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "kernels/rope.h"
+#include "pinhole.h"
+#include "text/tokenizer.h"
+
+typedef enum { LLM_ARCH_QWEN3, LLM_ARCH_QWEN3VL } llm_arch;
+
+typedef struct llm_hparams {
+    llm_arch arch;
+    int32_t n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    int32_t n_deepstack, n_embd_inp;
+    float rms_eps;
+    ph_rope rope;
+} llm_hparams;
+
+typedef struct llm_layer {
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm;
+    ph_mat wq, wk, wv, wo, gate, up, down;
+} llm_layer;
+
+struct ph_model {
+    gguf_file *gguf;
+    ph_vocab *vocab;
+    ph_pool *pool;
+    llm_hparams hp;
+    llm_layer *layers;
+    ph_mat tok_embd, output;
+    const float *output_norm;
+    void **owned; /* buffers for weights that had to be converted to F32 */
+    int n_owned;
+    char arch_name[32];
+    char name[128];
+    ph_model_info info;
+};
+
+/* The KV cache and forward state of one sequence. */
+struct ph_session {
+    ph_model *m;
+    int32_t n_ctx;
+    int32_t n_rows;     /* KV cells in use */
+    int32_t next_pos;   /* position of the next text token */
+    ph_f16 **k, **v;    /* per layer: [n_ctx][n_head_kv * head_dim] */
+    float *logits;      /* n_vocab */
+    /* scratch for one chunk of up to chunk_cap rows */
+    int32_t chunk_cap;
+    float *x, *h, *q, *kx, *vx, *att, *ga, *up, *rope_cs;
+    int32_t *pos;
+};
+
+/* Evaluates n rows at the end of the session. Either tokens (ids) or embd
+ * (n rows of n_embd_inp floats, e.g. picture rows) is given. pos is
+ * section-major [4][n] (only [0][n] for non-M-RoPE models). Computes the
+ * logits of the last row when want_logits. */
+int llm_forward(ph_session *s, const int32_t *tokens, const float *embd, int64_t n, const int32_t *pos,
+                bool want_logits, ph_err *e);
+
+#endif

@@ -1,0 +1,350 @@
+/* Qwen3 / Qwen3-VL language model: loading and the forward pass (spec B). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "kernels/attention.h"
+#include "model/llm.h"
+
+/* ---- loading ------------------------------------------------------------ */
+
+static int get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required,
+                   ph_err *e) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (gguf_get_u32(f, key, out) == 0) return 0;
+    if (!required) return 1;
+    if (gguf_find_kv(f, key)) return ph_err_set(e, "metadata key '%s' has the wrong type", key);
+    return ph_err_set(e, "metadata key '%s' is missing", key);
+}
+
+static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, bool required,
+                   ph_err *e) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (gguf_get_f32(f, key, out) == 0) return 0;
+    if (!required) return 1;
+    if (gguf_find_kv(f, key)) return ph_err_set(e, "metadata key '%s' has the wrong type", key);
+    return ph_err_set(e, "metadata key '%s' is missing", key);
+}
+
+static void *own(ph_model *m, size_t bytes) {
+    void **grown = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *grown);
+    if (!grown) return NULL;
+    m->owned = grown;
+    void *p = malloc(bytes);
+    if (p) m->owned[m->n_owned++] = p;
+    return p;
+}
+
+/* A 1-D weight of n elements as F32 (converted into an owned buffer when
+ * stored otherwise). */
+static int load_vec(ph_model *m, const char *name, int64_t n, const float **out, ph_err *e) {
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    if (!t) return ph_err_set(e, "tensor '%s' is missing", name);
+    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return ph_err_set(e, "tensor '%s' has shape [%lld, %lld], expected [%lld]", name, (long long)t->ne[0],
+                          (long long)t->ne[1], (long long)n);
+    if (t->type == PH_TYPE_F32 && ((uintptr_t)t->data % sizeof(float)) == 0) {
+        *out = t->data;
+        return 0;
+    }
+    float *buf = own(m, (size_t)n * sizeof(float));
+    if (!buf) return ph_err_set(e, "out of memory converting tensor '%s'", name);
+    ph_dequant_row(t->type, t->data, buf, n);
+    *out = buf;
+    return 0;
+}
+
+static int load_mat(ph_model *m, const char *name, int64_t n_in, int64_t n_out, ph_mat *out, bool required,
+                    ph_err *e) {
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    if (!t) return required ? ph_err_set(e, "tensor '%s' is missing", name) : 1;
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+        return ph_err_set(e, "tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", name,
+                          (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
+    const ph_type_info *ti = ph_type_get(t->type);
+    if (!ti->known || t->type == PH_TYPE_Q8_K)
+        return ph_err_set(e, "tensor '%s' has type %s, which pinhole cannot multiply", name, ti->name);
+    out->type = t->type;
+    out->n_in = n_in;
+    out->n_out = n_out;
+    out->data = t->data;
+    out->row_bytes = ph_row_bytes(t->type, n_in);
+    return 0;
+}
+
+static int load_hparams(ph_model *m, ph_err *e) {
+    const gguf_file *f = m->gguf;
+    llm_hparams *hp = &m->hp;
+    const char *a = m->arch_name;
+    uint32_t u;
+    if (get_u32(f, a, "context_length", &u, true, e)) return -1;
+    hp->n_ctx_train = (int32_t)u;
+    if (get_u32(f, a, "embedding_length", &u, true, e)) return -1;
+    hp->n_embd = (int32_t)u;
+    if (get_u32(f, a, "block_count", &u, true, e)) return -1;
+    hp->n_layer = (int32_t)u;
+    if (get_u32(f, a, "feed_forward_length", &u, true, e)) return -1;
+    hp->n_ff = (int32_t)u;
+    if (get_u32(f, a, "attention.head_count", &u, true, e)) return -1;
+    hp->n_head = (int32_t)u;
+    hp->n_head_kv = hp->n_head;
+    if (get_u32(f, a, "attention.head_count_kv", &u, false, e) == 0) hp->n_head_kv = (int32_t)u;
+    if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
+        return ph_err_set(e, "head counts %d / %d (kv) are not usable", hp->n_head, hp->n_head_kv);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if (get_u32(f, a, "attention.key_length", &u, false, e) == 0) hp->head_dim = (int32_t)u;
+    uint32_t vlen = (uint32_t)hp->head_dim;
+    if (get_u32(f, a, "attention.value_length", &vlen, false, e) == 0 && (int32_t)vlen != hp->head_dim)
+        return ph_err_set(e, "key length %d and value length %u differ", hp->head_dim, vlen);
+    uint32_t n_rot = (uint32_t)hp->head_dim;
+    get_u32(f, a, "rope.dimension_count", &n_rot, false, e);
+    if ((int32_t)n_rot != hp->head_dim)
+        return ph_err_set(e, "rope dimension count %u differs from the head size %d", n_rot, hp->head_dim);
+    if (get_f32(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps, true, e)) return -1;
+    hp->rope.freq_base = 10000.0f;
+    get_f32(f, a, "rope.freq_base", &hp->rope.freq_base, false, e);
+    hp->rope.n_dims = hp->head_dim;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    gguf_str st;
+    if (gguf_get_str(f, key, &st) == 0 && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear"))
+        return ph_err_set(e, "rope scaling type '%.*s' is not supported", (int)st.len, st.ptr);
+    float factor = 0.0f;
+    if (get_f32(f, a, "rope.scaling.factor", &factor, false, e) == 0 && factor != 0.0f && factor != 1.0f)
+        return ph_err_set(e, "rope scaling factor %g is not supported", (double)factor);
+
+    hp->n_deepstack = 0;
+    if (hp->arch == LLM_ARCH_QWEN3VL) {
+        hp->rope.mode = PH_ROPE_IMROPE;
+        snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
+        const gguf_kv *kv = gguf_find_kv(f, key);
+        if (!kv) return ph_err_set(e, "metadata key '%s' is missing", key);
+        if (kv->type == GGUF_ARRAY) {
+            if (kv->v.arr.n != 4) return ph_err_set(e, "'%s' must hold 4 values", key);
+            for (int i = 0; i < 4; i++) {
+                int64_t s;
+                if (gguf_arr_i64(kv, (uint64_t)i, &s) || s < 0 || s > hp->head_dim)
+                    return ph_err_set(e, "'%s' holds a value that is not a section size", key);
+                hp->rope.sections[i] = (int)s;
+            }
+        } else if (gguf_get_u32(f, key, &u) == 0 && (int32_t)u <= hp->head_dim) {
+            for (int i = 0; i < 4; i++) hp->rope.sections[i] = (int)u;
+        } else {
+            return ph_err_set(e, "'%s' is not a section list", key);
+        }
+        int S = hp->rope.sections[0] + hp->rope.sections[1] + hp->rope.sections[2] + hp->rope.sections[3];
+        if (S <= 0 || S > hp->head_dim / 2 * 2) return ph_err_set(e, "'%s' sections sum to %d", key, S);
+        if (get_u32(f, a, "n_deepstack_layers", &u, false, e) == 0) hp->n_deepstack = (int32_t)u;
+        if (hp->n_deepstack > hp->n_layer)
+            return ph_err_set(e, "%d deepstack layers but only %d layers", hp->n_deepstack, hp->n_layer);
+    } else {
+        hp->rope.mode = PH_ROPE_NEOX;
+    }
+    hp->n_embd_inp = hp->n_embd * (1 + hp->n_deepstack);
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->head_dim <= 0 || hp->head_dim % 2 ||
+        hp->n_embd > (1 << 16) || hp->n_ff > (1 << 18) || hp->head_dim > 1024 || hp->n_layer > 1024 ||
+        hp->n_head > 1024)
+        return ph_err_set(e, "the model's dimensions are not usable");
+    return 0;
+}
+
+static int load_weights(ph_model *m, ph_err *e) {
+    llm_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff, hd = hp->head_dim;
+    const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    if (load_mat(m, "token_embd.weight", E, V, &m->tok_embd, true, e)) return -1;
+    if (load_vec(m, "output_norm.weight", E, &m->output_norm, e)) return -1;
+    int r = load_mat(m, "output.weight", E, V, &m->output, false, e);
+    if (r < 0) return -1;
+    if (r == 1) m->output = m->tok_embd; /* tied */
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return ph_err_set(e, "out of memory");
+    char name[96];
+#define BLK(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
+    for (int l = 0; l < hp->n_layer; l++) {
+        llm_layer *L = &m->layers[l];
+        if (load_vec(m, BLK("attn_norm.weight"), E, &L->attn_norm, e) ||
+            load_vec(m, BLK("ffn_norm.weight"), E, &L->ffn_norm, e) ||
+            load_vec(m, BLK("attn_q_norm.weight"), hd, &L->q_norm, e) ||
+            load_vec(m, BLK("attn_k_norm.weight"), hd, &L->k_norm, e) ||
+            load_mat(m, BLK("attn_q.weight"), E, nq, &L->wq, true, e) ||
+            load_mat(m, BLK("attn_k.weight"), E, nkv, &L->wk, true, e) ||
+            load_mat(m, BLK("attn_v.weight"), E, nkv, &L->wv, true, e) ||
+            load_mat(m, BLK("attn_output.weight"), nq, E, &L->wo, true, e) ||
+            load_mat(m, BLK("ffn_gate.weight"), E, F, &L->gate, true, e) ||
+            load_mat(m, BLK("ffn_up.weight"), E, F, &L->up, true, e) ||
+            load_mat(m, BLK("ffn_down.weight"), F, E, &L->down, true, e))
+            return -1;
+    }
+#undef BLK
+    return 0;
+}
+
+static void fill_info(ph_model *m) {
+    const llm_hparams *hp = &m->hp;
+    ph_model_info *in = &m->info;
+    in->arch = m->arch_name;
+    in->name = m->name;
+    in->n_vocab = hp->n_vocab;
+    in->n_ctx_train = hp->n_ctx_train;
+    in->n_embd = hp->n_embd;
+    in->n_embd_inp = hp->n_embd_inp;
+    in->n_layer = hp->n_layer;
+    in->n_head = hp->n_head;
+    in->n_head_kv = hp->n_head_kv;
+    in->head_dim = hp->head_dim;
+    in->n_ff = hp->n_ff;
+    in->n_deepstack = hp->n_deepstack;
+    in->mrope = hp->rope.mode == PH_ROPE_IMROPE;
+    in->file_bytes = m->gguf->size;
+    uint64_t np = 0;
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const gguf_tensor *t = &m->gguf->tensors[i];
+        np += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    }
+    in->n_params = np;
+}
+
+ph_model *ph_model_load(const char *path, int n_threads, ph_err *e) {
+    ph_kernels_init();
+    ph_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        ph_err_set(e, "out of memory");
+        return NULL;
+    }
+    m->gguf = gguf_open(path, e);
+    if (!m->gguf) goto fail;
+    gguf_str s;
+    if (gguf_get_str(m->gguf, "general.architecture", &s) != 0) {
+        ph_err_set(e, "%s: no general.architecture key: not a model file", path);
+        goto fail;
+    }
+    snprintf(m->arch_name, sizeof m->arch_name, "%.*s", (int)(s.len < 31 ? s.len : 31), s.ptr);
+    if (gguf_str_eq(s, "qwen3")) {
+        m->hp.arch = LLM_ARCH_QWEN3;
+    } else if (gguf_str_eq(s, "qwen3vl")) {
+        m->hp.arch = LLM_ARCH_QWEN3VL;
+    } else if (gguf_str_eq(s, "clip")) {
+        ph_err_set(e, "%s is a vision projector (mmproj) file; give it with --mmproj and the LLM with -m", path);
+        goto fail;
+    } else {
+        ph_err_set(e, "%s: architecture '%s' is not supported (pinhole runs qwen3 and qwen3vl)", path,
+                   m->arch_name);
+        goto fail;
+    }
+    if (gguf_get_str(m->gguf, "general.name", &s) == 0)
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(s.len < 127 ? s.len : 127), s.ptr);
+    m->vocab = ph_vocab_load(m->gguf, e);
+    if (!m->vocab) goto fail_prefix;
+    m->hp.n_vocab = ph_vocab_size(m->vocab);
+    if (load_hparams(m, e) || load_weights(m, e)) goto fail_prefix;
+    m->pool = ph_pool_create(n_threads);
+    if (!m->pool) {
+        ph_err_set(e, "cannot start %d threads", n_threads);
+        goto fail;
+    }
+    fill_info(m);
+    return m;
+fail_prefix:
+    ph_err_prefix(e, "%s", path);
+fail:
+    ph_model_free(m);
+    return NULL;
+}
+
+void ph_model_free(ph_model *m) {
+    if (!m) return;
+    ph_pool_free(m->pool);
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    ph_vocab_free(m->vocab);
+    gguf_close(m->gguf);
+    free(m);
+}
+
+const ph_model_info *ph_model_get_info(const ph_model *m) { return &m->info; }
+
+/* ---- forward ------------------------------------------------------------ */
+
+static void add_rows(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+int llm_forward(ph_session *s, const int32_t *tokens, const float *embd, int64_t n, const int32_t *pos,
+                bool want_logits, ph_err *e) {
+    ph_model *m = s->m;
+    const llm_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
+    const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    if (n <= 0 || n > s->chunk_cap) return ph_err_set(e, "internal: batch of %lld rows", (long long)n);
+    if (s->n_rows + n > s->n_ctx)
+        return ph_err_set(e, "the context is full (%d of %d rows used, %lld more needed)", s->n_rows, s->n_ctx,
+                          (long long)n);
+
+    for (int64_t i = 0; i < n; i++) {
+        if (tokens) {
+            if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+                return ph_err_set(e, "token id %d is outside the vocabulary (%d)", tokens[i], hp->n_vocab);
+            ph_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
+                           s->x + i * E, E);
+        } else {
+            memcpy(s->x + i * E, embd + i * hp->n_embd_inp, (size_t)E * sizeof(float));
+        }
+    }
+    ph_rope_table(&hp->rope, pos, n, s->rope_cs);
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const llm_layer *L = &m->layers[l];
+        for (int64_t i = 0; i < n; i++) ph_rmsnorm(s->h + i * E, s->x + i * E, L->attn_norm, E, hp->rms_eps);
+        ph_matmul(m->pool, &L->wq, s->h, n, s->q);
+        ph_matmul(m->pool, &L->wk, s->h, n, s->kx);
+        ph_matmul(m->pool, &L->wv, s->h, n, s->vx);
+        for (int64_t i = 0; i < n; i++) {
+            const float *cs = s->rope_cs + i * hp->rope.n_dims;
+            for (int h = 0; h < hp->n_head; h++) {
+                float *qh = s->q + i * nq + h * hd;
+                ph_rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
+                ph_rope_apply(qh, hp->rope.n_dims, cs);
+            }
+            for (int h = 0; h < hp->n_head_kv; h++) {
+                float *kh = s->kx + i * nkv + h * hd;
+                ph_rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
+                ph_rope_apply(kh, hp->rope.n_dims, cs);
+            }
+            ph_quantize_act_row(PH_TYPE_F16, s->kx + i * nkv, s->k[l] + (s->n_rows + i) * nkv, nkv);
+            ph_quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, s->v[l] + (s->n_rows + i) * nkv, nkv);
+        }
+        ph_attn_args aa = {
+            .q = s->q, .q_stride = nq, .k = s->k[l], .v = s->v[l], .kv_stride = nkv,
+            .n_q = n, .n_kv = s->n_rows + n, .causal = true, .first_cell = s->n_rows,
+            .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = (int)hd,
+            .scale = scale, .out = s->att, .out_stride = nq,
+        };
+        ph_attention(m->pool, &aa);
+        ph_matmul(m->pool, &L->wo, s->att, n, s->h);
+        add_rows(s->x, s->h, n * E);
+
+        for (int64_t i = 0; i < n; i++) ph_rmsnorm(s->h + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);
+        ph_matmul(m->pool, &L->gate, s->h, n, s->ga);
+        ph_matmul(m->pool, &L->up, s->h, n, s->up);
+        ph_swiglu(s->ga, s->ga, s->up, n * F);
+        ph_matmul(m->pool, &L->down, s->ga, n, s->h);
+        add_rows(s->x, s->h, n * E);
+
+        if (embd && l < hp->n_deepstack) /* deepstack slice l of each picture row (spec B.5) */
+            for (int64_t i = 0; i < n; i++) add_rows(s->x + i * E, embd + i * hp->n_embd_inp + (l + 1) * E, E);
+    }
+    s->n_rows += (int32_t)n;
+
+    if (want_logits) {
+        ph_rmsnorm(s->h, s->x + (n - 1) * E, m->output_norm, E, hp->rms_eps);
+        ph_matmul(m->pool, &m->output, s->h, 1, s->logits);
+    }
+    return 0;
+}
