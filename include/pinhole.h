@@ -90,6 +90,61 @@ void ph_session_reset(ph_session *s);
 int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *err);
 const float *ph_session_logits(const ph_session *s); /* n_vocab floats */
 
+/* ---- pictures ------------------------------------------------------------------ */
+/* A decoded picture (orientation applied, RGB8) with its fingerprints. */
+typedef struct ph_picture ph_picture;
+
+/* Decodes PNG, JPEG, WebP or GIF (first frame), sniffed from the bytes.
+ * label names the picture in errors. Limits: 64 MiB, 16384 px a side,
+ * 64 Mpx. */
+ph_picture *ph_picture_decode(const void *data, size_t len, const char *label, ph_err *err);
+ph_picture *ph_picture_load(const char *path, ph_err *err);
+void ph_picture_free(ph_picture *p);
+void ph_picture_size(const ph_picture *p, int *w, int *h);
+
+/* The vision tower of an mmproj GGUF, attached to its LLM. */
+typedef struct ph_mmproj ph_mmproj;
+
+ph_mmproj *ph_mmproj_open(ph_model *m, const char *mmproj_path, ph_err *err);
+void ph_mmproj_close(ph_mmproj *v);
+/* Token budget per picture in merged tokens (default 8 to 4096). */
+int ph_mmproj_set_budget(ph_mmproj *v, int min_tokens, int max_tokens, ph_err *err);
+
+typedef struct ph_picture_chunk {
+    int32_t n_tokens;       /* rows put into the context */
+    int32_t grid_x, grid_y; /* merged grid */
+    int32_t n_pos;          /* positions the picture advances */
+    int32_t embd_width;     /* floats per row */
+    double encode_s;        /* time spent in the vision tower */
+} ph_picture_chunk;
+
+/* Encodes a picture and evaluates its rows after what the session holds.
+ * The caller writes <|vision_start|> before and <|vision_end|> after.
+ * If rows is not NULL it receives the rows (malloc'd; the caller frees). */
+int ph_session_eval_picture(ph_session *s, ph_mmproj *v, const ph_picture *pic, ph_picture_chunk *chunk,
+                            float **rows, ph_err *err);
+
+/* ---- prompts ------------------------------------------------------------------- */
+/* A prompt as a stream of items: runs of text tokens, and pictures. */
+typedef struct ph_prompt_item {
+    bool is_picture;
+    ph_tokens tokens;   /* text items */
+    int32_t picture;    /* picture items: index into the caller's pictures */
+} ph_prompt_item;
+
+typedef struct ph_prompt {
+    ph_prompt_item *items;
+    size_t n, cap;
+    int32_t n_pictures;
+} ph_prompt;
+
+/* Splits a raw prompt at each occurrence of marker (e.g. "<__image__>"):
+ * the i-th marker becomes picture i, wrapped in <|vision_start|> and
+ * <|vision_end|>; text is tokenized with special tokens parsed; a BOS is
+ * prepended when the model wants one. marker may be NULL (text only). */
+int ph_prompt_from_raw(const ph_model *m, const char *raw, const char *marker, ph_prompt *out, ph_err *err);
+void ph_prompt_free(ph_prompt *p);
+
 /* ---- sampling -------------------------------------------------------------- */
 typedef struct ph_sampler_params {
     float temperature; /* <= 0: greedy */

@@ -1,6 +1,7 @@
 /* Kernel tests: conversions, hand-built blocks, activation quantization,
  * every ISA's dots and tiles against the scalar reference, ph_matmul against
  * a naive float product, and the row ops against their formulas. */
+#include <cpuid.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -491,7 +492,9 @@ static void test_dispatch(const char *self) {
     /* the init self-test drops an ISA whose kernels disagree with the
      * reference; on a CPU that has the features that is a test failure */
     __builtin_cpu_init();
-    int hw_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+    unsigned a, b, c, d;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    int hw_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c &&
                   __builtin_cpu_supports("bmi2");
     int hw_avx512 = hw_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&

@@ -82,13 +82,16 @@ static void bench_type(int type, ph_pool *pool1, ph_pool *pool2) {
     ph_pool *pools[2] = {pool1, pool2};
     for (int p = 0; p < 2; p++) {
         ph_mat m = {.type = type, .n_in = n_in, .n_out = n_out, .data = w, .row_bytes = rb};
-        int reps = 4 * copies;
-        double t0 = now();
-        for (int r = 0; r < reps; r++) {
-            m.data = w + (size_t)(r % copies) * mb;
-            ph_matmul(pools[p], &m, x, 1, y);
+        double td = 1e9; /* best round over all copies, per product */
+        for (int round = 0; round < 5; round++) {
+            double t0 = now();
+            for (int k = 0; k < copies; k++) {
+                m.data = w + (size_t)k * mb;
+                ph_matmul(pools[p], &m, x, 1, y);
+            }
+            double t = (now() - t0) / copies;
+            if (t < td) td = t;
         }
-        double td = (now() - t0) / reps;
         m.data = w;
         ph_matmul(pools[p], &m, x, n_pf, y); /* warm up */
         double best = 1e9;
@@ -108,15 +111,14 @@ static void bench_type(int type, ph_pool *pool1, ph_pool *pool2) {
     free(y);
 }
 
-int main(int argc, char **argv) {
+int main(void) {
     ph_kernels_init();
     printf("isa: %s\n", ph_isa_name(ph_kernels_isa()));
     ph_pool *pool1 = ph_pool_create(1), *pool2 = ph_pool_create(2);
     bandwidth(pool1);
     bandwidth(pool2);
     const int types[] = {PH_TYPE_Q4_K, PH_TYPE_Q6_K, PH_TYPE_Q8_0, PH_TYPE_F16, PH_TYPE_Q4_0, PH_TYPE_Q5_K, PH_TYPE_F32};
-    int n_types = argc > 1 ? 4 : (int)(sizeof types / sizeof types[0]);
-    for (int i = 0; i < n_types; i++) bench_type(types[i], pool1, pool2);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) bench_type(types[i], pool1, pool2);
     ph_pool_free(pool1);
     ph_pool_free(pool2);
     return 0;

@@ -115,3 +115,31 @@ int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *
     }
     return 0;
 }
+
+int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
+                            ph_err *e) {
+    const llm_hparams *hp = &s->m->hp;
+    const int64_t n = (int64_t)grid_x * grid_y;
+    if (hp->rope.mode != PH_ROPE_IMROPE)
+        return ph_err_set(e, "this model (%s) does not take pictures", s->m->arch_name);
+    if (s->n_rows + n > s->n_ctx)
+        return ph_err_set(e, "the picture needs %lld rows but the context has room for %d", (long long)n,
+                          s->n_ctx - s->n_rows);
+    /* every row of the picture has t = p0, h = p0 + row, w = p0 + col (spec D) */
+    const int32_t p0 = s->next_pos;
+    for (int64_t done = 0; done < n;) {
+        int64_t c = n - done < s->chunk_cap ? n - done : s->chunk_cap;
+        for (int64_t i = 0; i < c; i++) {
+            int64_t k = done + i;
+            s->pos[i] = p0;
+            s->pos[c + i] = p0 + (int32_t)(k / grid_x);
+            s->pos[2 * c + i] = p0 + (int32_t)(k % grid_x);
+            s->pos[3 * c + i] = 0;
+        }
+        if (llm_forward(s, NULL, rows + done * hp->n_embd_inp, c, s->pos, want_logits && done + c == n, e))
+            return -1;
+        done += c;
+    }
+    s->next_pos = p0 + (grid_x > grid_y ? grid_x : grid_y);
+    return 0;
+}

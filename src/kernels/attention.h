@@ -1,6 +1,11 @@
 /* Scaled dot-product attention over an F16 KV cache, with an online
  * (flash-style) softmax accumulated in f32. Query heads map to KV heads in
- * contiguous groups (GQA, spec B.4). */
+ * contiguous groups (GQA, spec B.4).
+ *
+ * As in llama.cpp's CPU flash attention (spec B.4): with fewer than
+ * PH_ATTN_TILE_Q query rows each query is rounded to f16 and meets the cells
+ * one by one; with PH_ATTN_TILE_Q or more (a prompt, a picture) queries stay f32 and meet tiles
+ * of cells widened to f32. */
 #ifndef PH_KERNELS_ATTENTION_H
 #define PH_KERNELS_ATTENTION_H
 
@@ -28,12 +33,30 @@ typedef struct ph_attn_args {
 
 void ph_attention(ph_pool *pool, const ph_attn_args *a);
 
-/* The per-cell primitives, exposed for the SIMD/reference comparison test. */
+/* Query rows per tile of the tiled path, and KV cells per tile. */
+#define PH_ATTN_TILE_Q 64
+#define PH_ATTN_TILE_KV 64
+
+/* The primitives, exposed for the SIMD/reference comparison test. */
 typedef struct ph_attn_kernels {
+    /* per-cell path (fewer than PH_ATTN_TILE_Q query rows) */
     void (*f16_to_f32)(const ph_f16 *src, float *dst, int n);
     float (*dot)(const float *a, const float *b, int n);
     /* acc = acc * a + v * b */
     void (*scale_add)(float *acc, float a, const float *v, float b, int n);
+
+    /* tiled path; T = PH_ATTN_TILE_Q columns, one per query row */
+    /* st[j][i] = (k[j] . qt[.][i]) * scale for j < nk, i < T; k is [nk][d],
+     * qt is [d][T] (the queries transposed), st is [nk][T]. */
+    void (*qk_tile)(const float *k, int nk, const float *qt, int d, float scale, float *st);
+    /* One online-softmax step over nk rows of scores: per column i,
+     * m = max(M[i], max_j st[j][i]); st[j][i] = exp(st[j][i] - m) (0 where
+     * the score is -inf); ms[i] = exp(M[i] - m) (1 if both are -inf);
+     * L[i] = L[i] * ms[i] + sum_j st[j][i]; M[i] = m. */
+    void (*softmax_tile)(float *st, int nk, float *M, float *L, float *ms);
+    /* o[i][t] = o[i][t] * ms[i] + sum_j p[j][i] * v[j][t] for i < T, t < d;
+     * p is [nk][T], v is [nk][d], o is [T][d]. */
+    void (*pv_tile)(const float *p, int nk, const float *v, int d, const float *ms, float *o);
 } ph_attn_kernels;
 
 extern const ph_attn_kernels ph_attn_kernels_ref;

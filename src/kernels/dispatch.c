@@ -1,6 +1,7 @@
 /* CPU detection, the PINHOLE_ISA override, the kernel tables, and the public
  * entry points that go through them. Compiled without SIMD flags: it only
  * calls into dot_avx2.c / dot_avx512.c after checking the CPU. */
+#include <cpuid.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -110,11 +111,18 @@ static int table_ok(const ph_kernel_table *t, const ph_kernel_table *ref) {
     return 1;
 }
 
+/* F16C from CPUID leaf 1 (clang's __builtin_cpu_supports does not know it;
+ * the AVX2 test below already covers the OS saving the ymm state). */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 static void detect(void) {
     __builtin_cpu_init();
     cpu_has[PH_ISA_SCALAR] = 1;
-    cpu_has[PH_ISA_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+    cpu_has[PH_ISA_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() &&
+                           __builtin_cpu_supports("bmi2");
     cpu_has[PH_ISA_AVX512] = cpu_has[PH_ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
                              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");

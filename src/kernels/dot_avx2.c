@@ -8,6 +8,7 @@
  * for NR activation rows (NR = 1 for ph_vec_dot, 4 for matmul tiles) so a
  * row's result does not depend on which of the two computed it. */
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "kernels/kernels_impl.h"
@@ -26,7 +27,7 @@ INLINE float hsum_ps(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* Sum over pairs of 4 adjacent products of signed bytes, as 8 int32. */
+/* Sums of 4 adjacent products of signed bytes, as 8 int32. */
 INLINE __m256i dot_i8(__m256i w, __m256i x) {
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
@@ -103,38 +104,61 @@ FLOAT_TILE(tile_f16, ph_f16, ld_f16, f16f)
 
 /* ---- Q8_0 / Q4_0 weights x Q8_0 activations ----------------------------------- */
 
-/* Weight block i as 32 signed bytes. */
-INLINE __m256i q8_0_w(const ph_block_q8_0 *b) { return loadu256(b->qs); }
-INLINE __m256i q4_0_w(const ph_block_q4_0 *b) {
-    __m128i t = loadu128(b->qs);
+/* Weight block as 32 signed bytes (Q4_0: low nibbles are elements 0..15). */
+INLINE __m256i q0_w(const uint8_t *b, const int Q4) {
+    if (!Q4) return loadu256(b + offsetof(ph_block_q8_0, qs));
+    __m128i t = loadu128(b + offsetof(ph_block_q4_0, qs));
     __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(15));
     return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
 }
 
-/* Blocks alternate between two accumulators per row (one FMA chain is too slow
- * for a 34-byte block); the pair is added at the end. */
-#define Q0_KERNEL(name, TB, unpack)                                                                    \
-    INLINE void name(int64_t n, const TB *w, const void *x, size_t xb, float *y, size_t ldy,          \
-                     const int nr) {                                                                  \
-        const ph_block_q8_0 *xr[4];                                                                   \
-        UNROLL for (int r = 0; r < nr; r++) xr[r] = (const ph_block_q8_0 *)((const char *)x + r * xb); \
-        __m256 acc[2][4];                                                                             \
-        UNROLL for (int r = 0; r < nr; r++) acc[0][r] = acc[1][r] = _mm256_setzero_ps();              \
-        int64_t nb = n / PH_QK8_0;                                                                    \
-        for (int64_t i = 0; i < nb; i++) {                                                            \
-            __m256i q = unpack(&w[i]);                                                                \
-            float dw = f16f(w[i].d);                                                                  \
-            int k = (int)(i & 1);                                                                     \
-            UNROLL for (int r = 0; r < nr; r++) {                                                     \
-                __m256 p = _mm256_cvtepi32_ps(dot_i8(q, loadu256(xr[r][i].qs)));                      \
-                acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16f(xr[r][i].d)), p, acc[k][r]);     \
-            }                                                                                         \
-        }                                                                                             \
-        UNROLL for (int r = 0; r < nr; r++) y[r * ldy] = hsum_ps(_mm256_add_ps(acc[0][r], acc[1][r])); \
-    }
+/* The f16 scale at the start of a block. */
+INLINE uint16_t ld_u16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
 
-Q0_KERNEL(q8_0_rows, ph_block_q8_0, q8_0_w)
-Q0_KERNEL(q4_0_rows, ph_block_q4_0, q4_0_w)
+/* Q8_0 (Q4 = 0) or Q4_0 (Q4 = 1) weights. Blocks go in pairs:
+ * t = p0·(d_w0·d_x0) + p1·(d_w1·d_x1), acc += t, so the loop-carried chain is
+ * one add per two blocks and each row needs one accumulator. (Converting the
+ * scales of 8 blocks as one vector measured slower: it costs registers.) */
+INLINE void q0_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr,
+                    const int Q4) {
+    const size_t wbs = Q4 ? sizeof(ph_block_q4_0) : sizeof(ph_block_q8_0);
+    const uint8_t *wp = w;
+    const ph_block_q8_0 *xr[4];
+    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const ph_block_q8_0 *)((const char *)x + r * xb);
+    __m256 acc[4];
+    UNROLL for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    int64_t nb = n / PH_QK8_0, i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i q0 = q0_w(wp + i * wbs, Q4), q1 = q0_w(wp + (i + 1) * wbs, Q4);
+        float d0 = f16f(ld_u16(wp + i * wbs)), d1 = f16f(ld_u16(wp + (i + 1) * wbs));
+        UNROLL for (int r = 0; r < nr; r++) {
+            __m256 p0 = _mm256_cvtepi32_ps(dot_i8(q0, loadu256(xr[r][i].qs)));
+            __m256 p1 = _mm256_cvtepi32_ps(dot_i8(q1, loadu256(xr[r][i + 1].qs)));
+            __m256 t = _mm256_mul_ps(_mm256_set1_ps(d0 * f16f(xr[r][i].d)), p0);
+            t = _mm256_fmadd_ps(_mm256_set1_ps(d1 * f16f(xr[r][i + 1].d)), p1, t);
+            acc[r] = _mm256_add_ps(acc[r], t);
+        }
+    }
+    if (i < nb) {
+        __m256i q = q0_w(wp + i * wbs, Q4);
+        float dw = f16f(ld_u16(wp + i * wbs));
+        UNROLL for (int r = 0; r < nr; r++) {
+            __m256 p = _mm256_cvtepi32_ps(dot_i8(q, loadu256(xr[r][i].qs)));
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_set1_ps(dw * f16f(xr[r][i].d)), p));
+        }
+    }
+    UNROLL for (int r = 0; r < nr; r++) y[r * ldy] = hsum_ps(acc[r]);
+}
+INLINE void q8_0_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr) {
+    q0_rows(n, w, x, xb, y, ldy, nr, 0);
+}
+INLINE void q4_0_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr) {
+    q0_rows(n, w, x, xb, y, ldy, nr, 1);
+}
 
 /* ---- Q4_K / Q5_K weights x Q8_K activations ------------------------------------ */
 
@@ -142,13 +166,14 @@ Q0_KERNEL(q4_0_rows, ph_block_q4_0, q4_0_w)
  * block, unpacked with 32-bit word operations on the 12 packed bytes
  * (spec A.4 get_scale_min_k4, four sub-blocks per word). */
 INLINE __m128i k4_scales_mins(const uint8_t *s) {
-    uint32_t w[3], u[4];
+    uint32_t w[3];
     memcpy(w, s, 12);
-    u[0] = w[0] & 0x3f3f3f3fu;                                               /* sc 0..3 */
-    u[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);        /* sc 4..7 */
-    u[2] = w[1] & 0x3f3f3f3fu;                                               /* mn 0..3 */
-    u[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4); /* mn 4..7 */
-    return _mm_loadu_si128((const __m128i *)u);
+    /* built in registers: four 32-bit stores read back as one 128-bit load
+     * would defeat store forwarding */
+    return _mm_setr_epi32((int)(w[0] & 0x3f3f3f3fu),                                              /* sc 0..3 */
+                          (int)((w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)),       /* sc 4..7 */
+                          (int)(w[1] & 0x3f3f3f3fu),                                              /* mn 0..3 */
+                          (int)(((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4))); /* mn 4..7 */
 }
 
 /* int16 scale j (0..7) of a 16-bit scale vector broadcast to all 16 lanes. */
@@ -184,7 +209,7 @@ INLINE void k4_rows(int64_t n, const void *w, const void *x, size_t xb, float *y
         __m128i mn16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
         __m256i sumi[4];
         UNROLL for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
+        UNROLL for (int c = 0; c < 4; c++) {
             __m256i q = loadu256(qs + 32 * c);
             __m256i lo = _mm256_and_si256(q, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -233,24 +258,25 @@ INLINE void q6_K_rows(int64_t n, const void *w, const void *x, size_t xb, float 
         UNROLL for (int r = 0; r < nr; r++) /* start at −32·Σ_k sc_k·bsum_k */
             sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
                                        _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(xr[r][i].bsums)), 5));
-        for (int h = 0; h < 2; h++) {
+        UNROLL for (int h = 0; h < 2; h++) {
             __m256i ql0 = loadu256(b->ql + 64 * h), ql1 = loadu256(b->ql + 64 * h + 32);
             __m256i qh = loadu256(b->qh + 32 * h);
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
             /* the 8 scales of this half as int16 in both 128-bit lanes; the 32
-             * elements of q[g] use scale 2g (low lane) and 2g+1 (high lane) */
+             * elements of group g use scale 2g (low lane) and 2g+1 (high lane) */
             __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(b->scales + 8 * h))));
             UNROLL for (int g = 0; g < 4; g++) {
+                /* group g: the low (g < 2) or high nibbles of ql0 (g even) or
+                 * ql1 (g odd), with qh bits 2g, 2g+1 moved to bits 4, 5 */
+                __m256i l = g & 1 ? ql1 : ql0;
+                l = g < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+                __m256i hh = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2)
+                           : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+                __m256i q = _mm256_or_si256(l, _mm256_and_si256(hh, m30));
                 __m256i s = _mm256_shuffle_epi8(
                     sch, _mm256_set_m128i(_mm_set1_epi16((short)(0x0302 + 0x0404 * g)),
                                           _mm_set1_epi16((short)(0x0100 + 0x0404 * g))));
                 UNROLL for (int r = 0; r < nr; r++) {
-                    __m256i p = _mm256_maddubs_epi16(q[g], loadu256(xr[r][i].qs + 128 * h + 32 * g));
+                    __m256i p = _mm256_maddubs_epi16(q, loadu256(xr[r][i].qs + 128 * h + 32 * g));
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, s));
                 }
             }

@@ -8,6 +8,7 @@
  * Activation conversion stays AVX2 (memory-bound). Structure and summation
  * order follow dot_avx2.c: one kernel body for 1 and 4 activation rows. */
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "kernels/kernels_impl.h"
@@ -20,6 +21,11 @@ INLINE __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *
 INLINE __m512i loadu512(const void *p) { return _mm512_loadu_si512(p); }
 INLINE float f16f(ph_f16 h) { return _cvtsh_ss(h); }
 INLINE float id_f32(float f) { return f; }
+INLINE float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
 
 /* Two 256-bit halves as one 512-bit vector (lo in the low half). */
 INLINE __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
@@ -84,57 +90,79 @@ FLOAT_TILE(tile_f16, ph_f16, ld_f16, f16f)
 
 /* ---- Q8_0 / Q4_0 x Q8_0 --------------------------------------------------------------- */
 
-INLINE __m256i q8_0_w(const ph_block_q8_0 *b) { return loadu256(b->qs); }
-INLINE __m256i q4_0_w(const ph_block_q4_0 *b) {
-    __m128i t = loadu128(b->qs);
-    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(15));
-    return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
-}
-
 /* Σ over groups of 4 of w·x (signed bytes) as 8 int32, via |w| and sign(x, w). */
 INLINE __m256i dot_i8(__m256i w, __m256i x) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 
-#define Q0_KERNEL(name, TB, unpack)                                                                    \
-    INLINE void name(int64_t n, const TB *w, const void *x, size_t xb, float *y, size_t ldy,          \
-                     const int nr) {                                                                  \
-        const ph_block_q8_0 *xr[4];                                                                   \
-        UNROLL for (int r = 0; r < nr; r++) xr[r] = (const ph_block_q8_0 *)((const char *)x + r * xb); \
-        __m256 acc[2][4];                                                                             \
-        UNROLL for (int r = 0; r < nr; r++) acc[0][r] = acc[1][r] = _mm256_setzero_ps();              \
-        int64_t nb = n / PH_QK8_0;                                                                    \
-        for (int64_t i = 0; i < nb; i++) {                                                            \
-            __m256i q = unpack(&w[i]);                                                                \
-            float dw = f16f(w[i].d);                                                                  \
-            int k = (int)(i & 1);                                                                     \
-            UNROLL for (int r = 0; r < nr; r++) {                                                     \
-                __m256 p = _mm256_cvtepi32_ps(dot_i8(q, loadu256(xr[r][i].qs)));                      \
-                acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16f(xr[r][i].d)), p, acc[k][r]);     \
-            }                                                                                         \
-        }                                                                                             \
-        UNROLL for (int r = 0; r < nr; r++) {                                                         \
-            __m256 s = _mm256_add_ps(acc[0][r], acc[1][r]);                                           \
-            __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));            \
-            h = _mm_add_ps(h, _mm_movehl_ps(h, h));                                                   \
-            y[r * ldy] = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));                            \
-        }                                                                                             \
-    }
+/* Weight block as 32 signed bytes (Q4_0: low nibbles are elements 0..15). */
+INLINE __m256i q0_w(const uint8_t *b, const int Q4) {
+    if (!Q4) return loadu256(b + offsetof(ph_block_q8_0, qs));
+    __m128i t = loadu128(b + offsetof(ph_block_q4_0, qs));
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(15));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+}
 
-Q0_KERNEL(q8_0_rows, ph_block_q8_0, q8_0_w)
-Q0_KERNEL(q4_0_rows, ph_block_q4_0, q4_0_w)
+/* The f16 scale at the start of a block. */
+INLINE uint16_t ld_u16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
+
+/* Q8_0 (Q4 = 0) or Q4_0 (Q4 = 1) weights. Blocks go in pairs:
+ * t = p0·(d_w0·d_x0) + p1·(d_w1·d_x1), acc += t, so the loop-carried chain is
+ * one add per two blocks and each row needs one accumulator. (Converting the
+ * scales of 8 blocks as one vector measured slower: it costs registers.) */
+INLINE void q0_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr,
+                    const int Q4) {
+    const size_t wbs = Q4 ? sizeof(ph_block_q4_0) : sizeof(ph_block_q8_0);
+    const uint8_t *wp = w;
+    const ph_block_q8_0 *xr[4];
+    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const ph_block_q8_0 *)((const char *)x + r * xb);
+    __m256 acc[4];
+    UNROLL for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    int64_t nb = n / PH_QK8_0, i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i q0 = q0_w(wp + i * wbs, Q4), q1 = q0_w(wp + (i + 1) * wbs, Q4);
+        float d0 = f16f(ld_u16(wp + i * wbs)), d1 = f16f(ld_u16(wp + (i + 1) * wbs));
+        UNROLL for (int r = 0; r < nr; r++) {
+            __m256 p0 = _mm256_cvtepi32_ps(dot_i8(q0, loadu256(xr[r][i].qs)));
+            __m256 p1 = _mm256_cvtepi32_ps(dot_i8(q1, loadu256(xr[r][i + 1].qs)));
+            __m256 t = _mm256_mul_ps(_mm256_set1_ps(d0 * f16f(xr[r][i].d)), p0);
+            t = _mm256_fmadd_ps(_mm256_set1_ps(d1 * f16f(xr[r][i + 1].d)), p1, t);
+            acc[r] = _mm256_add_ps(acc[r], t);
+        }
+    }
+    if (i < nb) {
+        __m256i q = q0_w(wp + i * wbs, Q4);
+        float dw = f16f(ld_u16(wp + i * wbs));
+        UNROLL for (int r = 0; r < nr; r++) {
+            __m256 p = _mm256_cvtepi32_ps(dot_i8(q, loadu256(xr[r][i].qs)));
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_set1_ps(dw * f16f(xr[r][i].d)), p));
+        }
+    }
+    UNROLL for (int r = 0; r < nr; r++) y[r * ldy] = hsum256(acc[r]);
+}
+INLINE void q8_0_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr) {
+    q0_rows(n, w, x, xb, y, ldy, nr, 0);
+}
+INLINE void q4_0_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr) {
+    q0_rows(n, w, x, xb, y, ldy, nr, 1);
+}
 
 /* ---- Q4_K / Q5_K x Q8_K ------------------------------------------------------------------ */
 
 /* Scales (bytes 0..7) and mins (8..15) of a Q4_K/Q5_K block; see dot_avx2.c. */
 INLINE __m128i k4_scales_mins(const uint8_t *s) {
-    uint32_t w[3], u[4];
+    uint32_t w[3];
     memcpy(w, s, 12);
-    u[0] = w[0] & 0x3f3f3f3fu;
-    u[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
-    u[2] = w[1] & 0x3f3f3f3fu;
-    u[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
-    return _mm_loadu_si128((const __m128i *)u);
+    /* built in registers: four 32-bit stores read back as one 128-bit load
+     * would defeat store forwarding */
+    return _mm_setr_epi32((int)(w[0] & 0x3f3f3f3fu),                                              /* sc 0..3 */
+                          (int)((w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)),       /* sc 4..7 */
+                          (int)(w[1] & 0x3f3f3f3fu),                                              /* mn 0..3 */
+                          (int)(((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4))); /* mn 4..7 */
 }
 
 /* Per chunk c (64 elements): the vector [low nibbles | high nibbles] of
@@ -166,7 +194,7 @@ INLINE void k4_rows(int64_t n, const void *w, const void *x, size_t xb, float *y
         __m128i mn16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
         __m512i sumi[4];
         UNROLL for (int r = 0; r < nr; r++) sumi[r] = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {
+        UNROLL for (int c = 0; c < 4; c++) {
             __m256i q = loadu256(qs + 32 * c);
             __m256i lo = _mm256_and_si256(q, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -224,7 +252,7 @@ INLINE void q6_K_rows(int64_t n, const void *w, const void *x, size_t xb, float 
                 _mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(xr[r][i].bsums)), 5)));
         UNROLL for (int r = 0; r < nr; r++) /* clear the upper half left undefined by the cast */
             sumi[r] = _mm512_maskz_mov_epi32(0x00ff, sumi[r]);
-        for (int h = 0; h < 2; h++) {
+        UNROLL for (int h = 0; h < 2; h++) {
             __m512i ql = loadu512(b->ql + 64 * h);
             __m512i qh = _mm512_broadcast_i64x4(loadu256(b->qh + 32 * h));
             __m512i qa = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl_a), m30));

@@ -24,13 +24,14 @@ typedef struct mm_ctx {
     const ph_mat *w;
     const float *x;
     int64_t n_rows;
-    const uint8_t *xq; /* converted rows, xb bytes apart */
+    uint8_t *xbuf;     /* converted rows, xb bytes apart (NULL: x is used as is) */
+    const uint8_t *xq; /* the rows the dots read: xbuf or x */
     size_t xb;
     float *y;
     int64_t chunk;       /* decode: rows per chunk */
     int64_t bo, bx, n_ob; /* prefill: tile shape, tiles along the outputs */
     int64_t n_items;     /* chunks or tiles */
-    atomic_long next;    /* next item to take; each thread starts at item ith */
+    atomic_long next;    /* next item to take (a late thread's share goes to the others) */
 } mm_ctx;
 
 static void convert_rows(void *vctx, int ith, int nth) {
@@ -38,28 +39,30 @@ static void convert_rows(void *vctx, int ith, int nth) {
     long lo, hi;
     ph_split_range((long)c->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++)
-        c->p->act(c->x + r * c->w->n_in, (uint8_t *)c->xq + r * c->xb, c->w->n_in);
+        c->p->act(c->x + r * c->w->n_in, c->xbuf + r * c->xb, c->w->n_in);
 }
 
+static long take(mm_ctx *c) { return atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed); }
+
 static void decode_rows(void *vctx, int ith, int nth) {
-    (void)nth;
+    (void)ith, (void)nth;
     mm_ctx *c = vctx;
     const ph_mat *w = c->w;
     const uint8_t *wd = w->data;
-    for (long it = ith; it < c->n_items; it = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed)) {
+    for (long it = take(c); it < c->n_items; it = take(c)) {
         int64_t o0 = it * c->chunk, o1 = o0 + c->chunk < w->n_out ? o0 + c->chunk : w->n_out;
         for (int64_t o = o0; o < o1; o++) c->y[o] = c->p->dot(w->n_in, wd + o * w->row_bytes, c->xq);
     }
 }
 
 static void prefill_tiles(void *vctx, int ith, int nth) {
-    (void)nth;
+    (void)ith, (void)nth;
     mm_ctx *c = vctx;
     const ph_mat *w = c->w;
     const ph_mm_plan *p = c->p;
     const uint8_t *wd = w->data;
     const size_t rb = w->row_bytes, ldy = (size_t)w->n_out;
-    for (long it = ith; it < c->n_items; it = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed)) {
+    for (long it = take(c); it < c->n_items; it = take(c)) {
         int64_t o0 = (it % c->n_ob) * c->bo, r0 = (it / c->n_ob) * c->bx;
         int64_t o1 = o0 + c->bo < w->n_out ? o0 + c->bo : w->n_out;
         int64_t r1 = r0 + c->bx < c->n_rows ? r0 + c->bx : c->n_rows;
@@ -94,15 +97,16 @@ void ph_matmul(ph_pool *pool, const ph_mat *w, const float *x, int64_t n_rows, f
     }
     int nth = ph_pool_size(pool);
     mm_ctx c = {.p = &kt->mm[w->type], .w = w, .x = x, .n_rows = n_rows, .y = y};
-    atomic_init(&c.next, nth);
+    atomic_init(&c.next, 0);
 
-    void *buf = NULL;
     if (c.p->act) {
+        void *buf;
         c.xb = round_up((int64_t)ph_row_bytes(c.p->act_type, w->n_in), 64);
         if (posix_memalign(&buf, 64, c.xb * (size_t)n_rows) != 0) {
             fprintf(stderr, "pinhole: ph_matmul: out of memory for %lld activation rows\n", (long long)n_rows);
             abort();
         }
+        c.xbuf = buf;
         c.xq = buf;
         if (n_rows == 1) c.p->act(x, buf, w->n_in);
         else ph_pool_run(pool, convert_rows, &c);
@@ -130,5 +134,5 @@ void ph_matmul(ph_pool *pool, const ph_mat *w, const float *x, int64_t n_rows, f
         c.n_items = c.n_ob * ((n_rows + c.bx - 1) / c.bx);
         ph_pool_run(pool, prefill_tiles, &c);
     }
-    free(buf);
+    free(c.xbuf);
 }

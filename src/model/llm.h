@@ -64,4 +64,11 @@ struct ph_session {
 int llm_forward(ph_session *s, const int32_t *tokens, const float *embd, int64_t n, const int32_t *pos,
                 bool want_logits, ph_err *e);
 
+/* Evaluates a picture's rows (grid_x * grid_y rows of n_embd_inp floats,
+ * row-major over the merged grid) with M-RoPE positions; the next text
+ * position advances by max(grid_x, grid_y) (spec D). Logits are computed
+ * only when asked (a prompt rarely ends with a picture). */
+int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
+                            ph_err *e);
+
 #endif

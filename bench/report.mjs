@@ -1,0 +1,126 @@
+#!/usr/bin/env node
+// Turns the samples bench/run.sh collected into a table (stdout) and bench/RESULTS.md.
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { execFileSync } from 'node:child_process'
+
+const args = {}
+for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].replace(/^--/, '')] = process.argv[i + 1]
+const logdir = args.logdir
+const types = args.types.split(/\s+/).filter(Boolean)
+
+const readJson = (f) => JSON.parse(fs.readFileSync(path.join(logdir, f), 'utf8').trim().split('\n').pop())
+const samples = fs.readFileSync(path.join(logdir, 'samples.jsonl'), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l))
+const bwBefore = readJson('membw-before.json')
+const bwAfter = readJson('membw-after.json')
+const bw = Math.max(bwBefore.best_gbs, bwAfter.best_gbs)
+
+const median = (v) => {
+  const s = [...v].sort((x, y) => x - y)
+  const n = s.length
+  if (!n) return NaN
+  return n % 2 ? s[(n - 1) / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2])
+}
+const sh = (cmd, a) => {
+  try {
+    return execFileSync(cmd, a, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim()
+  } catch {
+    return ''
+  }
+}
+const lscpu = Object.fromEntries(
+  sh('lscpu', []).split('\n').map((l) => l.split(/:\s+/)).filter((kv) => kv.length === 2),
+)
+const memGiB = os.totalmem() / 2 ** 30
+const cpuModel = lscpu['Model name'] || os.cpus()[0]?.model || 'unknown'
+const cores = `${lscpu['CPU(s)'] ?? os.cpus().length} CPUs (${lscpu['Socket(s)'] ?? '?'} socket x ${lscpu['Core(s) per socket'] ?? '?'} cores x ${lscpu['Thread(s) per core'] ?? '?'} threads)`
+const hyper = lscpu['Hypervisor vendor'] ? `, virtualized (${lscpu['Hypervisor vendor']})` : ''
+const flags = (lscpu.Flags || '').split(' ')
+const isa = ['avx2', 'fma', 'f16c', 'avx512f', 'avx512_vnni', 'avx_vnni'].filter((f) => flags.includes(f)).join(' ')
+const gitRev = sh('git', ['rev-parse', '--short', 'HEAD']) || 'no commit yet'
+const gitDirty = sh('git', ['status', '--porcelain', '--', 'src', 'include', 'CMakeLists.txt']) ? ' (with uncommitted changes)' : ''
+
+const fmt = (x, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : 'n/a')
+const rows = []
+for (const t of types) {
+  const bytes = readJson(`bytes-${t}.json`)
+  // one sample per engine invocation: its reported median of REPS repetitions
+  const get = (engine, key) => samples.filter((s) => s.type === t && s.engine === engine).map((s) => s.result[key])
+  const ph = { pp: median(get('pinhole', 'prefill_tps')), tg: median(get('pinhole', 'decode_tps')) }
+  const ll = { pp: median(get('llama.cpp', 'prefill_tps')), tg: median(get('llama.cpp', 'decode_tps')) }
+  const bound = (bw * 1e9) / bytes.decode_bytes_per_token
+  rows.push({ t, bytes, ph, ll, bound, phPct: (100 * ph.tg) / bound, llPct: (100 * ll.tg) / bound })
+}
+
+const llInfo = samples.find((s) => s.engine === 'llama.cpp')?.result ?? {}
+const phInfo = samples.find((s) => s.engine === 'pinhole')?.result ?? {}
+const loads = samples.flatMap((s) => [s.load_before, s.load_after])
+
+// --- stdout table ---
+const line = (c) => c.map((x, i) => String(x).padStart(i ? 12 : 8)).join(' ')
+console.log(line(['model', 'pp pinhole', 'pp llama', 'pp ratio', 'tg pinhole', 'tg llama', 'tg ratio', 'tg bound']))
+for (const r of rows)
+  console.log(line([r.t, fmt(r.ph.pp), fmt(r.ll.pp), fmt(r.ph.pp / r.ll.pp), fmt(r.ph.tg), fmt(r.ll.tg), fmt(r.ph.tg / r.ll.tg), fmt(r.bound)]))
+
+// --- RESULTS.md ---
+const md = []
+md.push('# pinhole vs llama.cpp: prefill and decode speed')
+md.push('')
+md.push('Written by `bench/run.sh` (see `bench/README.md` for what is measured and how). Numbers are tokens per second,')
+md.push(`for each engine and model the median over ${args.rounds} interleaved rounds (pinhole, llama.cpp, pinhole, ...) of each run's`)
+md.push(`median of ${args.reps} repetition(s); higher is better.`)
+md.push('')
+md.push(`- date: ${new Date().toISOString().replace(/\.\d+Z$/, 'Z')}`)
+md.push(`- machine: ${cpuModel}, ${cores}${hyper}; ${fmt(memGiB, 1)} GiB memory; ISA flags: ${isa || 'none of avx2/fma/f16c/avx512'}; Linux ${os.release()}`)
+md.push(`- load average during the runs: ${fmt(Math.min(...loads))} to ${fmt(Math.max(...loads))} (1-minute; the machine has ${os.cpus().length} CPUs, so anything above 0 means other work shared it)`)
+md.push(`- reproduce: \`${args.command}\` (from the repository root; \`bash bench/run.sh\` with the defaults)`)
+md.push(`- pinhole: \`${args.pinhole}\` at ${gitRev}${gitDirty}, kernels \`${phInfo.isa ?? '?'}\`: \`pinhole bench -m MODEL -p ${args.pp} -n ${args.tg} -r ${args.reps} -t ${args.threads}\``)
+md.push(`- llama.cpp: @fugood/llama.node ${llInfo.llama_node ?? '?'} (llama.cpp build ${llInfo.llama_cpp_build ?? '?'}), prebuilt CPU package @fugood/node-llama-linux-x64, threads ${llInfo.threads}/${llInfo.threads_batch} (decode/batch), flash_attn ${llInfo.flash_attn}, n_ubatch ${llInfo.n_ubatch}: \`node bench/llama_bench.mjs MODEL --pp ${args.pp} --tg ${args.tg} --reps ${args.reps} --threads ${args.threads}\``)
+md.push(`- llama.cpp's system_info: \`${llInfo.system_info ?? '?'}\``)
+md.push('- models: `pinhole synth --shape 2b --type TYPE` (Qwen3-VL-2B-Instruct\'s LLM shapes, random weights, tied embedding), in bench/models/')
+md.push('')
+md.push(`## Speed (tokens/s, ${args.threads} threads)`)
+md.push('')
+md.push(`| model | prefill ${args.pp}: pinhole | prefill: llama.cpp | prefill ratio pinhole/llama.cpp | decode ${args.tg}: pinhole | decode: llama.cpp | decode ratio pinhole/llama.cpp |`)
+md.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: |')
+for (const r of rows)
+  md.push(`| 2b ${r.t} | ${fmt(r.ph.pp)} | ${fmt(r.ll.pp)} | ${fmt(r.ph.pp / r.ll.pp)} | ${fmt(r.ph.tg)} | ${fmt(r.ll.tg)} | ${fmt(r.ph.tg / r.ll.tg)} |`)
+md.push('')
+md.push('## Decode against the memory-bandwidth bound')
+md.push('')
+md.push(`Each decoded token reads every weight once: the file's tensor bytes minus the token embedding table (only one`)
+md.push(`row of it is looked up), plus the output matrix — which for these tied models is the embedding table itself,`)
+md.push(`read in full every token. KV-cache reads (small at these lengths) are not counted. Read bandwidth is the best pass`)
+md.push(`of \`bench/membw.c\` (${args.threads} threads streaming a 1 GiB buffer; ${fmt(bwBefore.best_gbs)} GB/s before the runs, ${fmt(bwAfter.best_gbs)} GB/s after; the larger is used).`)
+md.push('')
+md.push('| model | bytes read per token | read bandwidth | bound (tokens/s) | pinhole decode | % of bound | llama.cpp decode | % of bound |')
+md.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+for (const r of rows)
+  md.push(`| 2b ${r.t} | ${fmt(r.bytes.decode_bytes_per_token / 2 ** 20, 1)} MiB | ${fmt(bw)} GB/s | ${fmt(r.bound)} | ${fmt(r.ph.tg)} | ${fmt(r.phPct, 1)}% | ${fmt(r.ll.tg)} | ${fmt(r.llPct, 1)}% |`)
+md.push('')
+md.push('## Every sample')
+md.push('')
+md.push('| model | round | engine | prefill tok/s | decode tok/s | load before/after |')
+md.push('| --- | ---: | --- | --- | --- | --- |')
+for (const s of samples) {
+  const r = s.result
+  const pp = r.prefill_runs ? r.prefill_runs.map((x) => fmt(x)).join(', ') : fmt(r.prefill_tps)
+  const tg = r.decode_runs ? r.decode_runs.map((x) => fmt(x)).join(', ') : fmt(r.decode_tps)
+  md.push(`| ${s.type} | ${s.round} | ${s.engine} | ${pp} | ${tg} | ${fmt(s.load_before)} / ${fmt(s.load_after)} |`)
+}
+md.push('')
+md.push('## Read this before quoting the numbers')
+md.push('')
+md.push('- **The llama.cpp side is a portable x86-64 build without AVX.** The prebuilt `@fugood/node-llama-linux-x64` 1.7.15')
+md.push('  binary contains no AVX/AVX2/FMA instructions at all (`objdump -d index.node | grep -c ymm` gives 0; its system_info')
+md.push('  lists no AVX/AVX2/FMA/F16C), so ggml runs its SSE fallback kernels. A llama.cpp built natively for this CPU')
+md.push('  (`-DGGML_NATIVE=ON`, AVX2) is several times faster, especially at prefill; these ratios compare pinhole with')
+md.push('  *this* build, not with llama.cpp at its best. The `cuda` and `vulkan` linux-x64 packages are the same in this respect.')
+md.push('- Both engines: prefill = one batch of PP tokens into an empty KV cache; decode = TG single-token steps starting')
+md.push('  from an (almost) empty cache (pinhole from position 0, llama.cpp from position 1, after a 1-token prompt);')
+md.push('  token ids are arbitrary (fixed for pinhole, `rand()` for llama.cpp); the weights are random, so the output is')
+md.push('  meaningless and only the speed counts. Model loading and one warm-up pass are untimed in both.')
+md.push(`- The machine may be shared: runs are interleaved so that background load hits both engines alike; check the load column.`)
+md.push('')
+fs.writeFileSync(args.out, md.join('\n'))

@@ -1,0 +1,74 @@
+/* Prompt streams: text runs and pictures in order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "pinhole.h"
+
+static ph_prompt_item *new_item(ph_prompt *p) {
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 8;
+        ph_prompt_item *items = realloc(p->items, cap * sizeof *items);
+        if (!items) return NULL;
+        p->items = items;
+        p->cap = cap;
+    }
+    ph_prompt_item *it = &p->items[p->n++];
+    memset(it, 0, sizeof *it);
+    return it;
+}
+
+/* The text item to append tokens to: the last item if it is text. */
+static ph_prompt_item *text_item(ph_prompt *p) {
+    if (p->n && !p->items[p->n - 1].is_picture) return &p->items[p->n - 1];
+    return new_item(p);
+}
+
+static int add_text(const ph_model *m, ph_prompt *p, const char *text, size_t len, ph_err *e) {
+    if (len == 0) return 0;
+    ph_prompt_item *it = text_item(p);
+    if (!it) return ph_err_set(e, "out of memory");
+    return ph_tokenize(m, text, len, true, &it->tokens, e);
+}
+
+int ph_prompt_from_raw(const ph_model *m, const char *raw, const char *marker, ph_prompt *out, ph_err *e) {
+    memset(out, 0, sizeof *out);
+    const int32_t bos = ph_model_bos(m);
+    if (bos >= 0) {
+        ph_prompt_item *it = new_item(out);
+        if (!it || ph_tokens_push(&it->tokens, bos)) goto oom;
+    }
+    const size_t mlen = marker ? strlen(marker) : 0;
+    const char *at = raw;
+    for (;;) {
+        const char *hit = mlen ? strstr(at, marker) : NULL;
+        size_t len = hit ? (size_t)(hit - at) : strlen(at);
+        if (add_text(m, out, at, len, e)) goto fail;
+        if (!hit) break;
+        /* <|vision_start|> picture <|vision_end|>, as llama.cpp's mtmd does */
+        static const char vs[] = "<|vision_start|>", ve[] = "<|vision_end|>";
+        if (ph_token_lookup(m, vs) < 0 || ph_token_lookup(m, ve) < 0) {
+            ph_err_set(e, "the model's vocabulary has no %s / %s tokens: it does not take pictures", vs, ve);
+            goto fail;
+        }
+        if (add_text(m, out, vs, sizeof vs - 1, e)) goto fail;
+        ph_prompt_item *it = new_item(out);
+        if (!it) goto oom;
+        it->is_picture = true;
+        it->picture = out->n_pictures++;
+        if (add_text(m, out, ve, sizeof ve - 1, e)) goto fail;
+        at = hit + mlen;
+    }
+    return 0;
+oom:
+    ph_err_set(e, "out of memory");
+fail:
+    ph_prompt_free(out);
+    return -1;
+}
+
+void ph_prompt_free(ph_prompt *p) {
+    for (size_t i = 0; i < p->n; i++) ph_tokens_free(&p->items[i].tokens);
+    free(p->items);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,75 @@
+/* PNG through libspng: every bit depth and colour type, interlaced or not,
+ * decoded to RGB8. spng's RGB8 conversion drops alpha (tRNS is not
+ * applied), maps palettes, scales low-bit grey and reduces 16-bit samples
+ * to their high byte, as DESIGN section 8 asks (tests/test_image.c holds
+ * it to that). Gamma and colour chunks are ignored, as in stb_image. */
+#include <spng.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "image/image_internal.h"
+
+/* Memory spng may spend on ancillary chunks (text, ICC profile, EXIF),
+ * compressed text included: a zTXt bomb stops here. */
+#define PNG_ANCILLARY_LIMIT ((size_t)8 << 20)
+
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static int png_fail(const char *label, int r, ph_err *e) {
+    if (r == SPNG_IO_EOF || r == SPNG_EOF || r == SPNG_EIDAT_TOO_SHORT) return ph_img_err(e, label, "PNG data is truncated");
+    if (r == SPNG_EMEM) return ph_img_err(e, label, "out of memory decoding the PNG");
+    return ph_img_err(e, label, "PNG is corrupt: %s", spng_strerror(r));
+}
+
+int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
+                  ph_err *e) {
+    /* The size, read here first so that a huge declared size gets the
+     * limit's message rather than spng's. IHDR must be the first chunk. */
+    if (n >= 24 && !memcmp(d + 12, "IHDR", 4) &&
+        ph_img_check_size(label, "PNG", be32(d + 16), be32(d + 20), lim, e) != 0)
+        return -1;
+
+    spng_ctx *ctx = spng_ctx_new(0);
+    if (!ctx) return ph_img_err(e, label, "out of memory decoding the PNG");
+    int r = spng_set_png_buffer(ctx, d, n);
+    if (!r) r = spng_set_image_limits(ctx, (uint32_t)lim->max_side, (uint32_t)lim->max_side);
+    if (!r) r = spng_set_chunk_limits(ctx, n, PNG_ANCILLARY_LIMIT);
+    struct spng_ihdr ihdr;
+    if (!r) r = spng_get_ihdr(ctx, &ihdr);
+    if (r) {
+        spng_ctx_free(ctx);
+        return png_fail(label, r, e);
+    }
+    if (ph_img_check_size(label, "PNG", ihdr.width, ihdr.height, lim, e) != 0) {
+        spng_ctx_free(ctx);
+        return -1;
+    }
+    int w = (int)ihdr.width, h = (int)ihdr.height;
+    size_t need = 0;
+    r = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &need);
+    if (!r && need != (size_t)w * h * 3) r = SPNG_EINTERNAL;
+    if (r) {
+        spng_ctx_free(ctx);
+        return png_fail(label, r, e);
+    }
+    uint8_t *rgb = ph_img_alloc(label, w, h, 3, e);
+    if (!rgb) {
+        spng_ctx_free(ctx);
+        return -1;
+    }
+    r = spng_decode_image(ctx, rgb, need, SPNG_FMT_RGB8, 0);
+    if (r) {
+        free(rgb);
+        spng_ctx_free(ctx);
+        return png_fail(label, r, e);
+    }
+    struct spng_exif exif;
+    out->orientation = spng_get_exif(ctx, &exif) == 0 ? ph_exif_orientation((const uint8_t *)exif.data, exif.length) : 1;
+    spng_ctx_free(ctx);
+    out->w = w;
+    out->h = h;
+    out->rgb = rgb;
+    return 0;
+}

@@ -1,0 +1,60 @@
+/* Pictures: safe decoding (PNG, JPEG, WebP, GIF first frame) with limits
+ * checked before any large allocation, EXIF orientation, fingerprints, and
+ * the preprocessing of a vision family (spec F; DESIGN sections 4 and 8). */
+#ifndef PH_IMAGE_IMAGE_H
+#define PH_IMAGE_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+typedef struct ph_image_limits {
+    size_t max_file_bytes;  /* default 64 MiB */
+    int max_side;           /* default 16384 pixels */
+    uint64_t max_pixels;    /* default 64 megapixels */
+} ph_image_limits;
+
+void ph_image_limits_default(ph_image_limits *l);
+
+typedef struct ph_image {
+    int w, h;
+    uint8_t *rgb;           /* w * h * 3, row-major, orientation applied, alpha dropped */
+    uint8_t bytes_id[32];   /* SHA-256 of the file bytes as received */
+    uint8_t image_id[32];   /* SHA-256 over width, height and the RGB8 pixels */
+} ph_image;
+
+/* Decodes a picture from memory. The format is sniffed from magic bytes
+ * only. `label` names the picture in errors ("image 2", a file name).
+ * On failure nothing is allocated and e says why in one line. */
+int ph_image_decode(const void *data, size_t len, const ph_image_limits *lim, const char *label, ph_image *out,
+                    ph_err *e);
+int ph_image_load_file(const char *path, const ph_image_limits *lim, ph_image *out, ph_err *e);
+void ph_image_free(ph_image *img);
+
+/* Preprocessing for qwen3vl_merger (spec F): smart resize to a multiple of
+ * patch_size * n_merge within the token budget, Pillow-compatible bicubic
+ * resampling, letterboxing, normalization to planar CHW float. */
+typedef struct ph_prep_params {
+    int patch_size;         /* 16 */
+    int n_merge;            /* 2 */
+    int min_tokens;         /* merged tokens; default 8 */
+    int max_tokens;         /* default 4096 */
+    float mean[3], std[3];
+} ph_prep_params;
+
+typedef struct ph_prep {
+    int w, h;               /* the encoder's input size */
+    int grid_x, grid_y;     /* merged tokens across and down: w / (patch * merge) ... */
+    float *pixels;          /* planar: [3][h][w], normalized */
+} ph_prep;
+
+int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *out, ph_err *e);
+void ph_prep_free(ph_prep *p);
+
+/* Steps of the above, exposed for tests. */
+void ph_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t max_pixels, int *out_w, int *out_h);
+/* Pillow-compatible separable bicubic resize of RGB8 (spec F.3). */
+int ph_resize_bicubic(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh);
+
+#endif

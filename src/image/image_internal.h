@@ -1,0 +1,55 @@
+/* Shared by the files of src/image; not part of its API. Each decoder
+ * checks the picture's declared size against the limits before it
+ * allocates the pixels, and reports every failure as one line that starts
+ * with the picture's label. */
+#ifndef PH_IMAGE_INTERNAL_H
+#define PH_IMAGE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "image/image.h"
+
+/* What a decoder hands back: RGB8 pixels as stored in the file (no
+ * orientation applied yet) and the EXIF orientation it found (1..8). */
+typedef struct ph_decoded {
+    int w, h;
+    uint8_t *rgb;
+    int orientation;
+} ph_decoded;
+
+/* ph_err_set with "label: " in front. Returns -1. */
+int ph_img_err(ph_err *e, const char *label, const char *fmt, ...) PH_PRINTF(3, 4);
+
+/* Checks a declared size against the limits, naming the format ("PNG") in
+ * the error. Returns 0 when the picture may be decoded. */
+int ph_img_check_size(const char *label, const char *format, uint64_t w, uint64_t h, const ph_image_limits *lim,
+                      ph_err *e);
+
+/* malloc of w * h * channels bytes, with an "out of memory" error. */
+uint8_t *ph_img_alloc(const char *label, int w, int h, int channels, ph_err *e);
+
+int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
+                  ph_err *e);
+int ph_decode_jpeg(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
+                   ph_err *e);
+int ph_decode_webp(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
+                   ph_err *e);
+int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
+                  ph_err *e);
+
+/* The Orientation tag (0x0112) of IFD0 in an EXIF block, which may start
+ * with "Exif\0\0" or directly with the TIFF header. 1 when the block has
+ * none or it is out of range. */
+int ph_exif_orientation(const uint8_t *exif, size_t n);
+
+/* Turns stored pixels into displayed ones for an EXIF orientation (1..8):
+ * replaces img->rgb (and swaps w and h for 5..8). Returns -1 only when out
+ * of memory, leaving img unchanged. */
+int ph_orient(ph_decoded *img, int orientation);
+
+/* Fills img->bytes_id from the file bytes and img->image_id from img's
+ * size and pixels (DESIGN section 4). Returns -1 if OpenSSL fails. */
+int ph_image_fingerprint(const void *data, size_t len, ph_image *img);
+
+#endif

@@ -1,0 +1,36 @@
+/* The vision tower of an mmproj GGUF (projector qwen3vl_merger, spec E):
+ * patch embedding, learned positions, transformer blocks with 2D rope,
+ * deepstack features and the 2x2 merger. */
+#ifndef PH_MODEL_VISION_H
+#define PH_MODEL_VISION_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+#include "base/threadpool.h"
+#include "image/image.h"
+
+typedef struct ph_vision ph_vision;
+
+typedef struct ph_vision_info {
+    int n_embd, n_layer, n_head, n_ff, patch_size, n_merge;
+    int n_deepstack;
+    int proj_dim;           /* LLM width P */
+    int out_width;          /* P * (1 + n_deepstack) */
+    float eps;
+} ph_vision_info;
+
+/* pool is borrowed (the LLM's); it must outlive the vision tower. */
+ph_vision *ph_vision_load(const char *path, ph_pool *pool, ph_err *e);
+void ph_vision_free(ph_vision *v);
+const ph_vision_info *ph_vision_get_info(const ph_vision *v);
+/* The preprocessing parameters this tower wants (mean/std from the file,
+ * patch size, merge, default token budget 8..4096). */
+void ph_vision_prep_params(const ph_vision *v, ph_prep_params *p);
+
+/* Encodes a preprocessed picture: grid_x * grid_y rows of out_width floats,
+ * row-major over the merged grid, [main | deepstack 0 | deepstack 1 ...]
+ * (spec E.7). rows must hold grid_x * grid_y * out_width floats. */
+int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, ph_err *e);
+
+#endif

@@ -1,0 +1,635 @@
+/* The Qwen3-VL vision tower (projector qwen3vl_merger, spec E): patch
+ * embedding, learned positions, transformer blocks with 2D rope, deepstack
+ * mergers and the final 2x2 merger.
+ *
+ * All patches of a picture go through each matrix together (the prefill path
+ * of ph_matmul). Patches are kept in merge order throughout (spec E.4): four
+ * consecutive rows are one 2x2 block, so the [N][C] activations are also the
+ * [N/4][4C] rows the mergers take, without a copy. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "kernels/rope.h"
+#include "model/vision.h"
+
+/* Rows per FFN pass: bounds the [rows][n_ff] intermediate buffer. */
+#define VIS_FFN_ROWS 1024
+
+/* LayerNorm over norm_n wide pieces, then fc1 + GELU + fc2 on rows of 4C
+ * (a deepstack merger: norm_n = 4C; the final merger: post_ln, norm_n = C). */
+typedef struct vis_merger {
+    int64_t norm_n;
+    const float *norm_w, *norm_b, *fc1_b, *fc2_b;
+    ph_mat fc1, fc2;
+} vis_merger;
+
+typedef struct vis_layer {
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    const float *qkv_b, *out_b, *up_b, *down_b;
+    ph_mat qkv, out, up, down;
+    int deepstack; /* index into ph_vision.deepstack, or -1 */
+} vis_layer;
+
+struct ph_vision {
+    gguf_file *gguf;
+    ph_pool *pool;
+    ph_vision_info info;
+    int head_dim;
+    int pos_side;          /* the learned position table is pos_side x pos_side */
+    float mean[3], std[3];
+    ph_mat patch[2];       /* the two temporal kernels as [3*ps*ps -> C] */
+    const float *patch_b;
+    const float *pos_embd; /* [pos_side * pos_side][C] */
+    vis_layer *layers;
+    vis_merger *deepstack; /* by increasing layer */
+    vis_merger merger;     /* post_ln, mm.0, mm.2 */
+    void **owned;          /* weights converted at load */
+    int n_owned;
+};
+
+/* ---- loading ------------------------------------------------------------ */
+
+static int get_u32(const gguf_file *f, const char *key, uint32_t *out, bool required, ph_err *e) {
+    if (gguf_get_u32(f, key, out) == 0) return 0;
+    if (gguf_find_kv(f, key)) return ph_err_set(e, "metadata key '%s' has the wrong type", key);
+    if (!required) return 1;
+    return ph_err_set(e, "metadata key '%s' is missing", key);
+}
+
+/* A 3-element float array (image_mean / image_std). */
+static int get_f32x3(const gguf_file *f, const char *key, float out[3], ph_err *e) {
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv) return ph_err_set(e, "metadata key '%s' is missing", key);
+    if (kv->type != GGUF_ARRAY || kv->v.arr.n < 3) return ph_err_set(e, "'%s' is not an array of 3 floats", key);
+    for (int i = 0; i < 3; i++)
+        if (gguf_arr_f32(kv, (uint64_t)i, &out[i]) || !isfinite(out[i]))
+            return ph_err_set(e, "'%s' is not an array of 3 floats", key);
+    return 0;
+}
+
+static const char *shape_str(const gguf_tensor *t, char *buf, size_t n) {
+    int len = snprintf(buf, n, "[%lld", (long long)t->ne[0]);
+    for (uint32_t d = 1; d < t->n_dims && len > 0 && (size_t)len < n; d++)
+        len += snprintf(buf + len, n - (size_t)len, ", %lld", (long long)t->ne[d]);
+    if (len > 0 && (size_t)len < n) snprintf(buf + len, n - (size_t)len, "]");
+    return buf;
+}
+
+/* Finds `name` and checks its shape is exactly ne[0..3] (missing dims 1). */
+static const gguf_tensor *find_shaped(const ph_vision *v, const char *name, const int64_t ne[4], ph_err *e) {
+    const gguf_tensor *t = gguf_find_tensor(v->gguf, name);
+    if (!t) {
+        ph_err_set(e, "tensor '%s' is missing", name);
+        return NULL;
+    }
+    if (t->ne[0] != ne[0] || t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != ne[3]) {
+        char got[96];
+        ph_err_set(e, "tensor '%s' has shape %s, expected [%lld, %lld, %lld, %lld]", name,
+                   shape_str(t, got, sizeof got), (long long)ne[0], (long long)ne[1], (long long)ne[2],
+                   (long long)ne[3]);
+        return NULL;
+    }
+    return t;
+}
+
+/* A buffer freed with the tower. */
+static void *own(ph_vision *v, size_t bytes, ph_err *e) {
+    void **grown = realloc(v->owned, (size_t)(v->n_owned + 1) * sizeof *grown);
+    if (!grown) {
+        ph_err_set(e, "out of memory");
+        return NULL;
+    }
+    v->owned = grown;
+    void *p = malloc(bytes);
+    if (!p) {
+        ph_err_set(e, "out of memory (%zu bytes for weights)", bytes);
+        return NULL;
+    }
+    v->owned[v->n_owned++] = p;
+    return p;
+}
+
+/* The first n elements of t as an owned F32 buffer. */
+static const float *own_f32(ph_vision *v, const gguf_tensor *t, int64_t n, ph_err *e) {
+    float *buf = own(v, (size_t)n * sizeof(float), e);
+    if (buf) ph_dequant_row(t->type, t->data, buf, n);
+    return buf;
+}
+
+/* A 1-D weight of n elements (biases, norms), any type, as F32. */
+static int load_vec(ph_vision *v, const char *name, int64_t n, const float **out, ph_err *e) {
+    const int64_t ne[4] = {n, 1, 1, 1};
+    const gguf_tensor *t = find_shaped(v, name, ne, e);
+    if (!t || !(*out = own_f32(v, t, n, e))) return -1;
+    return 0;
+}
+
+/* A matrix of n_out rows of n_in elements for ph_matmul. */
+static int load_mat(ph_vision *v, const char *name, int64_t n_in, int64_t n_out, ph_mat *out, ph_err *e) {
+    const int64_t ne[4] = {n_in, n_out, 1, 1};
+    const gguf_tensor *t = find_shaped(v, name, ne, e);
+    if (!t) return -1;
+    if (t->type == PH_TYPE_Q8_K) return ph_err_set(e, "tensor '%s' has type q8_K, which cannot be multiplied", name);
+    *out = (ph_mat){t->type, n_in, n_out, t->data, ph_row_bytes(t->type, n_in)};
+    return 0;
+}
+
+static int load_merger(ph_vision *v, vis_merger *m, const char *norm_w, const char *norm_b, int64_t norm_n,
+                       const char *fc1, const char *fc1_b, const char *fc2, const char *fc2_b, ph_err *e) {
+    const int64_t C4 = 4 * (int64_t)v->info.n_embd, P = v->info.proj_dim;
+    m->norm_n = norm_n;
+    return load_vec(v, norm_w, norm_n, &m->norm_w, e) || load_vec(v, norm_b, norm_n, &m->norm_b, e) ||
+                   load_mat(v, fc1, C4, C4, &m->fc1, e) || load_vec(v, fc1_b, C4, &m->fc1_b, e) ||
+                   load_mat(v, fc2, C4, P, &m->fc2, e) || load_vec(v, fc2_b, P, &m->fc2_b, e)
+               ? -1
+               : 0;
+}
+
+static int load_hparams(ph_vision *v, ph_err *e) {
+    const gguf_file *f = v->gguf;
+    ph_vision_info *in = &v->info;
+    gguf_str s;
+    if (gguf_get_str(f, "general.architecture", &s) == 0 && !gguf_str_eq(s, "clip"))
+        return ph_err_set(e, "architecture '%.*s' is not an mmproj ('clip')", (int)(s.len > 64 ? 64 : s.len),
+                          s.ptr);
+    bool has_vision = false;
+    if (gguf_get_bool(f, "clip.has_vision_encoder", &has_vision) || !has_vision)
+        return ph_err_set(e, "the file has no vision encoder (clip.has_vision_encoder is not true)");
+    if (gguf_get_str(f, "clip.projector_type", &s) && gguf_get_str(f, "clip.vision.projector_type", &s))
+        return ph_err_set(e, "metadata key 'clip.projector_type' is missing");
+    if (!gguf_str_eq(s, "qwen3vl_merger"))
+        return ph_err_set(e, "projector type '%.*s' is not supported (only qwen3vl_merger)",
+                          (int)(s.len > 64 ? 64 : s.len), s.ptr);
+
+    uint32_t C, n_head, n_ff, n_layer, ps, merge = 2, u = 0;
+    if (get_u32(f, "clip.vision.embedding_length", &C, true, e) ||
+        get_u32(f, "clip.vision.attention.head_count", &n_head, true, e) ||
+        get_u32(f, "clip.vision.feed_forward_length", &n_ff, true, e) ||
+        get_u32(f, "clip.vision.block_count", &n_layer, true, e) ||
+        get_u32(f, "clip.vision.patch_size", &ps, true, e) ||
+        get_u32(f, "clip.vision.spatial_merge_size", &merge, false, e) < 0)
+        return -1;
+    if (gguf_get_f32(f, "clip.vision.attention.layer_norm_epsilon", &in->eps) || !(in->eps >= 0.0f))
+        return ph_err_set(e, "metadata key 'clip.vision.attention.layer_norm_epsilon' is missing or not usable");
+    if (get_f32x3(f, "clip.vision.image_mean", v->mean, e) || get_f32x3(f, "clip.vision.image_std", v->std, e))
+        return -1;
+    for (int c = 0; c < 3; c++)
+        if (v->std[c] == 0.0f) return ph_err_set(e, "clip.vision.image_std has a zero");
+
+    if (C == 0 || C > 65536 || n_head == 0 || C % n_head || n_ff == 0 || n_ff > (1u << 18) || n_layer == 0 ||
+        n_layer > 1024 || ps == 0 || ps > 64)
+        return ph_err_set(e, "the vision tower's dimensions are not usable (width %u, %u heads, ff %u, %u layers, "
+                          "patch %u)", C, n_head, n_ff, n_layer, ps);
+    const uint32_t d = C / n_head;
+    /* The 2D rope rotates the whole head in quarters (spec C.5). */
+    if (d % 4 || d > 512) return ph_err_set(e, "vision head size %u is not supported", d);
+    if (get_u32(f, "clip.vision.attention.head_dim", &u, false, e) < 0) return -1;
+    if (gguf_find_kv(f, "clip.vision.attention.head_dim") && u != d)
+        return ph_err_set(e, "vision head size %u differs from width / heads = %u", u, d);
+    if (get_u32(f, "clip.vision.attention.head_count_kv", &u, false, e) < 0) return -1;
+    if (gguf_find_kv(f, "clip.vision.attention.head_count_kv") && u != n_head)
+        return ph_err_set(e, "vision attention with %u KV heads for %u heads is not supported", u, n_head);
+    if (merge != 2) return ph_err_set(e, "spatial merge size %u is not supported (only 2)", merge);
+    bool silu = false;
+    if (gguf_get_bool(f, "clip.use_silu", &silu) == 0 && silu)
+        return ph_err_set(e, "a SiLU vision FFN is not supported (qwen3vl_merger uses GELU)");
+
+    in->n_embd = (int)C;
+    in->n_head = (int)n_head;
+    in->n_ff = (int)n_ff;
+    in->n_layer = (int)n_layer;
+    in->patch_size = (int)ps;
+    in->n_merge = (int)merge;
+    v->head_dim = (int)d;
+    return 0;
+}
+
+static int load_weights(ph_vision *v, ph_err *e) {
+    ph_vision_info *in = &v->info;
+    const int64_t C = in->n_embd, F = in->n_ff, ps = in->patch_size;
+    char name[96];
+
+    /* The output width P is what mm.2 produces (spec E.1); projection_dim
+     * must agree when present. */
+    const gguf_tensor *mm2 = gguf_find_tensor(v->gguf, "mm.2.weight");
+    if (!mm2) return ph_err_set(e, "tensor 'mm.2.weight' is missing");
+    if (mm2->ne[1] <= 0 || mm2->ne[1] > 65536) return ph_err_set(e, "tensor 'mm.2.weight' has an unusable shape");
+    in->proj_dim = (int)mm2->ne[1];
+    uint32_t u;
+    if (get_u32(v->gguf, "clip.vision.projection_dim", &u, false, e) < 0) return -1;
+    if (gguf_find_kv(v->gguf, "clip.vision.projection_dim") && (int64_t)u != in->proj_dim)
+        return ph_err_set(e, "clip.vision.projection_dim is %u but mm.2.weight produces %d", u, in->proj_dim);
+
+    /* Patch kernels [ps, ps, 3, C]. llama.cpp's conv2d is an im2col into an
+     * F16 buffer (BF16 for a BF16 kernel) multiplied by the kernel converted
+     * to that type (spec E.4): an F32 kernel is rounded to F16 here, and
+     * ph_matmul rounds the pixels the same way. */
+    const int64_t K = 3 * ps * ps, pne[4] = {ps, ps, 3, C};
+    for (int k = 0; k < 2; k++) {
+        const char *pn = k ? "v.patch_embd.weight.1" : "v.patch_embd.weight";
+        const gguf_tensor *t = find_shaped(v, pn, pne, e);
+        if (!t) return -1;
+        if (t->type == PH_TYPE_F16 || t->type == PH_TYPE_BF16) {
+            v->patch[k] = (ph_mat){t->type, K, C, t->data, ph_row_bytes(t->type, K)};
+        } else if (t->type == PH_TYPE_F32) {
+            ph_f16 *h = own(v, (size_t)(K * C) * sizeof(ph_f16), e);
+            if (!h) return -1;
+            const unsigned char *src = t->data; /* may be unaligned (general.alignment 1) */
+            for (int64_t i = 0; i < K * C; i++) {
+                float w;
+                memcpy(&w, src + i * (int64_t)sizeof w, sizeof w);
+                h[i] = ph_f32_to_f16(w);
+            }
+            v->patch[k] = (ph_mat){PH_TYPE_F16, K, C, h, ph_row_bytes(PH_TYPE_F16, K)};
+        } else {
+            return ph_err_set(e, "tensor '%s' has type %s; patch kernels must be f32, f16 or bf16", pn,
+                              ph_type_get(t->type)->name);
+        }
+    }
+    if (load_vec(v, "v.patch_embd.bias", C, &v->patch_b, e)) return -1;
+
+    const gguf_tensor *pos = gguf_find_tensor(v->gguf, "v.position_embd.weight");
+    if (!pos) return ph_err_set(e, "tensor 'v.position_embd.weight' is missing");
+    const int64_t n_pos = pos->ne[1];
+    int side = (int)sqrt((double)n_pos);
+    while ((int64_t)side * side > n_pos) side--;
+    while ((int64_t)(side + 1) * (side + 1) <= n_pos) side++;
+    if (n_pos <= 0 || (int64_t)side * side != n_pos || n_pos > (1 << 20))
+        return ph_err_set(e, "tensor 'v.position_embd.weight' has %lld positions, not a square grid",
+                          (long long)n_pos);
+    const int64_t posne[4] = {C, n_pos, 1, 1};
+    if (!find_shaped(v, "v.position_embd.weight", posne, e) || !(v->pos_embd = own_f32(v, pos, C * n_pos, e)))
+        return -1;
+    v->pos_side = side;
+
+    if (gguf_find_tensor(v->gguf, "v.pre_ln.weight") || gguf_find_tensor(v->gguf, "v.class_embd"))
+        return ph_err_set(e, "a pre-layernorm or class embedding is not expected in a qwen3vl_merger tower");
+
+    v->layers = calloc((size_t)in->n_layer, sizeof *v->layers);
+    v->deepstack = calloc((size_t)in->n_layer, sizeof *v->deepstack);
+    if (!v->layers || !v->deepstack) return ph_err_set(e, "out of memory");
+    in->n_deepstack = 0;
+#define NAME(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
+    for (int l = 0; l < in->n_layer; l++) {
+        vis_layer *L = &v->layers[l];
+        if (load_vec(v, NAME("v.blk.%d.ln1.weight", l), C, &L->ln1_w, e) ||
+            load_vec(v, NAME("v.blk.%d.ln1.bias", l), C, &L->ln1_b, e) ||
+            load_mat(v, NAME("v.blk.%d.attn_qkv.weight", l), C, 3 * C, &L->qkv, e) ||
+            load_vec(v, NAME("v.blk.%d.attn_qkv.bias", l), 3 * C, &L->qkv_b, e) ||
+            load_mat(v, NAME("v.blk.%d.attn_out.weight", l), C, C, &L->out, e) ||
+            load_vec(v, NAME("v.blk.%d.attn_out.bias", l), C, &L->out_b, e) ||
+            load_vec(v, NAME("v.blk.%d.ln2.weight", l), C, &L->ln2_w, e) ||
+            load_vec(v, NAME("v.blk.%d.ln2.bias", l), C, &L->ln2_b, e) ||
+            load_mat(v, NAME("v.blk.%d.ffn_up.weight", l), C, F, &L->up, e) ||
+            load_vec(v, NAME("v.blk.%d.ffn_up.bias", l), F, &L->up_b, e) ||
+            load_mat(v, NAME("v.blk.%d.ffn_down.weight", l), F, C, &L->down, e) ||
+            load_vec(v, NAME("v.blk.%d.ffn_down.bias", l), C, &L->down_b, e))
+            return -1;
+        /* A deepstack merger after this layer iff its tensors are present
+         * (spec E.1: the is_deepstack_layers key is not read). */
+        L->deepstack = -1;
+        if (gguf_find_tensor(v->gguf, NAME("v.deepstack.%d.norm.weight", l))) {
+            char nb[96], f1[96], f1b[96], f2[96], f2b[96];
+            snprintf(nb, sizeof nb, "v.deepstack.%d.norm.bias", l);
+            snprintf(f1, sizeof f1, "v.deepstack.%d.fc1.weight", l);
+            snprintf(f1b, sizeof f1b, "v.deepstack.%d.fc1.bias", l);
+            snprintf(f2, sizeof f2, "v.deepstack.%d.fc2.weight", l);
+            snprintf(f2b, sizeof f2b, "v.deepstack.%d.fc2.bias", l);
+            if (load_merger(v, &v->deepstack[in->n_deepstack], name, nb, 4 * C, f1, f1b, f2, f2b, e)) return -1;
+            L->deepstack = in->n_deepstack++;
+        }
+    }
+#undef NAME
+    if (load_merger(v, &v->merger, "v.post_ln.weight", "v.post_ln.bias", C, "mm.0.weight", "mm.0.bias",
+                    "mm.2.weight", "mm.2.bias", e))
+        return -1;
+    in->out_width = in->proj_dim * (1 + in->n_deepstack);
+    return 0;
+}
+
+ph_vision *ph_vision_load(const char *path, ph_pool *pool, ph_err *e) {
+    ph_kernels_init();
+    ph_vision *v = calloc(1, sizeof *v);
+    if (!v) {
+        ph_err_set(e, "out of memory");
+        return NULL;
+    }
+    v->pool = pool;
+    v->gguf = gguf_open(path, e);
+    if (!v->gguf) {
+        free(v);
+        return NULL;
+    }
+    if (load_hparams(v, e) || load_weights(v, e)) {
+        ph_err_prefix(e, "%s", path);
+        ph_vision_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+void ph_vision_free(ph_vision *v) {
+    if (!v) return;
+    for (int i = 0; i < v->n_owned; i++) free(v->owned[i]);
+    free(v->owned);
+    free(v->layers);
+    free(v->deepstack);
+    gguf_close(v->gguf);
+    free(v);
+}
+
+const ph_vision_info *ph_vision_get_info(const ph_vision *v) { return &v->info; }
+
+void ph_vision_prep_params(const ph_vision *v, ph_prep_params *p) {
+    p->patch_size = v->info.patch_size;
+    p->n_merge = v->info.n_merge;
+    p->min_tokens = 8;
+    p->max_tokens = 4096;
+    memcpy(p->mean, v->mean, sizeof p->mean);
+    memcpy(p->std, v->std, sizeof p->std);
+}
+
+/* ---- row passes, split over the pool --------------------------------------- */
+
+typedef struct rows_job rows_job;
+struct rows_job {
+    void (*fn)(const rows_job *j, int64_t r0, int64_t r1);
+    int64_t n_rows;
+    const ph_vision *v;
+    float *y;
+    const float *x, *w, *b;
+    int64_t width;
+    /* embed: the picture; qkv: the rope table and the f16 K/V rows */
+    const ph_prep *img;
+    const float *rope_cs;
+    ph_f16 *k16, *v16;
+    /* merger output: column offset and row stride of the output rows */
+    int64_t col, stride;
+};
+
+static void rows_worker(void *ctx, int ith, int nth) {
+    const rows_job *j = ctx;
+    long lo, hi;
+    ph_split_range((long)j->n_rows, ith, nth, &lo, &hi);
+    if (lo < hi) j->fn(j, lo, hi);
+}
+
+static void run_rows(ph_pool *pool, const rows_job *j) { ph_pool_run(pool, rows_worker, (void *)j); }
+
+/* Patch (x, y) of merge-ordered token k (spec E.4 step 2): 2x2 blocks
+ * row-major, inside a block (0,0) (0,1) (1,0) (1,1) as (dy, dx). */
+static void merge_xy(int64_t k, int pw, int *x, int *y) {
+    const int64_t blk = k >> 2, bw = pw / 2;
+    *x = (int)(blk % bw) * 2 + (int)(k & 1);
+    *y = (int)(blk / bw) * 2 + (int)((k >> 1) & 1);
+}
+
+/* y = the im2col rows of the picture in merge order: per patch, channel-major
+ * then row then column, as the kernels' [ps, ps, 3] rows. */
+static void im2col_rows(const rows_job *j, int64_t r0, int64_t r1) {
+    const int ps = j->v->info.patch_size, W = j->img->w, H = j->img->h, pw = W / ps;
+    for (int64_t k = r0; k < r1; k++) {
+        int px, py;
+        merge_xy(k, pw, &px, &py);
+        float *dst = j->y + k * 3 * ps * ps;
+        for (int c = 0; c < 3; c++)
+            for (int ky = 0; ky < ps; ky++) {
+                const float *src = j->img->pixels + ((int64_t)c * H + (int64_t)py * ps + ky) * W + (int64_t)px * ps;
+                memcpy(dst + ((int64_t)c * ps + ky) * ps, src, (size_t)ps * sizeof(float));
+            }
+    }
+}
+
+/* y = ((y + x) + patch bias) + position embedding (spec E.4 steps 1-4); x is
+ * the second kernel's output. The learned n x n table is resampled to the
+ * patch grid, bilinear with aligned corners as ggml_interpolate does; on an
+ * n x n grid this reproduces the table exactly. */
+static void embed_rows(const rows_job *j, int64_t r0, int64_t r1) {
+    const ph_vision *v = j->v;
+    const int64_t C = v->info.n_embd;
+    const int ps = v->info.patch_size, pw = j->img->w / ps, ph = j->img->h / ps, n = v->pos_side;
+    const float sfx = pw > 1 && n > 1 ? (float)(pw - 1) / (float)(n - 1) : (float)pw / (float)n;
+    const float sfy = ph > 1 && n > 1 ? (float)(ph - 1) / (float)(n - 1) : (float)ph / (float)n;
+    for (int64_t k = r0; k < r1; k++) {
+        int px, py;
+        merge_xy(k, pw, &px, &py);
+        const float sx = (float)px / sfx, sy = (float)py / sfy;
+        int x0 = (int)floorf(sx), y0 = (int)floorf(sy), x1 = x0 + 1, y1 = y0 + 1;
+        x0 = x0 < 0 ? 0 : x0 > n - 1 ? n - 1 : x0;
+        x1 = x1 < 0 ? 0 : x1 > n - 1 ? n - 1 : x1;
+        y0 = y0 < 0 ? 0 : y0 > n - 1 ? n - 1 : y0;
+        y1 = y1 < 0 ? 0 : y1 > n - 1 ? n - 1 : y1;
+        float dx = sx - (float)x0, dy = sy - (float)y0;
+        dx = dx < 0.0f ? 0.0f : dx > 1.0f ? 1.0f : dx;
+        dy = dy < 0.0f ? 0.0f : dy > 1.0f ? 1.0f : dy;
+        const float *a = v->pos_embd + ((int64_t)y0 * n + x0) * C, *b = v->pos_embd + ((int64_t)y0 * n + x1) * C;
+        const float *c = v->pos_embd + ((int64_t)y1 * n + x0) * C, *d = v->pos_embd + ((int64_t)y1 * n + x1) * C;
+        float *y = j->y + k * C;
+        const float *x = j->x + k * C;
+        for (int64_t i = 0; i < C; i++) {
+            float pos = a[i] * (1 - dx) * (1 - dy) + b[i] * dx * (1 - dy) + c[i] * (1 - dx) * dy + d[i] * dx * dy;
+            y[i] = ((y[i] + x[i]) + v->patch_b[i]) + pos;
+        }
+    }
+}
+
+/* y = LayerNorm(x) * w + b over rows of `width`. */
+static void norm_rows(const rows_job *j, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++)
+        ph_layernorm(j->y + r * j->width, j->x + r * j->width, j->w, j->b, j->width, j->v->info.eps);
+}
+
+/* y = GELU(y + b). */
+static void bias_gelu_rows(const rows_job *j, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = j->y + r * j->width;
+        for (int64_t i = 0; i < j->width; i++) y[i] += j->b[i];
+        ph_gelu(y, j->width);
+    }
+}
+
+/* y += x + b (a residual add of a projection with its bias). */
+static void residual_rows(const rows_job *j, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = j->y + r * j->width;
+        const float *x = j->x + r * j->width;
+        for (int64_t i = 0; i < j->width; i++) y[i] += x[i] + j->b[i];
+    }
+}
+
+/* Rows of QKV [Q | K | V] (3C wide): add the bias, rotate Q and K by the 2D
+ * rope (spec C.5), store K and V as f16 for the attention (spec E.5 step 4). */
+static void qkv_rows(const rows_job *j, int64_t r0, int64_t r1) {
+    const int64_t C = j->v->info.n_embd, d = j->v->head_dim;
+    for (int64_t r = r0; r < r1; r++) {
+        float *q = j->y + r * 3 * C, *k = q + C, *vv = k + C;
+        for (int64_t i = 0; i < 3 * C; i++) q[i] += j->b[i];
+        const float *cs = j->rope_cs + r * d;
+        for (int64_t h = 0; h < C; h += d) {
+            ph_rope_apply(q + h, (int)d, cs);
+            ph_rope_apply(k + h, (int)d, cs);
+        }
+        ph_quantize_act_row(PH_TYPE_F16, k, j->k16 + r * C, C);
+        ph_quantize_act_row(PH_TYPE_F16, vv, j->v16 + r * C, C);
+    }
+}
+
+/* Output rows: y[r * stride + col ...] = x[r] + b, width wide. */
+static void out_rows(const rows_job *j, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = j->y + r * j->stride + j->col;
+        const float *x = j->x + r * j->width;
+        for (int64_t i = 0; i < j->width; i++) y[i] = x[i] + j->b[i];
+    }
+}
+
+/* ---- encoding --------------------------------------------------------------- */
+
+typedef struct vis_bufs {
+    float *x;      /* [N][C] the residual stream */
+    float *h;      /* [N][C] normed rows, projections */
+    float *a;      /* [N][C] attention output, merger hidden rows */
+    float *big;    /* [N][max(3C, 3 ps^2)]: QKV rows; im2col rows */
+    float *ffn;    /* [min(N, VIS_FFN_ROWS)][n_ff] */
+    float *proj;   /* [N/4][P] */
+    float *rope_cs;
+    int32_t *pos;
+    ph_f16 *k16, *v16;
+} vis_bufs;
+
+/* Runs a merger on the [N][C] stream x and writes its P outputs plus bias
+ * into column block `col` of the output rows (spec E.5 step 7, E.6). */
+static void run_merger(const ph_vision *v, const vis_merger *m, const vis_bufs *b, int64_t N, float *rows,
+                       int64_t col) {
+    const int64_t C = v->info.n_embd, M = N / 4, C4 = 4 * C, P = v->info.proj_dim;
+    rows_job j = {.fn = norm_rows, .n_rows = N * C / m->norm_n, .v = v, .y = b->h, .x = b->x,
+                  .w = m->norm_w, .b = m->norm_b, .width = m->norm_n};
+    run_rows(v->pool, &j);
+    ph_matmul(v->pool, &m->fc1, b->h, M, b->a);
+    j = (rows_job){.fn = bias_gelu_rows, .n_rows = M, .v = v, .y = b->a, .b = m->fc1_b, .width = C4};
+    run_rows(v->pool, &j);
+    ph_matmul(v->pool, &m->fc2, b->a, M, b->proj);
+    j = (rows_job){.fn = out_rows, .n_rows = M, .v = v, .y = rows, .x = b->proj, .b = m->fc2_b, .width = P,
+                   .col = col * P, .stride = v->info.out_width};
+    run_rows(v->pool, &j);
+}
+
+static void run_layer(const ph_vision *v, const vis_layer *L, const vis_bufs *b, int64_t N) {
+    const int64_t C = v->info.n_embd, F = v->info.n_ff, d = v->head_dim;
+    ph_pool *pool = v->pool;
+
+    rows_job j = {.fn = norm_rows, .n_rows = N, .v = v, .y = b->h, .x = b->x, .w = L->ln1_w, .b = L->ln1_b,
+                  .width = C};
+    run_rows(pool, &j);
+    ph_matmul(pool, &L->qkv, b->h, N, b->big);
+    j = (rows_job){.fn = qkv_rows, .n_rows = N, .v = v, .y = b->big, .b = L->qkv_b, .rope_cs = b->rope_cs,
+                   .k16 = b->k16, .v16 = b->v16};
+    run_rows(pool, &j);
+    ph_attn_args aa = {
+        .q = b->big, .q_stride = 3 * C, .k = b->k16, .v = b->v16, .kv_stride = C, .n_q = N, .n_kv = N,
+        .causal = false, .n_head = v->info.n_head, .n_head_kv = v->info.n_head, .head_dim = (int)d,
+        .scale = 1.0f / sqrtf((float)d), .out = b->a, .out_stride = C,
+    };
+    ph_attention(pool, &aa);
+    ph_matmul(pool, &L->out, b->a, N, b->h);
+    j = (rows_job){.fn = residual_rows, .n_rows = N, .v = v, .y = b->x, .x = b->h, .b = L->out_b, .width = C};
+    run_rows(pool, &j);
+
+    j = (rows_job){.fn = norm_rows, .n_rows = N, .v = v, .y = b->h, .x = b->x, .w = L->ln2_w, .b = L->ln2_b,
+                   .width = C};
+    run_rows(pool, &j);
+    for (int64_t r0 = 0; r0 < N; r0 += VIS_FFN_ROWS) {
+        const int64_t n = N - r0 < VIS_FFN_ROWS ? N - r0 : VIS_FFN_ROWS;
+        ph_matmul(pool, &L->up, b->h + r0 * C, n, b->ffn);
+        j = (rows_job){.fn = bias_gelu_rows, .n_rows = n, .v = v, .y = b->ffn, .b = L->up_b, .width = F};
+        run_rows(pool, &j);
+        ph_matmul(pool, &L->down, b->ffn, n, b->a + r0 * C);
+    }
+    j = (rows_job){.fn = residual_rows, .n_rows = N, .v = v, .y = b->x, .x = b->a, .b = L->down_b, .width = C};
+    run_rows(pool, &j);
+}
+
+static void *alloc_floats(int64_t n, size_t elem, bool *failed) {
+    void *p = NULL;
+    if (n > 0 && posix_memalign(&p, 64, (size_t)n * elem) != 0) p = NULL;
+    if (!p) *failed = true;
+    return p;
+}
+
+int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, ph_err *e) {
+    const ph_vision_info *in = &v->info;
+    const int ps = in->patch_size, f = ps * in->n_merge;
+    if (!img->pixels || img->w <= 0 || img->h <= 0 || img->w % f || img->h % f)
+        return ph_err_set(e, "the picture is %dx%d; the vision tower needs a non-empty multiple of %d", img->w,
+                          img->h, f);
+    if (img->grid_x != img->w / f || img->grid_y != img->h / f)
+        return ph_err_set(e, "the picture's grid %dx%d does not match its size %dx%d", img->grid_x, img->grid_y,
+                          img->w, img->h);
+    const int pw = img->w / ps, ph = img->h / ps;
+    const int64_t N = (int64_t)pw * ph, C = in->n_embd, K = 3 * (int64_t)ps * ps;
+    if (N > (1 << 22)) return ph_err_set(e, "the picture is too large (%lld patches)", (long long)N);
+
+    vis_bufs b;
+    bool failed = false;
+    const int64_t ffn_rows = N < VIS_FFN_ROWS ? N : VIS_FFN_ROWS;
+    b.x = alloc_floats(N * C, sizeof(float), &failed);
+    b.h = alloc_floats(N * C, sizeof(float), &failed);
+    b.a = alloc_floats(N * C, sizeof(float), &failed);
+    b.big = alloc_floats(N * (3 * C > K ? 3 * C : K), sizeof(float), &failed);
+    b.ffn = alloc_floats(ffn_rows * in->n_ff, sizeof(float), &failed);
+    b.proj = alloc_floats(N / 4 * in->proj_dim, sizeof(float), &failed);
+    b.rope_cs = alloc_floats(N * v->head_dim, sizeof(float), &failed);
+    b.pos = alloc_floats(4 * N, sizeof(int32_t), &failed);
+    b.k16 = alloc_floats(N * C, sizeof(ph_f16), &failed);
+    b.v16 = alloc_floats(N * C, sizeof(ph_f16), &failed);
+    int rc = 0;
+    if (failed) {
+        rc = ph_err_set(e, "out of memory encoding a picture of %lld patches", (long long)N);
+        goto done;
+    }
+
+    /* patch embedding: both temporal kernels see the same frame */
+    rows_job j = {.fn = im2col_rows, .n_rows = N, .v = v, .y = b.big, .img = img};
+    run_rows(v->pool, &j);
+    ph_matmul(v->pool, &v->patch[0], b.big, N, b.x);
+    ph_matmul(v->pool, &v->patch[1], b.big, N, b.h);
+    j = (rows_job){.fn = embed_rows, .n_rows = N, .v = v, .y = b.x, .x = b.h, .img = img};
+    run_rows(v->pool, &j);
+
+    /* 2D rope table: sections [row | col | row | col] (spec E.5) */
+    for (int64_t k = 0; k < N; k++) {
+        int px, py;
+        merge_xy(k, pw, &px, &py);
+        b.pos[k] = b.pos[2 * N + k] = py;
+        b.pos[N + k] = b.pos[3 * N + k] = px;
+    }
+    const ph_rope rope = {.mode = PH_ROPE_VISION, .n_dims = v->head_dim, .freq_base = 10000.0f,
+                          .sections = {v->head_dim / 4, v->head_dim / 4, v->head_dim / 4, v->head_dim / 4}};
+    ph_rope_table(&rope, b.pos, N, b.rope_cs);
+
+    for (int l = 0; l < in->n_layer; l++) {
+        const vis_layer *L = &v->layers[l];
+        run_layer(v, L, &b, N);
+        if (L->deepstack >= 0) run_merger(v, &v->deepstack[L->deepstack], &b, N, rows, 1 + L->deepstack);
+    }
+    run_merger(v, &v->merger, &b, N, rows, 0);
+
+done:
+    free(b.x);
+    free(b.h);
+    free(b.a);
+    free(b.big);
+    free(b.ffn);
+    free(b.proj);
+    free(b.rope_cs);
+    free(b.pos);
+    free(b.k16);
+    free(b.v16);
+    return rc;
+}

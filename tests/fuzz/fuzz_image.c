@@ -1,0 +1,36 @@
+/* libFuzzer target for the picture decoders: decodes the input with small
+ * limits, then reads every pixel and preprocesses the result with a small
+ * token budget, so ASan flags any buffer the decoders or the resampler got
+ * wrong. A refusal must be one line that names the picture. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "image/image.h"
+
+static volatile uint64_t sink;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    ph_image_limits lim = {1 << 20, 2048, 1 << 20};
+    ph_image img;
+    ph_err e;
+    memset(&e, 0, sizeof e);
+    if (ph_image_decode(data, size, &lim, "fuzz", &img, &e) != 0) {
+        if (img.rgb || !memchr(e.msg, 0, sizeof e.msg) || strncmp(e.msg, "fuzz: ", 6) != 0 || strchr(e.msg, '\n'))
+            abort();
+        return 0;
+    }
+    if (img.w <= 0 || img.h <= 0 || img.w > lim.max_side || img.h > lim.max_side) abort();
+    uint64_t h = 0;
+    for (size_t i = 0; i < (size_t)img.w * img.h * 3; i++) h = h * 31 + img.rgb[i];
+
+    ph_prep_params pp = {16, 2, 1, 16, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
+    ph_prep prep;
+    if (ph_image_preprocess(&img, &pp, &prep, &e) != 0) abort();
+    if (prep.w != prep.grid_x * 32 || prep.h != prep.grid_y * 32) abort();
+    for (size_t i = 0; i < (size_t)prep.w * prep.h * 3; i++) h += prep.pixels[i] >= -1.0f && prep.pixels[i] <= 1.0f;
+    sink = h;
+    ph_prep_free(&prep);
+    ph_image_free(&img);
+    return 0;
+}

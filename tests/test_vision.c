@@ -1,0 +1,266 @@
+/* The Qwen3-VL vision tower against ../shared/oracle: every picture of every
+ * case, on all three model pairs, decoded, preprocessed and encoded here,
+ * then compared with llama.cpp's rows (README tolerances: every row norm
+ * within 1%, every value of the first and last rows within 0.03 + 1%, four
+ * times that for the JPEG case). Also: malformed mmproj files fail to load
+ * with a clear message. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+#include "image/image.h"
+#include "model/vision.h"
+#include "test.h"
+
+static const char *models[] = {"tiny-f16", "mid-q8", "small-q4k"};
+
+/* Encodes one picture and compares it with a reference image chunk. */
+static void check_picture(ph_vision *v, const char *model, const char *id, const char *img_rel, json_t *chunk,
+                          double *model_worst_norm, double *model_worst_val) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", PH_ORACLE_DIR, img_rel);
+    ph_err e = {{0}};
+    ph_image_limits lim;
+    ph_image_limits_default(&lim);
+    ph_image img;
+    if (ph_image_load_file(path, &lim, &img, &e)) {
+        CHECKF(0, "%s/%s: %s: %s", model, id, img_rel, e.msg);
+        return;
+    }
+    ph_prep_params pp;
+    ph_vision_prep_params(v, &pp);
+    ph_prep prep;
+    int rc = ph_image_preprocess(&img, &pp, &prep, &e);
+    ph_image_free(&img);
+    if (rc) {
+        CHECKF(0, "%s/%s: preprocess %s: %s", model, id, img_rel, e.msg);
+        return;
+    }
+    const ph_vision_info *in = ph_vision_get_info(v);
+    const int gx = (int)json_integer_value(json_object_get(chunk, "grid_x"));
+    const int gy = (int)json_integer_value(json_object_get(chunk, "grid_y"));
+    const int width = (int)json_integer_value(json_object_get(chunk, "embd_width"));
+    CHECKF(prep.grid_x == gx && prep.grid_y == gy, "%s/%s: grid %dx%d, reference %dx%d", model, id, prep.grid_x,
+           prep.grid_y, gx, gy);
+    CHECKF(in->out_width == width, "%s/%s: row width %d, reference %d", model, id, in->out_width, width);
+    if (prep.grid_x != gx || prep.grid_y != gy || in->out_width != width) {
+        ph_prep_free(&prep);
+        return;
+    }
+
+    const int n = gx * gy;
+    float *rows = malloc((size_t)n * width * sizeof(float));
+    rc = ph_vision_encode(v, &prep, rows, &e);
+    ph_prep_free(&prep);
+    CHECKF(rc == 0, "%s/%s: encode: %s", model, id, e.msg);
+    if (rc) {
+        free(rows);
+        return;
+    }
+
+    const double mult = strcmp(id, "img_jpeg") == 0 ? 4.0 : 1.0;
+    json_t *norms = json_object_get(chunk, "row_norms");
+    CHECKF((int)json_array_size(norms) == n, "%s/%s: %zu reference norms for %d rows", model, id,
+           json_array_size(norms), n);
+    double worst_norm = 0.0, worst_val = 0.0, worst_val_tol = 0.0;
+    int bad_norms = 0, bad_vals = 0;
+    for (int r = 0; r < n && r < (int)json_array_size(norms); r++) {
+        double s = 0.0;
+        for (int k = 0; k < width; k++) s += (double)rows[(size_t)r * width + k] * rows[(size_t)r * width + k];
+        const double ref = json_number_value(json_array_get(norms, (size_t)r));
+        const double rel = fabs(sqrt(s) - ref) / fabs(ref);
+        if (rel > worst_norm) worst_norm = rel;
+        if (rel > 0.01 * mult) bad_norms++;
+    }
+    const char *which[2] = {"first_row", "last_row"};
+    for (int w = 0; w < 2; w++) {
+        json_t *ref = json_object_get(chunk, which[w]);
+        const float *mine = rows + (size_t)(w ? n - 1 : 0) * width;
+        CHECKF((int)json_array_size(ref) == width, "%s/%s: %s has %zu values", model, id, which[w],
+               json_array_size(ref));
+        for (int k = 0; k < width && k < (int)json_array_size(ref); k++) {
+            const double rv = json_number_value(json_array_get(ref, (size_t)k));
+            const double d = fabs(mine[k] - rv), tol = (0.03 + 0.01 * fabs(rv)) * mult;
+            if (d > worst_val) worst_val = d;
+            if (d / tol > worst_val_tol) worst_val_tol = d / tol;
+            if (d > tol) bad_vals++;
+        }
+    }
+    CHECKF(bad_norms == 0, "%s/%s: %d row norms off by more than %g%% (worst %.4f%%)", model, id, bad_norms,
+           mult, 100 * worst_norm);
+    CHECKF(bad_vals == 0, "%s/%s: %d values of the first/last rows off (worst %.5f)", model, id, bad_vals, worst_val);
+    printf("  %-10s %-18s %-15s %2dx%-2d worst norm %.4f%%  worst value %.5f (%.0f%% of tolerance)\n", model, id,
+           img_rel + 4, gx, gy, 100 * worst_norm, worst_val, 100 * worst_val_tol);
+    if (worst_norm > *model_worst_norm) *model_worst_norm = worst_norm;
+    if (worst_val > *model_worst_val) *model_worst_val = worst_val;
+    free(rows);
+}
+
+static void run_model(ph_pool *pool, const char *model) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/%s-mmproj.gguf", PH_ORACLE_DIR, model);
+    ph_err e = {{0}};
+    ph_vision *v = ph_vision_load(path, pool, &e);
+    CHECKF(v != NULL, "%s: %s", model, e.msg);
+    if (!v) return;
+
+    snprintf(path, sizeof path, "%s/ref-%s.jsonl", PH_ORACLE_DIR, model);
+    FILE *f = fopen(path, "r");
+    CHECKF(f != NULL, "cannot open %s", path);
+    if (!f) {
+        ph_vision_free(v);
+        return;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    int n_pictures = 0;
+    double worst_norm = 0.0, worst_val = 0.0;
+    while (getline(&line, &cap, f) > 0) {
+        json_error_t jerr;
+        json_t *c = json_loads(line, 0, &jerr);
+        CHECKF(c != NULL, "%s: bad JSON line: %s", path, jerr.text);
+        if (!c) continue;
+        const char *id = json_string_value(json_object_get(c, "id"));
+        json_t *images = json_object_get(c, "images"), *chunks = json_object_get(c, "chunks");
+        size_t next_image = 0, i;
+        json_t *chunk;
+        json_array_foreach(chunks, i, chunk) {
+            if (strcmp(json_string_value(json_object_get(chunk, "type")), "image") != 0) continue;
+            const char *img = json_string_value(json_array_get(images, next_image++));
+            CHECKF(img != NULL, "%s/%s: more image chunks than pictures", model, id);
+            if (!img) break;
+            check_picture(v, model, id, img, chunk, &worst_norm, &worst_val);
+            n_pictures++;
+        }
+        json_decref(c);
+    }
+    free(line);
+    fclose(f);
+    CHECKF(n_pictures > 0, "%s: no pictures in the reference", model);
+    printf("%s: %d pictures, worst row norm error %.4f%%, worst first/last row value difference %.5f\n", model,
+           n_pictures, 100 * worst_norm, worst_val);
+    ph_vision_free(v);
+}
+
+/* ---- malformed files ------------------------------------------------------ */
+
+/* A copy of a good mmproj with one change: a tensor dropped, a tensor
+ * reshaped, or a metadata key replaced. */
+typedef struct variant {
+    const char *drop_tensor;
+    const char *reshape_tensor; /* its ne[1] grows by one */
+    const char *key;            /* replaced (or removed when value is NULL) */
+    const char *str_value;
+    int bool_value;             /* for key when str_value is NULL: 0/1, -1 = remove */
+} variant;
+
+typedef struct copy_ctx {
+    const gguf_file *src;
+    const char **names; /* tensors written, in order */
+} copy_ctx;
+
+static int fill_tensor(void *vctx, uint64_t i, void *buf, uint64_t nbytes) {
+    const copy_ctx *c = vctx;
+    const gguf_tensor *t = gguf_find_tensor(c->src, c->names[i]);
+    memset(buf, 0, nbytes);
+    memcpy(buf, t->data, t->nbytes < nbytes ? t->nbytes : nbytes);
+    return 0;
+}
+
+static int write_variant(const char *src_path, const char *dst_path, const variant *var) {
+    ph_err e;
+    gguf_file *src = gguf_open(src_path, &e);
+    if (!src) return -1;
+    gguf_writer *w = gguf_writer_new();
+    for (uint64_t i = 0; i < src->n_kv; i++) {
+        const gguf_kv *kv = &src->kv[i];
+        if (var->key && gguf_str_eq(kv->key, var->key)) continue;
+        gguf_writer_copy_kv(w, kv);
+    }
+    if (var->key && var->str_value) gguf_writer_set_str(w, var->key, var->str_value);
+    else if (var->key && var->bool_value >= 0) gguf_writer_set_bool(w, var->key, var->bool_value != 0);
+    copy_ctx c = {src, calloc(src->n_tensors, sizeof(char *))};
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < src->n_tensors; i++) {
+        const gguf_tensor *t = &src->tensors[i];
+        if (var->drop_tensor && !strcmp(t->name, var->drop_tensor)) continue;
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        if (var->reshape_tensor && !strcmp(t->name, var->reshape_tensor)) ne[1]++;
+        gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne);
+        c.names[n++] = t->name;
+    }
+    int rc = gguf_writer_write(w, dst_path, fill_tensor, &c, &e);
+    gguf_writer_free(w);
+    free(c.names);
+    gguf_close(src);
+    return rc;
+}
+
+static void check_malformed(ph_pool *pool) {
+    char src[1024], dir[] = "/tmp/ph_test_vision_XXXXXX", dst[1100];
+    snprintf(src, sizeof src, "%s/models/tiny-f16-mmproj.gguf", PH_ORACLE_DIR);
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(dst, sizeof dst, "%s/bad-mmproj.gguf", dir);
+    static const struct {
+        variant v;
+        const char *expect;
+    } cases[] = {
+        {{.drop_tensor = "v.blk.1.ffn_up.bias", .bool_value = -1}, "'v.blk.1.ffn_up.bias' is missing"},
+        {{.drop_tensor = "v.deepstack.0.fc2.weight", .bool_value = -1}, "'v.deepstack.0.fc2.weight' is missing"},
+        {{.drop_tensor = "mm.2.weight", .bool_value = -1}, "'mm.2.weight' is missing"},
+        {{.reshape_tensor = "v.blk.0.attn_qkv.weight", .bool_value = -1}, "'v.blk.0.attn_qkv.weight' has shape"},
+        {{.reshape_tensor = "v.position_embd.weight", .bool_value = -1}, "not a square grid"},
+        {{.key = "clip.projector_type", .str_value = "mlp"}, "projector type 'mlp' is not supported"},
+        {{.key = "clip.has_vision_encoder", .bool_value = 0}, "no vision encoder"},
+        {{.key = "clip.vision.block_count", .bool_value = -1}, "'clip.vision.block_count' is missing"},
+        {{.key = "general.architecture", .str_value = "qwen3vl"}, "is not an mmproj"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECKF(write_variant(src, dst, &cases[i].v) == 0, "cannot write variant %zu", i);
+        ph_err e = {{0}};
+        ph_vision *v = ph_vision_load(dst, pool, &e);
+        CHECKF(v == NULL && strstr(e.msg, cases[i].expect), "variant %zu: expected \"%s\", got \"%s\"", i,
+               cases[i].expect, v ? "(loaded)" : e.msg);
+        ph_vision_free(v);
+    }
+    unlink(dst);
+    rmdir(dir);
+
+    /* the LLM file is not an mmproj */
+    snprintf(src, sizeof src, "%s/models/tiny-f16.gguf", PH_ORACLE_DIR);
+    ph_err e = {{0}};
+    ph_vision *v = ph_vision_load(src, pool, &e);
+    CHECKF(v == NULL && strstr(e.msg, "is not an mmproj"), "LLM as mmproj: %s", v ? "(loaded)" : e.msg);
+    ph_vision_free(v);
+}
+
+/* Pictures the tower cannot take are refused, not encoded. */
+static void check_bad_input(ph_pool *pool) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/tiny-f16-mmproj.gguf", PH_ORACLE_DIR);
+    ph_err e = {{0}};
+    ph_vision *v = ph_vision_load(path, pool, &e);
+    CHECKF(v != NULL, "%s", e.msg);
+    if (!v) return;
+    float pixels[3 * 64 * 48] = {0}, rows[64 * 128];
+    ph_prep bad_size = {48, 48, 1, 1, pixels};
+    CHECK(ph_vision_encode(v, &bad_size, rows, &e) == -1 && strstr(e.msg, "multiple of 32"));
+    ph_prep bad_grid = {64, 32, 1, 1, pixels};
+    CHECK(ph_vision_encode(v, &bad_grid, rows, &e) == -1 && strstr(e.msg, "grid"));
+    ph_prep ok = {64, 32, 2, 1, pixels};
+    CHECK(ph_vision_encode(v, &ok, rows, &e) == 0);
+    ph_vision_free(v);
+}
+
+int main(void) {
+    ph_pool *pool = ph_pool_create(2);
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) run_model(pool, models[i]);
+    check_malformed(pool);
+    check_bad_input(pool);
+    ph_pool_free(pool);
+    TEST_END();
+}
