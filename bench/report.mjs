@@ -38,8 +38,7 @@ const cores = `${lscpu['CPU(s)'] ?? os.cpus().length} CPUs (${lscpu['Socket(s)']
 const hyper = lscpu['Hypervisor vendor'] ? `, virtualized (${lscpu['Hypervisor vendor']})` : ''
 const flags = (lscpu.Flags || '').split(' ')
 const isa = ['avx2', 'fma', 'f16c', 'avx512f', 'avx512_vnni', 'avx_vnni'].filter((f) => flags.includes(f)).join(' ')
-const gitRev = sh('git', ['rev-parse', '--short', 'HEAD']) || 'no commit yet'
-const gitDirty = sh('git', ['status', '--porcelain', '--', 'src', 'include', 'CMakeLists.txt']) ? ' (with uncommitted changes)' : ''
+const gitRev = args.git || sh('git', ['rev-parse', '--short', 'HEAD']) || 'no commit yet'
 
 const fmt = (x, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : 'n/a')
 const rows = []
@@ -75,7 +74,7 @@ md.push(`- date: ${new Date().toISOString().replace(/\.\d+Z$/, 'Z')}`)
 md.push(`- machine: ${cpuModel}, ${cores}${hyper}; ${fmt(memGiB, 1)} GiB memory; ISA flags: ${isa || 'none of avx2/fma/f16c/avx512'}; Linux ${os.release()}`)
 md.push(`- load average during the runs: ${fmt(Math.min(...loads))} to ${fmt(Math.max(...loads))} (1-minute; the machine has ${os.cpus().length} CPUs, so anything above 0 means other work shared it)`)
 md.push(`- reproduce: \`${args.command}\` (from the repository root; \`bash bench/run.sh\` with the defaults)`)
-md.push(`- pinhole: \`${args.pinhole}\` at ${gitRev}${gitDirty}, kernels \`${phInfo.isa ?? '?'}\`: \`pinhole bench -m MODEL -p ${args.pp} -n ${args.tg} -r ${args.reps} -t ${args.threads}\``)
+md.push(`- pinhole: \`${args.pinhole}\` (source tree at ${gitRev} when the run started), kernels \`${phInfo.isa ?? '?'}\`: \`pinhole bench -m MODEL -p ${args.pp} -n ${args.tg} -r ${args.reps} -t ${args.threads}\``)
 md.push(`- llama.cpp: @fugood/llama.node ${llInfo.llama_node ?? '?'} (llama.cpp build ${llInfo.llama_cpp_build ?? '?'}), prebuilt CPU package @fugood/node-llama-linux-x64, threads ${llInfo.threads}/${llInfo.threads_batch} (decode/batch), flash_attn ${llInfo.flash_attn}, n_ubatch ${llInfo.n_ubatch}: \`node bench/llama_bench.mjs MODEL --pp ${args.pp} --tg ${args.tg} --reps ${args.reps} --threads ${args.threads}\``)
 md.push(`- llama.cpp's system_info: \`${llInfo.system_info ?? '?'}\``)
 md.push('- models: `pinhole synth --shape 2b --type TYPE` (Qwen3-VL-2B-Instruct\'s LLM shapes, random weights, tied embedding), in bench/models/')

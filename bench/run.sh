@@ -39,6 +39,10 @@ if [ ! -d bench/node_modules/@fugood/llama.node ] || [ ! -d bench/node_modules/@
     (cd bench && npm ci --omit=optional --no-audit --no-fund) >&2
 fi
 
+# the source state the binary presumably comes from, taken now (commits may land during a long run)
+GITREV=$(git rev-parse --short HEAD 2>/dev/null || echo "no commit")
+[ -z "$(git status --porcelain -- src include CMakeLists.txt 2>/dev/null)" ] || GITREV="$GITREV (with uncommitted changes)"
+
 LOGDIR=$(mktemp -d /tmp/pinhole-bench.XXXXXX)
 SAMPLES=$LOGDIR/samples.jsonl
 : >"$SAMPLES"
@@ -107,5 +111,5 @@ for v in TYPES THREADS PP TG ROUNDS REPS; do
     esac
 done
 node bench/report.mjs --logdir "$LOGDIR" --types "$TYPES" --threads "$THREADS" --pp "$PP" --tg "$TG" \
-    --rounds "$ROUNDS" --reps "$REPS" --pinhole "$PINHOLE" --command "$CMD" --out "$OUT"
+    --rounds "$ROUNDS" --reps "$REPS" --pinhole "$PINHOLE" --git "$GITREV" --command "$CMD" --out "$OUT"
 echo "== wrote $OUT"

@@ -1,5 +1,6 @@
 /* pinhole run: generate from a raw prompt, as text or as a JSON record of
  * every step (the contract the parity tests and outside tooling use). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +9,13 @@
 #include "cli/args.h"
 #include "pinhole.h"
 
+#define MAX_IMAGES 64
+
 typedef struct run_opts {
-    const char *model, *raw;
+    const char *model, *raw, *mmproj;
+    const char *images[MAX_IMAGES];
+    int n_images;
+    long img_min_tokens, img_max_tokens;
     long n_predict, threads, ctx, top_logits;
     ph_sampler_params sp;
     bool json;
@@ -20,6 +26,10 @@ static void run_usage(FILE *out) {
     fprintf(out,
             "usage: pinhole run -m LLM.gguf --raw PROMPT [options]\n"
             "  -m, --model FILE      the LLM GGUF file\n"
+            "  --mmproj FILE         the vision GGUF file (needed for pictures)\n"
+            "  --image FILE          a picture; each <__image__> in the prompt takes the next\n"
+            "  --image-min-tokens N  least merged tokens per picture (default 8)\n"
+            "  --image-max-tokens N  most merged tokens per picture (default 4096)\n"
             "  --raw PROMPT          the prompt, used as given: special tokens such as\n"
             "                        <|im_start|> are parsed, no BOS unless the model asks\n"
             "  -n, --n-predict N     tokens to generate (default 128)\n"
@@ -58,6 +68,8 @@ static int parse_forced(const char *s, ph_tokens *out) {
 static int parse_run_args(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_predict = 128;
+    o->img_min_tokens = 8;
+    o->img_max_tokens = 4096;
     o->top_logits = 16;
     o->sp = ph_sampler_defaults();
     for (int i = 1; i < argc; i++) {
@@ -72,6 +84,22 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             VAL();
             o->model = v;
+        } else if (!strcmp(a, "--mmproj")) {
+            VAL();
+            o->mmproj = v;
+        } else if (!strcmp(a, "--image")) {
+            VAL();
+            if (o->n_images == MAX_IMAGES) {
+                fprintf(stderr, "pinhole run: at most %d pictures\n", MAX_IMAGES);
+                return -1;
+            }
+            o->images[o->n_images++] = v;
+        } else if (!strcmp(a, "--image-min-tokens")) {
+            VAL();
+            if (arg_int(a, v, 1, 65536, &o->img_min_tokens)) return -1;
+        } else if (!strcmp(a, "--image-max-tokens")) {
+            VAL();
+            if (arg_int(a, v, 1, 65536, &o->img_max_tokens)) return -1;
         } else if (!strcmp(a, "--raw")) {
             VAL();
             o->raw = v;
@@ -130,6 +158,33 @@ static void print_ids(FILE *out, const int32_t *ids, size_t n) {
     fputc(']', out);
 }
 
+static void print_floats(FILE *out, const float *v, size_t n) {
+    fputc('[', out);
+    for (size_t i = 0; i < n; i++) fprintf(out, i ? ",%.7g" : "%.7g", (double)v[i]);
+    fputc(']', out);
+}
+
+/* The JSON chunk of a picture: its shape and what it put into the context
+ * (the L2 norm of every row, the first and last rows in full). */
+static void print_picture_chunk(FILE *out, const ph_picture_chunk *c, const float *rows) {
+    fprintf(out, "{\"type\":\"image\",\"n_tokens\":%d,\"grid_x\":%d,\"grid_y\":%d,\"n_pos\":%d,\"embd_width\":%d,"
+                 "\"row_norms\":[",
+            c->n_tokens, c->grid_x, c->grid_y, c->n_pos, c->embd_width);
+    for (int32_t r = 0; r < c->n_tokens; r++) {
+        double ss = 0.0;
+        for (int32_t k = 0; k < c->embd_width; k++) {
+            double v = rows[(size_t)r * (size_t)c->embd_width + (size_t)k];
+            ss += v * v;
+        }
+        fprintf(out, r ? ",%.7g" : "%.7g", sqrt(ss));
+    }
+    fputs("],\"first_row\":", out);
+    print_floats(out, rows, (size_t)c->embd_width);
+    fputs(",\"last_row\":", out);
+    print_floats(out, rows + (size_t)(c->n_tokens - 1) * (size_t)c->embd_width, (size_t)c->embd_width);
+    fputc('}', out);
+}
+
 int cmd_run(int argc, char **argv) {
     run_opts o;
     if (parse_run_args(argc, argv, &o)) {
@@ -139,21 +194,37 @@ int cmd_run(int argc, char **argv) {
     int rc = 1;
     ph_err err;
     ph_model *m = NULL;
+    ph_mmproj *mm = NULL;
     ph_session *s = NULL;
     ph_sampler *smp = NULL;
-    ph_tokens prompt = {0}, gen = {0};
+    ph_prompt prompt = {0};
+    ph_picture *pics[MAX_IMAGES] = {0};
+    ph_tokens gen = {0};
     int32_t *top_ids = NULL;
     float *top_vals = NULL;
-    char *steps_json = NULL;
-    size_t steps_len = 0;
-    FILE *steps = NULL;
+    char *steps_json = NULL, *chunks_json = NULL;
+    size_t steps_len = 0, chunks_len = 0;
+    FILE *steps = NULL, *chunks = NULL;
 
     m = ph_model_load(o.model, (int)o.threads, &err);
     if (!m) goto fail;
     const ph_model_info *info = ph_model_get_info(m);
-    int32_t bos = ph_model_bos(m);
-    if (bos >= 0 && ph_tokens_push(&prompt, bos)) goto oom;
-    if (ph_tokenize(m, o.raw, strlen(o.raw), true, &prompt, &err)) goto fail;
+    if (ph_prompt_from_raw(m, o.raw, "<__image__>", &prompt, &err)) goto fail;
+    if (prompt.n_pictures != o.n_images) {
+        fprintf(stderr, "pinhole: the prompt has %d <__image__> markers but %d --image files were given\n",
+                prompt.n_pictures, o.n_images);
+        goto done;
+    }
+    if (o.n_images && !o.mmproj) {
+        fprintf(stderr, "pinhole: pictures need the vision file: --mmproj MMPROJ.gguf\n");
+        goto done;
+    }
+    if (o.mmproj) {
+        if (!(mm = ph_mmproj_open(m, o.mmproj, &err))) goto fail;
+        if (ph_mmproj_set_budget(mm, (int)o.img_min_tokens, (int)o.img_max_tokens, &err)) goto fail;
+    }
+    for (int i = 0; i < o.n_images; i++)
+        if (!(pics[i] = ph_picture_load(o.images[i], &err))) goto fail;
     if (prompt.n == 0) {
         fprintf(stderr, "pinhole: the prompt is empty\n");
         goto done;
@@ -170,11 +241,39 @@ int cmd_run(int argc, char **argv) {
     top_ids = malloc((size_t)o.top_logits * sizeof *top_ids);
     top_vals = malloc((size_t)o.top_logits * sizeof *top_vals);
     if (!smp || !top_ids || !top_vals) goto oom;
-    if (o.json && !(steps = open_memstream(&steps_json, &steps_len))) goto oom;
+    if (o.json && (!(steps = open_memstream(&steps_json, &steps_len)) ||
+                   !(chunks = open_memstream(&chunks_json, &chunks_len))))
+        goto oom;
     if (o.top_logits > info->n_vocab) o.top_logits = info->n_vocab;
 
-    double t0 = ph_now_s();
-    if (ph_session_eval_tokens(s, prompt.ids, prompt.n, &err)) goto fail;
+    /* the prompt, item by item */
+    double t0 = ph_now_s(), encode_s = 0.0;
+    size_t n_prompt_tokens = 0;
+    for (size_t i = 0; i < prompt.n; i++) {
+        const ph_prompt_item *it = &prompt.items[i];
+        if (chunks && i) fputc(',', chunks);
+        if (!it->is_picture) {
+            if (ph_session_eval_tokens(s, it->tokens.ids, it->tokens.n, &err)) goto fail;
+            n_prompt_tokens += it->tokens.n;
+            if (chunks) {
+                fputs("{\"type\":\"text\",\"tokens\":", chunks);
+                print_ids(chunks, it->tokens.ids, it->tokens.n);
+                fputc('}', chunks);
+            }
+            continue;
+        }
+        ph_picture_chunk pc;
+        float *rows = NULL;
+        if (ph_session_eval_picture(s, mm, pics[it->picture], &pc, chunks ? &rows : NULL, &err)) goto fail;
+        n_prompt_tokens += (size_t)pc.n_tokens;
+        encode_s += pc.encode_s;
+        if (chunks) print_picture_chunk(chunks, &pc, rows);
+        free(rows);
+    }
+    if (prompt.items[prompt.n - 1].is_picture) {
+        fprintf(stderr, "pinhole: the prompt must not end with a picture: add the text that follows it\n");
+        goto done;
+    }
     double t1 = ph_now_s();
     int32_t n_past_after_prompt = ph_session_next_pos(s);
 
@@ -208,16 +307,18 @@ int cmd_run(int argc, char **argv) {
         putchar('\n');
     } else {
         fclose(steps);
-        steps = NULL;
-        printf("{\"chunks\":[{\"type\":\"text\",\"tokens\":");
-        print_ids(stdout, prompt.ids, prompt.n);
-        printf("}],\"n_past_after_prompt\":%d,\"generated\":", n_past_after_prompt);
+        fclose(chunks);
+        steps = chunks = NULL;
+        printf("{\"chunks\":[%s],\"n_past_after_prompt\":%d,\"generated\":", chunks_json ? chunks_json : "",
+               n_past_after_prompt);
         print_ids(stdout, gen.ids, gen.n);
         printf(",\"steps\":[%s]}\n", steps_json ? steps_json : "");
     }
     size_t n_fed = gen.n > 0 ? gen.n - 1 : 0;
+    if (o.n_images)
+        fprintf(stderr, "pinhole: %d pictures encoded in %.3f s\n", o.n_images, encode_s);
     fprintf(stderr, "pinhole: prompt %zu tokens in %.3f s (%.2f tok/s), generation %zu tokens in %.3f s (%.2f tok/s)\n",
-            prompt.n, t1 - t0, (double)prompt.n / (t1 - t0), n_fed, t2 - t1,
+            n_prompt_tokens, t1 - t0 - encode_s, (double)n_prompt_tokens / (t1 - t0 - encode_s), n_fed, t2 - t1,
             n_fed ? (double)n_fed / (t2 - t1) : 0.0);
     rc = 0;
     goto done;
@@ -228,14 +329,18 @@ fail:
     fprintf(stderr, "pinhole: %s\n", err.msg);
 done:
     if (steps) fclose(steps);
+    if (chunks) fclose(chunks);
     free(steps_json);
+    free(chunks_json);
     free(top_ids);
     free(top_vals);
-    ph_tokens_free(&prompt);
+    for (int i = 0; i < o.n_images; i++) ph_picture_free(pics[i]);
+    ph_prompt_free(&prompt);
     ph_tokens_free(&gen);
     ph_tokens_free(&o.forced);
     ph_sampler_free(smp);
     ph_session_free(s);
+    ph_mmproj_close(mm);
     ph_model_free(m);
     return rc;
 }

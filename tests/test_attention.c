@@ -1,0 +1,175 @@
+/* ph_attention against a plain double-precision softmax attention: the
+ * tiled path (64 or more query rows: pictures, prompts) tightly, the
+ * per-cell path loosely, both causal and bidirectional, with GQA, partial
+ * tiles and head sizes that are not a multiple of 16; each SIMD tile
+ * primitive against its scalar reference; results independent of the
+ * thread count. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "test.h"
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / (1 << 23))) - 1.0f;
+}
+
+typedef struct shape {
+    int n_q, n_kv, n_head, n_head_kv, d;
+    bool causal;
+    int first_cell;
+} shape;
+
+/* The reference in double over the same f16 K and V. */
+static void reference(const ph_attn_args *a, double *out) {
+    const int d = a->head_dim, group = a->n_head / a->n_head_kv;
+    double *p = malloc((size_t)a->n_kv * sizeof(double));
+    for (int64_t i = 0; i < a->n_q; i++)
+        for (int h = 0; h < a->n_head; h++) {
+            const int g = h / group;
+            const int64_t n = a->causal ? a->first_cell + i + 1 : a->n_kv;
+            double m = -INFINITY, sum = 0.0;
+            for (int64_t c = 0; c < n; c++) {
+                double s = 0.0;
+                for (int t = 0; t < d; t++)
+                    s += (double)a->q[i * a->q_stride + h * d + t] *
+                         ph_f16_to_f32(a->k[c * a->kv_stride + g * d + t]);
+                p[c] = s * a->scale;
+                if (p[c] > m) m = p[c];
+            }
+            for (int64_t c = 0; c < n; c++) sum += p[c] = exp(p[c] - m);
+            for (int t = 0; t < d; t++) {
+                double o = 0.0;
+                for (int64_t c = 0; c < n; c++) o += p[c] * ph_f16_to_f32(a->v[c * a->kv_stride + g * d + t]);
+                out[(i * a->n_head + h) * d + t] = o / sum;
+            }
+        }
+    free(p);
+}
+
+/* Runs one shape through ph_attention with the current kernels and pool;
+ * returns the largest difference from the reference. */
+static double run_shape(const shape *s, ph_pool *pool, float *out_copy) {
+    const int64_t qs = (int64_t)s->n_head * s->d + 3, kvs = (int64_t)s->n_head_kv * s->d + 5; /* odd strides */
+    float *q = malloc((size_t)(s->n_q * qs) * sizeof(float));
+    ph_f16 *k = malloc((size_t)(s->n_kv * kvs) * sizeof(ph_f16)), *v = malloc((size_t)(s->n_kv * kvs) * sizeof(ph_f16));
+    float *out = malloc((size_t)s->n_q * s->n_head * s->d * sizeof(float));
+    double *ref = malloc((size_t)s->n_q * s->n_head * s->d * sizeof(double));
+    uint64_t seed = rng;
+    for (int64_t i = 0; i < s->n_q * qs; i++) q[i] = 2.0f * frand();
+    for (int64_t i = 0; i < s->n_kv * kvs; i++) {
+        k[i] = ph_f32_to_f16(2.0f * frand());
+        v[i] = ph_f32_to_f16(frand());
+    }
+    rng = seed; /* the same data on every call with this shape */
+    ph_attn_args a = {
+        .q = q, .q_stride = qs, .k = k, .v = v, .kv_stride = kvs, .n_q = s->n_q, .n_kv = s->n_kv,
+        .causal = s->causal, .first_cell = s->first_cell, .n_head = s->n_head, .n_head_kv = s->n_head_kv,
+        .head_dim = s->d, .scale = 1.0f / sqrtf((float)s->d), .out = out, .out_stride = (int64_t)s->n_head * s->d,
+    };
+    ph_attention(pool, &a);
+    reference(&a, ref);
+    double worst = 0.0;
+    for (int64_t i = 0; i < s->n_q * s->n_head * s->d; i++) {
+        double diff = fabs(out[i] - ref[i]);
+        if (!(diff <= worst)) worst = diff; /* NaN sticks */
+    }
+    if (out_copy) memcpy(out_copy, out, (size_t)s->n_q * s->n_head * s->d * sizeof(float));
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(ref);
+    return worst;
+}
+
+static const shape shapes[] = {
+    /* tiled: a picture (bidirectional), partial tiles and groups */
+    {64, 64, 2, 2, 16, false, 0},
+    {300, 300, 4, 4, 64, false, 0},
+    {150, 150, 3, 3, 20, false, 0},
+    /* tiled: a causal prompt after 37 cells, GQA */
+    {130, 167, 8, 2, 128, true, 37},
+    {64, 64, 2, 1, 32, true, 0},
+    /* per-cell: decode and short batches */
+    {1, 200, 4, 2, 64, true, 199},
+    {5, 40, 2, 2, 16, false, 0},
+    {63, 80, 2, 1, 32, true, 17},
+};
+
+static void check_kernels(const ph_attn_kernels *simd, const char *name) {
+    enum { TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV, D = 40 };
+    static float k[TK * D], qt[D * TQ], v[TK * D], st1[TK * TQ], st2[TK * TQ], o1[TQ * D], o2[TQ * D];
+    float M1[TQ], M2[TQ], L1[TQ], L2[TQ], ms1[TQ], ms2[TQ];
+    for (int i = 0; i < TK * D; i++) k[i] = frand(), v[i] = frand();
+    for (int i = 0; i < D * TQ; i++) qt[i] = frand();
+    for (int i = 0; i < TQ * D; i++) o1[i] = o2[i] = frand();
+    for (int i = 0; i < TQ; i++) {
+        M1[i] = M2[i] = i % 3 == 0 ? -INFINITY : frand();
+        L1[i] = L2[i] = i % 3 == 0 ? 0.0f : 1.0f + frand();
+    }
+    const int nk = TK - 3; /* a partial tile */
+    ph_attn_kernels_ref.qk_tile(k, nk, qt, D, 0.3f, st1);
+    simd->qk_tile(k, nk, qt, D, 0.3f, st2);
+    double worst = 0.0;
+    for (int i = 0; i < nk * TQ; i++) worst = fmax(worst, fabs(st1[i] - st2[i]));
+    CHECKF(worst < 1e-5, "%s qk_tile differs by %g", name, worst);
+    st1[5 * TQ + 7] = -INFINITY;                                 /* a masked score */
+    for (int j = 0; j < nk; j++) st1[j * TQ + 9] = -INFINITY;    /* a column with nothing visible */
+    memcpy(st2, st1, sizeof st1);
+    M1[9] = M2[9] = -INFINITY;
+    L1[9] = L2[9] = 0.0f;
+    ph_attn_kernels_ref.softmax_tile(st1, nk, M1, L1, ms1);
+    simd->softmax_tile(st2, nk, M2, L2, ms2);
+    worst = 0.0;
+    for (int i = 0; i < nk * TQ; i++) worst = fmax(worst, fabs(st1[i] - st2[i]));
+    for (int i = 0; i < TQ; i++) {
+        worst = fmax(worst, fabs(L1[i] - L2[i]) / fmax(1.0, L1[i]));
+        worst = fmax(worst, fabs(ms1[i] - ms2[i]));
+        CHECKF(M1[i] == M2[i], "%s softmax_tile: M[%d] %g vs %g", name, i, M1[i], M2[i]);
+    }
+    CHECKF(worst < 1e-6, "%s softmax_tile differs by %g", name, worst);
+    CHECKF(st2[5 * TQ + 7] == 0.0f && st2[9] == 0.0f && ms2[9] == 1.0f && L2[9] == 0.0f,
+           "%s softmax_tile: masked scores must give p = 0", name);
+    ph_attn_kernels_ref.pv_tile(st1, nk, v, D, ms1, o1);
+    simd->pv_tile(st1, nk, v, D, ms1, o2);
+    worst = 0.0;
+    for (int i = 0; i < TQ * D; i++) worst = fmax(worst, fabs(o1[i] - o2[i]) / fmax(1.0, fabs(o1[i])));
+    CHECKF(worst < 1e-5, "%s pv_tile differs by %g", name, worst);
+}
+
+int main(void) {
+    ph_kernels_init();
+    ph_pool *pool = ph_pool_create(3);
+    const ph_isa isas[] = {PH_ISA_SCALAR, PH_ISA_AVX2};
+    for (size_t n = 0; n < sizeof isas / sizeof isas[0]; n++) {
+        if (ph_kernels_force(isas[n]) != 0) continue;
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const shape *s = &shapes[i];
+            const size_t n_out = (size_t)s->n_q * s->n_head * s->d;
+            float *one = malloc(n_out * sizeof(float)), *three = malloc(n_out * sizeof(float));
+            const double worst = run_shape(s, NULL, one);
+            run_shape(s, pool, three);
+            /* tiled: f32 throughout; per-cell: whatever rounding llama.cpp's
+             * short-batch path does to q and the sums (spec B.4) */
+            const double tol = s->n_q >= PH_ATTN_TILE_Q ? 2e-5 : 5e-3;
+            CHECKF(worst < tol, "%s: shape %zu (%d queries, %d cells, d %d%s): off by %g", ph_isa_name(isas[n]), i,
+                   s->n_q, s->n_kv, s->d, s->causal ? ", causal" : "", worst);
+            CHECKF(memcmp(one, three, n_out * sizeof(float)) == 0, "%s: shape %zu depends on the thread count",
+                   ph_isa_name(isas[n]), i);
+            printf("%-6s %4d queries %4d cells %d/%d heads d %3d %-6s worst %.2g\n", ph_isa_name(isas[n]), s->n_q,
+                   s->n_kv, s->n_head, s->n_head_kv, s->d, s->causal ? "causal" : "", worst);
+            free(one);
+            free(three);
+        }
+    }
+    if (ph_cpu_has(PH_ISA_AVX2)) check_kernels(&ph_attn_kernels_avx2, "avx2");
+    ph_pool_free(pool);
+    TEST_END();
+}
