@@ -11,7 +11,7 @@
 
 /* The reference line for case `id` of model `model` ("tiny-f16", ...), or
  * NULL. The caller json_decref()s it. */
-static json_t *oracle_ref(const char *model, const char *id) {
+static inline json_t *oracle_ref(const char *model, const char *id) {
     char path[1024];
     snprintf(path, sizeof path, "%s/ref-%s.jsonl", PH_ORACLE_DIR, model);
     FILE *f = fopen(path, "r");
@@ -31,7 +31,7 @@ static json_t *oracle_ref(const char *model, const char *id) {
 
 /* Tolerance of a step: the larger of 0.5 and 2% of its top logit, times
  * `mult` (2 for the JPEG case). */
-static double oracle_tol(json_t *ref_step, double mult) {
+static inline double oracle_tol(json_t *ref_step, double mult) {
     json_t *top = json_object_get(ref_step, "top");
     double top0 = json_real_value(json_array_get(json_array_get(top, 0), 1));
     double t = fabs(top0) * 0.02;
@@ -50,7 +50,7 @@ typedef struct {
     int n_top;
 } oracle_mine;
 
-static int oracle_have(const oracle_mine *m, int id, double *val) {
+static inline int oracle_have(const oracle_mine *m, int id, double *val) {
     if (m->logits) {
         *val = m->logits[id];
         return 1;
@@ -63,7 +63,7 @@ static int oracle_have(const oracle_mine *m, int id, double *val) {
     return 0;
 }
 
-static int oracle_compare_step(json_t *ref_step, const oracle_mine *m, double mult, double *worst, char *why,
+static inline int oracle_compare_step(json_t *ref_step, const oracle_mine *m, double mult, double *worst, char *why,
                                size_t whylen) {
     const double t = oracle_tol(ref_step, mult);
     json_t *top = json_object_get(ref_step, "top");
@@ -106,7 +106,7 @@ static int oracle_compare_step(json_t *ref_step, const oracle_mine *m, double mu
 }
 
 /* The ids of a JSON array of integers into a malloc'd array. */
-static int *oracle_ids(json_t *arr, size_t *n) {
+static inline int *oracle_ids(json_t *arr, size_t *n) {
     *n = json_array_size(arr);
     int *ids = malloc((*n ? *n : 1) * sizeof *ids);
     for (size_t i = 0; i < *n; i++) ids[i] = (int)json_integer_value(json_array_get(arr, i));

@@ -1,14 +1,19 @@
 /* Workers wait for a new job generation: they spin briefly (a decode step
  * launches hundreds of small jobs a token, and waking from a futex costs
- * more than the job), then sleep on a condition variable. */
+ * more than the job), then yield the core for a while, then sleep on a
+ * condition variable. Yielding matters when the machine is busy: a waiting
+ * thread that only spins can hold the core that the thread it waits for
+ * needs, and each job then costs a scheduler time slice. */
 #include "base/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#define PH_SPIN_ITERS 200000
+#define PH_SPIN_ITERS 2000    /* pause instructions before yielding */
+#define PH_YIELD_ITERS 20000  /* sched_yield calls before sleeping */
 
 struct ph_pool {
     int n;
@@ -46,6 +51,10 @@ static void *worker_main(void *p) {
                !atomic_load_explicit(&pool->stop, memory_order_acquire)) {
             if (++spins < PH_SPIN_ITERS) {
                 cpu_relax();
+                continue;
+            }
+            if (spins < PH_SPIN_ITERS + PH_YIELD_ITERS) {
+                sched_yield();
                 continue;
             }
             pthread_mutex_lock(&pool->lock);
@@ -109,7 +118,10 @@ void ph_pool_run(ph_pool *pool, ph_pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->lock);
     fn(ctx, 0, pool->n);
-    while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) cpu_relax();
+    for (int spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < PH_SPIN_ITERS) cpu_relax();
+        else sched_yield();
+    }
 }
 
 void ph_pool_free(ph_pool *pool) {
