@@ -7,8 +7,11 @@
 
 #include "kernels/kernels.h"
 
-/* Per-cell path: query rows handled together against one pass over the KV
- * cells: each cell is converted from f16 once per block, not once per query. */
+/* Per-cell path (fewer than PH_ATTN_TILE_Q query rows), as llama.cpp's
+ * one-row flash attention does it (spec B.4): q rounded to f16, the running
+ * sum of v kept in f16 (rounded after every update), max and sum in f32.
+ * Query rows are handled together against one pass over the KV cells, so
+ * each cell is converted from f16 once per block, not once per query. */
 #define ATTN_QBLOCK 32
 
 static void ref_f16_to_f32(const ph_f16 *src, float *dst, int n) {
@@ -21,8 +24,14 @@ static float ref_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-static void ref_scale_add(float *acc, float a, const float *v, float b, int n) {
-    for (int i = 0; i < n; i++) acc[i] = acc[i] * a + v[i] * b;
+static float round_f16(float x) { return ph_f16_to_f32(ph_f32_to_f16(x)); }
+
+static void ref_scale_f16(float *acc, float a, int n) {
+    for (int i = 0; i < n; i++) acc[i] = round_f16(acc[i] * a);
+}
+
+static void ref_mad_f16(float *acc, const float *v, float b, int n) {
+    for (int i = 0; i < n; i++) acc[i] = round_f16(fmaf(v[i], b, acc[i]));
 }
 
 static void ref_qk_tile(const float *k, int nk, const float *qt, int d, float scale, float *st) {
@@ -59,7 +68,7 @@ static void ref_pv_tile(const float *p, int nk, const float *v, int d, const flo
         }
 }
 
-const ph_attn_kernels ph_attn_kernels_ref = {ref_f16_to_f32, ref_dot, ref_scale_add,
+const ph_attn_kernels ph_attn_kernels_ref = {ref_f16_to_f32, ref_dot, ref_scale_f16, ref_mad_f16,
                                              ref_qk_tile, ref_softmax_tile, ref_pv_tile};
 
 typedef struct {
@@ -69,59 +78,88 @@ typedef struct {
     int64_t n_tasks;
 } attn_job;
 
-/* One task: KV head g, query rows [q0, q1), all query heads of g's group. */
-static void attn_task(const attn_job *job, int g, int64_t q0, int64_t q1, float *work) {
-    const ph_attn_args *a = job->a;
-    const ph_attn_kernels *kk = job->k;
+/* Per-thread buffers of the per-cell path, for nq queries. */
+typedef struct attn_work {
+    float *kf, *vf; /* [hd] one cell */
+    float *acc;     /* [nq][hd] running sums of p * v, f16 values */
+    float *qf;      /* [nq][hd] the queries rounded to f16 */
+    float *M, *S;   /* [nq] running max and sum */
+} attn_work;
+
+static attn_work attn_work_at(float *buf, int hd, int64_t nq) {
+    attn_work w;
+    w.kf = buf;
+    w.vf = w.kf + hd;
+    w.acc = w.vf + hd;
+    w.qf = w.acc + nq * hd;
+    w.M = w.qf + nq * hd;
+    w.S = w.M + nq;
+    return w;
+}
+
+static size_t attn_work_floats(int hd, int64_t nq) { return (size_t)(2 * hd + nq * (2 * hd + 2)); }
+
+/* The per-cell pass of KV head g: query rows [q0, q1) (all query heads of
+ * g's group) against the visible cells among [c0, c1). Leaves in w, per
+ * query j = (i - q0) * group + r, the running max M[j], sum S[j] and f16 sum
+ * of p * v acc[j]. */
+static void cell_pass(const ph_attn_args *a, const ph_attn_kernels *kk, int g, int64_t q0, int64_t q1, int64_t c0,
+                      int64_t c1, const attn_work *w) {
     const int hd = a->head_dim;
     const int group = a->n_head / a->n_head_kv;
-    const int64_t nq = (q1 - q0) * group;
-    float *kf = work, *vf = kf + hd;
-    float *acc = vf + hd;          /* [nq][hd] */
-    float *M = acc + nq * hd;      /* running max */
-    float *S = M + nq;             /* running sum */
-    memset(acc, 0, (size_t)(nq * hd) * sizeof(float));
-    for (int64_t j = 0; j < nq; j++) {
-        M[j] = -INFINITY;
-        S[j] = 0.0f;
-    }
+    memset(w->acc, 0, (size_t)((q1 - q0) * group * hd) * sizeof(float));
+    for (int64_t i = q0; i < q1; i++)
+        for (int r = 0; r < group; r++) {
+            const int64_t j = (i - q0) * group + r;
+            const float *q = a->q + i * a->q_stride + (int64_t)(g * group + r) * hd;
+            for (int t = 0; t < hd; t++) w->qf[j * hd + t] = round_f16(q[t]);
+            w->M[j] = -INFINITY;
+            w->S[j] = 0.0f;
+        }
     int64_t last = a->causal ? a->first_cell + q1 : a->n_kv; /* cells [0, last) */
     if (last > a->n_kv) last = a->n_kv;
-    for (int64_t c = 0; c < last; c++) {
-        kk->f16_to_f32(a->k + c * a->kv_stride + (int64_t)g * hd, kf, hd);
+    if (c1 > last) c1 = last;
+    for (int64_t c = c0; c < c1; c++) {
+        kk->f16_to_f32(a->k + c * a->kv_stride + (int64_t)g * hd, w->kf, hd);
         int v_ready = 0;
         for (int64_t i = q0; i < q1; i++) {
             if (a->causal && c > a->first_cell + i) continue;
             for (int r = 0; r < group; r++) {
-                const int h = g * group + r;
                 const int64_t j = (i - q0) * group + r;
-                const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
-                float s = kk->dot(q, kf, hd) * a->scale;
+                float s = kk->dot(w->qf + j * hd, w->kf, hd) * a->scale;
                 if (!v_ready) {
-                    kk->f16_to_f32(a->v + c * a->kv_stride + (int64_t)g * hd, vf, hd);
+                    kk->f16_to_f32(a->v + c * a->kv_stride + (int64_t)g * hd, w->vf, hd);
                     v_ready = 1;
                 }
-                float *o = acc + j * hd;
-                if (s > M[j]) {
-                    float f = M[j] == -INFINITY ? 0.0f : expf(M[j] - s);
-                    kk->scale_add(o, f, vf, 1.0f, hd);
-                    S[j] = S[j] * f + 1.0f;
-                    M[j] = s;
+                float *o = w->acc + j * hd;
+                float ms = 1.0f, vs = 1.0f;
+                if (s > w->M[j]) {
+                    ms = expf(w->M[j] - s); /* 0 for the first cell */
+                    kk->scale_f16(o, ms, hd);
+                    w->M[j] = s;
                 } else {
-                    float p = expf(s - M[j]);
-                    kk->scale_add(o, 1.0f, vf, p, hd);
-                    S[j] += p;
+                    vs = expf(s - w->M[j]);
                 }
+                kk->mad_f16(o, w->vf, vs, hd);
+                w->S[j] = w->S[j] * ms + vs;
             }
         }
     }
+}
+
+/* One task: KV head g, query rows [q0, q1), all query heads of g's group. */
+static void attn_task(const attn_job *job, int g, int64_t q0, int64_t q1, const attn_work *w) {
+    const ph_attn_args *a = job->a;
+    const int hd = a->head_dim;
+    const int group = a->n_head / a->n_head_kv;
+    cell_pass(a, job->k, g, q0, q1, 0, a->n_kv, w);
     for (int64_t i = q0; i < q1; i++) {
         for (int r = 0; r < group; r++) {
             const int h = g * group + r;
             const int64_t j = (i - q0) * group + r;
             float *out = a->out + i * a->out_stride + (int64_t)h * hd;
-            const float inv = S[j] > 0.0f ? 1.0f / S[j] : 0.0f;
-            for (int d = 0; d < hd; d++) out[d] = acc[j * hd + d] * inv;
+            const float inv = w->S[j] > 0.0f ? 1.0f / w->S[j] : 0.0f;
+            for (int d = 0; d < hd; d++) out[d] = w->acc[j * hd + d] * inv;
         }
     }
 }
@@ -130,9 +168,9 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const attn_job *job = ctx;
     const ph_attn_args *a = job->a;
     const int group = a->n_head / a->n_head_kv;
-    float *work = malloc(((size_t)2 * a->head_dim + (size_t)ATTN_QBLOCK * group * (a->head_dim + 2)) *
-                         sizeof(float));
-    if (!work) abort(); /* a few KiB; nothing sensible to do without it */
+    float *buf = malloc(attn_work_floats(a->head_dim, (int64_t)ATTN_QBLOCK * group) * sizeof(float));
+    if (!buf) abort(); /* a few KiB; nothing sensible to do without it */
+    const attn_work w = attn_work_at(buf, a->head_dim, (int64_t)ATTN_QBLOCK * group);
     long lo, hi;
     ph_split_range((long)job->n_tasks, ith, nth, &lo, &hi);
     for (long t = lo; t < hi; t++) {
@@ -140,9 +178,69 @@ static void attn_worker(void *ctx, int ith, int nth) {
         int64_t b = t / a->n_head_kv;
         int64_t q0 = b * ATTN_QBLOCK, q1 = q0 + ATTN_QBLOCK;
         if (q1 > a->n_q) q1 = a->n_q;
-        attn_task(job, g, q0, q1, work);
+        attn_task(job, g, q0, q1, &w);
     }
-    free(work);
+    free(buf);
+}
+
+/* ---- one query row over many cells ------------------------------------------ */
+
+/* With one query row and a KV view of at least ATTN_SPLIT_MIN cells,
+ * llama.cpp cuts the view into one chunk per thread; each chunk keeps its own
+ * f16 sum of p * v and the chunks are merged in f32 (spec B.4). Its view is
+ * the cells in use rounded up to ATTN_KV_PAD (cells past the last visible
+ * one are masked), so the view, not the visible count, sets the chunks. */
+#define ATTN_SPLIT_MIN 512
+#define ATTN_KV_PAD 256
+
+typedef struct split_job {
+    const ph_attn_args *a;
+    const ph_attn_kernels *k;
+    int64_t chunk;  /* cells per chunk */
+    float *part;    /* [chunk][n_head][M, S, acc[hd]] */
+} split_job;
+
+static void split_worker(void *ctx, int ith, int nth) {
+    (void)nth;
+    const split_job *job = ctx;
+    const ph_attn_args *a = job->a;
+    const int hd = a->head_dim, group = a->n_head / a->n_head_kv;
+    float *buf = malloc(attn_work_floats(hd, group) * sizeof(float));
+    if (!buf) abort(); /* a few KiB; nothing sensible to do without it */
+    const attn_work w = attn_work_at(buf, hd, group);
+    for (int g = 0; g < a->n_head_kv; g++) {
+        cell_pass(a, job->k, g, 0, 1, ith * job->chunk, (ith + 1) * job->chunk, &w);
+        for (int r = 0; r < group; r++) {
+            float *p = job->part + ((size_t)ith * a->n_head + (size_t)(g * group + r)) * (size_t)(hd + 2);
+            p[0] = w.M[r];
+            p[1] = w.S[r];
+            memcpy(p + 2, w.acc + (size_t)r * hd, (size_t)hd * sizeof(float));
+        }
+    }
+    free(buf);
+}
+
+static void split_attention(ph_pool *pool, const ph_attn_args *a, const ph_attn_kernels *k, int64_t n_view) {
+    const int nth = ph_pool_size(pool), hd = a->head_dim;
+    split_job job = {.a = a, .k = k, .chunk = (n_view + nth - 1) / nth};
+    job.part = malloc((size_t)nth * a->n_head * (size_t)(hd + 2) * sizeof(float));
+    if (!job.part) abort(); /* a few KiB per thread */
+    ph_pool_run(pool, split_worker, &job);
+    for (int h = 0; h < a->n_head; h++) {
+        float M = -INFINITY, S = 0.0f, *out = a->out + (int64_t)h * hd;
+        for (int c = 0; c < nth; c++) M = fmaxf(M, job.part[((size_t)c * a->n_head + h) * (size_t)(hd + 2)]);
+        memset(out, 0, (size_t)hd * sizeof(float));
+        for (int c = 0; c < nth; c++) {
+            const float *p = job.part + ((size_t)c * a->n_head + h) * (size_t)(hd + 2);
+            if (p[0] == -INFINITY) continue; /* no visible cell in this chunk */
+            const float f = expf(p[0] - M);
+            S += p[1] * f;
+            for (int t = 0; t < hd; t++) out[t] += p[2 + t] * f;
+        }
+        const float inv = S > 0.0f ? 1.0f / S : 0.0f;
+        for (int t = 0; t < hd; t++) out[t] *= inv;
+    }
+    free(job.part);
 }
 
 /* ---- tiled path ----------------------------------------------------------- */
@@ -256,6 +354,14 @@ void ph_attention(ph_pool *pool, const ph_attn_args *a) {
         atomic_init(&job.next, ph_pool_size(pool));
         ph_pool_run(pool, tiled_worker, &job);
         return;
+    }
+    if (a->n_q == 1) {
+        const int64_t visible = a->causal && a->first_cell + 1 < a->n_kv ? a->first_cell + 1 : a->n_kv;
+        const int64_t n_view = (visible + ATTN_KV_PAD - 1) / ATTN_KV_PAD * ATTN_KV_PAD;
+        if (n_view >= ATTN_SPLIT_MIN) {
+            split_attention(pool, a, k, n_view);
+            return;
+        }
     }
     attn_job job;
     job.a = a;

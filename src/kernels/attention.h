@@ -4,8 +4,11 @@
  *
  * As in llama.cpp's CPU flash attention (spec B.4): with fewer than
  * PH_ATTN_TILE_Q query rows each query is rounded to f16 and meets the cells
- * one by one; with PH_ATTN_TILE_Q or more (a prompt, a picture) queries stay f32 and meet tiles
- * of cells widened to f32. */
+ * one by one, summing v in f16 (one query row over a KV view of 512 or more
+ * cells: one chunk of cells per pool thread, merged in f32, so that result
+ * depends on the thread count, as llama.cpp's does); with PH_ATTN_TILE_Q or
+ * more (a prompt, a picture) queries stay f32 and meet tiles of cells
+ * widened to f32. */
 #ifndef PH_KERNELS_ATTENTION_H
 #define PH_KERNELS_ATTENTION_H
 
@@ -42,8 +45,10 @@ typedef struct ph_attn_kernels {
     /* per-cell path (fewer than PH_ATTN_TILE_Q query rows) */
     void (*f16_to_f32)(const ph_f16 *src, float *dst, int n);
     float (*dot)(const float *a, const float *b, int n);
-    /* acc = acc * a + v * b */
-    void (*scale_add)(float *acc, float a, const float *v, float b, int n);
+    /* The running sum of v is a row of f16 values held as f32:
+     * acc = f16(acc * a), and acc = f16(acc + v * b) (one fused rounding). */
+    void (*scale_f16)(float *acc, float a, int n);
+    void (*mad_f16)(float *acc, const float *v, float b, int n);
 
     /* tiled path; T = PH_ATTN_TILE_Q columns, one per query row */
     /* st[j][i] = (k[j] . qt[.][i]) * scale for j < nk, i < T; k is [nk][d],

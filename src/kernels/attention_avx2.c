@@ -31,14 +31,25 @@ static float avx2_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-static void avx2_scale_add(float *acc, float a, const float *v, float b, int n) {
-    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+/* acc = f16(acc * a): the product rounded to f16, kept as f32 */
+static void avx2_scale_f16(float *acc, float a, int n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(acc + i), va),
+                                                                  _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(acc[i] * a, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* acc = f16(acc + v * b) */
+static void avx2_mad_f16(float *acc, const float *v, float b, int n) {
+    const __m256 vb = _mm256_set1_ps(b);
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 x = _mm256_mul_ps(_mm256_loadu_ps(acc + i), va);
-        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vb, x));
+        __m256 y = _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vb, _mm256_loadu_ps(acc + i));
+        _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT)));
     }
-    for (; i < n; i++) acc[i] = acc[i] * a + v[i] * b;
+    for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(fmaf(v[i], b, acc[i]), _MM_FROUND_TO_NEAREST_INT));
 }
 
 /* ---- tiled path ------------------------------------------------------------ */
@@ -196,5 +207,5 @@ static void avx2_pv_tile(const float *p, int nk, const float *v, int d, const fl
     }
 }
 
-const ph_attn_kernels ph_attn_kernels_avx2 = {avx2_f16_to_f32, avx2_dot, avx2_scale_add,
+const ph_attn_kernels ph_attn_kernels_avx2 = {avx2_f16_to_f32, avx2_dot, avx2_scale_f16, avx2_mad_f16,
                                               avx2_qk_tile, avx2_softmax_tile, avx2_pv_tile};
