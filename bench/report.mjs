@@ -122,4 +122,10 @@ md.push('  token ids are arbitrary (fixed for pinhole, `rand()` for llama.cpp); 
 md.push('  meaningless and only the speed counts. Model loading and one warm-up pass are untimed in both.')
 md.push(`- The machine may be shared: runs are interleaved so that background load hits both engines alike; check the load column.`)
 md.push('')
-fs.writeFileSync(args.out, md.join('\n'))
+// keep the picture section that bench/encode.sh writes
+let kept = ''
+if (fs.existsSync(args.out)) {
+  const m = fs.readFileSync(args.out, 'utf8').match(/<!-- encode:begin -->[\s\S]*<!-- encode:end -->/)
+  if (m) kept = '\n' + m[0] + '\n'
+}
+fs.writeFileSync(args.out, md.join('\n') + kept)

@@ -10,6 +10,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "kernels/rope.h"
+#include "model/weights.h"
 #include "pinhole.h"
 #include "text/tokenizer.h"
 
@@ -36,8 +37,7 @@ struct ph_model {
     llm_layer *layers;
     ph_mat tok_embd, output;
     const float *output_norm;
-    void **owned; /* buffers for weights that had to be converted to F32 */
-    int n_owned;
+    ph_weights w;
     char arch_name[32];
     char name[128];
     ph_model_info info;

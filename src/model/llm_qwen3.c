@@ -30,52 +30,6 @@ static int get_f32(const gguf_file *f, const char *arch, const char *suffix, flo
     return ph_err_set(e, "metadata key '%s' is missing", key);
 }
 
-static void *own(ph_model *m, size_t bytes) {
-    void **grown = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *grown);
-    if (!grown) return NULL;
-    m->owned = grown;
-    void *p = malloc(bytes);
-    if (p) m->owned[m->n_owned++] = p;
-    return p;
-}
-
-/* A 1-D weight of n elements as F32 (converted into an owned buffer when
- * stored otherwise). */
-static int load_vec(ph_model *m, const char *name, int64_t n, const float **out, ph_err *e) {
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
-    if (!t) return ph_err_set(e, "tensor '%s' is missing", name);
-    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return ph_err_set(e, "tensor '%s' has shape [%lld, %lld], expected [%lld]", name, (long long)t->ne[0],
-                          (long long)t->ne[1], (long long)n);
-    if (t->type == PH_TYPE_F32 && ((uintptr_t)t->data % sizeof(float)) == 0) {
-        *out = t->data;
-        return 0;
-    }
-    float *buf = own(m, (size_t)n * sizeof(float));
-    if (!buf) return ph_err_set(e, "out of memory converting tensor '%s'", name);
-    ph_dequant_row(t->type, t->data, buf, n);
-    *out = buf;
-    return 0;
-}
-
-static int load_mat(ph_model *m, const char *name, int64_t n_in, int64_t n_out, ph_mat *out, bool required,
-                    ph_err *e) {
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
-    if (!t) return required ? ph_err_set(e, "tensor '%s' is missing", name) : 1;
-    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
-        return ph_err_set(e, "tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", name,
-                          (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
-    const ph_type_info *ti = ph_type_get(t->type);
-    if (!ti->known || t->type == PH_TYPE_Q8_K)
-        return ph_err_set(e, "tensor '%s' has type %s, which pinhole cannot multiply", name, ti->name);
-    out->type = t->type;
-    out->n_in = n_in;
-    out->n_out = n_out;
-    out->data = t->data;
-    out->row_bytes = ph_row_bytes(t->type, n_in);
-    return 0;
-}
-
 static int load_hparams(ph_model *m, ph_err *e) {
     const gguf_file *f = m->gguf;
     llm_hparams *hp = &m->hp;
@@ -156,9 +110,9 @@ static int load_weights(ph_model *m, ph_err *e) {
     llm_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff, hd = hp->head_dim;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
-    if (load_mat(m, "token_embd.weight", E, V, &m->tok_embd, true, e)) return -1;
-    if (load_vec(m, "output_norm.weight", E, &m->output_norm, e)) return -1;
-    int r = load_mat(m, "output.weight", E, V, &m->output, false, e);
+    if (ph_weights_mat(&m->w, "token_embd.weight", E, V, true, &m->tok_embd, e)) return -1;
+    if (ph_weights_vec(&m->w, "output_norm.weight", E, &m->output_norm, e)) return -1;
+    int r = ph_weights_mat(&m->w, "output.weight", E, V, false, &m->output, e);
     if (r < 0) return -1;
     if (r == 1) m->output = m->tok_embd; /* tied */
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
@@ -167,17 +121,17 @@ static int load_weights(ph_model *m, ph_err *e) {
 #define BLK(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
     for (int l = 0; l < hp->n_layer; l++) {
         llm_layer *L = &m->layers[l];
-        if (load_vec(m, BLK("attn_norm.weight"), E, &L->attn_norm, e) ||
-            load_vec(m, BLK("ffn_norm.weight"), E, &L->ffn_norm, e) ||
-            load_vec(m, BLK("attn_q_norm.weight"), hd, &L->q_norm, e) ||
-            load_vec(m, BLK("attn_k_norm.weight"), hd, &L->k_norm, e) ||
-            load_mat(m, BLK("attn_q.weight"), E, nq, &L->wq, true, e) ||
-            load_mat(m, BLK("attn_k.weight"), E, nkv, &L->wk, true, e) ||
-            load_mat(m, BLK("attn_v.weight"), E, nkv, &L->wv, true, e) ||
-            load_mat(m, BLK("attn_output.weight"), nq, E, &L->wo, true, e) ||
-            load_mat(m, BLK("ffn_gate.weight"), E, F, &L->gate, true, e) ||
-            load_mat(m, BLK("ffn_up.weight"), E, F, &L->up, true, e) ||
-            load_mat(m, BLK("ffn_down.weight"), F, E, &L->down, true, e))
+        if (ph_weights_vec(&m->w, BLK("attn_norm.weight"), E, &L->attn_norm, e) ||
+            ph_weights_vec(&m->w, BLK("ffn_norm.weight"), E, &L->ffn_norm, e) ||
+            ph_weights_vec(&m->w, BLK("attn_q_norm.weight"), hd, &L->q_norm, e) ||
+            ph_weights_vec(&m->w, BLK("attn_k_norm.weight"), hd, &L->k_norm, e) ||
+            ph_weights_mat(&m->w, BLK("attn_q.weight"), E, nq, true, &L->wq, e) ||
+            ph_weights_mat(&m->w, BLK("attn_k.weight"), E, nkv, true, &L->wk, e) ||
+            ph_weights_mat(&m->w, BLK("attn_v.weight"), E, nkv, true, &L->wv, e) ||
+            ph_weights_mat(&m->w, BLK("attn_output.weight"), nq, E, true, &L->wo, e) ||
+            ph_weights_mat(&m->w, BLK("ffn_gate.weight"), E, F, true, &L->gate, e) ||
+            ph_weights_mat(&m->w, BLK("ffn_up.weight"), E, F, true, &L->up, e) ||
+            ph_weights_mat(&m->w, BLK("ffn_down.weight"), F, E, true, &L->down, e))
             return -1;
     }
 #undef BLK
@@ -218,6 +172,7 @@ ph_model *ph_model_load(const char *path, int n_threads, ph_err *e) {
     }
     m->gguf = gguf_open(path, e);
     if (!m->gguf) goto fail;
+    m->w.f = m->gguf;
     gguf_str s;
     if (gguf_get_str(m->gguf, "general.architecture", &s) != 0) {
         ph_err_set(e, "%s: no general.architecture key: not a model file", path);
@@ -259,8 +214,7 @@ fail:
 void ph_model_free(ph_model *m) {
     if (!m) return;
     ph_pool_free(m->pool);
-    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
-    free(m->owned);
+    ph_weights_free(&m->w);
     free(m->layers);
     ph_vocab_free(m->vocab);
     gguf_close(m->gguf);

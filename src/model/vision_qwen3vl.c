@@ -17,6 +17,7 @@
 #include "kernels/kernels.h"
 #include "kernels/rope.h"
 #include "model/vision.h"
+#include "model/weights.h"
 
 /* Rows per FFN pass: bounds the [rows][n_ff] intermediate buffer. */
 #define VIS_FFN_ROWS 1024
@@ -49,8 +50,7 @@ struct ph_vision {
     vis_layer *layers;
     vis_merger *deepstack; /* by increasing layer */
     vis_merger merger;     /* post_ln, mm.0, mm.2 */
-    void **owned;          /* weights converted at load */
-    int n_owned;
+    ph_weights w;          /* matrices in place, vectors as F32 */
 };
 
 /* ---- loading ------------------------------------------------------------ */
@@ -73,80 +73,14 @@ static int get_f32x3(const gguf_file *f, const char *key, float out[3], ph_err *
     return 0;
 }
 
-static const char *shape_str(const gguf_tensor *t, char *buf, size_t n) {
-    int len = snprintf(buf, n, "[%lld", (long long)t->ne[0]);
-    for (uint32_t d = 1; d < t->n_dims && len > 0 && (size_t)len < n; d++)
-        len += snprintf(buf + len, n - (size_t)len, ", %lld", (long long)t->ne[d]);
-    if (len > 0 && (size_t)len < n) snprintf(buf + len, n - (size_t)len, "]");
-    return buf;
-}
-
-/* Finds `name` and checks its shape is exactly ne[0..3] (missing dims 1). */
-static const gguf_tensor *find_shaped(const ph_vision *v, const char *name, const int64_t ne[4], ph_err *e) {
-    const gguf_tensor *t = gguf_find_tensor(v->gguf, name);
-    if (!t) {
-        ph_err_set(e, "tensor '%s' is missing", name);
-        return NULL;
-    }
-    if (t->ne[0] != ne[0] || t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != ne[3]) {
-        char got[96];
-        ph_err_set(e, "tensor '%s' has shape %s, expected [%lld, %lld, %lld, %lld]", name,
-                   shape_str(t, got, sizeof got), (long long)ne[0], (long long)ne[1], (long long)ne[2],
-                   (long long)ne[3]);
-        return NULL;
-    }
-    return t;
-}
-
-/* A buffer freed with the tower. */
-static void *own(ph_vision *v, size_t bytes, ph_err *e) {
-    void **grown = realloc(v->owned, (size_t)(v->n_owned + 1) * sizeof *grown);
-    if (!grown) {
-        ph_err_set(e, "out of memory");
-        return NULL;
-    }
-    v->owned = grown;
-    void *p = malloc(bytes);
-    if (!p) {
-        ph_err_set(e, "out of memory (%zu bytes for weights)", bytes);
-        return NULL;
-    }
-    v->owned[v->n_owned++] = p;
-    return p;
-}
-
-/* The first n elements of t as an owned F32 buffer. */
-static const float *own_f32(ph_vision *v, const gguf_tensor *t, int64_t n, ph_err *e) {
-    float *buf = own(v, (size_t)n * sizeof(float), e);
-    if (buf) ph_dequant_row(t->type, t->data, buf, n);
-    return buf;
-}
-
-/* A 1-D weight of n elements (biases, norms), any type, as F32. */
-static int load_vec(ph_vision *v, const char *name, int64_t n, const float **out, ph_err *e) {
-    const int64_t ne[4] = {n, 1, 1, 1};
-    const gguf_tensor *t = find_shaped(v, name, ne, e);
-    if (!t || !(*out = own_f32(v, t, n, e))) return -1;
-    return 0;
-}
-
-/* A matrix of n_out rows of n_in elements for ph_matmul. */
-static int load_mat(ph_vision *v, const char *name, int64_t n_in, int64_t n_out, ph_mat *out, ph_err *e) {
-    const int64_t ne[4] = {n_in, n_out, 1, 1};
-    const gguf_tensor *t = find_shaped(v, name, ne, e);
-    if (!t) return -1;
-    if (t->type == PH_TYPE_Q8_K) return ph_err_set(e, "tensor '%s' has type q8_K, which cannot be multiplied", name);
-    *out = (ph_mat){t->type, n_in, n_out, t->data, ph_row_bytes(t->type, n_in)};
-    return 0;
-}
-
 static int load_merger(ph_vision *v, vis_merger *m, const char *norm_w, const char *norm_b, int64_t norm_n,
                        const char *fc1, const char *fc1_b, const char *fc2, const char *fc2_b, ph_err *e) {
     const int64_t C4 = 4 * (int64_t)v->info.n_embd, P = v->info.proj_dim;
     m->norm_n = norm_n;
-    return load_vec(v, norm_w, norm_n, &m->norm_w, e) || load_vec(v, norm_b, norm_n, &m->norm_b, e) ||
-                   load_mat(v, fc1, C4, C4, &m->fc1, e) || load_vec(v, fc1_b, C4, &m->fc1_b, e) ||
-                   load_mat(v, fc2, C4, P, &m->fc2, e) || load_vec(v, fc2_b, P, &m->fc2_b, e)
+    ph_weights *w = &v->w;
+    return ph_weights_vec(w, norm_w, norm_n, &m->norm_w, e) || ph_weights_vec(w, norm_b, norm_n, &m->norm_b, e) ||
+                   ph_weights_mat(w, fc1, C4, C4, true, &m->fc1, e) || ph_weights_vec(w, fc1_b, C4, &m->fc1_b, e) ||
+                   ph_weights_mat(w, fc2, C4, P, true, &m->fc2, e) || ph_weights_vec(w, fc2_b, P, &m->fc2_b, e)
                ? -1
                : 0;
 }
@@ -233,12 +167,12 @@ static int load_weights(ph_vision *v, ph_err *e) {
     const int64_t K = 3 * ps * ps, pne[4] = {ps, ps, 3, C};
     for (int k = 0; k < 2; k++) {
         const char *pn = k ? "v.patch_embd.weight.1" : "v.patch_embd.weight";
-        const gguf_tensor *t = find_shaped(v, pn, pne, e);
+        const gguf_tensor *t = ph_weights_find(&v->w, pn, pne, e);
         if (!t) return -1;
         if (t->type == PH_TYPE_F16 || t->type == PH_TYPE_BF16) {
             v->patch[k] = (ph_mat){t->type, K, C, t->data, ph_row_bytes(t->type, K)};
         } else if (t->type == PH_TYPE_F32) {
-            ph_f16 *h = own(v, (size_t)(K * C) * sizeof(ph_f16), e);
+            ph_f16 *h = ph_weights_alloc(&v->w, (size_t)(K * C) * sizeof(ph_f16), e);
             if (!h) return -1;
             const unsigned char *src = t->data; /* may be unaligned (general.alignment 1) */
             for (int64_t i = 0; i < K * C; i++) {
@@ -252,7 +186,7 @@ static int load_weights(ph_vision *v, ph_err *e) {
                               ph_type_get(t->type)->name);
         }
     }
-    if (load_vec(v, "v.patch_embd.bias", C, &v->patch_b, e)) return -1;
+    if (ph_weights_vec(&v->w, "v.patch_embd.bias", C, &v->patch_b, e)) return -1;
 
     const gguf_tensor *pos = gguf_find_tensor(v->gguf, "v.position_embd.weight");
     if (!pos) return ph_err_set(e, "tensor 'v.position_embd.weight' is missing");
@@ -264,7 +198,7 @@ static int load_weights(ph_vision *v, ph_err *e) {
         return ph_err_set(e, "tensor 'v.position_embd.weight' has %lld positions, not a square grid",
                           (long long)n_pos);
     const int64_t posne[4] = {C, n_pos, 1, 1};
-    if (!find_shaped(v, "v.position_embd.weight", posne, e) || !(v->pos_embd = own_f32(v, pos, C * n_pos, e)))
+    if (!ph_weights_find(&v->w, "v.position_embd.weight", posne, e) || !(v->pos_embd = ph_weights_f32(&v->w, pos, C * n_pos, e)))
         return -1;
     v->pos_side = side;
 
@@ -278,18 +212,18 @@ static int load_weights(ph_vision *v, ph_err *e) {
 #define NAME(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
     for (int l = 0; l < in->n_layer; l++) {
         vis_layer *L = &v->layers[l];
-        if (load_vec(v, NAME("v.blk.%d.ln1.weight", l), C, &L->ln1_w, e) ||
-            load_vec(v, NAME("v.blk.%d.ln1.bias", l), C, &L->ln1_b, e) ||
-            load_mat(v, NAME("v.blk.%d.attn_qkv.weight", l), C, 3 * C, &L->qkv, e) ||
-            load_vec(v, NAME("v.blk.%d.attn_qkv.bias", l), 3 * C, &L->qkv_b, e) ||
-            load_mat(v, NAME("v.blk.%d.attn_out.weight", l), C, C, &L->out, e) ||
-            load_vec(v, NAME("v.blk.%d.attn_out.bias", l), C, &L->out_b, e) ||
-            load_vec(v, NAME("v.blk.%d.ln2.weight", l), C, &L->ln2_w, e) ||
-            load_vec(v, NAME("v.blk.%d.ln2.bias", l), C, &L->ln2_b, e) ||
-            load_mat(v, NAME("v.blk.%d.ffn_up.weight", l), C, F, &L->up, e) ||
-            load_vec(v, NAME("v.blk.%d.ffn_up.bias", l), F, &L->up_b, e) ||
-            load_mat(v, NAME("v.blk.%d.ffn_down.weight", l), F, C, &L->down, e) ||
-            load_vec(v, NAME("v.blk.%d.ffn_down.bias", l), C, &L->down_b, e))
+        if (ph_weights_vec(&v->w, NAME("v.blk.%d.ln1.weight", l), C, &L->ln1_w, e) ||
+            ph_weights_vec(&v->w, NAME("v.blk.%d.ln1.bias", l), C, &L->ln1_b, e) ||
+            ph_weights_mat(&v->w, NAME("v.blk.%d.attn_qkv.weight", l), C, 3 * C, true, &L->qkv, e) ||
+            ph_weights_vec(&v->w, NAME("v.blk.%d.attn_qkv.bias", l), 3 * C, &L->qkv_b, e) ||
+            ph_weights_mat(&v->w, NAME("v.blk.%d.attn_out.weight", l), C, C, true, &L->out, e) ||
+            ph_weights_vec(&v->w, NAME("v.blk.%d.attn_out.bias", l), C, &L->out_b, e) ||
+            ph_weights_vec(&v->w, NAME("v.blk.%d.ln2.weight", l), C, &L->ln2_w, e) ||
+            ph_weights_vec(&v->w, NAME("v.blk.%d.ln2.bias", l), C, &L->ln2_b, e) ||
+            ph_weights_mat(&v->w, NAME("v.blk.%d.ffn_up.weight", l), C, F, true, &L->up, e) ||
+            ph_weights_vec(&v->w, NAME("v.blk.%d.ffn_up.bias", l), F, &L->up_b, e) ||
+            ph_weights_mat(&v->w, NAME("v.blk.%d.ffn_down.weight", l), F, C, true, &L->down, e) ||
+            ph_weights_vec(&v->w, NAME("v.blk.%d.ffn_down.bias", l), C, &L->down_b, e))
             return -1;
         /* A deepstack merger after this layer iff its tensors are present
          * (spec E.1: the is_deepstack_layers key is not read). */
@@ -326,6 +260,7 @@ ph_vision *ph_vision_load(const char *path, ph_pool *pool, ph_err *e) {
         free(v);
         return NULL;
     }
+    v->w.f = v->gguf;
     if (load_hparams(v, e) || load_weights(v, e)) {
         ph_err_prefix(e, "%s", path);
         ph_vision_free(v);
@@ -336,8 +271,7 @@ ph_vision *ph_vision_load(const char *path, ph_pool *pool, ph_err *e) {
 
 void ph_vision_free(ph_vision *v) {
     if (!v) return;
-    for (int i = 0; i < v->n_owned; i++) free(v->owned[i]);
-    free(v->owned);
+    ph_weights_free(&v->w);
     free(v->layers);
     free(v->deepstack);
     gguf_close(v->gguf);
