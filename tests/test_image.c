@@ -28,11 +28,13 @@ static uint8_t *read_all(const char *path, size_t *n) {
     fseek(f, 0, SEEK_END);
     long sz = ftell(f);
     fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
+    /* one byte more, a NUL, so text headers can be parsed with sscanf */
+    uint8_t *buf = malloc(sz > 0 ? (size_t)sz + 1 : 1);
     if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
         free(buf);
         buf = NULL;
     }
+    if (buf) buf[sz > 0 ? sz : 0] = 0;
     fclose(f);
     *n = (size_t)sz;
     return buf;
