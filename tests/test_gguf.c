@@ -604,10 +604,8 @@ static void test_truncation(const char *name, const char *path, const gguf_file 
 static void test_oracle(void) {
     char path[600], path2[600];
     snprintf(path, sizeof path, "%s/models", PH_ORACLE_DIR);
-    if (!file_exists(path)) {
-        fprintf(stderr, "test_gguf: %s not found, skipping the oracle model tests\n", path);
-        return;
-    }
+    CHECKF(file_exists(path), "%s not found: the oracle models are part of the test data", path);
+    if (!file_exists(path)) return;
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         for (int mm = 0; mm < 2; mm++) {
             snprintf(path, sizeof path, "%s/models/%s%s.gguf", PH_ORACLE_DIR, models[m], mm ? "-mmproj" : "");
