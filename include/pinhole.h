@@ -18,8 +18,17 @@ extern "C" {
 
 #define PINHOLE_VERSION "0.1.0"
 
+/* What kind of failure an error is: the server maps it to a status. */
+typedef enum ph_err_code {
+    PH_ERR_INTERNAL = 0, /* a fault of the machine or of pinhole (500) */
+    PH_ERR_INPUT,        /* the request is wrong: bad picture, bad value (400) */
+    PH_ERR_TOO_LONG,     /* the prompt does not fit in the context (400) */
+    PH_ERR_NO_VISION,    /* a picture was sent but no vision file is loaded (400) */
+} ph_err_code;
+
 typedef struct ph_err {
     char msg[512];
+    int code; /* ph_err_code; set by the functions that document it */
 } ph_err;
 
 /* ---- models ---------------------------------------------------------------- */
@@ -185,6 +194,127 @@ typedef struct ph_synth_params {
 } ph_synth_params;
 
 int ph_synth(const ph_synth_params *p, ph_err *err);
+
+/* ---- engine: conversations in, streamed answers out, state reused ------- */
+/* The engine owns a model, its vision tower, one live sequence and the
+ * caches around it. A request is a conversation (messages of text and
+ * pictures); the engine renders it in the model's chat format, plans what
+ * it can reuse (the live KV's common prefix, cached picture embeddings),
+ * encodes and prefills the rest, then samples and streams the answer.
+ * One thread at a time may call ph_engine_chat / ph_engine_tick;
+ * ph_engine_image may be called from any thread. */
+typedef struct ph_engine ph_engine;
+
+typedef struct ph_engine_params {
+    const char *model_path;
+    const char *mmproj_path;      /* NULL: text only */
+    int32_t n_ctx;                /* <= 0: the model's, at most 4096 */
+    int n_threads;                /* <= 0: all cores */
+    int image_min_tokens;         /* picture budget in merged tokens; 0: 8 */
+    int image_max_tokens;         /* 0: 4096 */
+    bool reuse;                   /* reuse the live state's common prefix (default on) */
+    int image_cache_entries;      /* embedding cache: most entries (default 32; 0: off) */
+    size_t image_cache_bytes;     /* and most bytes (default 128 MiB) */
+    const char *image_cache_dir;  /* also keep entries here (NULL: memory only) */
+    double vision_idle_s;         /* > 0: load the encoder on demand, release it after this long idle */
+    const char *id_cache_dir;     /* where file ids are remembered; NULL: $XDG_CACHE_HOME/pinhole */
+    void (*progress)(void *ud, const char *what, double fraction); /* loading progress, may be NULL */
+    void *progress_ud;
+} ph_engine_params;
+
+void ph_engine_params_default(ph_engine_params *p);
+ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err);
+void ph_engine_free(ph_engine *e);
+const ph_model_info *ph_engine_model_info(const ph_engine *e);
+bool ph_engine_has_vision(const ph_engine *e);
+int32_t ph_engine_n_ctx(const ph_engine *e);
+
+/* A picture as received: its bytes, fingerprinted and checked. Bytes seen
+ * before (same bytes_id) are not decoded again. Errors: PH_ERR_INPUT. */
+typedef struct ph_image_in ph_image_in;
+ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const char *label, ph_err *err);
+void ph_image_in_free(ph_image_in *im);
+
+typedef enum ph_role { PH_ROLE_SYSTEM, PH_ROLE_USER, PH_ROLE_ASSISTANT } ph_role;
+
+typedef struct ph_chat_part {
+    const char *text;   /* a text part (len bytes, UTF-8), or */
+    size_t len;
+    ph_image_in *image; /* a picture (text NULL) */
+} ph_chat_part;
+
+typedef struct ph_chat_msg {
+    ph_role role;
+    const ph_chat_part *parts;
+    size_t n_parts;
+} ph_chat_msg;
+
+typedef struct ph_gen_params {
+    ph_sampler_params sampler;
+    int32_t max_tokens;         /* <= 0: until the context is full */
+    const char *const *stop;    /* stop strings (not included in the answer) */
+    size_t n_stop;
+    int32_t top_logprobs;       /* alternatives per token in events (0..20) */
+} ph_gen_params;
+
+void ph_gen_params_default(ph_gen_params *g);
+
+typedef enum ph_delta_kind { PH_DELTA_CONTENT, PH_DELTA_REASONING } ph_delta_kind;
+
+/* One generated token and the text it released (may be empty: text is held
+ * back while it could still be a stop string or an unfinished character). */
+typedef struct ph_gen_event {
+    ph_delta_kind kind;
+    const char *text;
+    size_t len;
+    int32_t token;
+    float logprob;              /* log-probability of token */
+    int32_t n_top;              /* top_logprobs alternatives */
+    const int32_t *top_ids;
+    const float *top_logprobs;
+} ph_gen_event;
+
+/* Return non-zero to stop generating (e.g. the client went away). */
+typedef int (*ph_gen_cb)(void *ud, const ph_gen_event *ev);
+
+typedef enum ph_finish { PH_FINISH_STOP, PH_FINISH_LENGTH, PH_FINISH_CANCELLED } ph_finish;
+
+/* What a turn cost and reused. */
+typedef struct ph_turn_report {
+    int32_t n_prompt;           /* prompt rows (tokens and picture rows) */
+    int32_t n_reused;           /* of which kept from the live state */
+    int32_t n_prefilled;        /* of which evaluated now */
+    int32_t n_generated;
+    int32_t n_pictures;
+    int32_t pics_from_kv;       /* pictures kept in the reused prefix */
+    int32_t pics_from_cache;    /* taken from the embedding cache */
+    int32_t pics_encoded;       /* encoded now */
+    bool encoder_loaded;        /* the encoder had to be loaded for this turn */
+    ph_finish finish;
+    double encode_s, prefill_s, ttft_s, decode_s;
+} ph_turn_report;
+
+/* Runs one turn. Errors: PH_ERR_INPUT, PH_ERR_TOO_LONG, PH_ERR_NO_VISION,
+ * or PH_ERR_INTERNAL (then the live state is reset). */
+int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *g, ph_gen_cb cb,
+                   void *ud, ph_turn_report *r, ph_err *err);
+
+/* Housekeeping between requests: releases an idle encoder. Returns the
+ * seconds until it wants to be called again (or a negative number: never). */
+double ph_engine_tick(ph_engine *e);
+
+/* The raw bytes of a token (not necessarily whole UTF-8). */
+size_t ph_engine_token_bytes(const ph_engine *e, int32_t id, char *out, size_t cap);
+
+typedef struct ph_engine_stats {
+    uint64_t prompt_tokens_reused, prompt_tokens_prefilled, tokens_generated;
+    uint64_t image_cache_hits, image_cache_misses, image_cache_evictions;
+    uint64_t images_encoded, encoder_loads, encoder_unloads;
+    uint64_t image_cache_entries, image_cache_bytes;
+    bool encoder_loaded;
+} ph_engine_stats;
+
+void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st);
 
 /* ---- misc ---------------------------------------------------------------------- */
 /* The SIMD level in use ("avx2", ...). */

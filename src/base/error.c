@@ -10,6 +10,17 @@ int ph_err_set(ph_err *e, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    e->code = PH_ERR_INTERNAL;
+    return -1;
+}
+
+int ph_err_setc(ph_err *e, int code, const char *fmt, ...) {
+    if (!e) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->code = code;
     return -1;
 }
 

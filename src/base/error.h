@@ -17,6 +17,9 @@
  * `return ph_err_set(e, "...")`. */
 int ph_err_set(ph_err *e, const char *fmt, ...) PH_PRINTF(2, 3);
 
+/* Same, with an error code (ph_err_code); ph_err_set sets PH_ERR_INTERNAL. */
+int ph_err_setc(ph_err *e, int code, const char *fmt, ...) PH_PRINTF(3, 4);
+
 /* Prepends "prefix: " to an existing message. Returns -1. */
 int ph_err_prefix(ph_err *e, const char *fmt, ...) PH_PRINTF(2, 3);
 
