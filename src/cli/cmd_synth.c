@@ -8,13 +8,15 @@
 
 static void synth_usage(FILE *out) {
     fprintf(out,
-            "usage: pinhole synth --shape tiny|2b --type TYPE --vocab FROM.gguf -o NAME [options]\n"
+            "usage: pinhole synth --shape tiny|2b -o NAME [--type TYPE] [--vocab FROM.gguf] [options]\n"
             "  writes NAME.gguf (a qwen3vl LLM) and NAME-mmproj.gguf (its vision tower) with\n"
-            "  random weights and the tokenizer of FROM.gguf; llama.cpp loads them too\n"
+            "  random weights; llama.cpp loads them too. The tokenizer is FROM.gguf's, or\n"
+            "  without --vocab a small built-in one (byte-level BPE, 1024 ids: the 256 bytes,\n"
+            "  common English words, Qwen3-VL's special tokens and a ChatML chat template)\n"
             "  --shape S           tiny (256 wide, 4 layers) or 2b (Qwen3-VL-2B-Instruct's sizes)\n"
             "  --type T            LLM weights: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m (default f16)\n"
             "  --vision-type T     mmproj weights: f32 f16 bf16 q8_0 (default f16)\n"
-            "  --vocab FILE        GGUF whose tokenizer.* metadata is copied\n"
+            "  --vocab FILE        copy the tokenizer.* metadata of this GGUF (default: built-in)\n"
             "  -o, --output NAME   output name (NAME.gguf, NAME-mmproj.gguf)\n"
             "  --seed S            random seed (default 1)\n"
             "  -t, --threads N     threads (default: all cores)\n");
@@ -54,8 +56,8 @@ int cmd_synth(int argc, char **argv) {
         if (!(*dst = arg_value(argc, argv, &i))) return 2;
     }
     p.n_threads = (int)threads;
-    if (!p.shape || !p.vocab || !p.out) {
-        fprintf(stderr, "pinhole synth: --shape, --vocab and -o are required (see pinhole synth --help)\n");
+    if (!p.shape || !p.out) {
+        fprintf(stderr, "pinhole synth: --shape and -o are required (see pinhole synth --help)\n");
         return 2;
     }
     ph_err err;

@@ -10,6 +10,7 @@
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
+#include "text/unicode.h"
 #include "pinhole.h"
 
 typedef struct synth_shape {
@@ -163,6 +164,252 @@ static void vision_tensors(synth_list *l, const synth_shape *s, int vt) {
     add(l, PH_TYPE_F32, FILL_RANDOM, w, 1, P, 1, 1, 1, "mm.2.bias");
 }
 
+/* ---- a vocabulary of our own -------------------------------------------- */
+/* Without --vocab, synth writes a small byte-level BPE vocabulary laid out as
+ * a Qwen3-VL one is (spec I, G): the 256 byte tokens in the order of GPT-2's
+ * byte map, tokens learnt by BPE over a list of common English words (so
+ * common words are one token), then Qwen3-VL's added tokens with their
+ * types. It is the same every time, so the files are too. */
+
+enum { SV_N_TOKENS = 1024, SV_MAX_WORD = 24, SV_MAX_MERGES = 2 * SV_N_TOKENS, SV_PAIR_SLOTS = 16384 };
+
+/* Common English words (and some for pictures), most common first: the
+ * learner weighs each by its rank. */
+static const char *const SV_WORDS[] = {
+    "the", "of", "and", "to", "a", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are", "as",
+    "with", "his", "they", "I", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but",
+    "not", "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which",
+    "she", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these",
+    "so", "some", "her", "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write",
+    "go", "see", "number", "no", "way", "could", "people", "my", "than", "first", "water", "been", "call",
+    "who", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may", "part", "image",
+    "user", "assistant", "system", "hello", "describe", "please", "thank", "picture", "photo", "shows", "color",
+    "red", "green", "blue", "white", "black", "yellow", "small", "large", "left", "right", "top", "bottom",
+    "center", "background", "front", "here", "over", "under", "new", "sound", "take", "only", "little", "work",
+    "know", "place", "year", "live", "me", "back", "give", "most", "very", "after", "thing", "our", "just",
+    "name", "good", "sentence", "man", "think", "say", "great", "where", "help", "through", "much", "before",
+    "line", "too", "mean", "old", "any", "same", "tell", "boy", "follow", "came", "want", "show", "also",
+    "around", "form", "three", "set", "put", "end", "does", "another", "well", "must", "big", "even", "such",
+    "because", "turn", "why", "ask", "went", "men", "read", "need", "land", "different", "home", "us", "move",
+    "try", "kind", "hand", "again", "change", "off", "play", "spell", "air", "away", "animal", "house", "point",
+    "page", "letter", "mother", "answer", "found", "study", "still", "learn", "should", "world", "high",
+    "every", "near", "add", "food", "between", "own", "below", "country", "plant", "last", "school", "father",
+    "keep", "tree", "never", "start", "city", "earth", "eye", "light", "thought", "head", "story", "saw", "far",
+    "sea", "draw", "late", "run", "while", "press", "close", "night", "real", "life", "few", "north", "open",
+    "seem", "together", "next", "begin", "got", "walk", "example", "ease", "paper", "group", "always", "music",
+    "those", "both", "mark", "often", "until", "mile", "river", "car", "feet", "care", "second", "book",
+    "carry", "took", "science", "eat", "room", "friend", "began", "idea", "fish", "mountain", "stop", "once",
+    "base", "hear", "horse", "cut", "sure", "watch", "face", "wood", "main", "enough", "plain", "girl", "usual",
+    "young", "ready", "above", "ever", "list", "though", "feel", "talk", "bird", "soon", "body", "dog", "cat",
+    "family", "direct", "pose", "leave", "song", "measure", "door", "product", "short", "table", "question",
+    "happen", "complete", "ship", "area", "half", "rock", "order", "fire", "south", "problem", "piece", "told",
+    "knew", "pass", "since", "whole", "king", "street", "inch", "nothing", "course", "stay", "wheel", "full",
+    "force", "object", "person", "text", "yes", "sky", "grass", "road", "window", "building", "wall", "sign",
+    "letters", "information", "something", "model",
+};
+
+/* Pre-tokens that are not a word after a space: ChatML's roles (which
+ * follow <|im_start|>), runs of spaces and blank lines. */
+static const struct {
+    const char *text;
+    uint32_t weight;
+} SV_EXTRA[] = {
+    {"user", 400000}, {"assistant", 400000}, {"system", 100000}, {"  ", 100000}, {"    ", 100000}, {"\n\n", 100000},
+};
+
+/* Added tokens of Qwen3-VL, in its order: control tokens first, then those
+ * its converter marks user-defined. */
+static const char *const SV_ADDED[] = {
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+    "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+};
+enum { SV_N_ADDED = sizeof SV_ADDED / sizeof SV_ADDED[0], SV_N_CONTROL = 14 };
+enum { SV_TYPE_NORMAL = 1, SV_TYPE_CONTROL = 3, SV_TYPE_USER = 4 }; /* tokenizer.ggml.token_type */
+
+/* ChatML; an image item becomes <|vision_start|><|image_pad|><|vision_end|>. */
+static const char SV_CHAT_TEMPLATE[] =
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}"
+    "{{- message['content'] -}}"
+    "{%- else -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'image' or item['type'] == 'image_url' or 'image' in item or 'image_url' in item -%}"
+    "{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- elif item['type'] == 'video' or 'video' in item -%}"
+    "{{- '<|vision_start|><|video_pad|><|vision_end|>' -}}"
+    "{%- elif 'text' in item -%}"
+    "{{- item['text'] -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- endif -%}";
+
+/* The learner's words: three forms of each of SV_WORDS, and SV_EXTRA. */
+#define SV_MAX_WORDS (3 * sizeof SV_WORDS / sizeof SV_WORDS[0] + sizeof SV_EXTRA / sizeof SV_EXTRA[0])
+
+/* A token text: at most SV_MAX_WORD bytes, each mapped to at most 2 UTF-8
+ * bytes; added tokens are shorter. A merge is two such texts and a space. */
+typedef struct self_vocab {
+    int32_t n_tokens, n_normal, n_merges;
+    char text[SV_N_TOKENS][2 * SV_MAX_WORD + 1];
+    int32_t type[SV_N_TOKENS];
+    char merge[SV_MAX_MERGES][4 * SV_MAX_WORD + 2];
+    /* the learner's state: each normal token's bytes, and the words */
+    uint8_t raw[SV_N_TOKENS][SV_MAX_WORD];
+    uint8_t raw_len[SV_N_TOKENS];
+    int32_t byte_id[256];
+    int16_t word[SV_MAX_WORDS][SV_MAX_WORD];
+    uint8_t word_len[SV_MAX_WORDS];
+    uint32_t word_weight[SV_MAX_WORDS];
+    int n_words;
+    uint32_t pair_key[SV_PAIR_SLOTS], pair_weight[SV_PAIR_SLOTS];
+} self_vocab;
+
+static bool byte_printable(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+
+/* Writes the text of bytes s[0..n) through GPT-2's byte map (spec I.4). */
+static void map_bytes(const uint8_t *s, size_t n, char *out) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t cp = s[i];
+        if (!byte_printable(s[i])) {
+            cp = 0x100;
+            for (int c = 0; c < s[i]; c++) cp += !byte_printable(c);
+        }
+        k += (size_t)ph_utf8_encode(cp, (uint8_t *)out + k);
+    }
+    out[k] = '\0';
+}
+
+static void sv_add_word(self_vocab *v, const char *w, size_t n, uint32_t weight) {
+    if (n == 0 || n > SV_MAX_WORD) return;
+    for (size_t i = 0; i < n; i++) v->word[v->n_words][i] = (int16_t)v->byte_id[(uint8_t)w[i]];
+    v->word_len[v->n_words] = (uint8_t)n;
+    v->word_weight[v->n_words++] = weight;
+}
+
+/* The adjacent pair of the words with the largest total weight (ties: the
+ * lowest ids), or false if no word has two tokens left. */
+static bool sv_best_pair(self_vocab *v, int32_t *a, int32_t *b) {
+    memset(v->pair_key, 0xff, sizeof v->pair_key);
+    uint32_t best = UINT32_MAX, best_weight = 0, used = 0;
+    for (int w = 0; w < v->n_words; w++) {
+        for (int i = 0; i + 1 < v->word_len[w]; i++) {
+            const uint32_t key = (uint32_t)v->word[w][i] << 16 | (uint32_t)v->word[w][i + 1];
+            uint32_t s = (key * 2654435761u) >> 18; /* 14 bits: SV_PAIR_SLOTS */
+            while (v->pair_key[s] != key && v->pair_key[s] != UINT32_MAX) s = (s + 1) & (SV_PAIR_SLOTS - 1);
+            if (v->pair_key[s] == UINT32_MAX) {
+                if (4 * (used + 1) > 3 * SV_PAIR_SLOTS) continue; /* far more pairs than the words have */
+                v->pair_key[s] = key, v->pair_weight[s] = 0, used++;
+            }
+            const uint32_t total = v->pair_weight[s] += v->word_weight[w];
+            if (total > best_weight || (total == best_weight && key < best)) best = key, best_weight = total;
+        }
+    }
+    *a = (int32_t)(best >> 16);
+    *b = (int32_t)(best & 0xffff);
+    return best != UINT32_MAX;
+}
+
+/* Learns merges until the vocabulary is full or every word is one token. */
+static void sv_learn(self_vocab *v) {
+    int32_t a, b;
+    while (v->n_normal < SV_N_TOKENS - SV_N_ADDED && v->n_merges < SV_MAX_MERGES && sv_best_pair(v, &a, &b)) {
+        uint8_t s[2 * SV_MAX_WORD];
+        const size_t n = (size_t)v->raw_len[a] + v->raw_len[b];
+        memcpy(s, v->raw[a], v->raw_len[a]);
+        memcpy(s + v->raw_len[a], v->raw[b], v->raw_len[b]);
+        int32_t r = 256; /* two tokens that spell an existing one make it again */
+        while (r < v->n_normal && (v->raw_len[r] != n || memcmp(v->raw[r], s, n))) r++;
+        if (r == v->n_normal) {
+            memcpy(v->raw[r], s, n); /* n <= SV_MAX_WORD: a and b come from one word */
+            v->raw_len[r] = (uint8_t)n;
+            map_bytes(s, n, v->text[r]);
+            v->type[r] = SV_TYPE_NORMAL;
+            v->n_normal++;
+        }
+        char *m = v->merge[v->n_merges++];
+        const size_t la = strlen(v->text[a]), lb = strlen(v->text[b]);
+        memcpy(m, v->text[a], la);
+        m[la] = ' ';
+        memcpy(m + la + 1, v->text[b], lb + 1);
+        for (int w = 0; w < v->n_words; w++) {
+            int j = 0;
+            for (int i = 0; i < v->word_len[w]; j++) {
+                const bool hit = i + 1 < v->word_len[w] && v->word[w][i] == a && v->word[w][i + 1] == b;
+                v->word[w][j] = hit ? (int16_t)r : v->word[w][i];
+                i += hit ? 2 : 1;
+            }
+            v->word_len[w] = (uint8_t)j;
+        }
+    }
+}
+
+static self_vocab *self_vocab_build(void) {
+    self_vocab *v = calloc(1, sizeof *v);
+    if (!v) return NULL;
+    /* the byte tokens, in the order of their mapped code points */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int b = 0; b < 256; b++) {
+            if (byte_printable(b) != (pass == 0)) continue;
+            const int32_t id = v->n_normal++;
+            v->byte_id[b] = id;
+            v->raw[id][0] = (uint8_t)b;
+            v->raw_len[id] = 1;
+            map_bytes(v->raw[id], 1, v->text[id]);
+            v->type[id] = SV_TYPE_NORMAL;
+        }
+    }
+    /* each word after a space (most weight), alone (a text's first word),
+     * and capitalized after a space; then SV_EXTRA */
+    const int n_words = (int)(sizeof SV_WORDS / sizeof SV_WORDS[0]);
+    for (int i = 0; i < n_words; i++) {
+        const uint32_t weight = 1000000u / (uint32_t)(i + 10);
+        char w[SV_MAX_WORD + 2];
+        const int n = snprintf(w, sizeof w, " %s", SV_WORDS[i]);
+        if (n < 0 || n > SV_MAX_WORD) continue;
+        sv_add_word(v, w, (size_t)n, 4 * weight);
+        sv_add_word(v, w + 1, (size_t)n - 1, weight);
+        if (w[1] >= 'a' && w[1] <= 'z') w[1] = (char)(w[1] - 'a' + 'A');
+        sv_add_word(v, w, (size_t)n, weight);
+    }
+    for (size_t i = 0; i < sizeof SV_EXTRA / sizeof SV_EXTRA[0]; i++)
+        sv_add_word(v, SV_EXTRA[i].text, strlen(SV_EXTRA[i].text), SV_EXTRA[i].weight);
+    sv_learn(v);
+    v->n_tokens = v->n_normal;
+    for (int i = 0; i < SV_N_ADDED; i++) {
+        snprintf(v->text[v->n_tokens], sizeof v->text[0], "%s", SV_ADDED[i]);
+        v->type[v->n_tokens++] = i < SV_N_CONTROL ? SV_TYPE_CONTROL : SV_TYPE_USER;
+    }
+    return v;
+}
+
+/* The tokenizer.* keys, as a converted Qwen3-VL file has them. */
+static void self_vocab_write(gguf_writer *w, const self_vocab *v) {
+    const char *texts[SV_N_TOKENS], *merges[SV_MAX_MERGES];
+    for (int32_t i = 0; i < v->n_tokens; i++) texts[i] = v->text[i];
+    for (int32_t i = 0; i < v->n_merges; i++) merges[i] = v->merge[i];
+    const uint32_t endoftext = (uint32_t)v->n_normal, im_end = endoftext + 2; /* SV_ADDED's order */
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2");
+    gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_STRING, texts, (uint64_t)v->n_tokens);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, v->type, (uint64_t)v->n_tokens);
+    gguf_writer_set_arr(w, "tokenizer.ggml.merges", GGUF_STRING, merges, (uint64_t)v->n_merges);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", im_end);
+    gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", endoftext);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", endoftext);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    gguf_writer_set_str(w, "tokenizer.chat_template", SV_CHAT_TEMPLATE);
+}
+
 /* ---- filling ------------------------------------------------------------ */
 
 typedef struct fill_ctx {
@@ -253,17 +500,24 @@ int ph_synth(const ph_synth_params *p, ph_err *e) {
     if (!vty || (vty->base != PH_TYPE_F32 && vty->base != PH_TYPE_F16 && vty->base != PH_TYPE_BF16 &&
                  vty->base != PH_TYPE_Q8_0))
         return ph_err_set(e, "vision type '%s' is not one of f32 f16 bf16 q8_0", p->vision_type);
-    if (!p->vocab) return ph_err_set(e, "a vocabulary is needed: --vocab FILE.gguf");
     if (!p->out) return ph_err_set(e, "an output name is needed: -o NAME");
 
-    gguf_file *voc = gguf_open(p->vocab, e);
-    if (!voc) return -1;
-    const gguf_kv *toks = gguf_find_kv(voc, "tokenizer.ggml.tokens");
-    if (!toks || toks->type != GGUF_ARRAY || toks->v.arr.type != GGUF_STRING) {
-        gguf_close(voc);
-        return ph_err_set(e, "%s has no tokenizer.ggml.tokens", p->vocab);
+    /* the tokenizer: copied from p->vocab, or our own */
+    gguf_file *voc = NULL;
+    self_vocab *own = NULL;
+    int64_t n_vocab;
+    if (p->vocab) {
+        if (!(voc = gguf_open(p->vocab, e))) return -1;
+        const gguf_kv *toks = gguf_find_kv(voc, "tokenizer.ggml.tokens");
+        if (!toks || toks->type != GGUF_ARRAY || toks->v.arr.type != GGUF_STRING) {
+            gguf_close(voc);
+            return ph_err_set(e, "%s has no tokenizer.ggml.tokens", p->vocab);
+        }
+        n_vocab = (int64_t)toks->v.arr.n;
+    } else {
+        if (!(own = self_vocab_build())) return ph_err_set(e, "out of memory");
+        n_vocab = own->n_tokens;
     }
-    const int64_t n_vocab = (int64_t)toks->v.arr.n;
 
     int rc = -1;
     char path[4096];
@@ -302,10 +556,11 @@ int ph_synth(const ph_synth_params *p, ph_err *e) {
     int32_t sec[4] = {s->sections[0], s->sections[1], s->sections[2], s->sections[3]};
     gguf_writer_set_arr(w, "qwen3vl.rope.dimension_sections", GGUF_INT32, sec, 4);
     gguf_writer_set_u32(w, "qwen3vl.n_deepstack_layers", (uint32_t)s->n_deepstack);
-    for (uint64_t k = 0; k < voc->n_kv; k++) {
+    for (uint64_t k = 0; voc && k < voc->n_kv; k++) {
         const gguf_kv *kv = &voc->kv[k];
         if (kv->key.len > 10 && !memcmp(kv->key.ptr, "tokenizer.", 10)) gguf_writer_copy_kv(w, kv);
     }
+    if (own) self_vocab_write(w, own);
     snprintf(path, sizeof path, "%s.gguf", p->out);
     if (write_file(path, w, &llm, &fc, e)) goto done;
     gguf_writer_free(w);
@@ -345,5 +600,6 @@ done:
     free(vis.t);
     ph_pool_free(fc.pool);
     gguf_close(voc);
+    free(own);
     return rc;
 }

@@ -1,0 +1,226 @@
+/* pinhole synth without --vocab: the built-in tokenizer. Writes a tiny model
+ * pair into a temporary folder and checks, through the public API, that it
+ * loads, that text (ASCII, UTF-8, special tokens) round-trips through the
+ * tokenizer, that common words are single tokens, that <|im_end|> ends
+ * generation, that a prompt with a picture evaluates to finite logits, and
+ * that the same seed writes the same bytes. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pinhole.h"
+#include "test.h"
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        const long n = ftell(f);
+        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+                free(buf);
+                buf = NULL;
+            } else {
+                *len = (size_t)n;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+static bool same_file(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    char *x = read_all(a, &na), *y = read_all(b, &nb);
+    const bool same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static int synth(const char *out, uint64_t seed, ph_err *e) {
+    const ph_synth_params p = {.shape = "tiny", .type = "f16", .vision_type = "f16", .out = out, .seed = seed,
+                               .n_threads = 2};
+    return ph_synth(&p, e);
+}
+
+static ph_tokens tokenize(const ph_model *m, const char *text, bool parse_special) {
+    ph_tokens t = {0};
+    ph_err e;
+    CHECKF(ph_tokenize(m, text, strlen(text), parse_special, &t, &e) == 0, "%s", e.msg);
+    return t;
+}
+
+/* Tokenizes and detokenizes text; returns the token count. */
+static size_t round_trip(const ph_model *m, const char *text, bool parse_special) {
+    ph_tokens t = tokenize(m, text, parse_special);
+    char out[512];
+    size_t n = 0;
+    ph_detok d = {0};
+    for (size_t i = 0; i < t.n; i++) n += ph_detok_token(&d, m, t.ids[i], out + n, sizeof out - n);
+    n += ph_detok_finish(&d, out + n, sizeof out - n);
+    CHECKF(n == strlen(text) && memcmp(out, text, n) == 0, "'%s' came back as '%.*s'", text, (int)n, out);
+    const size_t count = t.n;
+    ph_tokens_free(&t);
+    return count;
+}
+
+static void test_tokenizer(const ph_model *m) {
+    const ph_model_info *info = ph_model_get_info(m);
+    CHECKF(info->n_vocab == 1024, "n_vocab %d", info->n_vocab);
+    CHECK(ph_model_bos(m) == -1); /* add_bos_token false */
+
+    /* the special tokens: distinct ids, each one token when parsed */
+    static const char *const specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
+                                           "<|vision_end|>", "<|image_pad|>", "<|object_ref_start|>",
+                                           "<think>", "</think>"};
+    const size_t n_specials = sizeof specials / sizeof specials[0];
+    int32_t ids[sizeof specials / sizeof specials[0]];
+    for (size_t i = 0; i < n_specials; i++) {
+        ids[i] = ph_token_lookup(m, specials[i]);
+        CHECKF(ids[i] >= 0 && ids[i] < info->n_vocab, "%s: %d", specials[i], ids[i]);
+        for (size_t j = 0; j < i; j++) CHECK(ids[i] != ids[j]);
+        ph_tokens t = tokenize(m, specials[i], true);
+        CHECKF(t.n == 1 && t.ids[0] == ids[i], "%s: %zu tokens", specials[i], t.n);
+        ph_tokens_free(&t);
+    }
+    const int32_t im_start = ids[1], im_end = ids[2];
+    CHECK(ph_token_is_eog(m, im_end));
+    CHECK(ph_token_is_eog(m, ids[0])); /* <|endoftext|> */
+    CHECK(!ph_token_is_eog(m, im_start));
+    CHECK(!ph_token_is_eog(m, ids[3]));
+
+    /* special tokens inside text */
+    const char *chat = "<|im_start|>user\nDescribe the picture.<|im_end|>\n<|im_start|>assistant\n";
+    ph_tokens t = tokenize(m, chat, true);
+    CHECK(t.n > 6 && t.ids[0] == im_start);
+    size_t n_end = 0;
+    for (size_t i = 0; i < t.n; i++) n_end += t.ids[i] == im_end;
+    CHECK(n_end == 1);
+    ph_tokens_free(&t);
+    CHECK(round_trip(m, chat, true) > 0);
+    /* not parsed, a control token's text is plain text; <think> (user
+     * defined) is still matched, as in llama.cpp */
+    t = tokenize(m, "<|im_end|>", false);
+    CHECK(t.n > 1);
+    ph_tokens_free(&t);
+    CHECK(round_trip(m, "<|im_end|>", false) > 1);
+    t = tokenize(m, "a<think>b", false);
+    CHECK(t.n == 3 && t.ids[1] == ids[7]);
+    ph_tokens_free(&t);
+
+    /* ASCII: common words are one token each */
+    const char *ascii = "The people of the world said that there is water in the house.";
+    const size_t n_ascii = round_trip(m, ascii, false);
+    CHECKF(n_ascii <= 16, "%zu tokens for %zu bytes", n_ascii, strlen(ascii));
+    static const char *const words[] = {" the", " people", " picture", " hello", " what", "user", "assistant"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+        t = tokenize(m, words[i], false);
+        CHECKF(t.n == 1, "'%s': %zu tokens", words[i], t.n);
+        ph_tokens_free(&t);
+    }
+    CHECK(round_trip(m, "Hello, world! 12345 ~`^{}[]|\\ \t\r\n\n  x", false) > 0);
+    /* UTF-8, through the byte tokens */
+    CHECK(round_trip(m, "h\xc3\xa9llo \xe4\xb8\x96\xe7\x95\x8c", false) >= 8); /* CJK: 3 byte tokens each */
+    CHECK(round_trip(m, "\xf0\x9f\x98\x80 caf\xc3\xa9 \xd0\xbf\xd1\x80\xd0\xb8", true) > 0);
+}
+
+static bool finite_logits(const ph_session *s, int32_t n_vocab) {
+    const float *l = ph_session_logits(s);
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (!isfinite(l[i])) return false;
+    return true;
+}
+
+static void test_picture(ph_model *m, const char *mmproj_path) {
+    ph_err e;
+    const int32_t n_vocab = ph_model_get_info(m)->n_vocab;
+    ph_mmproj *v = ph_mmproj_open(m, mmproj_path, &e);
+    CHECKF(v != NULL, "%s", e.msg);
+    ph_picture *pic = ph_picture_load(PH_ORACLE_DIR "/img/small.png", &e);
+    CHECKF(pic != NULL, "%s", e.msg);
+    ph_session *s = ph_session_new(m, 512, &e);
+    CHECKF(s != NULL, "%s", e.msg);
+    ph_prompt prompt = {0};
+    const int rc = ph_prompt_from_raw(
+        m, "<|im_start|>user\n<__image__>What is in the picture?<|im_end|>\n<|im_start|>assistant\n",
+        "<__image__>", &prompt, &e);
+    CHECKF(rc == 0, "%s", e.msg);
+    if (!v || !pic || !s || rc) goto done;
+    CHECK(prompt.n == 3 && prompt.n_pictures == 1);
+    for (size_t i = 0; i < prompt.n; i++) {
+        const ph_prompt_item *it = &prompt.items[i];
+        if (it->is_picture) {
+            ph_picture_chunk c;
+            CHECKF(ph_session_eval_picture(s, v, pic, &c, NULL, &e) == 0, "%s", e.msg);
+            CHECK(c.n_tokens > 0 && c.n_tokens == c.grid_x * c.grid_y);
+        } else {
+            CHECKF(ph_session_eval_tokens(s, it->tokens.ids, it->tokens.n, &e) == 0, "%s", e.msg);
+        }
+    }
+    CHECK(finite_logits(s, n_vocab));
+    /* a few greedy steps */
+    ph_sampler_params sp = ph_sampler_defaults();
+    ph_sampler *smp = ph_sampler_new(&sp);
+    for (int step = 0; step < 4 && smp; step++) {
+        const int32_t tok = ph_sampler_sample(smp, ph_session_logits(s), n_vocab);
+        CHECK(tok >= 0 && tok < n_vocab);
+        CHECKF(ph_session_eval_tokens(s, &tok, 1, &e) == 0, "%s", e.msg);
+        CHECK(finite_logits(s, n_vocab));
+    }
+    ph_sampler_free(smp);
+done:
+    ph_prompt_free(&prompt);
+    ph_session_free(s);
+    ph_picture_free(pic);
+    ph_mmproj_close(v);
+}
+
+int main(void) {
+    char dir[] = "/tmp/pinhole-test-synth-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char a[256], b[256], c[256], llm[300], mmproj[300], path2[300];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(c, sizeof c, "%s/c", dir);
+    ph_err e;
+    CHECKF(synth(a, 1, &e) == 0, "%s", e.msg);
+    CHECKF(synth(b, 1, &e) == 0, "%s", e.msg);
+    CHECKF(synth(c, 2, &e) == 0, "%s", e.msg);
+
+    /* the same seed, the same bytes; another seed, other weights */
+    static const char *const suffixes[] = {".gguf", "-mmproj.gguf"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(llm, sizeof llm, "%s%s", a, suffixes[i]);
+        snprintf(path2, sizeof path2, "%s%s", b, suffixes[i]);
+        CHECKF(same_file(llm, path2), "%s and %s differ", llm, path2);
+        snprintf(path2, sizeof path2, "%s%s", c, suffixes[i]);
+        CHECKF(!same_file(llm, path2), "seeds 1 and 2 wrote the same %s", suffixes[i]);
+    }
+
+    snprintf(llm, sizeof llm, "%s.gguf", a);
+    snprintf(mmproj, sizeof mmproj, "%s-mmproj.gguf", a);
+    ph_model *m = ph_model_load(llm, 2, &e);
+    CHECKF(m != NULL, "%s", e.msg);
+    if (m) {
+        test_tokenizer(m);
+        test_picture(m, mmproj);
+        ph_model_free(m);
+    }
+
+    const char *names[] = {a, b, c};
+    for (int n = 0; n < 3; n++) {
+        for (int i = 0; i < 2; i++) {
+            snprintf(path2, sizeof path2, "%s%s", names[n], suffixes[i]);
+            unlink(path2);
+        }
+    }
+    rmdir(dir);
+    TEST_END();
+}
