@@ -291,6 +291,7 @@ typedef struct ph_turn_report {
     int32_t pics_encoded;       /* encoded now */
     bool encoder_loaded;        /* the encoder had to be loaded for this turn */
     ph_finish finish;
+    int32_t stop_index;         /* which stop string ended the answer, or -1 */
     double encode_s, prefill_s, ttft_s, decode_s;
 } ph_turn_report;
 

@@ -263,7 +263,7 @@ static void test_round_trip(void) {
     snprintf(path, sizeof path, "%s/round.gguf", tmpdir);
     snprintf(path2, sizeof path2, "%s/round2.gguf", tmpdir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    ph_err e = {{0}};
+    ph_err e = {0};
 
     gguf_writer *w = gguf_writer_new();
     CHECK(w != NULL);
@@ -304,7 +304,7 @@ static void test_round_trip(void) {
 static void test_alignment(void) {
     char path[256];
     snprintf(path, sizeof path, "%s/align.gguf", tmpdir);
-    ph_err e = {{0}};
+    ph_err e = {0};
     gguf_writer *w = gguf_writer_new();
     add_all_values(w);
     gguf_writer_set_u32(w, "general.alignment", 256);
@@ -353,7 +353,7 @@ static void test_hand_built(void) {
     CHECK(at == 49);                      /* data at pad(49, 32) = 64 */
     float v = 2.5f;
     memcpy(file + 64, &v, 4);
-    ph_err e = {{0}};
+    ph_err e = {0};
     gguf_file *f = gguf_open_mem(file, sizeof file, &e);
     CHECKF(f != NULL, "%s", e.msg);
     if (f) {
@@ -379,7 +379,7 @@ static void test_hand_built(void) {
 static void test_getters(void) {
     char path[256];
     snprintf(path, sizeof path, "%s/get.gguf", tmpdir);
-    ph_err e = {{0}};
+    ph_err e = {0};
     gguf_writer *w = gguf_writer_new();
     gguf_writer_set_i32(w, "neg", -1);
     gguf_writer_set_i32(w, "pos", 77);
@@ -436,7 +436,7 @@ static void expect_write_error(gguf_writer *w, gguf_fill_fn fill, const char *ex
     char path[256], tmp[300];
     snprintf(path, sizeof path, "%s/bad.gguf", tmpdir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    ph_err e = {{0}};
+    ph_err e = {0};
     CHECKF(gguf_writer_write(w, path, fill, NULL, &e) == -1 && strstr(e.msg, expect), "wanted '%s', got '%s'", expect, e.msg);
     CHECK(!file_exists(path) && !file_exists(tmp));
     gguf_writer_free(w);
@@ -487,7 +487,7 @@ static void test_writer_errors(void) {
     gguf_writer_add_tensor(w, "t1", PH_TYPE_F32, 2, ne);
     expect_write_error(w, fill_fail, "tensor 't1' could not be produced");
 
-    ph_err e = {{0}};
+    ph_err e = {0};
     w = gguf_writer_new();
     CHECK(gguf_writer_write(w, "/nonexistent-dir/x.gguf", NULL, NULL, &e) == -1 && strstr(e.msg, "cannot create"));
     gguf_writer_free(w);
@@ -518,7 +518,7 @@ static void test_corpus(void) {
 
         char path[600];
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        ph_err e = {{0}};
+        ph_err e = {0};
         gguf_file *f = gguf_open(path, &e);
         char prefix[620];
         snprintf(prefix, sizeof prefix, "gguf: %s: ", path);
@@ -552,7 +552,7 @@ static void test_corpus(void) {
     }
     if (d) closedir(d);
 
-    ph_err e = {{0}};
+    ph_err e = {0};
     CHECK(gguf_open(dir, &e) == NULL && strstr(e.msg, "not a regular file"));
     CHECK(gguf_open("/nonexistent/x.gguf", &e) == NULL && strstr(e.msg, "gguf: /nonexistent/x.gguf: cannot open"));
 }
@@ -568,7 +568,7 @@ static const char *const models[] = {"tiny-f16", "mid-q8", "small-q4k"};
 static void check_prefix(const char *name, const char *bytes, size_t len, uint64_t need) {
     char *buf = malloc(len ? len : 1);
     memcpy(buf, bytes, len);
-    ph_err e = {{0}};
+    ph_err e = {0};
     gguf_file *f = gguf_open_mem(buf, len, &e);
     if (len < need)
         CHECKF(f == NULL && strncmp(e.msg, "gguf: <memory>: ", 16) == 0, "%s cut to %zu bytes was accepted", name, len);
@@ -609,7 +609,7 @@ static void test_oracle(void) {
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         for (int mm = 0; mm < 2; mm++) {
             snprintf(path, sizeof path, "%s/models/%s%s.gguf", PH_ORACLE_DIR, models[m], mm ? "-mmproj" : "");
-            ph_err e = {{0}};
+            ph_err e = {0};
             gguf_file *f = gguf_open(path, &e);
             CHECKF(f != NULL, "%s", e.msg);
             if (!f) continue;

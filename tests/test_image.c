@@ -232,7 +232,7 @@ static void test_oracle_pictures(void) {
         char path[1024], hex[65];
         snprintf(path, sizeof path, "%s/img/%s", PH_ORACLE_DIR, oracle_pics[i].name);
         ph_image img;
-        ph_err e = {{0}};
+        ph_err e = {0};
         int rc = ph_image_load_file(path, NULL, &img, &e);
         CHECKF(rc == 0, "%s: %s", path, e.msg);
         if (rc) continue;
@@ -341,7 +341,7 @@ static void test_oracle_grids(void) {
                 snprintf(ipath, sizeof ipath, "%s/%s", PH_ORACLE_DIR, img_name);
                 ph_image img;
                 ph_prep prep;
-                ph_err e = {{0}};
+                ph_err e = {0};
                 int rc = ph_image_load_file(ipath, NULL, &img, &e);
                 if (rc == 0) rc = ph_image_preprocess(&img, &pp, &prep, &e);
                 CHECKF(rc == 0, "%s: %s", ipath, e.msg);
@@ -371,7 +371,7 @@ static void test_oracle_grids(void) {
 
 static void test_preprocess_values(void) {
     ph_prep_params pp = {16, 2, 8, 4096, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
-    ph_err e = {{0}};
+    ph_err e = {0};
     ph_prep prep;
 
     /* White 1000x500 -> 992x512: the resized 992x496 sits between 8 black
@@ -440,7 +440,7 @@ static void test_ok_corpus(void) {
         uint8_t *want = read_ppm(ppm, &w, &h);
         CHECKF(want != NULL, "cannot read %s", ppm);
         ph_image img;
-        ph_err e = {{0}};
+        ph_err e = {0};
         int rc = ph_image_load_file(path, NULL, &img, &e);
         CHECKF(rc == 0, "%s", e.msg);
         if (rc == 0 && want) {
@@ -484,7 +484,7 @@ static void test_bad_corpus(void) {
         CHECKF(buf != NULL, "cannot read %s", path);
         if (!buf) continue;
         ph_image img = {0};
-        ph_err e = {{0}};
+        ph_err e = {0};
         double t0 = now_s();
         int rc = decode(buf, n, name, &img, &e);
         double dt = now_s() - t0;
@@ -777,7 +777,7 @@ static void test_limits(void) {
     ph_image_limits_default(&lim);
     CHECK(lim.max_file_bytes == 64u << 20 && lim.max_side == 16384 && lim.max_pixels == 64u << 20);
     ph_image img;
-    ph_err e = {{0}};
+    ph_err e = {0};
 
     lim.max_side = 199;
     CHECK(ph_image_decode(buf, n, &lim, "image 2", &img, &e) == -1 &&
@@ -813,7 +813,7 @@ static uint32_t rng(void) {
 /* Every outcome must be clean: a picture, or one labelled line. */
 static int damaged_ok(const uint8_t *d, size_t n, const ph_image_limits *lim, double *worst) {
     ph_image img;
-    ph_err e = {{0}};
+    ph_err e = {0};
     double t0 = now_s();
     int rc = ph_image_decode(d, n, lim, "damaged", &img, &e), ok;
     double dt = now_s() - t0;

@@ -45,7 +45,7 @@ static void print_ids(const char *label, const int32_t *ids, size_t n) {
 
 static ph_tokens tokenize(const ph_vocab *v, const char *s, size_t n, bool parse_special) {
     ph_tokens t = {0};
-    ph_err e = {{0}};
+    ph_err e = {0};
     CHECKF(ph_vocab_tokenize(v, s, n, parse_special, &t, &e) == 0, "%s", e.msg);
     return t;
 }
@@ -485,7 +485,7 @@ static gguf_file *synth_vocab(const char *path, const char *model, const char *p
     gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, (uint64_t)n);
     gguf_writer_set_arr(w, "tokenizer.ggml.merges", GGUF_STRING, merges, (uint64_t)n_merges);
     if (fim_pre >= 0) gguf_writer_set_u32(w, "tokenizer.ggml.fim_pre_token_id", (uint32_t)fim_pre);
-    ph_err e = {{0}};
+    ph_err e = {0};
     gguf_file *f = NULL;
     if (gguf_writer_write(w, path, NULL, NULL, &e) == 0) f = gguf_open(path, &e);
     CHECKF(f != NULL, "%s", e.msg);
@@ -499,7 +499,7 @@ static gguf_file *synth_vocab(const char *path, const char *model, const char *p
 static void test_synthetic(const char *dir) {
     char path[256];
     snprintf(path, sizeof path, "%s/synth.gguf", dir);
-    ph_err e = {{0}};
+    ph_err e = {0};
 
     /* Specials that overlap each other in many ways, of both kinds. */
     static const synth_tok specials[] = {
@@ -743,7 +743,7 @@ static void bench(const gguf_file *f, const ph_vocab *v) {
 int main(void) {
     test_unicode();
 
-    ph_err e = {{0}};
+    ph_err e = {0};
     gguf_file *f = gguf_open(VOCAB_GGUF, &e);
     CHECKF(f != NULL, "%s", e.msg);
     ph_vocab *v = f ? ph_vocab_load(f, &e) : NULL;

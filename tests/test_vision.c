@@ -23,7 +23,7 @@ static void check_picture(ph_vision *v, const char *model, const char *id, const
                           double *model_worst_norm, double *model_worst_val) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", PH_ORACLE_DIR, img_rel);
-    ph_err e = {{0}};
+    ph_err e = {0};
     ph_image_limits lim;
     ph_image_limits_default(&lim);
     ph_image img;
@@ -103,7 +103,7 @@ static void check_picture(ph_vision *v, const char *model, const char *id, const
 static void run_model(ph_pool *pool, const char *model) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/%s-mmproj.gguf", PH_ORACLE_DIR, model);
-    ph_err e = {{0}};
+    ph_err e = {0};
     ph_vision *v = ph_vision_load(path, pool, &e);
     CHECKF(v != NULL, "%s: %s", model, e.msg);
     if (!v) return;
@@ -221,7 +221,7 @@ static void check_malformed(ph_pool *pool) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECKF(write_variant(src, dst, &cases[i].v) == 0, "cannot write variant %zu", i);
-        ph_err e = {{0}};
+        ph_err e = {0};
         ph_vision *v = ph_vision_load(dst, pool, &e);
         CHECKF(v == NULL && strstr(e.msg, cases[i].expect), "variant %zu: expected \"%s\", got \"%s\"", i,
                cases[i].expect, v ? "(loaded)" : e.msg);
@@ -232,7 +232,7 @@ static void check_malformed(ph_pool *pool) {
 
     /* the LLM file is not an mmproj */
     snprintf(src, sizeof src, "%s/models/tiny-f16.gguf", PH_ORACLE_DIR);
-    ph_err e = {{0}};
+    ph_err e = {0};
     ph_vision *v = ph_vision_load(src, pool, &e);
     CHECKF(v == NULL && strstr(e.msg, "is not an mmproj"), "LLM as mmproj: %s", v ? "(loaded)" : e.msg);
     ph_vision_free(v);
@@ -242,7 +242,7 @@ static void check_malformed(ph_pool *pool) {
 static void check_bad_input(ph_pool *pool) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/tiny-f16-mmproj.gguf", PH_ORACLE_DIR);
-    ph_err e = {{0}};
+    ph_err e = {0};
     ph_vision *v = ph_vision_load(path, pool, &e);
     CHECKF(v != NULL, "%s", e.msg);
     if (!v) return;

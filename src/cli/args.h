@@ -19,5 +19,7 @@ int cmd_run(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 
 #endif

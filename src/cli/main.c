@@ -16,6 +16,7 @@ static void usage(FILE *out) {
             "  run -m LLM.gguf --raw TEXT   generate a continuation of a raw prompt (pictures:\n"
             "                               --mmproj MMPROJ.gguf --image FILE, <__image__> in TEXT)\n"
             "  chat -m LLM.gguf             chat interactively (/image PATH attaches a picture)\n"
+            "  serve -m LLM.gguf            serve the OpenAI and Anthropic APIs over HTTP\n"
             "  synth --shape tiny|2b ...    write a synthetic Qwen3-VL model (LLM + mmproj)\n"
             "  bench -m LLM.gguf            measure prefill and decode speed\n"
             "\n"
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

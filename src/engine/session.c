@@ -89,6 +89,11 @@ void ph_session_reset(ph_session *s) {
     s->next_pos = 0;
 }
 
+void session_truncate(ph_session *s, int32_t n_rows, int32_t next_pos) {
+    if (n_rows < s->n_rows) s->n_rows = n_rows < 0 ? 0 : n_rows;
+    s->next_pos = next_pos;
+}
+
 const float *ph_session_logits(const ph_session *s) { return s->logits; }
 
 int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *e) {

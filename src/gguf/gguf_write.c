@@ -6,7 +6,6 @@
  * The setters return nothing: the first error (bad argument, out of memory)
  * is remembered and reported by gguf_writer_write. */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_internal.h"
 
@@ -313,18 +313,6 @@ static int write_zeros(FILE *fp, uint64_t n) {
     return 0;
 }
 
-/* fsyncs the folder holding path, so the rename itself is durable. */
-static void sync_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(dir);
-    if (fd < 0) return;
-    fsync(fd); /* best effort: some filesystems refuse to sync folders */
-    close(fd);
-}
-
 int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx, ph_err *e) {
     uint32_t align;
     if (w->failed || writer_alignment(w, &align)) {
@@ -398,7 +386,7 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
         ph_err_set(e, "gguf: %s: cannot rename %s into place: %s", path, tmp, strerror(errno));
         goto fail;
     }
-    sync_dir(path);
+    ph_fsync_parent_dir(path); /* best effort: some filesystems refuse to sync folders */
     rc = 0;
     goto out;
 

@@ -49,6 +49,9 @@ typedef struct ph_prep {
     float *pixels;          /* planar: [3][h][w], normalized */
 } ph_prep;
 
+/* The encoder's input size for a w x h picture (no pixels needed); the
+ * merged grid is tw / (patch * merge) by th / (patch * merge). */
+void ph_prep_geometry(int w, int h, const ph_prep_params *p, int *tw, int *th);
 int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *out, ph_err *e);
 void ph_prep_free(ph_prep *p);
 

@@ -179,6 +179,12 @@ int ph_resize_bicubic(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, 
 
 /* ---- the whole preprocessing (F.1-F.4) --------------------------------- */
 
+void ph_prep_geometry(int w, int h, const ph_prep_params *p, int *tw, int *th) {
+    const int f = p->patch_size * p->n_merge;
+    const int64_t f2 = (int64_t)f * f;
+    ph_smart_resize(w, h, f, p->min_tokens * f2, p->max_tokens * f2, tw, th);
+}
+
 int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *out, ph_err *e) {
     memset(out, 0, sizeof *out);
     /* Bounds that keep every float -> int conversion of F.2 in range. */
@@ -194,9 +200,8 @@ int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *o
             return ph_err_set(e, "preprocess: bad mean/std for channel %d", c);
 
     const int f = p->patch_size * p->n_merge;
-    const int64_t f2 = (int64_t)f * f;
     int tw, th;
-    ph_smart_resize(img->w, img->h, f, p->min_tokens * f2, p->max_tokens * f2, &tw, &th);
+    ph_prep_geometry(img->w, img->h, p, &tw, &th);
     if (tw <= 0 || th <= 0 || (int64_t)tw * th > ((int64_t)1 << 28))
         return ph_err_set(e, "preprocess: the encoder size %dx%d is out of range", tw, th);
 

@@ -71,4 +71,8 @@ int llm_forward(ph_session *s, const int32_t *tokens, const float *embd, int64_t
 int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
                             ph_err *e);
 
+/* Keeps the first n_rows KV cells (the attention mask is the cell order, so
+ * later cells are simply overwritten) and sets the next position. */
+void session_truncate(ph_session *s, int32_t n_rows, int32_t next_pos);
+
 #endif

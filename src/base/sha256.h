@@ -1,0 +1,38 @@
+/* SHA-256 through libcrypto's EVP interface (SHA-NI accelerated where the
+ * CPU has it), and lowercase hex. Every identity in pinhole (DESIGN section
+ * 4) is one of these digests. */
+#ifndef PH_BASE_SHA256_H
+#define PH_BASE_SHA256_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PH_SHA256_LEN 32
+
+/* One-shot digest of n bytes. libcrypto fails here only when it cannot
+ * allocate a few hundred bytes; a digest that silently is not one would
+ * poison every cache keyed by it, so that failure aborts the process with a
+ * message instead of returning. */
+void ph_sha256(const void *p, size_t n, uint8_t out[PH_SHA256_LEN]);
+
+/* Incremental digest: init, any number of updates, then final (which also
+ * frees the context). A context abandoned half way must be given to
+ * ph_sha256_discard. */
+typedef struct ph_sha256_ctx {
+    void *md;   /* EVP_MD_CTX * */
+    int failed; /* an update failed: final reports it */
+} ph_sha256_ctx;
+
+/* Returns 0, or -1 if libcrypto cannot set up a context (out of memory). */
+int ph_sha256_init(ph_sha256_ctx *c);
+void ph_sha256_update(ph_sha256_ctx *c, const void *p, size_t n);
+/* Writes the digest and frees the context. Returns 0, or -1 if an update or
+ * the final step failed inside libcrypto (out is then zeroed). */
+int ph_sha256_final(ph_sha256_ctx *c, uint8_t out[PH_SHA256_LEN]);
+/* Frees a context without producing a digest; safe on a finalized one. */
+void ph_sha256_discard(ph_sha256_ctx *c);
+
+/* Lowercase hex of n bytes into out, which holds 2n + 1 chars (NUL-ended). */
+void ph_hex(const uint8_t *p, size_t n, char *out);
+
+#endif

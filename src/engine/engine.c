@@ -1,0 +1,530 @@
+/* The engine: a model, its encoder, one live sequence and the caches
+ * around it. Each turn is planned (DESIGN 6: what is reused from the live
+ * KV, what comes from the embedding cache, what is encoded and prefilled),
+ * then run: prefill, sample, stream. */
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/sha256.h"
+#include "base/timeutil.h"
+#include "state/file_id.h"
+
+void ph_engine_params_default(ph_engine_params *p) {
+    memset(p, 0, sizeof *p);
+    p->reuse = true;
+    p->image_cache_entries = 32;
+    p->image_cache_bytes = (size_t)128 << 20;
+}
+
+void ph_gen_params_default(ph_gen_params *g) {
+    memset(g, 0, sizeof *g);
+    g->sampler = ph_sampler_defaults();
+}
+
+static void progress(const ph_engine_params *p, const char *what, double f) {
+    if (p->progress) p->progress(p->progress_ud, what, f);
+}
+
+static int file_identity(const ph_engine_params *p, const char *path, uint8_t id[32], ph_err *err) {
+    char buf[4096];
+    const char *dir = p->id_cache_dir ? p->id_cache_dir : ph_default_cache_dir(buf, sizeof buf);
+    bool memo = false;
+    if (ph_file_id(path, dir, id, &memo, err)) return -1;
+    return 0;
+}
+
+ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
+    ph_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        ph_err_set(err, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&e->memo_lock, NULL);
+    e->reuse = p->reuse;
+    uint8_t enc_id[32];
+    progress(p, "identifying the model file", 0.0);
+    if (file_identity(p, p->model_path, e->model_id, err)) goto fail;
+    if (p->mmproj_path) {
+        progress(p, "identifying the vision file", 0.1);
+        if (file_identity(p, p->mmproj_path, enc_id, err)) goto fail;
+    }
+    progress(p, "loading the model", 0.2);
+    if (!(e->m = ph_model_load(p->model_path, p->n_threads, err))) goto fail;
+    if (p->mmproj_path) {
+        progress(p, "loading the vision encoder", 0.6);
+        if (e->m->hp.rope.mode != PH_ROPE_IMROPE) {
+            ph_err_set(err, "%s models do not take pictures", e->m->arch_name);
+            goto fail;
+        }
+        if (encoder_open(&e->enc, p->mmproj_path, e->m->pool, e->m->hp.n_embd_inp, p->vision_idle_s, enc_id, err))
+            goto fail;
+        e->has_vision = true;
+        if (p->image_min_tokens) e->enc.prep.min_tokens = p->image_min_tokens;
+        if (p->image_max_tokens) e->enc.prep.max_tokens = p->image_max_tokens;
+        if (e->enc.prep.min_tokens < 1 || e->enc.prep.max_tokens < e->enc.prep.min_tokens ||
+            e->enc.prep.max_tokens > 65536) {
+            ph_err_set(err, "picture token budget %d..%d is not usable", e->enc.prep.min_tokens,
+                       e->enc.prep.max_tokens);
+            goto fail;
+        }
+    }
+    progress(p, "allocating the context", 0.9);
+    if (!(e->s = ph_session_new(e->m, p->n_ctx, err))) goto fail;
+    if (seq_init(&e->live, ph_session_n_ctx(e->s), err)) goto fail;
+    memcpy(e->live.model_id, e->model_id, 32);
+    snprintf(e->format_tag, sizeof e->format_tag, "kv=f16;isa=%s;v1", ph_cpu_isa());
+    snprintf(e->live.format, sizeof e->live.format, "%s", e->format_tag);
+    e->fmt = chat_format_for(e->m);
+    if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
+        goto fail;
+    progress(p, "ready", 1.0);
+    return e;
+fail:
+    ph_engine_free(e);
+    return NULL;
+}
+
+void ph_engine_free(ph_engine *e) {
+    if (!e) return;
+    ph_embed_cache_free(e->cache);
+    seq_free(&e->live);
+    ph_session_free(e->s);
+    if (e->has_vision) encoder_close(&e->enc);
+    ph_model_free(e->m);
+    pthread_mutex_destroy(&e->memo_lock);
+    free(e);
+}
+
+const ph_model_info *ph_engine_model_info(const ph_engine *e) { return ph_model_get_info(e->m); }
+bool ph_engine_has_vision(const ph_engine *e) { return e->has_vision; }
+int32_t ph_engine_n_ctx(const ph_engine *e) { return ph_session_n_ctx(e->s); }
+
+size_t ph_engine_token_bytes(const ph_engine *e, int32_t id, char *out, size_t cap) {
+    int n = ph_token_bytes(e->m->vocab, id, out, cap);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
+    *st = e->st;
+    ph_embed_cache_stats cs;
+    ph_embed_cache_get_stats(e->cache, &cs);
+    st->image_cache_hits = cs.hits;
+    st->image_cache_misses = cs.misses;
+    st->image_cache_evictions = cs.evictions;
+    st->image_cache_entries = cs.entries;
+    st->image_cache_bytes = cs.bytes;
+    st->encoder_loads = e->enc.loads;
+    st->encoder_unloads = e->enc.unloads;
+    st->encoder_loaded = e->has_vision && e->enc.tower != NULL;
+}
+
+double ph_engine_tick(ph_engine *e) { return e->has_vision ? encoder_tick(&e->enc, ph_now_s()) : -1; }
+
+/* ---- planning ---------------------------------------------------------------- */
+
+typedef struct turn {
+    ph_engine *e;
+    ph_prompt prompt;
+    ph_image_in **pics;
+    seq_state want;            /* the request's stream as rows */
+    const ph_embed **embeds;   /* per picture item: its rows (referenced) */
+    int32_t *item_row;         /* per prompt item: its first row */
+} turn;
+
+static void turn_free(turn *t) {
+    if (t->embeds)
+        for (int32_t i = 0; i < t->prompt.n_pictures; i++)
+            if (t->embeds[i]) ph_embed_cache_release(t->e->cache, t->embeds[i]);
+    free(t->embeds);
+    free(t->item_row);
+    free(t->pics);
+    seq_free(&t->want);
+    ph_prompt_free(&t->prompt);
+}
+
+/* Lays the prompt stream out as rows with their positions. */
+static int build_want(turn *t, ph_err *err) {
+    ph_engine *e = t->e;
+    size_t rows = 0;
+    for (size_t i = 0; i < t->prompt.n; i++) {
+        const ph_prompt_item *it = &t->prompt.items[i];
+        if (!it->is_picture) {
+            rows += it->tokens.n;
+        } else {
+            int32_t gx, gy;
+            uint8_t key[32];
+            engine_embed_key(e, t->pics[it->picture], key, &gx, &gy);
+            rows += (size_t)gx * gy;
+        }
+    }
+    const int32_t n_ctx = ph_session_n_ctx(e->s);
+    if (rows + 1 > (size_t)n_ctx)
+        return ph_err_setc(err, PH_ERR_TOO_LONG,
+                           "the prompt is %zu tokens long but the context holds %d (and needs room for the answer)",
+                           rows, n_ctx);
+    if (seq_init(&t->want, (int32_t)rows, err)) return -1;
+    t->item_row = malloc((t->prompt.n + 1) * sizeof *t->item_row);
+    t->embeds = calloc((size_t)t->prompt.n_pictures + 1, sizeof *t->embeds);
+    if (!t->item_row || !t->embeds) return ph_err_set(err, "out of memory");
+    int32_t pos = 0;
+    for (size_t i = 0; i < t->prompt.n; i++) {
+        const ph_prompt_item *it = &t->prompt.items[i];
+        t->item_row[i] = t->want.n_rows;
+        if (!it->is_picture) {
+            for (size_t j = 0; j < it->tokens.n; j++)
+                if (seq_push_token(&t->want, it->tokens.ids[j], pos++, err)) return -1;
+            continue;
+        }
+        const ph_image_in *im = t->pics[it->picture];
+        seq_span sp = {0};
+        engine_embed_key(e, im, sp.embed_key, &sp.grid_x, &sp.grid_y);
+        memcpy(sp.image_id, im->image_id, 32);
+        sp.n_tokens = sp.grid_x * sp.grid_y;
+        sp.n_pos = sp.grid_x > sp.grid_y ? sp.grid_x : sp.grid_y;
+        if (seq_push_span(&t->want, &sp, pos, err)) return -1;
+        pos += sp.n_pos;
+    }
+    return 0;
+}
+
+/* The span of picture item k of the request. */
+static const seq_span *want_span(const turn *t, int32_t k) {
+    return &t->want.spans[k];
+}
+
+/* Maps the pictures to be prefilled through the embedding cache, then
+ * encodes the rest (each distinct picture once). */
+static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *err) {
+    ph_engine *e = t->e;
+    int32_t n = t->prompt.n_pictures;
+    bool *need = calloc((size_t)n + 1, 1);
+    if (!need) return ph_err_set(err, "out of memory");
+    int32_t missing = 0;
+    for (int32_t k = 0; k < n; k++) {
+        const seq_span *sp = want_span(t, k);
+        if (sp->start < keep) {
+            r->pics_from_kv++;
+            continue;
+        }
+        /* the same picture earlier in this request */
+        for (int32_t j = 0; j < k && !t->embeds[k]; j++)
+            if (t->embeds[j] && memcmp(want_span(t, j)->embed_key, sp->embed_key, 32) == 0) {
+                t->embeds[k] = t->embeds[j];
+                ph_embed_cache_retain(e->cache, t->embeds[k]);
+            }
+        if (!t->embeds[k]) t->embeds[k] = ph_embed_cache_get(e->cache, sp->embed_key);
+        if (t->embeds[k]) r->pics_from_cache++;
+        else need[k] = true, missing++;
+    }
+    int rc = 0;
+    if (missing) {
+        bool loaded = false;
+        rc = encoder_acquire(&e->enc, &loaded, err);
+        r->encoder_loaded = loaded;
+    }
+    for (int32_t k = 0; rc == 0 && k < n; k++) {
+        if (!need[k]) continue;
+        const seq_span *sp = want_span(t, k);
+        for (int32_t j = 0; j < k; j++) /* encoded a moment ago for an earlier item */
+            if (t->embeds[j] && memcmp(want_span(t, j)->embed_key, sp->embed_key, 32) == 0) {
+                t->embeds[k] = t->embeds[j];
+                ph_embed_cache_retain(e->cache, t->embeds[k]);
+                r->pics_from_cache++;
+                break;
+            }
+        if (t->embeds[k]) continue;
+        ph_image_in *im = t->pics[k];
+        ph_prep prep;
+        if ((rc = engine_image_pixels(im, err)) != 0) break;
+        if ((rc = ph_image_preprocess(&im->img, &e->enc.prep, &prep, err)) != 0) break;
+        const size_t nf = (size_t)prep.grid_x * prep.grid_y * (size_t)e->enc.out_width;
+        float *rows = malloc(nf * sizeof *rows);
+        if (!rows) {
+            ph_prep_free(&prep);
+            rc = ph_err_set(err, "out of memory for %s's rows", im->label);
+            break;
+        }
+        double t0 = ph_now_s();
+        rc = ph_vision_encode(e->enc.tower, &prep, rows, err);
+        r->encode_s += ph_now_s() - t0;
+        e->enc.last_used = ph_now_s();
+        bool geometry_ok = prep.grid_x == sp->grid_x && prep.grid_y == sp->grid_y;
+        ph_prep_free(&prep);
+        if (rc == 0 && !geometry_ok) rc = ph_err_set(err, "%s: the encoder's grid differs from the plan", im->label);
+        if (rc) {
+            free(rows);
+            break;
+        }
+        uint8_t cond[32];
+        ph_embed_rows_hash(rows, nf, cond);
+        rc = ph_embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond,
+                                &t->embeds[k], err);
+        if (rc) break;
+        r->pics_encoded++;
+        e->st.images_encoded++;
+    }
+    free(need);
+    return rc;
+}
+
+/* ---- generation ------------------------------------------------------------- */
+
+typedef struct gen {
+    ph_engine *e;
+    const ph_gen_params *g;
+    ph_gen_cb cb;
+    void *ud;
+    chat_splitter split;
+    char *pend;                /* released text not yet passed on (stop strings) */
+    size_t n_pend, cap_pend;
+    bool stopped;              /* a stop string was found */
+    int32_t stop_index;
+    bool cancelled;
+    ph_gen_event ev;           /* the current token's event (logprobs) */
+    bool ev_sent;
+} gen;
+
+static void on_piece(void *ud, ph_delta_kind kind, const char *text, size_t len) {
+    gen *g = ud;
+    if (g->cancelled) return;
+    ph_gen_event ev = g->ev;
+    if (g->ev_sent) { /* further pieces of the same token carry no token data */
+        ev.token = -1;
+        ev.n_top = 0;
+    }
+    ev.kind = kind;
+    ev.text = text;
+    ev.len = len;
+    g->ev_sent = true;
+    if (g->cb && g->cb(g->ud, &ev)) g->cancelled = true;
+}
+
+/* The longest suffix of s that is a proper prefix of a stop string. */
+static size_t stop_holdback(const gen *g, const char *s, size_t n) {
+    size_t best = 0;
+    for (size_t k = 0; k < g->g->n_stop; k++) {
+        const char *st = g->g->stop[k];
+        size_t sl = strlen(st);
+        for (size_t l = sl - 1 < n ? sl - 1 : n; l > best; l--)
+            if (memcmp(s + n - l, st, l) == 0) {
+                best = l;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Passes released text on, holding back what may be the start of a stop
+ * string and cutting at a whole one. */
+static int release(gen *g, const char *text, size_t len, bool final) {
+    if (g->g->n_stop == 0) {
+        chat_splitter_feed(&g->split, text, len, on_piece, g);
+        return 0;
+    }
+    if (g->n_pend + len + 1 > g->cap_pend) {
+        size_t cap = (g->n_pend + len + 1) * 2;
+        char *p = realloc(g->pend, cap);
+        if (!p) return -1;
+        g->pend = p;
+        g->cap_pend = cap;
+    }
+    memcpy(g->pend + g->n_pend, text, len);
+    g->n_pend += len;
+    size_t cut = g->n_pend;
+    for (size_t k = 0; k < g->g->n_stop; k++) {
+        const char *st = g->g->stop[k];
+        size_t sl = strlen(st);
+        if (!sl) continue;
+        char *hit = memmem(g->pend, g->n_pend, st, sl);
+        if (hit && (size_t)(hit - g->pend) < cut) {
+            cut = (size_t)(hit - g->pend);
+            g->stop_index = (int32_t)k;
+        }
+    }
+    if (cut < g->n_pend) {
+        g->stopped = true;
+        chat_splitter_feed(&g->split, g->pend, cut, on_piece, g);
+        g->n_pend = 0;
+        return 0;
+    }
+    size_t hold = final ? 0 : stop_holdback(g, g->pend, g->n_pend);
+    chat_splitter_feed(&g->split, g->pend, g->n_pend - hold, on_piece, g);
+    memmove(g->pend, g->pend + g->n_pend - hold, hold);
+    g->n_pend = hold;
+    return 0;
+}
+
+static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *ud, ph_turn_report *r, double t_start,
+                    ph_err *err) {
+    const int32_t n_vocab = e->m->hp.n_vocab;
+    ph_sampler *smp = ph_sampler_new(&gp->sampler);
+    if (!smp) return ph_err_set(err, "out of memory");
+    gen g = {.e = e, .g = gp, .cb = cb, .ud = ud, .stop_index = -1};
+    chat_splitter_init(&g.split, &e->fmt);
+    int32_t top_ids[20];
+    float top_vals[20];
+    const int32_t n_top = gp->top_logprobs < 0 ? 0 : gp->top_logprobs > 20 ? 20 : gp->top_logprobs;
+    ph_detok dt = {0};
+    const size_t piece_cap = 3 * (ph_vocab_max_token_len(e->m->vocab) + 3) + 1;
+    char *piece = malloc(piece_cap);
+    if (!piece) {
+        ph_sampler_free(smp);
+        return ph_err_set(err, "out of memory");
+    }
+    int rc = 0;
+    r->finish = PH_FINISH_LENGTH;
+    const int32_t n_ctx = ph_session_n_ctx(e->s);
+    double t_first = 0;
+    for (;;) {
+        if (gp->max_tokens > 0 && r->n_generated >= gp->max_tokens) break;
+        if (ph_session_n_rows(e->s) >= n_ctx) break;
+        const float *logits = ph_session_logits(e->s);
+        int32_t tok = ph_sampler_sample(smp, logits, n_vocab);
+        if (r->n_generated == 0) {
+            t_first = ph_now_s();
+            r->ttft_s = t_first - t_start;
+        }
+        if (ph_token_is_eog(e->m, tok)) {
+            r->finish = PH_FINISH_STOP;
+            break;
+        }
+        r->n_generated++;
+        double lse = ph_logits_lse(logits, n_vocab);
+        g.ev = (ph_gen_event){.token = tok, .logprob = (float)((double)logits[tok] - lse)};
+        if (n_top) {
+            ph_logits_top(logits, n_vocab, n_top, top_ids, top_vals);
+            for (int32_t i = 0; i < n_top; i++) top_vals[i] = (float)((double)top_vals[i] - lse);
+            g.ev.n_top = n_top;
+            g.ev.top_ids = top_ids;
+            g.ev.top_logprobs = top_vals;
+        }
+        g.ev_sent = false;
+        size_t n = ph_detok_token(&dt, e->m, tok, piece, piece_cap);
+        if (release(&g, piece, n, false)) {
+            rc = ph_err_set(err, "out of memory");
+            break;
+        }
+        if (!g.ev_sent && !g.cancelled) on_piece(&g, g.split.in_think ? PH_DELTA_REASONING : PH_DELTA_CONTENT, "", 0);
+        if (g.cancelled) {
+            r->finish = PH_FINISH_CANCELLED;
+            break;
+        }
+        if (g.stopped) {
+            r->finish = PH_FINISH_STOP;
+            break;
+        }
+        if (gp->max_tokens > 0 && r->n_generated >= gp->max_tokens) break; /* no need to evaluate it */
+        int32_t pos = ph_session_next_pos(e->s);
+        if ((rc = ph_session_eval_tokens(e->s, &tok, 1, err)) != 0) break;
+        if ((rc = seq_push_token(&e->live, tok, pos, err)) != 0) break;
+    }
+    if (rc == 0 && !g.cancelled && !g.stopped) {
+        size_t n = ph_detok_finish(&dt, piece, piece_cap);
+        g.ev = (ph_gen_event){.token = -1};
+        g.ev_sent = true;
+        if (release(&g, piece, n, true)) rc = ph_err_set(err, "out of memory");
+    }
+    if (rc == 0 && !g.cancelled) {
+        g.ev = (ph_gen_event){.token = -1};
+        g.ev_sent = true;
+        chat_splitter_finish(&g.split, on_piece, &g);
+        if (g.cancelled) r->finish = PH_FINISH_CANCELLED;
+    }
+    r->stop_index = g.stopped ? g.stop_index : -1;
+    r->decode_s = t_first > 0 ? ph_now_s() - t_first : 0;
+    e->st.tokens_generated += (uint64_t)r->n_generated;
+    free(g.pend);
+    free(piece);
+    ph_sampler_free(smp);
+    return rc;
+}
+
+/* ---- a turn -------------------------------------------------------------------- */
+
+/* Evaluates the request's rows from keep on, recording their provenance. */
+static int prefill(turn *t, int32_t keep, ph_err *err) {
+    ph_engine *e = t->e;
+    const seq_state *w = &t->want;
+    int32_t r = keep, span = 0;
+    while (span < w->n_spans && w->spans[span].start < keep) span++;
+    while (r < w->n_rows) {
+        if (w->tok[r] != SEQ_ROW_PICTURE) {
+            int32_t end = r;
+            while (end < w->n_rows && w->tok[end] != SEQ_ROW_PICTURE) end++;
+            int32_t pos = ph_session_next_pos(e->s);
+            if (ph_session_eval_tokens(e->s, w->tok + r, (size_t)(end - r), err)) return -1;
+            for (int32_t i = r; i < end; i++)
+                if (seq_push_token(&e->live, w->tok[i], pos + (i - r), err)) return -1;
+            r = end;
+            continue;
+        }
+        const seq_span *sp = &w->spans[span];
+        const ph_embed *em = t->embeds[span];
+        int32_t pos = ph_session_next_pos(e->s);
+        if (session_eval_image_rows(e->s, em->rows, sp->grid_x, sp->grid_y, sp->start + sp->n_tokens == w->n_rows,
+                                    err))
+            return -1;
+        seq_span rec = *sp;
+        memcpy(rec.cond_hash, em->cond_hash, 32);
+        rec.has_cond = true;
+        if (seq_push_span(&e->live, &rec, pos, err)) return -1;
+        r += sp->n_tokens;
+        span++;
+    }
+    return 0;
+}
+
+int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_gen_cb cb,
+                   void *ud, ph_turn_report *r, ph_err *err) {
+    memset(r, 0, sizeof *r);
+    const double t0 = ph_now_s();
+    turn t = {.e = e};
+    int rc = chat_format_render(&e->fmt, e->m, msgs, n_msgs, &t.prompt, &t.pics, err);
+    if (rc) return -1;
+    r->n_pictures = t.prompt.n_pictures;
+    if (t.prompt.n_pictures && !e->has_vision) {
+        rc = ph_err_setc(err, PH_ERR_NO_VISION,
+                         "this server has no vision encoder (start it with --mmproj) and cannot read pictures");
+        goto out;
+    }
+    if ((rc = build_want(&t, err)) != 0) goto out;
+    r->n_prompt = t.want.n_rows;
+
+    /* the plan: the common prefix with the live state, never all of it (the
+     * last prompt row is evaluated again for its logits) */
+    int32_t keep = e->reuse ? seq_common_prefix(&e->live, &t.want) : 0;
+    if (keep >= t.want.n_rows) keep = seq_back_off(&t.want, t.want.n_rows - 1);
+    /* a kept picture keeps the cond_hash it was evaluated with (DESIGN 6.2) */
+    for (int32_t i = 0; i < t.want.n_spans && t.want.spans[i].start < keep; i++) {
+        memcpy(t.want.spans[i].cond_hash, e->live.spans[i].cond_hash, 32);
+        t.want.spans[i].has_cond = e->live.spans[i].has_cond;
+    }
+    seq_truncate(&e->live, keep);
+    session_truncate(e->s, keep, seq_pos_at(&e->live, keep));
+    r->n_reused = keep;
+    r->n_prefilled = t.want.n_rows - keep;
+
+    if ((rc = resolve_pictures(&t, keep, r, err)) != 0) goto out;
+    const double t1 = ph_now_s();
+    if ((rc = prefill(&t, keep, err)) != 0) {
+        err->code = PH_ERR_INTERNAL;
+        goto reset;
+    }
+    r->prefill_s = ph_now_s() - t1;
+    e->st.prompt_tokens_reused += (uint64_t)r->n_reused;
+    e->st.prompt_tokens_prefilled += (uint64_t)r->n_prefilled;
+    if ((rc = generate(e, gp, cb, ud, r, t0, err)) != 0) goto reset;
+    goto out;
+reset:
+    /* the KV may hold part of this turn: forget it rather than keep state
+     * whose provenance is not exactly known */
+    seq_clear(&e->live);
+    ph_session_reset(e->s);
+out:
+    turn_free(&t);
+    return rc;
+}

@@ -1,0 +1,58 @@
+/* The engine's internals shared by its files (engine.c: lifecycle and
+ * turns; images.c: pictures as received, the bytes_id memo, embed keys). */
+#ifndef PH_ENGINE_ENGINE_H
+#define PH_ENGINE_ENGINE_H
+
+#include <pthread.h>
+
+#include "image/image.h"
+#include "model/llm.h"
+#include "pinhole.h"
+#include "state/embed_cache.h"
+#include "state/encoder.h"
+#include "state/seq_state.h"
+#include "text/chat_format.h"
+
+struct ph_image_in {
+    uint8_t bytes_id[32], image_id[32];
+    int w, h;
+    ph_image img;        /* decoded pixels (rgb NULL until needed) */
+    void *bytes;         /* the file as received, kept to decode later */
+    size_t len;
+    char label[32];
+};
+
+#define ENGINE_MEMO 256
+
+typedef struct image_memo_entry {
+    uint8_t bytes_id[32], image_id[32];
+    int w, h;
+    uint64_t used;
+} image_memo_entry;
+
+struct ph_engine {
+    ph_model *m;
+    ph_session *s;
+    seq_state live;          /* provenance of the session's KV */
+    ph_chat_format fmt;
+    uint8_t model_id[32];
+    bool has_vision;
+    ph_encoder enc;
+    ph_embed_cache *cache;
+    bool reuse;
+    char format_tag[64];
+    /* bytes_id -> image_id memo, shared by the HTTP threads */
+    pthread_mutex_t memo_lock;
+    image_memo_entry memo[ENGINE_MEMO];
+    uint64_t memo_clock;
+    ph_engine_stats st;
+};
+
+/* The embed_key of a picture of w x h with this encoder (DESIGN 4), and
+ * its merged grid. */
+void engine_embed_key(const ph_engine *e, const ph_image_in *im, uint8_t key[32], int32_t *grid_x,
+                      int32_t *grid_y);
+/* Decodes the picture's pixels if only its bytes are held. */
+int engine_image_pixels(ph_image_in *im, ph_err *err);
+
+#endif

@@ -1,0 +1,130 @@
+/* Pictures as received (ph_engine_image): fingerprinted in the caller's
+ * thread; bytes seen before are recognised by bytes_id and not decoded
+ * again until their pixels are actually needed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/sha256.h"
+#include "engine/engine.h"
+
+static image_memo_entry *memo_find(ph_engine *e, const uint8_t bytes_id[32]) {
+    for (int i = 0; i < ENGINE_MEMO; i++)
+        if (e->memo[i].used && memcmp(e->memo[i].bytes_id, bytes_id, 32) == 0) return &e->memo[i];
+    return NULL;
+}
+
+static void memo_put(ph_engine *e, const ph_image_in *im) {
+    image_memo_entry *slot = &e->memo[0];
+    for (int i = 0; i < ENGINE_MEMO; i++) {
+        if (!e->memo[i].used) {
+            slot = &e->memo[i];
+            break;
+        }
+        if (e->memo[i].used < slot->used) slot = &e->memo[i];
+    }
+    memcpy(slot->bytes_id, im->bytes_id, 32);
+    memcpy(slot->image_id, im->image_id, 32);
+    slot->w = im->w;
+    slot->h = im->h;
+    slot->used = ++e->memo_clock;
+}
+
+ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const char *label, ph_err *err) {
+    ph_image_in *im = calloc(1, sizeof *im);
+    if (!im) {
+        ph_err_set(err, "out of memory");
+        return NULL;
+    }
+    snprintf(im->label, sizeof im->label, "%s", label ? label : "picture");
+    ph_sha256(data, len, im->bytes_id);
+    pthread_mutex_lock(&e->memo_lock);
+    image_memo_entry *hit = memo_find(e, im->bytes_id);
+    if (hit) {
+        memcpy(im->image_id, hit->image_id, 32);
+        im->w = hit->w;
+        im->h = hit->h;
+        hit->used = ++e->memo_clock;
+    }
+    pthread_mutex_unlock(&e->memo_lock);
+    if (hit) { /* keep the bytes: the pixels are decoded only if it must be encoded */
+        im->bytes = malloc(len ? len : 1);
+        if (!im->bytes) {
+            free(im);
+            ph_err_set(err, "out of memory");
+            return NULL;
+        }
+        memcpy(im->bytes, data, len);
+        im->len = len;
+        return im;
+    }
+    ph_image_limits lim;
+    ph_image_limits_default(&lim);
+    if (ph_image_decode(data, len, &lim, im->label, &im->img, err)) {
+        err->code = PH_ERR_INPUT;
+        free(im);
+        return NULL;
+    }
+    memcpy(im->image_id, im->img.image_id, 32);
+    im->w = im->img.w;
+    im->h = im->img.h;
+    pthread_mutex_lock(&e->memo_lock);
+    memo_put(e, im);
+    pthread_mutex_unlock(&e->memo_lock);
+    return im;
+}
+
+void ph_image_in_free(ph_image_in *im) {
+    if (!im) return;
+    ph_image_free(&im->img);
+    free(im->bytes);
+    free(im);
+}
+
+int engine_image_pixels(ph_image_in *im, ph_err *err) {
+    if (im->img.rgb) return 0;
+    ph_image_limits lim;
+    ph_image_limits_default(&lim);
+    if (ph_image_decode(im->bytes, im->len, &lim, im->label, &im->img, err)) return -1;
+    if (memcmp(im->img.image_id, im->image_id, 32) != 0) /* cannot happen: same bytes, same pixels */
+        return ph_err_set(err, "%s: decoded to other pixels than before", im->label);
+    return 0;
+}
+
+/* The version of the preprocessing and encoder kernels: bump it when a
+ * change alters the rows an encoder produces. */
+#define EMBED_KEY_VERSION "pinhole-embed-1"
+
+typedef struct prep_key {
+    int32_t w, h, tw, th, patch, merge, min_tokens, max_tokens;
+    float mean[3], std[3];
+} prep_key;
+
+void engine_embed_key(const ph_engine *e, const ph_image_in *im, uint8_t key[32], int32_t *grid_x,
+                      int32_t *grid_y) {
+    const ph_prep_params *p = &e->enc.prep;
+    int tw, th;
+    ph_prep_geometry(im->w, im->h, p, &tw, &th);
+    const int f = p->patch_size * p->n_merge;
+    *grid_x = tw / f;
+    *grid_y = th / f;
+    /* everything that decides the rows: the encoder file, the pixels, the
+     * preprocessing (target size, letterbox, resampler, mean/std, budget)
+     * and the kernel set */
+    const prep_key prep = {im->w, im->h, tw, th, p->patch_size, p->n_merge, p->min_tokens, p->max_tokens,
+              {p->mean[0], p->mean[1], p->mean[2]}, {p->std[0], p->std[1], p->std[2]}};
+    struct {
+        char version[32];
+        uint8_t encoder_id[32], image_id[32];
+        prep_key prep;
+        char resampler[48];
+        char isa[16];
+    } in;
+    memset(&in, 0, sizeof in);
+    snprintf(in.version, sizeof in.version, "%s", EMBED_KEY_VERSION);
+    memcpy(in.encoder_id, e->enc.encoder_id, 32);
+    memcpy(in.image_id, im->image_id, 32);
+    in.prep = prep;
+    snprintf(in.resampler, sizeof in.resampler, "%s", "bicubic-pillow/letterbox-center-black");
+    snprintf(in.isa, sizeof in.isa, "%s", ph_cpu_isa());
+    ph_sha256(&in, sizeof in, key);
+}

@@ -1,0 +1,112 @@
+/* What the HTTP layer and the API adapters share: a job (one request on
+ * its way through the worker), output buffers, and the adapter table. */
+#ifndef PH_SERVER_API_H
+#define PH_SERVER_API_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pinhole.h"
+
+typedef struct strbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} strbuf;
+
+void sb_put(strbuf *b, const char *s, size_t n);
+void sb_free(strbuf *b);
+
+typedef struct srv srv;
+typedef struct job job;
+
+typedef struct api_kind {
+    const char *endpoint;  /* metrics label: chat_completions, responses, messages */
+    bool anthropic;        /* error shape */
+    /* Fills the job from j->root; on failure err says why (code PH_ERR_INPUT). */
+    int (*parse)(job *j, ph_err *err);
+    /* Streaming: the opening events, one per generated piece, the closing
+     * events, and an error after the stream began. */
+    void (*stream_start)(job *j);
+    void (*stream_event)(job *j, const ph_gen_event *ev);
+    void (*stream_end)(job *j);
+    void (*stream_error)(job *j, const char *msg);
+    /* Not streamed: called for each generated piece (may be NULL). */
+    void (*collect)(job *j, const ph_gen_event *ev);
+    /* The whole answer (not streamed). */
+    json_t *(*result)(job *j);
+} api_kind;
+
+extern const api_kind api_openai_chat, api_openai_responses, api_anthropic_messages;
+
+struct job {
+    srv *s;
+    const api_kind *api;
+    json_t *root;                 /* the request body; message texts point into it */
+    const char *model_name;
+    /* the conversation */
+    ph_chat_msg *msgs;
+    size_t n_msgs, cap_msgs;
+    ph_chat_part *parts;
+    size_t n_parts, cap_parts;
+    size_t *msg_first;            /* first part of each message */
+    ph_image_in **images;
+    size_t n_images, cap_images;
+    int max_images;
+    ph_gen_params gen;
+    const char **stop;
+    bool stream, include_usage, logprobs;
+    char id[40], item_id[40];
+    int64_t created;
+    /* the answer (written by the worker) */
+    strbuf content, reasoning;
+    json_t *lp;                   /* logprobs entries (chat completions) */
+    ph_turn_report rep;
+    ph_err err;
+    bool failed;
+    /* adapter streaming state */
+    int seq;                      /* responses: sequence_number */
+    int n_blocks;                 /* blocks/items opened so far */
+    int open_kind;                /* -1 none, else ph_delta_kind of the open block */
+    /* the channel between worker and HTTP thread */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    strbuf out;                   /* stream bytes not yet sent */
+    bool done, cancelled;
+    int refs;
+    double t_queued;
+};
+
+/* Appends stream bytes (worker side) and wakes the HTTP thread. */
+void job_emit(job *j, const char *s, size_t n);
+/* An SSE event: "event: NAME\n" (if name) and "data: JSON\n\n". Steals v. */
+void job_sse(job *j, const char *name, json_t *v);
+
+/* Building the conversation (parsers). */
+int job_begin_msg(job *j, ph_role role, ph_err *err);
+int job_add_text(job *j, const char *text, size_t len, ph_err *err);
+/* A picture given as a URL string: only data: URIs are accepted. */
+int job_add_image_url(job *j, const char *url, ph_err *err);
+/* A picture given as base64 (Anthropic's source). */
+int job_add_image_b64(job *j, const char *media_type, const char *b64, ph_err *err);
+int job_finish_msgs(job *j, ph_err *err);
+/* The stop strings: a string or an array of strings (or null). */
+int job_set_stop(job *j, json_t *v, const char *field, ph_err *err);
+/* Reads common fields with type and range checks. absent: leaves *out. */
+int get_number(json_t *root, const char *key, double lo, double hi, double *out, ph_err *err);
+int get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out, ph_err *err);
+int get_bool(json_t *root, const char *key, bool *out, ph_err *err);
+
+/* A JSON string of n bytes; invalid UTF-8 becomes U+FFFD. */
+json_t *json_text(const char *s, size_t n);
+
+/* Error bodies in each API's shape. */
+json_t *openai_error_body(int status, const char *msg);
+json_t *anthropic_error_body(int status, const char *msg);
+int status_for(const ph_err *err);
+
+void make_id(char *out, size_t cap, const char *prefix);
+
+#endif

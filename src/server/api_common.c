@@ -1,0 +1,335 @@
+/* Helpers the API adapters share: buffers, SSE, building the conversation
+ * from request fields, pictures from data: URIs, checked field readers and
+ * error bodies. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "server/api.h"
+#include "server/server_internal.h"
+
+void sb_put(strbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+void sb_free(strbuf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+void job_emit(job *j, const char *s, size_t n) {
+    pthread_mutex_lock(&j->mu);
+    sb_put(&j->out, s, n);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void job_sse(job *j, const char *name, json_t *v) {
+    char *js = json_dumps(v, JSON_COMPACT);
+    json_decref(v);
+    if (!js) return;
+    strbuf b = {0};
+    if (name) {
+        sb_put(&b, "event: ", 7);
+        sb_put(&b, name, strlen(name));
+        sb_put(&b, "\n", 1);
+    }
+    sb_put(&b, "data: ", 6);
+    sb_put(&b, js, strlen(js));
+    sb_put(&b, "\n\n", 2);
+    free(js);
+    if (!b.oom) job_emit(j, b.p, b.n);
+    sb_free(&b);
+}
+
+/* ---- the conversation ------------------------------------------------------ */
+
+static int grow(void **arr, size_t *cap, size_t need, size_t el) {
+    if (need <= *cap) return 0;
+    size_t cap2 = *cap ? *cap * 2 : 8;
+    while (cap2 < need) cap2 *= 2;
+    void *p = realloc(*arr, cap2 * el);
+    if (!p) return -1;
+    *arr = p;
+    *cap = cap2;
+    return 0;
+}
+
+int job_begin_msg(job *j, ph_role role, ph_err *err) {
+    size_t cap = j->cap_msgs;
+    if (grow((void **)&j->msgs, &j->cap_msgs, j->n_msgs + 1, sizeof *j->msgs) ||
+        grow((void **)&j->msg_first, &cap, j->n_msgs + 1, sizeof *j->msg_first))
+        return ph_err_set(err, "out of memory");
+    j->msgs[j->n_msgs] = (ph_chat_msg){.role = role};
+    j->msg_first[j->n_msgs] = j->n_parts;
+    j->n_msgs++;
+    return 0;
+}
+
+static ph_chat_part *new_part(job *j, ph_err *err) {
+    if (!j->n_msgs) {
+        ph_err_set(err, "internal: a part outside a message");
+        return NULL;
+    }
+    if (grow((void **)&j->parts, &j->cap_parts, j->n_parts + 1, sizeof *j->parts)) {
+        ph_err_set(err, "out of memory");
+        return NULL;
+    }
+    ph_chat_part *p = &j->parts[j->n_parts++];
+    memset(p, 0, sizeof *p);
+    return p;
+}
+
+int job_add_text(job *j, const char *text, size_t len, ph_err *err) {
+    ph_chat_part *p = new_part(j, err);
+    if (!p) return -1;
+    p->text = text;
+    p->len = len;
+    return 0;
+}
+
+static int add_image_bytes(job *j, void *bytes, size_t len, ph_err *err) {
+    if ((int)j->n_images >= j->max_images) {
+        free(bytes);
+        return ph_err_setc(err, PH_ERR_INPUT, "too many pictures: at most %d per request (--max-images)",
+                           j->max_images);
+    }
+    if (grow((void **)&j->images, &j->cap_images, j->n_images + 1, sizeof *j->images)) {
+        free(bytes);
+        return ph_err_set(err, "out of memory");
+    }
+    char label[32];
+    snprintf(label, sizeof label, "picture %zu", j->n_images + 1);
+    ph_image_in *im = srv_decode_image(j->s, bytes, len, label, err);
+    free(bytes);
+    if (!im) return -1;
+    j->images[j->n_images++] = im;
+    ph_chat_part *p = new_part(j, err);
+    if (!p) return -1;
+    p->image = im;
+    return 0;
+}
+
+static int b64_val(unsigned char c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+' || c == '-') return 62;
+    if (c == '/' || c == '_') return 63;
+    return -1;
+}
+
+/* Decodes base64 (standard or URL alphabet, padding optional, whitespace
+ * ignored). */
+static int b64_decode(const char *s, size_t n, void **out, size_t *out_len, ph_err *err) {
+    unsigned char *o = malloc(n / 4 * 3 + 3);
+    if (!o) return ph_err_set(err, "out of memory");
+    size_t k = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t i = 0;
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+        if (c == '=') break;
+        int v = b64_val(c);
+        if (v < 0) {
+            free(o);
+            return ph_err_setc(err, PH_ERR_INPUT, "the picture's base64 data has an invalid character at %zu", i);
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            o[k++] = (unsigned char)(acc >> bits);
+        }
+    }
+    for (; i < n; i++)
+        if (s[i] != '=' && s[i] != ' ' && s[i] != '\n' && s[i] != '\r') {
+            free(o);
+            return ph_err_setc(err, PH_ERR_INPUT, "the picture's base64 data continues after its padding");
+        }
+    *out = o;
+    *out_len = k;
+    return 0;
+}
+
+int job_add_image_url(job *j, const char *url, ph_err *err) {
+    if (strncmp(url, "data:", 5) != 0) {
+        char shown[64];
+        snprintf(shown, sizeof shown, "%.48s%s", url, strlen(url) > 48 ? "..." : "");
+        return ph_err_setc(err, PH_ERR_INPUT,
+                           "picture '%s' is not a data: URI; only data: URIs are accepted (this server does not "
+                           "fetch URLs or read files)",
+                           shown);
+    }
+    const char *comma = strchr(url, ',');
+    if (!comma) return ph_err_setc(err, PH_ERR_INPUT, "the picture's data: URI has no ',' before its data");
+    size_t meta = (size_t)(comma - url);
+    if (meta < 12 || memcmp(comma - 7, ";base64", 7) != 0)
+        return ph_err_setc(err, PH_ERR_INPUT, "the picture's data: URI must be base64 (data:image/png;base64,...)");
+    void *bytes;
+    size_t len;
+    if (b64_decode(comma + 1, strlen(comma + 1), &bytes, &len, err)) return -1;
+    return add_image_bytes(j, bytes, len, err);
+}
+
+int job_add_image_b64(job *j, const char *media_type, const char *b64, ph_err *err) {
+    static const char *const ok[] = {"image/png", "image/jpeg", "image/webp", "image/gif"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) known |= media_type && !strcmp(media_type, ok[i]);
+    if (!known)
+        return ph_err_setc(err, PH_ERR_INPUT, "image media_type '%s' is not one of image/png, image/jpeg, "
+                                              "image/webp, image/gif", media_type ? media_type : "");
+    void *bytes;
+    size_t len;
+    if (b64_decode(b64, strlen(b64), &bytes, &len, err)) return -1;
+    return add_image_bytes(j, bytes, len, err);
+}
+
+int job_finish_msgs(job *j, ph_err *err) {
+    if (j->n_msgs == 0) return ph_err_setc(err, PH_ERR_INPUT, "the request has no messages");
+    for (size_t i = 0; i < j->n_msgs; i++) {
+        size_t end = i + 1 < j->n_msgs ? j->msg_first[i + 1] : j->n_parts;
+        j->msgs[i].parts = j->parts + j->msg_first[i];
+        j->msgs[i].n_parts = end - j->msg_first[i];
+    }
+    return 0;
+}
+
+int job_set_stop(job *j, json_t *v, const char *field, ph_err *err) {
+    if (!v || json_is_null(v)) return 0;
+    size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : (size_t)-1;
+    if (n == (size_t)-1) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be a string or an array of strings", field);
+    if (n > 16) return ph_err_setc(err, PH_ERR_INPUT, "'%s' has %zu entries; at most 16", field, n);
+    j->stop = calloc(n + 1, sizeof *j->stop);
+    if (!j->stop) return ph_err_set(err, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+        if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > 256)
+            return ph_err_setc(err, PH_ERR_INPUT, "'%s' entries must be non-empty strings of at most 256 bytes",
+                               field);
+        j->stop[i] = json_string_value(s);
+    }
+    j->gen.stop = j->stop;
+    j->gen.n_stop = n;
+    return 0;
+}
+
+int get_number(json_t *root, const char *key, double lo, double hi, double *out, ph_err *err) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be between %g and %g", key, lo, hi);
+    *out = d;
+    return 0;
+}
+
+int get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out, ph_err *err) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be an integer", key);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be between %lld and %lld", key, (long long)lo, (long long)hi);
+    *out = x;
+    return 0;
+}
+
+int get_bool(json_t *root, const char *key, bool *out, ph_err *err) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be true or false", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+json_t *json_text(const char *s, size_t n) {
+    json_t *v = json_stringn(s, n);
+    if (v) return v;
+    strbuf b = {0};
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        json_t *ok = len && i + len <= n ? json_stringn(s + i, len) : NULL;
+        if (ok) {
+            sb_put(&b, s + i, len);
+            json_decref(ok);
+            i += len;
+        } else {
+            sb_put(&b, "\xEF\xBF\xBD", 3);
+            i++;
+        }
+    }
+    v = json_stringn(b.p ? b.p : "", b.n);
+    sb_free(&b);
+    return v ? v : json_string("");
+}
+
+/* ---- errors ----------------------------------------------------------------- */
+
+int status_for(const ph_err *err) {
+    switch (err->code) {
+    case PH_ERR_INPUT:
+    case PH_ERR_TOO_LONG:
+    case PH_ERR_NO_VISION: return 400;
+    default: return 500;
+    }
+}
+
+static const char *openai_type(int status) {
+    switch (status) {
+    case 400: case 404: case 405: case 413: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 503: return "server_error";
+    default: return "server_error";
+    }
+}
+
+json_t *openai_error_body(int status, const char *msg) {
+    return json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type", openai_type(status), "param", "code");
+}
+
+json_t *anthropic_error_body(int status, const char *msg) {
+    const char *type = status == 400 ? "invalid_request_error"
+                       : status == 401 ? "authentication_error"
+                       : status == 404 ? "not_found_error"
+                       : status == 413 ? "request_too_large"
+                       : status == 503 ? "overloaded_error"
+                                       : "api_error";
+    return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg);
+}
+
+void make_id(char *out, size_t cap, const char *prefix) {
+    static const char hex[] = "0123456789abcdef";
+    uint8_t r[12];
+    FILE *f = fopen("/dev/urandom", "rb");
+    size_t got = f ? fread(r, 1, sizeof r, f) : 0;
+    if (f) fclose(f);
+    for (size_t i = got; i < sizeof r; i++) r[i] = (uint8_t)(rand() ^ (int)time(NULL));
+    char tail[25];
+    for (size_t i = 0; i < sizeof r; i++) {
+        tail[2 * i] = hex[r[i] >> 4];
+        tail[2 * i + 1] = hex[r[i] & 15];
+    }
+    tail[24] = '\0';
+    snprintf(out, cap, "%s%s", prefix, tail);
+}

@@ -1,0 +1,108 @@
+#include "server/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const double ttft_le[METRICS_N_BUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+
+void metrics_init(metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+}
+
+void metrics_free(metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void metrics_request(metrics *m, const char *endpoint, int status) {
+    pthread_mutex_lock(&m->mu);
+    int i = 0;
+    while (i < m->n_req && !(m->req[i].status == status && !strcmp(m->req[i].endpoint, endpoint))) i++;
+    if (i == m->n_req && m->n_req < METRICS_MAX_SERIES) {
+        m->req[i].endpoint = endpoint;
+        m->req[i].status = status;
+        m->req[i].n = 0;
+        m->n_req++;
+    }
+    if (i < m->n_req) m->req[i].n++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_turn(metrics *m, const ph_turn_report *r) {
+    pthread_mutex_lock(&m->mu);
+    m->prompt_tokens += (uint64_t)r->n_prompt;
+    m->generated_tokens += (uint64_t)r->n_generated;
+    if (r->n_generated > 0 || r->ttft_s > 0) {
+        for (int b = 0; b < METRICS_N_BUCKETS; b++)
+            if (r->ttft_s <= ttft_le[b]) m->ttft_bucket[b]++;
+        m->ttft_sum += r->ttft_s;
+        m->ttft_count++;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_queue(metrics *m, int64_t len) {
+    pthread_mutex_lock(&m->mu);
+    m->queue = len;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_cancelled(metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->cancelled++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void counter(FILE *f, const char *name, const char *help, uint64_t v) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+char *metrics_render(metrics *m, const ph_engine_stats *st) {
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) return NULL;
+    pthread_mutex_lock(&m->mu);
+    fprintf(f, "# HELP pinhole_requests_total HTTP requests by endpoint and status.\n"
+               "# TYPE pinhole_requests_total counter\n");
+    for (int i = 0; i < m->n_req; i++)
+        fprintf(f, "pinhole_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->req[i].endpoint, m->req[i].status,
+                (unsigned long long)m->req[i].n);
+    counter(f, "pinhole_prompt_tokens_total", "Prompt tokens (text and picture rows) of finished turns.",
+            m->prompt_tokens);
+    counter(f, "pinhole_generated_tokens_total", "Tokens generated.", m->generated_tokens);
+    counter(f, "pinhole_requests_cancelled_total", "Requests stopped because the client went away.", m->cancelled);
+    fprintf(f, "# HELP pinhole_queue_length Requests waiting for the inference worker.\n"
+               "# TYPE pinhole_queue_length gauge\npinhole_queue_length %lld\n",
+            (long long)m->queue);
+    fprintf(f, "# HELP pinhole_time_to_first_token_seconds From the start of a turn to its first token.\n"
+               "# TYPE pinhole_time_to_first_token_seconds histogram\n");
+    for (int b = 0; b < METRICS_N_BUCKETS; b++)
+        fprintf(f, "pinhole_time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", ttft_le[b],
+                (unsigned long long)m->ttft_bucket[b]);
+    fprintf(f, "pinhole_time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m->ttft_count);
+    fprintf(f, "pinhole_time_to_first_token_seconds_sum %.6f\npinhole_time_to_first_token_seconds_count %llu\n",
+            m->ttft_sum, (unsigned long long)m->ttft_count);
+    pthread_mutex_unlock(&m->mu);
+    counter(f, "pinhole_prompt_tokens_reused_total", "Prompt rows kept from the live state.", st->prompt_tokens_reused);
+    counter(f, "pinhole_prompt_tokens_prefilled_total", "Prompt rows evaluated.", st->prompt_tokens_prefilled);
+    counter(f, "pinhole_image_cache_hits_total", "Picture embeddings found in the cache.", st->image_cache_hits);
+    counter(f, "pinhole_image_cache_misses_total", "Picture embeddings not in the cache.", st->image_cache_misses);
+    counter(f, "pinhole_image_cache_evictions_total", "Embeddings evicted from the cache.", st->image_cache_evictions);
+    counter(f, "pinhole_images_encoded_total", "Pictures run through the vision encoder.", st->images_encoded);
+    counter(f, "pinhole_encoder_loads_total", "Times the vision encoder was loaded on demand.", st->encoder_loads);
+    counter(f, "pinhole_encoder_unloads_total", "Times the idle vision encoder was released.", st->encoder_unloads);
+    fprintf(f, "# HELP pinhole_image_cache_entries Embeddings held in memory.\n# TYPE pinhole_image_cache_entries "
+               "gauge\npinhole_image_cache_entries %llu\n",
+            (unsigned long long)st->image_cache_entries);
+    fprintf(f, "# HELP pinhole_image_cache_bytes Bytes of embeddings held in memory.\n# TYPE pinhole_image_cache_bytes "
+               "gauge\npinhole_image_cache_bytes %llu\n",
+            (unsigned long long)st->image_cache_bytes);
+    fprintf(f, "# HELP pinhole_encoder_loaded Whether the vision encoder is in memory.\n# TYPE pinhole_encoder_loaded "
+               "gauge\npinhole_encoder_loaded %d\n",
+            st->encoder_loaded ? 1 : 0);
+    if (fclose(f) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}

@@ -1,0 +1,554 @@
+/* The HTTP server: libmicrohttpd with a thread per connection. Each
+ * connection thread reads and checks its request (size, key, JSON, fields,
+ * pictures decoded and fingerprinted) and queues a job; one inference worker
+ * runs the jobs in arrival order and writes their answers (SSE or a JSON
+ * body) back through the job. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/timeutil.h"
+#include "server/metrics.h"
+#include "server/server_internal.h"
+
+struct srv {
+    ph_engine *e;
+    srv_config cfg;
+    struct MHD_Daemon *d;
+    metrics met;
+    /* the queue */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job **q;
+    size_t q_head, q_len, q_cap;
+    job *running;
+    bool stopping;
+    ph_engine_stats snap;      /* the engine's counters, as of the last job or tick */
+    pthread_t worker;
+};
+
+ph_engine *srv_engine(srv *s) { return s->e; }
+
+ph_image_in *srv_decode_image(srv *s, const void *data, size_t len, const char *label, ph_err *err) {
+    return ph_engine_image(s->e, data, len, label, err);
+}
+
+/* ---- jobs ---------------------------------------------------------------------- */
+
+static job *job_new(srv *s, const api_kind *api, json_t *root) {
+    job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->s = s;
+    j->api = api;
+    j->root = root;
+    j->model_name = s->cfg.model_name;
+    j->max_images = s->cfg.max_images;
+    j->created = (int64_t)time(NULL);
+    j->open_kind = -1;
+    j->refs = 1;
+    ph_gen_params_default(&j->gen);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    return j;
+}
+
+static void job_unref(job *j) {
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left) return;
+    for (size_t i = 0; i < j->n_images; i++) ph_image_in_free(j->images[i]);
+    free(j->images);
+    free(j->msgs);
+    free(j->msg_first);
+    free(j->parts);
+    free(j->stop);
+    sb_free(&j->content);
+    sb_free(&j->reasoning);
+    sb_free(&j->out);
+    json_decref(j->lp);
+    json_decref(j->root);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+static void job_finish(job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static bool job_cancelled(job *j) {
+    pthread_mutex_lock(&j->mu);
+    bool c = j->cancelled;
+    pthread_mutex_unlock(&j->mu);
+    return c;
+}
+
+/* Queues a job; fails when the server is stopping. */
+static int enqueue(srv *s, job *j) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    if (s->q_len == s->q_cap) {
+        size_t cap = s->q_cap ? s->q_cap * 2 : 16;
+        job **q = malloc(cap * sizeof *q);
+        if (!q) {
+            pthread_mutex_unlock(&s->mu);
+            return -1;
+        }
+        for (size_t i = 0; i < s->q_len; i++) q[i] = s->q[(s->q_head + i) % s->q_cap];
+        free(s->q);
+        s->q = q;
+        s->q_head = 0;
+        s->q_cap = cap;
+    }
+    s->q[(s->q_head + s->q_len) % s->q_cap] = j;
+    s->q_len++;
+    j->refs++; /* the queue's reference (no other thread sees j yet) */
+    j->t_queued = ph_now_s();
+    metrics_queue(&s->met, (int64_t)s->q_len);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* ---- the worker ----------------------------------------------------------------- */
+
+static void start_stream(job *j, bool *started) {
+    if (!*started && j->stream) j->api->stream_start(j);
+    *started = true;
+}
+
+typedef struct run_ctx {
+    job *j;
+    bool started;
+} run_ctx;
+
+static int on_gen(void *ud, const ph_gen_event *ev) {
+    run_ctx *c = ud;
+    job *j = c->j;
+    if (ev->len) sb_put(ev->kind == PH_DELTA_REASONING ? &j->reasoning : &j->content, ev->text, ev->len);
+    if (j->stream) {
+        start_stream(j, &c->started);
+        j->api->stream_event(j, ev);
+    } else if (j->api->collect && ev->token >= 0) {
+        j->api->collect(j, ev);
+    }
+    return job_cancelled(j);
+}
+
+static void run_job(srv *s, job *j) {
+    run_ctx c = {.j = j};
+    const double t0 = ph_now_s();
+    int rc = ph_engine_chat(s->e, j->msgs, j->n_msgs, &j->gen, on_gen, &c, &j->rep, &j->err);
+    if (rc) {
+        j->failed = true;
+        if (j->stream && c.started) j->api->stream_error(j, j->err.msg);
+    } else if (j->stream) {
+        start_stream(j, &c.started);
+        if (j->rep.finish != PH_FINISH_CANCELLED) j->api->stream_end(j);
+    }
+    const ph_turn_report *r = &j->rep;
+    if (!rc) metrics_turn(&s->met, r);
+    PH_INFO("%s %s: prompt %d (reused %d, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
+            "generated %d, queued %.2f s, ttft %.2f s, %.1f tok/s%s%s",
+            j->api->endpoint, rc ? "failed" : r->finish == PH_FINISH_CANCELLED ? "cancelled" : "done", r->n_prompt,
+            r->n_reused, r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache, r->pics_encoded,
+            r->encoder_loaded ? ", encoder loaded" : "", r->n_generated, t0 - j->t_queued, r->ttft_s,
+            r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, rc ? ": " : "", rc ? j->err.msg : "");
+}
+
+static void *worker_main(void *arg) {
+    srv *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stopping && s->q_len == 0) {
+            pthread_mutex_unlock(&s->mu);
+            double wait = ph_engine_tick(s->e);
+            ph_engine_stats st;
+            ph_engine_get_stats(s->e, &st);
+            pthread_mutex_lock(&s->mu);
+            s->snap = st;
+            if (s->stopping || s->q_len) break;
+            if (wait < 0) {
+                pthread_cond_wait(&s->cv, &s->mu);
+            } else {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + wait + 0.01;
+                ts.tv_sec = (time_t)t;
+                ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+                pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+            }
+        }
+        if (s->q_len == 0) break; /* stopping, nothing left */
+        job *j = s->q[s->q_head];
+        s->q_head = (s->q_head + 1) % s->q_cap;
+        s->q_len--;
+        metrics_queue(&s->met, (int64_t)s->q_len);
+        bool stopping = s->stopping;
+        s->running = j;
+        pthread_mutex_unlock(&s->mu);
+        if (stopping || job_cancelled(j)) {
+            j->failed = true;
+            j->rep.finish = PH_FINISH_CANCELLED;
+            ph_err_set(&j->err, "the server is shutting down");
+            if (!stopping) metrics_cancelled(&s->met);
+        } else {
+            run_job(s, j);
+            if (j->rep.finish == PH_FINISH_CANCELLED) metrics_cancelled(&s->met);
+        }
+        ph_engine_stats st;
+        ph_engine_get_stats(s->e, &st);
+        pthread_mutex_lock(&s->mu);
+        s->snap = st; /* before the answer is released, so a client sees its own turn counted */
+        pthread_mutex_unlock(&s->mu);
+        job_finish(j);
+        pthread_mutex_lock(&s->mu);
+        s->running = NULL;
+        pthread_mutex_unlock(&s->mu);
+        job_unref(j);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- HTTP ------------------------------------------------------------------------ */
+
+typedef struct conn {
+    strbuf body;
+    bool too_big;
+    job *j;            /* a streamed job, owned by the response */
+} conn;
+
+static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, const char *type, char *data, size_t n) {
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(n, data, free);
+    if (!r) {
+        free(data);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *v) {
+    char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    if (!s) return send_bytes(c, 500, "text/plain", strdup("out of memory\n"), 14);
+    return send_bytes(c, status, "application/json", s, strlen(s));
+}
+
+static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, const char *endpoint, bool anthropic, int status,
+                                  const char *msg) {
+    metrics_request(&s->met, endpoint, status);
+    return send_json(c, status, anthropic ? anthropic_error_body(status, msg) : openai_error_body(status, msg));
+}
+
+/* Streams a job's SSE bytes as the worker writes them. */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    double waited = 0;
+    while (j->out.n == 0 && !j->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        waited += 1;
+        if (j->out.n == 0 && !j->done && waited >= 5) {
+            /* an SSE comment now and then: a client that went away is noticed
+             * even while the prompt is being read */
+            pthread_mutex_unlock(&j->mu);
+            static const char ping[] = ": keep-alive\n\n";
+            memcpy(buf, ping, sizeof ping - 1);
+            return (ssize_t)(sizeof ping - 1);
+        }
+    }
+    if (j->out.n == 0) {
+        pthread_mutex_unlock(&j->mu);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    size_t n = j->out.n < max ? j->out.n : max;
+    memcpy(buf, j->out.p, n);
+    memmove(j->out.p, j->out.p + n, j->out.n - n);
+    j->out.n -= n;
+    pthread_mutex_unlock(&j->mu);
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    if (!j->done) j->cancelled = true; /* the client went away: stop generating */
+    pthread_mutex_unlock(&j->mu);
+    job_unref(j);
+}
+
+static bool authorized(srv *s, struct MHD_Connection *c) {
+    if (!s->cfg.api_key) return true;
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (x && !strcmp(x, s->cfg.api_key)) return true;
+    return a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, s->cfg.api_key);
+}
+
+static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_kind *api, conn *cn) {
+    json_error_t je;
+    json_t *root = json_loadb(cn->body.p ? cn->body.p : "", cn->body.n, JSON_REJECT_DUPLICATES, &je);
+    if (!root || !json_is_object(root)) {
+        char msg[300];
+        if (!root) snprintf(msg, sizeof msg, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+        else snprintf(msg, sizeof msg, "the body must be a JSON object");
+        json_decref(root);
+        return send_error(s, c, api->endpoint, api->anthropic, 400, msg);
+    }
+    job *j = job_new(s, api, root);
+    if (!j) {
+        json_decref(root);
+        return send_error(s, c, api->endpoint, api->anthropic, 500, "out of memory");
+    }
+    ph_err err = {0};
+    if (api->parse(j, &err) || enqueue(s, j)) {
+        int status = err.msg[0] ? status_for(&err) : 503;
+        const char *msg = err.msg[0] ? err.msg : "the server is shutting down";
+        job_unref(j);
+        return send_error(s, c, api->endpoint, api->anthropic, status, msg);
+    }
+    if (j->stream) {
+        /* wait until the worker has planned the turn: a prompt that is too
+         * long still gets a plain error with its status */
+        pthread_mutex_lock(&j->mu);
+        while (!j->done && j->out.n == 0) pthread_cond_wait(&j->cv, &j->mu);
+        bool failed_early = j->done && j->failed && j->out.n == 0;
+        pthread_mutex_unlock(&j->mu);
+        if (!failed_early) {
+            struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
+            if (!r) {
+                job_unref(j);
+                return MHD_NO;
+            }
+            MHD_add_response_header(r, "Content-Type", "text/event-stream");
+            MHD_add_response_header(r, "Cache-Control", "no-cache");
+            MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+            metrics_request(&s->met, api->endpoint, 200);
+            enum MHD_Result ok = MHD_queue_response(c, 200, r);
+            MHD_destroy_response(r);
+            return ok;
+        }
+    } else {
+        pthread_mutex_lock(&j->mu);
+        while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+        pthread_mutex_unlock(&j->mu);
+    }
+    enum MHD_Result ok;
+    if (j->failed) ok = send_error(s, c, api->endpoint, api->anthropic, j->rep.finish == PH_FINISH_CANCELLED ? 503 : status_for(&j->err), j->err.msg);
+    else {
+        metrics_request(&s->met, api->endpoint, 200);
+        ok = send_json(c, 200, api->result(j));
+    }
+    job_unref(j);
+    return ok;
+}
+
+static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *url) {
+    if (!strcmp(url, "/health")) {
+        metrics_request(&s->met, "health", 200);
+        return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    }
+    if (!strcmp(url, "/metrics")) {
+        /* the worker's snapshot: the engine itself belongs to the worker */
+        pthread_mutex_lock(&s->mu);
+        ph_engine_stats st = s->snap;
+        pthread_mutex_unlock(&s->mu);
+        metrics_request(&s->met, "metrics", 200);
+        char *text = metrics_render(&s->met, &st);
+        if (!text) return send_bytes(c, 500, "text/plain", strdup("out of memory\n"), 14);
+        return send_bytes(c, 200, "text/plain; version=0.0.4", text, strlen(text));
+    }
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) {
+        if (!authorized(s, c)) return send_error(s, c, "models", false, 401, "a valid API key is required");
+        json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->cfg.model_name, "object", "model", "created", (json_int_t)0,
+                              "owned_by", "pinhole");
+        if (url[10] == '/' && strcmp(url + 11, s->cfg.model_name) != 0) {
+            json_decref(m);
+            return send_error(s, c, "models", false, 404, "no such model");
+        }
+        metrics_request(&s->met, "models", 200);
+        if (url[10] == '/') return send_json(c, 200, m);
+        return send_json(c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    }
+    return send_error(s, c, "other", false, 404, "no such endpoint");
+}
+
+static const api_kind *api_for(const char *url) {
+    if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")) return &api_openai_chat;
+    if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses")) return &api_openai_responses;
+    if (!strcmp(url, "/v1/messages") || !strcmp(url, "/messages")) return &api_anthropic_messages;
+    return NULL;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    srv *s = cls;
+    const api_kind *api = api_for(url);
+    if (!*con_cls) {
+        conn *cn = calloc(1, sizeof *cn);
+        if (!cn) return MHD_NO;
+        *con_cls = cn;
+        if (!strcmp(method, "POST") && api) {
+            /* refuse an oversize body from its header, before reading it */
+            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+            if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "the request body is %s bytes; at most %zu MiB are accepted (--max-body-mb)",
+                         cl, s->cfg.max_body >> 20);
+                cn->too_big = true;
+                return send_error(s, c, api->endpoint, api->anthropic, 413, msg);
+            }
+            if (!authorized(s, c)) {
+                cn->too_big = true; /* not read either */
+                return send_error(s, c, api->endpoint, api->anthropic, 401, "a valid API key is required");
+            }
+        }
+        return MHD_YES;
+    }
+    conn *cn = *con_cls;
+    if (cn->too_big) { /* the answer is queued; drop what still arrives */
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (cn->body.n + *upload_size > s->cfg.max_body) {
+            cn->too_big = true;
+            sb_free(&cn->body);
+            *upload_size = 0;
+            char msg[160];
+            snprintf(msg, sizeof msg, "the request body is over %zu MiB (--max-body-mb)", s->cfg.max_body >> 20);
+            return send_error(s, c, api ? api->endpoint : "other", api && api->anthropic, 413, msg);
+        }
+        sb_put(&cn->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (!strcmp(method, "OPTIONS")) { /* CORS preflight */
+        struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(0, NULL, NULL);
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "*");
+        enum MHD_Result ok = MHD_queue_response(c, 204, r);
+        MHD_destroy_response(r);
+        return ok;
+    }
+    if (!strcmp(method, "GET")) return handle_get(s, c, url);
+    if (!strcmp(method, "POST") && api) {
+        if (cn->body.oom) return send_error(s, c, api->endpoint, api->anthropic, 500, "out of memory");
+        return handle_api(s, c, api, cn);
+    }
+    if (api) return send_error(s, c, api->endpoint, api->anthropic, 405, "use POST");
+    return send_error(s, c, "other", false, 404, "no such endpoint");
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    (void)toe;
+    conn *cn = *con_cls;
+    if (!cn) return;
+    sb_free(&cn->body);
+    free(cn);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf);
+    while (n && buf[n - 1] == '\n') buf[--n] = '\0';
+    PH_DEBUG("http: %s", buf);
+}
+
+int server_run(ph_engine *e, const srv_config *cfg) {
+    srv *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->e = e;
+    s->cfg = *cfg;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    metrics_init(&s->met);
+    ph_engine_get_stats(e, &s->snap);
+    /* signals go to sigwait below, not to any thread */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int rc = 1;
+    if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
+        fprintf(stderr, "pinhole: cannot start the worker thread\n");
+        goto out;
+    }
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
+    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
+        fprintf(stderr, "pinhole: --host %s is not an IPv4 address\n", cfg->host);
+        goto stop_worker;
+    }
+    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                                MHD_USE_ERROR_LOG,
+                            0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+    if (!s->d) {
+        fprintf(stderr, "pinhole: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, strerror(errno));
+        goto stop_worker;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "pinhole: listening on http://%s:%u\n", cfg->host, info ? info->port : (unsigned)cfg->port);
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "pinhole: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    rc = 0;
+stop_worker:
+    /* stop taking requests, cancel the running one, refuse the queued ones */
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    if (s->running) {
+        pthread_mutex_lock(&s->running->mu);
+        s->running->cancelled = true;
+        pthread_mutex_unlock(&s->running->mu);
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->worker, NULL);
+    if (s->d) MHD_stop_daemon(s->d);
+out:
+    metrics_free(&s->met);
+    free(s->q);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+    return rc;
+}

@@ -1,0 +1,25 @@
+/* pinhole serve: an HTTP server for the OpenAI Chat Completions, OpenAI
+ * Responses and Anthropic Messages APIs (DESIGN 9). HTTP threads parse,
+ * validate, decode and fingerprint; one inference worker runs requests in
+ * arrival order. */
+#ifndef PH_SERVER_SERVER_H
+#define PH_SERVER_SERVER_H
+
+#include <stddef.h>
+
+#include "pinhole.h"
+
+typedef struct srv_config {
+    const char *host;          /* default 127.0.0.1 */
+    int port;                  /* 0: any free port */
+    int max_images;            /* per request */
+    size_t max_body;           /* bytes */
+    const char *api_key;       /* NULL: no key needed */
+    const char *model_name;    /* the id in /v1/models and responses */
+} srv_config;
+
+/* Serves until SIGINT or SIGTERM. Prints "pinhole: listening on URL" on
+ * stderr when ready. Returns 0 after a clean stop. */
+int server_run(ph_engine *e, const srv_config *c);
+
+#endif

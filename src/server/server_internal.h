@@ -1,0 +1,13 @@
+/* The server's shared state (server.c) as seen by the adapters. */
+#ifndef PH_SERVER_SERVER_INTERNAL_H
+#define PH_SERVER_SERVER_INTERNAL_H
+
+#include "server/api.h"
+#include "server/server.h"
+
+/* Decodes and fingerprints a picture (any thread). */
+ph_image_in *srv_decode_image(srv *s, const void *data, size_t len, const char *label, ph_err *err);
+
+ph_engine *srv_engine(srv *s);
+
+#endif

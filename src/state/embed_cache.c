@@ -1,0 +1,380 @@
+#include "state/embed_cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/atomic_file.h"
+#include "base/log.h"
+#include "base/sha256.h"
+
+#define EMBD_MAGIC "PHEMBD01"
+#define EMBD_VERSION 1u
+#define EMBD_HEADER 168
+#define EMBD_HEADER_HASHED 136 /* the header checksum covers bytes 0 .. 135 */
+#define EMBD_SUFFIX ".embd"
+
+/* The public part first, so a const ph_embed * converts back to its entry. */
+typedef struct entry {
+    ph_embed pub;
+    int refs;              /* references held by callers */
+    bool cached;           /* in the LRU list */
+    struct entry *newer, *older;
+    size_t bytes;          /* what it counts against max_bytes */
+} entry;
+
+struct ph_embed_cache {
+    int max_entries; /* <= 0: nothing kept in memory */
+    size_t max_bytes;
+    char *dir;       /* NULL: memory only */
+    entry *newest, *oldest;
+    size_t n, bytes;
+    ph_embed_cache_stats st; /* counters; entries and bytes are filled in by get_stats */
+};
+
+static void entry_free(entry *en) {
+    free(en->pub.rows);
+    free(en);
+}
+
+/* Takes en out of the LRU list (it stays allocated). */
+static void unlist(ph_embed_cache *c, entry *en) {
+    if (en->newer) en->newer->older = en->older;
+    else c->newest = en->older;
+    if (en->older) en->older->newer = en->newer;
+    else c->oldest = en->newer;
+    en->newer = en->older = NULL;
+    en->cached = false;
+    c->n--;
+    c->bytes -= en->bytes;
+}
+
+/* Takes en out of the cache; frees it unless a caller still holds it. */
+static void detach(ph_embed_cache *c, entry *en) {
+    unlist(c, en);
+    if (en->refs == 0) entry_free(en);
+}
+
+static void push_newest(ph_embed_cache *c, entry *en) {
+    en->older = c->newest;
+    en->newer = NULL;
+    if (c->newest) c->newest->newer = en;
+    else c->oldest = en;
+    c->newest = en;
+    en->cached = true;
+    c->n++;
+    c->bytes += en->bytes;
+}
+
+/* A linear scan: the count bound is small (default 32), and a scan of 32
+ * keys costs far less than anything done with an embedding. */
+static entry *find(const ph_embed_cache *c, const uint8_t key[32]) {
+    for (entry *en = c->newest; en; en = en->older)
+        if (memcmp(en->pub.key, key, 32) == 0) return en;
+    return NULL;
+}
+
+/* Adds en (not in the list) as the most recent entry, evicting the least
+ * recent ones until both bounds hold, if it can be kept at all. */
+static void admit(ph_embed_cache *c, entry *en) {
+    if (c->max_entries <= 0 || en->bytes > c->max_bytes) return;
+    while (c->oldest && (c->n + 1 > (size_t)c->max_entries || en->bytes > c->max_bytes - c->bytes)) {
+        detach(c, c->oldest);
+        c->st.evictions++;
+    }
+    push_newest(c, en);
+}
+
+static bool dims_ok(int32_t gx, int32_t gy, int32_t w) {
+    return gx >= 1 && gx <= PH_EMBED_MAX_GRID && gy >= 1 && gy <= PH_EMBED_MAX_GRID && w >= 1 &&
+           w <= PH_EMBED_MAX_WIDTH;
+}
+
+/* Bytes of the rows of sane dims: at most 4096 * 4096 * 65536 * 4 = 2^44. */
+static uint64_t payload_bytes(int32_t gx, int32_t gy, int32_t w) {
+    return (uint64_t)gx * (uint64_t)gy * (uint64_t)w * sizeof(float);
+}
+
+static entry *entry_new(const uint8_t key[32], int32_t gx, int32_t gy, int32_t w, float *rows,
+                        const uint8_t cond_hash[32]) {
+    entry *en = calloc(1, sizeof *en);
+    if (!en) return NULL;
+    memcpy(en->pub.key, key, 32);
+    en->pub.grid_x = gx;
+    en->pub.grid_y = gy;
+    en->pub.width = w;
+    memcpy(en->pub.cond_hash, cond_hash, 32);
+    en->pub.rows = rows;
+    en->bytes = sizeof *en + (size_t)payload_bytes(gx, gy, w);
+    return en;
+}
+
+void ph_embed_rows_hash(const float *rows, size_t n_floats, uint8_t out[32]) {
+    ph_sha256(rows, n_floats * sizeof(float), out);
+}
+
+/* ---- files ----------------------------------------------------------------- */
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* dir/<hex key>.embd, malloc'd. */
+static char *file_path(const ph_embed_cache *c, const uint8_t key[32]) {
+    size_t n = strlen(c->dir) + 1 + 64 + sizeof EMBD_SUFFIX;
+    char *p = malloc(n);
+    if (!p) return NULL;
+    char hex[65];
+    ph_hex(key, 32, hex);
+    snprintf(p, n, "%s/%s%s", c->dir, hex, EMBD_SUFFIX);
+    return p;
+}
+
+static void build_header(const ph_embed *en, uint64_t payload, uint8_t h[EMBD_HEADER]) {
+    memset(h, 0, EMBD_HEADER);
+    memcpy(h, EMBD_MAGIC, 8);
+    put_le(h + 8, EMBD_VERSION, 4);
+    memcpy(h + 16, en->key, 32);
+    put_le(h + 48, (uint32_t)en->grid_x, 4);
+    put_le(h + 52, (uint32_t)en->grid_y, 4);
+    put_le(h + 56, (uint32_t)en->width, 4);
+    memcpy(h + 64, en->cond_hash, 32);
+    put_le(h + 96, payload, 8);
+    /* The payload checksum is the rows' hash, which put has checked equals
+     * cond_hash. */
+    memcpy(h + 104, en->cond_hash, 32);
+    ph_sha256(h, EMBD_HEADER_HASHED, h + EMBD_HEADER_HASHED);
+}
+
+static void disk_write(ph_embed_cache *c, const ph_embed *en) {
+    char *path = file_path(c, en->key);
+    if (!path) {
+        PH_WARN("embedding cache: out of memory; an embedding is not saved");
+        return;
+    }
+    uint64_t payload = payload_bytes(en->grid_x, en->grid_y, en->width);
+    uint8_t h[EMBD_HEADER];
+    build_header(en, payload, h);
+    const void *parts[2] = {h, en->rows};
+    const size_t lens[2] = {sizeof h, (size_t)payload};
+    ph_err e = {0};
+    if (ph_file_write_atomic(path, parts, lens, 2, &e) == 0) c->st.disk_writes++;
+    else PH_WARN("embedding cache: cannot save an embedding (it stays in memory): %s", e.msg);
+    free(path);
+}
+
+/* Reads up to n bytes at off; returns how many (fewer at the end of the
+ * file), or -1. */
+static ssize_t read_at(int fd, void *buf, size_t n, uint64_t off) {
+    uint8_t *b = buf;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, b + got, n - got, (off_t)(off + got));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+static void reject(ph_embed_cache *c, const char *path, const char *why) {
+    PH_WARN("embedding cache: %s: %s; the file is removed and not used", path, why);
+    if (unlink(path) != 0 && errno != ENOENT)
+        PH_WARN("embedding cache: %s: cannot remove it: %s", path, strerror(errno));
+    c->st.disk_rejects++;
+}
+
+/* Loads key's file, checking everything; NULL when there is none or it is
+ * bad (then it is removed). The entry is returned unreferenced, not cached. */
+static entry *disk_load(ph_embed_cache *c, const uint8_t key[32]) {
+    char *path = file_path(c, key);
+    if (!path) return NULL;
+    entry *en = NULL;
+    float *rows = NULL;
+    const char *why = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ELOOP) why = "a symbolic link";
+        else if (errno != ENOENT) PH_WARN("embedding cache: %s: cannot open: %s", path, strerror(errno));
+        goto out;
+    }
+    struct stat st;
+    uint8_t h[EMBD_HEADER], sum[32];
+    if (fstat(fd, &st) != 0) {
+        PH_WARN("embedding cache: %s: cannot stat: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        why = "not a regular file";
+        goto out;
+    }
+    ssize_t r = read_at(fd, h, sizeof h, 0);
+    if (r < 0) {
+        PH_WARN("embedding cache: %s: read failed: %s", path, strerror(errno));
+        goto out;
+    }
+    if (r < (ssize_t)sizeof h) {
+        why = "shorter than its header (truncated)";
+        goto out;
+    }
+    ph_sha256(h, EMBD_HEADER_HASHED, sum);
+    int32_t gx = (int32_t)get_le(h + 48, 4), gy = (int32_t)get_le(h + 52, 4), w = (int32_t)get_le(h + 56, 4);
+    uint64_t payload = get_le(h + 96, 8);
+    if (memcmp(h, EMBD_MAGIC, 8) != 0) why = "not an embedding file (bad magic)";
+    else if (get_le(h + 8, 4) != EMBD_VERSION) why = "an unknown format version";
+    else if (memcmp(sum, h + EMBD_HEADER_HASHED, 32) != 0) why = "a corrupt header (checksum mismatch)";
+    else if (get_le(h + 12, 4) != 0 || get_le(h + 60, 4) != 0) why = "nonzero reserved header fields";
+    else if (memcmp(h + 16, key, 32) != 0) why = "its key differs from its name";
+    else if (!dims_ok(gx, gy, w)) why = "insane dimensions";
+    else if (payload != payload_bytes(gx, gy, w)) why = "a payload size that disagrees with its dimensions";
+    else if ((uint64_t)st.st_size != EMBD_HEADER + payload) why = "a length that disagrees with its header (truncated?)";
+    else if (payload > SIZE_MAX) why = "too large for memory";
+    if (why) goto out;
+    rows = malloc((size_t)payload);
+    if (!rows) {
+        PH_WARN("embedding cache: %s: out of memory for %llu bytes", path, (unsigned long long)payload);
+        goto out;
+    }
+    r = read_at(fd, rows, (size_t)payload, EMBD_HEADER);
+    if (r < 0) {
+        PH_WARN("embedding cache: %s: read failed: %s", path, strerror(errno));
+        goto out;
+    }
+    if ((uint64_t)r != payload) {
+        why = "shorter than its header says (truncated)";
+        goto out;
+    }
+    ph_embed_rows_hash(rows, (size_t)payload / sizeof(float), sum);
+    if (memcmp(sum, h + 104, 32) != 0) why = "a corrupt payload (checksum mismatch)";
+    else if (memcmp(sum, h + 64, 32) != 0) why = "a cond_hash that does not match its rows";
+    if (why) goto out;
+    en = entry_new(key, gx, gy, w, rows, sum);
+    if (!en) PH_WARN("embedding cache: %s: out of memory", path);
+    else rows = NULL;
+out:
+    if (why) reject(c, path, why);
+    if (fd >= 0) close(fd);
+    free(rows);
+    free(path);
+    return en;
+}
+
+/* ---- the cache ------------------------------------------------------------- */
+
+ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char *dir, ph_err *e) {
+    ph_embed_cache *c = calloc(1, sizeof *c);
+    if (!c) {
+        ph_err_set(e, "embedding cache: out of memory");
+        return NULL;
+    }
+    c->max_entries = max_entries;
+    c->max_bytes = max_bytes;
+    if (dir) {
+        if (ph_mkdir_p(dir, e) != 0) {
+            ph_err_prefix(e, "embedding cache");
+            free(c);
+            return NULL;
+        }
+        if (!(c->dir = strdup(dir))) {
+            ph_err_set(e, "embedding cache: out of memory");
+            free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+void ph_embed_cache_free(ph_embed_cache *c) {
+    if (!c) return;
+    /* detach frees each entry no caller holds; a held one lives on until
+     * its release, which does not touch the cache. */
+    while (c->newest) detach(c, c->newest);
+    free(c->dir);
+    free(c);
+}
+
+const ph_embed *ph_embed_cache_get(ph_embed_cache *c, const uint8_t key[32]) {
+    entry *en = find(c, key);
+    if (en) {
+        unlist(c, en);
+        push_newest(c, en);
+    } else if (c->dir && (en = disk_load(c, key))) {
+        c->st.disk_hits++;
+        admit(c, en);
+    } else {
+        c->st.misses++;
+        return NULL;
+    }
+    c->st.hits++;
+    en->refs++;
+    return &en->pub;
+}
+
+void ph_embed_cache_retain(ph_embed_cache *c, const ph_embed *pub) {
+    (void)c;
+    ((entry *)pub)->refs++;
+}
+
+void ph_embed_cache_release(ph_embed_cache *c, const ph_embed *pub) {
+    (void)c; /* entries outlive their cache if held: see ph_embed_cache_free */
+    if (!pub) return;
+    entry *en = (entry *)pub;
+    if (--en->refs == 0 && !en->cached) entry_free(en);
+}
+
+int ph_embed_cache_put(ph_embed_cache *c, const uint8_t key[32], int32_t grid_x, int32_t grid_y, int32_t width,
+                       float *rows, const uint8_t cond_hash[32], const ph_embed **out, ph_err *e) {
+    if (out) *out = NULL;
+    if (!rows) return ph_err_set(e, "embedding cache: no rows given");
+    if (!dims_ok(grid_x, grid_y, width)) {
+        free(rows);
+        return ph_err_set(e, "embedding cache: bad dimensions %d x %d rows of %d floats", grid_x, grid_y, width);
+    }
+    uint64_t payload = payload_bytes(grid_x, grid_y, width);
+    if (payload > SIZE_MAX - sizeof(entry)) {
+        free(rows);
+        return ph_err_set(e, "embedding cache: %llu bytes of rows do not fit in memory", (unsigned long long)payload);
+    }
+    uint8_t h[32];
+    ph_embed_rows_hash(rows, (size_t)payload / sizeof(float), h);
+    if (cond_hash && memcmp(h, cond_hash, 32) != 0) {
+        free(rows);
+        return ph_err_set(e, "embedding cache: the cond_hash given does not match the rows");
+    }
+    entry *en = entry_new(key, grid_x, grid_y, width, rows, h);
+    if (!en) {
+        free(rows);
+        return ph_err_set(e, "embedding cache: out of memory");
+    }
+    if (c->dir) disk_write(c, &en->pub);
+    entry *old = find(c, key);
+    if (old) detach(c, old); /* replaced: not an eviction */
+    admit(c, en);
+    if (out) {
+        en->refs++;
+        *out = &en->pub;
+    } else if (!en->cached) {
+        entry_free(en);
+    }
+    return 0;
+}
+
+void ph_embed_cache_get_stats(const ph_embed_cache *c, ph_embed_cache_stats *st) {
+    *st = c->st;
+    st->entries = c->n;
+    st->bytes = c->bytes;
+}

@@ -1,0 +1,100 @@
+/* The image-embedding cache (DESIGN section 8): an LRU of picture
+ * embeddings keyed by their 32-byte embed_key (DESIGN section 4), bounded
+ * by entry count and by bytes, optionally persisted in a folder so that a
+ * restart does not encode the same pictures again.
+ *
+ * Threads: the cache has no locks. It belongs to the one inference worker;
+ * every call on one cache, and every release of its entries, must come from
+ * one thread at a time.
+ *
+ * Entries are reference counted: get and put hand out a referenced entry
+ * that stays valid (rows included) until it is released, even if the cache
+ * evicts or replaces it meanwhile. Every entry must be released before the
+ * cache is freed.
+ *
+ * Disk (dir not NULL): each entry is one file dir/<64 hex of key>.embd,
+ * written atomically (base/atomic_file). Little-endian layout, 168 bytes of
+ * header then the payload:
+ *    0  magic "PHEMBD01"         8  version (u32) = 1    12  reserved (u32) = 0
+ *   16  key (32)                48  grid_x, grid_y, width (i32 each), reserved (i32) = 0
+ *   64  cond_hash (32)          96  payload bytes (u64)
+ *  104  SHA-256 of the payload 136  SHA-256 of header bytes 0..135
+ *  168  payload: grid_x * grid_y * width floats
+ * A file is used only if every field checks out: magic, version, reserved
+ * words, header checksum, key equal to the key its name says, dims sane,
+ * payload size equal to rows * width * 4 and to what is left of the file,
+ * payload checksum, and cond_hash equal to the hash of the rows. A file that
+ * fails any check is removed and logged, counted in disk_rejects, and the
+ * lookup is a miss. The checksums catch damage (torn writes, bit rot,
+ * stray files), not forgery: the folder must be the user's own. Disk usage is NOT bounded yet: files are never removed
+ * except when rejected (a later step adds a space budget). */
+#ifndef PH_STATE_EMBED_CACHE_H
+#define PH_STATE_EMBED_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+#define PH_EMBED_MAX_GRID 4096    /* grid_x, grid_y: 1 .. this */
+#define PH_EMBED_MAX_WIDTH 65536  /* floats per row: 1 .. this */
+
+typedef struct ph_embed {
+    uint8_t key[32];        /* embed_key */
+    int32_t grid_x, grid_y; /* rows = grid_x * grid_y */
+    int32_t width;          /* floats per row */
+    uint8_t cond_hash[32];  /* ph_embed_rows_hash of the rows */
+    float *rows;            /* rows * width floats */
+} ph_embed;
+
+typedef struct ph_embed_cache ph_embed_cache;
+
+typedef struct ph_embed_cache_stats {
+    uint64_t hits;         /* gets that returned an entry (disk_hits included) */
+    uint64_t misses;       /* gets that returned NULL */
+    uint64_t evictions;    /* entries pushed out of memory by the bounds */
+    uint64_t disk_hits;    /* hits served from dir */
+    uint64_t disk_writes;  /* files written */
+    uint64_t disk_rejects; /* files found bad, removed and not used */
+    uint64_t entries;      /* entries in memory now */
+    uint64_t bytes;        /* their bytes now (rows plus bookkeeping) */
+} ph_embed_cache_stats;
+
+/* A cache of at most max_entries entries and max_bytes bytes in memory
+ * (max_entries <= 0: nothing is kept in memory). With dir (created if
+ * missing), entries are also written there and looked up there on a memory
+ * miss. Returns NULL with e set if dir cannot be created or memory is out. */
+ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char *dir, ph_err *e);
+/* Frees the cache and its entries; NULL is allowed. */
+void ph_embed_cache_free(ph_embed_cache *c);
+
+/* Looks key up: memory first, then dir. A hit becomes the most recent entry
+ * and is returned referenced (release it); a miss returns NULL. A disk hit
+ * is added to memory (within the bounds). */
+const ph_embed *ph_embed_cache_get(ph_embed_cache *c, const uint8_t key[32]);
+/* Takes one more reference on an entry the caller holds (each needs its own
+ * release). */
+void ph_embed_cache_retain(ph_embed_cache *c, const ph_embed *en);
+/* Drops a reference taken by get, put or retain; NULL is allowed. */
+void ph_embed_cache_release(ph_embed_cache *c, const ph_embed *en);
+
+/* Inserts an entry, taking ownership of rows (malloc'd, rows * width
+ * floats) whatever the outcome: on failure they are freed. cond_hash must
+ * equal ph_embed_rows_hash(rows) (it is checked: -1 if not); NULL computes
+ * it. An existing entry with the same key is replaced. Least recent entries
+ * are evicted until count and bytes fit; an entry larger than max_bytes is
+ * not kept in memory. With dir, the entry is written to its file as well; a
+ * failed write is logged, not an error (the entry still works from
+ * memory). On success returns 0 and, if out is not NULL, a referenced entry
+ * in *out (usable even when nothing is kept in memory). Returns -1 with e
+ * set for bad dims, a wrong cond_hash or no memory. */
+int ph_embed_cache_put(ph_embed_cache *c, const uint8_t key[32], int32_t grid_x, int32_t grid_y, int32_t width,
+                       float *rows, const uint8_t cond_hash[32], const ph_embed **out, ph_err *e);
+
+void ph_embed_cache_get_stats(const ph_embed_cache *c, ph_embed_cache_stats *st);
+
+/* cond_hash of embedding rows: SHA-256 of their bytes as stored in memory
+ * (little-endian IEEE floats). */
+void ph_embed_rows_hash(const float *rows, size_t n_floats, uint8_t out[32]);
+
+#endif

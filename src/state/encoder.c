@@ -1,0 +1,66 @@
+#include "state/encoder.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/timeutil.h"
+
+int encoder_open(ph_encoder *enc, const char *path, ph_pool *pool, int32_t llm_width, double idle_s,
+                 const uint8_t encoder_id[32], ph_err *e) {
+    memset(enc, 0, sizeof *enc);
+    enc->path = strdup(path);
+    if (!enc->path) return ph_err_set(e, "out of memory");
+    enc->pool = pool;
+    enc->idle_s = idle_s;
+    memcpy(enc->encoder_id, encoder_id, 32);
+    enc->tower = ph_vision_load(path, pool, e);
+    if (!enc->tower) {
+        encoder_close(enc);
+        return -1;
+    }
+    const ph_vision_info *vi = ph_vision_get_info(enc->tower);
+    if (vi->out_width != llm_width) {
+        ph_err_set(e, "%s produces rows of %d floats but the LLM takes %d: they are not a pair", path,
+                   vi->out_width, llm_width);
+        encoder_close(enc);
+        return -1;
+    }
+    enc->out_width = vi->out_width;
+    ph_vision_prep_params(enc->tower, &enc->prep);
+    if (idle_s > 0) { /* elastic: checked, now released until a picture needs it */
+        ph_vision_free(enc->tower);
+        enc->tower = NULL;
+    }
+    enc->last_used = ph_now_s();
+    return 0;
+}
+
+void encoder_close(ph_encoder *enc) {
+    ph_vision_free(enc->tower);
+    free(enc->path);
+    memset(enc, 0, sizeof *enc);
+}
+
+int encoder_acquire(ph_encoder *enc, bool *loaded, ph_err *e) {
+    *loaded = false;
+    enc->last_used = ph_now_s();
+    if (enc->tower) return 0;
+    enc->tower = ph_vision_load(enc->path, enc->pool, e);
+    if (!enc->tower) return ph_err_prefix(e, "loading the vision encoder");
+    enc->loads++;
+    *loaded = true;
+    PH_INFO("vision encoder loaded (%s)", enc->path);
+    return 0;
+}
+
+double encoder_tick(ph_encoder *enc, double now) {
+    if (!enc->tower || enc->idle_s <= 0) return -1;
+    double left = enc->last_used + enc->idle_s - now;
+    if (left > 0) return left;
+    ph_vision_free(enc->tower);
+    enc->tower = NULL;
+    enc->unloads++;
+    PH_INFO("vision encoder released after %.0f s idle", enc->idle_s);
+    return -1;
+}

@@ -1,0 +1,38 @@
+/* The vision encoder as a resource (DESIGN 8): always loaded, or elastic
+ * (loaded when a picture has to be encoded, released after an idle time).
+ * Its preprocessing parameters and identity are known without the weights,
+ * so embedding-cache lookups work while it is unloaded. */
+#ifndef PH_STATE_ENCODER_H
+#define PH_STATE_ENCODER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/threadpool.h"
+#include "image/image.h"
+#include "model/vision.h"
+
+typedef struct ph_encoder {
+    char *path;
+    ph_pool *pool;
+    ph_vision *tower;        /* NULL while unloaded */
+    ph_prep_params prep;
+    int32_t out_width;
+    uint8_t encoder_id[32];
+    double idle_s;           /* > 0: elastic */
+    double last_used;
+    uint64_t loads, unloads; /* on-demand loads and idle releases */
+} ph_encoder;
+
+/* Opens the tower once to check it and read its parameters; keeps it
+ * loaded unless idle_s > 0. */
+int encoder_open(ph_encoder *enc, const char *path, ph_pool *pool, int32_t llm_width, double idle_s,
+                 const uint8_t encoder_id[32], ph_err *e);
+void encoder_close(ph_encoder *enc);
+/* Makes sure the tower is loaded; *loaded tells whether this call loaded it. */
+int encoder_acquire(ph_encoder *enc, bool *loaded, ph_err *e);
+/* Releases an elastic tower idle for idle_s; returns seconds until the next
+ * check is due, or -1 when nothing is pending. */
+double encoder_tick(ph_encoder *enc, double now);
+
+#endif

@@ -1,0 +1,489 @@
+/* The image-embedding cache (src/state/embed_cache): LRU order and bounds,
+ * references that outlive eviction, the disabled cache, and the disk copy:
+ * a round trip across a restart, and every kind of bad file refused,
+ * removed and counted, never used. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/sha256.h"
+#include "state/embed_cache.h"
+#include "test.h"
+
+#define HEADER 168
+
+static char g_dir[64];
+
+static void key_of(int i, uint8_t key[32]) {
+    for (int j = 0; j < 32; j++) key[j] = (uint8_t)(i * 31 + j);
+}
+
+static size_t n_floats(int32_t gx, int32_t gy, int32_t w) { return (size_t)gx * (size_t)gy * (size_t)w; }
+
+static float value(int seed, size_t i) { return (float)seed + (float)i * 0.25f; }
+
+static float *rows_of(int32_t gx, int32_t gy, int32_t w, int seed) {
+    size_t n = n_floats(gx, gy, w);
+    float *r = malloc(n * sizeof *r);
+    for (size_t i = 0; i < n; i++) r[i] = value(seed, i);
+    return r;
+}
+
+/* Whether en holds the rows rows_of(..., seed) made. */
+static int rows_are(const ph_embed *en, int seed) {
+    size_t n = n_floats(en->grid_x, en->grid_y, en->width);
+    for (size_t i = 0; i < n; i++)
+        if (en->rows[i] != value(seed, i)) return 0;
+    uint8_t h[32];
+    ph_embed_rows_hash(en->rows, n, h);
+    return memcmp(h, en->cond_hash, 32) == 0;
+}
+
+/* Puts key i with a 2 x 2 grid of 8-float rows made from seed. */
+static int put_i(ph_embed_cache *c, int i, int seed, const ph_embed **out) {
+    uint8_t key[32];
+    key_of(i, key);
+    ph_err e = {0};
+    int rc = ph_embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, seed), NULL, out, &e);
+    if (rc) fprintf(stderr, "put %d: %s\n", i, e.msg);
+    return rc;
+}
+
+/* get and release at once: whether key i is there. */
+static int has(ph_embed_cache *c, int i) {
+    uint8_t key[32];
+    key_of(i, key);
+    const ph_embed *en = ph_embed_cache_get(c, key);
+    ph_embed_cache_release(c, en);
+    return en != NULL;
+}
+
+static ph_embed_cache_stats stats(const ph_embed_cache *c) {
+    ph_embed_cache_stats st;
+    ph_embed_cache_get_stats(c, &st);
+    return st;
+}
+
+static void file_of(int i, char *path, size_t cap) {
+    uint8_t key[32];
+    char hex[65];
+    key_of(i, key);
+    ph_hex(key, 32, hex);
+    snprintf(path, cap, "%s/%s.embd", g_dir, hex);
+}
+
+static int exists(const char *path) { return access(path, F_OK) == 0; }
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void clear_dir(void) {
+    DIR *d = opendir(g_dir);
+    if (!d) return;
+    struct dirent *de;
+    char p[512];
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", g_dir, de->d_name);
+        unlink(p);
+    }
+    closedir(d);
+}
+
+static int count_files(void) {
+    DIR *d = opendir(g_dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+/* Rewrites bytes [off, off + n) of path. */
+static void patch(const char *path, long off, const void *bytes, size_t n) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return;
+    fseek(f, off, SEEK_SET);
+    fwrite(bytes, 1, n, f);
+    fclose(f);
+}
+
+static void read_bytes(const char *path, long off, void *bytes, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    fseek(f, off, SEEK_SET);
+    if (fread(bytes, 1, n, f) != n) memset(bytes, 0, n);
+    fclose(f);
+}
+
+/* Recomputes the header checksum after a patch, so only the later checks
+ * can catch what was changed. */
+static void reseal_header(const char *path) {
+    uint8_t h[HEADER];
+    read_bytes(path, 0, h, sizeof h);
+    ph_sha256(h, 136, h + 136);
+    patch(path, 0, h, sizeof h);
+}
+
+static void test_lru(void) {
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(3, 1 << 20, NULL, &e);
+    CHECK(c != NULL);
+    for (int i = 1; i <= 3; i++) CHECK(put_i(c, i, i, NULL) == 0);
+    CHECK(stats(c).entries == 3);
+    CHECK(has(c, 1)); /* 1 becomes the most recent: order 1, 3, 2 */
+    CHECK(put_i(c, 4, 4, NULL) == 0); /* evicts 2, the least recent */
+    CHECK(!has(c, 2));
+    CHECK(has(c, 3)); /* order 3, 1, 4... then 3 most recent: 3, 4, 1 */
+    CHECK(has(c, 4));
+    CHECK(put_i(c, 5, 5, NULL) == 0); /* evicts 1 */
+    CHECK(!has(c, 1));
+    CHECK(has(c, 3) && has(c, 4) && has(c, 5));
+    ph_embed_cache_stats st = stats(c);
+    CHECK(st.evictions == 2);
+    CHECK(st.entries == 3);
+
+    /* the rows come back as put */
+    uint8_t key[32];
+    key_of(4, key);
+    const ph_embed *en = ph_embed_cache_get(c, key);
+    CHECK(en && en->grid_x == 2 && en->grid_y == 2 && en->width == 8 && memcmp(en->key, key, 32) == 0);
+    CHECK(en && rows_are(en, 4));
+    ph_embed_cache_release(c, en);
+    ph_embed_cache_free(c);
+}
+
+static void test_bytes_bound(void) {
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(100, 1 << 20, NULL, &e);
+    CHECK(put_i(c, 1, 1, NULL) == 0);
+    uint64_t one = stats(c).bytes;
+    CHECK(one >= n_floats(2, 2, 8) * sizeof(float));
+    ph_embed_cache_free(c);
+
+    c = ph_embed_cache_new(100, (size_t)(one * 2 + one / 2), NULL, &e); /* room for two */
+    for (int i = 1; i <= 3; i++) CHECK(put_i(c, i, i, NULL) == 0);
+    ph_embed_cache_stats st = stats(c);
+    CHECK(st.entries == 2 && st.bytes == 2 * one && st.evictions == 1);
+    CHECK(!has(c, 1) && has(c, 2) && has(c, 3));
+
+    /* one bigger entry pushes out both */
+    uint8_t key[32];
+    key_of(9, key);
+    CHECK(ph_embed_cache_put(c, key, 2, 4, 8, rows_of(2, 4, 8, 9), NULL, NULL, &e) == 0);
+    st = stats(c);
+    CHECK(st.entries == 1 && st.evictions == 3);
+    CHECK(has(c, 9) && !has(c, 2) && !has(c, 3));
+    ph_embed_cache_free(c);
+}
+
+static void test_referenced_eviction(void) {
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(1, 1 << 20, NULL, &e);
+    const ph_embed *held = NULL, *again = NULL;
+    CHECK(put_i(c, 1, 11, &held) == 0 && held);
+    uint8_t key[32];
+    key_of(1, key);
+    again = ph_embed_cache_get(c, key); /* a second reference */
+    CHECK(again == held);
+    CHECK(put_i(c, 2, 12, NULL) == 0); /* evicts 1 while held twice */
+    CHECK(stats(c).evictions == 1 && !has(c, 1));
+    CHECK(held && rows_are(held, 11));
+    ph_embed_cache_release(c, again);
+    CHECK(held && rows_are(held, 11)); /* still one reference */
+    ph_embed_cache_release(c, held);   /* freed here (valgrind/ASan see it) */
+
+    /* replacing a key: the old entry lives on while held */
+    CHECK(put_i(c, 3, 30, &held) == 0);
+    CHECK(put_i(c, 3, 31, NULL) == 0);
+    CHECK(stats(c).entries == 1 && stats(c).evictions == 2);
+    key_of(3, key);
+    const ph_embed *now = ph_embed_cache_get(c, key);
+    CHECK(now && now != held && rows_are(now, 31));
+    CHECK(rows_are(held, 30));
+    ph_embed_cache_release(c, now);
+    ph_embed_cache_release(c, held);
+
+    /* retain adds a reference */
+    CHECK(put_i(c, 4, 40, &held) == 0);
+    ph_embed_cache_retain(c, held);
+    ph_embed_cache_release(c, held);
+    CHECK(put_i(c, 5, 50, NULL) == 0); /* evicts 4, still held once */
+    CHECK(rows_are(held, 40));
+    ph_embed_cache_release(c, held);
+
+    /* an entry held when the cache is freed outlives it */
+    CHECK(put_i(c, 6, 60, &held) == 0);
+    ph_embed_cache_free(c);
+    CHECK(rows_are(held, 60));
+    ph_embed_cache_release(NULL, held);
+}
+
+static void test_oversize_and_disabled(void) {
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(10, 64, g_dir, &e); /* 64 bytes: every entry is too big */
+    CHECK(c != NULL);
+    CHECK(put_i(c, 1, 1, NULL) == 0);
+    const ph_embed *en = NULL;
+    CHECK(put_i(c, 2, 2, &en) == 0);
+    CHECK(en && rows_are(en, 2));
+    ph_embed_cache_release(c, en);
+    ph_embed_cache_stats st = stats(c);
+    CHECK(st.entries == 0 && st.bytes == 0 && st.evictions == 0 && st.disk_writes == 2);
+    uint8_t key[32];
+    key_of(2, key);
+    en = ph_embed_cache_get(c, key); /* not in memory, but on disk */
+    CHECK(en && rows_are(en, 2));
+    ph_embed_cache_release(c, en);
+    st = stats(c);
+    CHECK(st.disk_hits == 1 && st.hits == 1 && st.entries == 0);
+    ph_embed_cache_free(c);
+    clear_dir();
+
+    /* the memory cache off: nothing kept, puts still hand back entries */
+    c = ph_embed_cache_new(0, 1 << 20, NULL, &e);
+    CHECK(put_i(c, 1, 1, &en) == 0);
+    CHECK(en && rows_are(en, 1));
+    CHECK(!has(c, 1));
+    ph_embed_cache_release(c, en);
+    st = stats(c);
+    CHECK(st.entries == 0 && st.hits == 0 && st.misses == 1);
+    ph_embed_cache_free(c);
+
+    /* off, with a folder: gets are served from the disk only */
+    c = ph_embed_cache_new(-1, 1 << 20, g_dir, &e);
+    CHECK(put_i(c, 1, 5, NULL) == 0);
+    key_of(1, key);
+    en = ph_embed_cache_get(c, key);
+    CHECK(en && rows_are(en, 5));
+    ph_embed_cache_release(c, en);
+    st = stats(c);
+    CHECK(st.disk_hits == 1 && st.entries == 0);
+    ph_embed_cache_free(c);
+    clear_dir();
+}
+
+static void test_bad_put(void) {
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(4, 1 << 20, NULL, &e);
+    uint8_t key[32], wrong[32] = {0};
+    key_of(1, key);
+    const ph_embed *en = (const ph_embed *)1;
+    /* the rows are freed on failure too (valgrind would see a leak) */
+    CHECK(ph_embed_cache_put(c, key, 0, 2, 8, rows_of(1, 2, 8, 0), NULL, &en, &e) == -1 && en == NULL);
+    CHECK(strstr(e.msg, "dimensions") != NULL);
+    CHECK(ph_embed_cache_put(c, key, 2, 2, 65537, malloc(16), NULL, NULL, &e) == -1);
+    CHECK(ph_embed_cache_put(c, key, 4097, 1, 1, malloc(16), NULL, NULL, &e) == -1);
+    CHECK(ph_embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, 0), wrong, NULL, &e) == -1);
+    CHECK(strstr(e.msg, "cond_hash") != NULL);
+    CHECK(ph_embed_cache_put(c, key, 2, 2, 8, NULL, NULL, NULL, &e) == -1);
+    /* the right cond_hash is accepted */
+    float *rows = rows_of(2, 2, 8, 3);
+    uint8_t h[32];
+    ph_embed_rows_hash(rows, n_floats(2, 2, 8), h);
+    CHECK(ph_embed_cache_put(c, key, 2, 2, 8, rows, h, NULL, &e) == 0);
+    CHECK(stats(c).entries == 1);
+    ph_embed_cache_free(c);
+}
+
+static void test_disk_round_trip(void) {
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    uint8_t key[32];
+    key_of(1, key);
+    CHECK(ph_embed_cache_put(c, key, 3, 5, 7, rows_of(3, 5, 7, 42), NULL, NULL, &e) == 0);
+    CHECK(stats(c).disk_writes == 1);
+    char path[512];
+    file_of(1, path, sizeof path);
+    CHECK(file_size(path) == HEADER + 3 * 5 * 7 * 4);
+    CHECK(count_files() == 1); /* no temporary file left behind */
+    ph_embed_cache_free(c);
+
+    /* a restart: a fresh cache on the same folder */
+    c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    const ph_embed *en = ph_embed_cache_get(c, key);
+    CHECK(en && en->grid_x == 3 && en->grid_y == 5 && en->width == 7 && memcmp(en->key, key, 32) == 0);
+    CHECK(en && rows_are(en, 42));
+    ph_embed_cache_release(c, en);
+    ph_embed_cache_stats st = stats(c);
+    CHECK(st.disk_hits == 1 && st.hits == 1 && st.misses == 0 && st.entries == 1 && st.disk_rejects == 0);
+    CHECK(has(c, 1)); /* now from memory */
+    CHECK(stats(c).disk_hits == 1 && stats(c).hits == 2);
+    CHECK(!has(c, 2)); /* no file: a plain miss */
+    st = stats(c);
+    CHECK(st.misses == 1 && st.disk_rejects == 0);
+    ph_embed_cache_free(c);
+    clear_dir();
+}
+
+/* Writes key i's file through a cache, applies damage, and checks that a
+ * fresh cache refuses the file, removes it and counts it. */
+typedef void (*damage_fn)(const char *path);
+
+static void expect_rejected(const char *what, damage_fn damage, int lookup_key) {
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    CHECK(put_i(c, 1, 7, NULL) == 0);
+    ph_embed_cache_free(c);
+    char path[512];
+    file_of(lookup_key, path, sizeof path);
+    if (lookup_key != 1) {
+        char from[512];
+        file_of(1, from, sizeof from);
+        CHECK(rename(from, path) == 0);
+    }
+    if (damage) damage(path);
+    c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    CHECKF(!has(c, lookup_key), "%s: the bad file was used", what);
+    ph_embed_cache_stats st = stats(c);
+    CHECKF(st.disk_rejects == 1 && st.misses == 1 && st.hits == 0 && st.entries == 0, "%s: rejects %llu misses %llu",
+           what, (unsigned long long)st.disk_rejects, (unsigned long long)st.misses);
+    CHECKF(!exists(path), "%s: the bad file was not removed", what);
+    CHECK(!has(c, lookup_key)); /* gone: a plain miss now */
+    CHECK(stats(c).disk_rejects == 1);
+    ph_embed_cache_free(c);
+    clear_dir();
+}
+
+static void truncate_payload(const char *path) { CHECK(truncate(path, file_size(path) - 4) == 0); }
+static void truncate_header(const char *path) { CHECK(truncate(path, 100) == 0); }
+static void truncate_empty(const char *path) { CHECK(truncate(path, 0) == 0); }
+static void append_byte(const char *path) {
+    FILE *f = fopen(path, "ab");
+    fputc(0, f);
+    fclose(f);
+}
+static void flip_payload(const char *path) {
+    uint8_t b;
+    long off = file_size(path) - 3;
+    read_bytes(path, off, &b, 1);
+    b ^= 0x10;
+    patch(path, off, &b, 1);
+}
+static void bad_magic(const char *path) { patch(path, 0, "PHEMBD02", 8); }
+static void bad_version(const char *path) {
+    patch(path, 8, "\x02\0\0\0", 4);
+    reseal_header(path);
+}
+static void garbage_dims(const char *path) { patch(path, 48, "\x13\x37\xbe\xef\x01\x02\x03\x04", 8); }
+static void resealed_dims(const char *path) { /* 3 x 2 instead of 2 x 2, header checksum right */
+    patch(path, 48, "\x03\0\0\0\x02\0\0\0", 8);
+    reseal_header(path);
+}
+static void resealed_huge_width(const char *path) {
+    patch(path, 56, "\x01\0\x01\0", 4); /* 65537 */
+    reseal_header(path);
+}
+static void resealed_payload_count(const char *path) {
+    patch(path, 96, "\x84\0\0\0\0\0\0\0", 8); /* 132 instead of 128 */
+    reseal_header(path);
+}
+static void resealed_reserved(const char *path) {
+    patch(path, 12, "\x01", 1);
+    reseal_header(path);
+}
+static void resealed_cond_hash(const char *path) { /* payload sum right, cond_hash not */
+    uint8_t b;
+    read_bytes(path, 64, &b, 1);
+    b ^= 1;
+    patch(path, 64, &b, 1);
+    reseal_header(path);
+}
+static void resealed_payload(const char *path) { /* payload changed, its sum updated: cond_hash catches it */
+    float v = 1234.5f;
+    uint8_t sum[32];
+    patch(path, HEADER, &v, sizeof v);
+    float rows[32];
+    read_bytes(path, HEADER, rows, sizeof rows);
+    ph_sha256(rows, sizeof rows, sum);
+    patch(path, 104, sum, 32);
+    reseal_header(path);
+}
+static void all_garbage(const char *path) {
+    FILE *f = fopen(path, "wb");
+    for (int i = 0; i < HEADER + 128; i++) fputc((i * 7919) & 0xff, f);
+    fclose(f);
+}
+
+static void test_bad_files(void) {
+    expect_rejected("truncated payload", truncate_payload, 1);
+    expect_rejected("truncated header", truncate_header, 1);
+    expect_rejected("empty file", truncate_empty, 1);
+    expect_rejected("a byte too many", append_byte, 1);
+    expect_rejected("flipped payload byte", flip_payload, 1);
+    expect_rejected("wrong key (renamed file)", NULL, 2);
+    expect_rejected("bad magic", bad_magic, 1);
+    expect_rejected("version 2", bad_version, 1);
+    expect_rejected("garbage dims", garbage_dims, 1);
+    expect_rejected("other dims, resealed", resealed_dims, 1);
+    expect_rejected("insane width, resealed", resealed_huge_width, 1);
+    expect_rejected("payload count, resealed", resealed_payload_count, 1);
+    expect_rejected("reserved word, resealed", resealed_reserved, 1);
+    expect_rejected("cond_hash, resealed", resealed_cond_hash, 1);
+    expect_rejected("payload and its sum changed", resealed_payload, 1);
+    expect_rejected("all garbage", all_garbage, 1);
+
+    /* a folder where a file should be is refused too */
+    char path[512];
+    file_of(3, path, sizeof path);
+    CHECK(mkdir(path, 0700) == 0);
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    CHECK(!has(c, 3));
+    CHECK(stats(c).disk_rejects == 1);
+    ph_embed_cache_free(c);
+    rmdir(path);
+}
+
+static void test_stats(void) {
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(2, 1 << 20, g_dir, &e);
+    CHECK(put_i(c, 1, 1, NULL) == 0);
+    CHECK(put_i(c, 2, 2, NULL) == 0);
+    CHECK(put_i(c, 3, 3, NULL) == 0); /* evicts 1 from memory; its file stays */
+    CHECK(has(c, 3));                 /* memory hit */
+    CHECK(has(c, 1));                 /* disk hit, admitted: evicts 2 */
+    CHECK(!has(c, 4));                /* miss */
+    ph_embed_cache_stats st = stats(c);
+    CHECK(st.hits == 2 && st.disk_hits == 1 && st.misses == 1);
+    CHECK(st.evictions == 2 && st.disk_writes == 3 && st.disk_rejects == 0);
+    CHECK(st.entries == 2);
+    ph_embed_cache_free(c);
+    clear_dir();
+
+    /* a folder that cannot be made is an error */
+    char bad[256];
+    snprintf(bad, sizeof bad, "%s/file", g_dir);
+    FILE *f = fopen(bad, "wb");
+    fclose(f);
+    snprintf(bad, sizeof bad, "%s/file/sub", g_dir);
+    CHECK(ph_embed_cache_new(2, 1 << 20, bad, &e) == NULL);
+    CHECK(e.msg[0] != '\0');
+    clear_dir();
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/ph_embed_cache_XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_lru();
+    test_bytes_bound();
+    test_referenced_eviction();
+    test_oversize_and_disabled();
+    test_bad_put();
+    test_disk_round_trip();
+    test_bad_files();
+    test_stats();
+    clear_dir();
+    CHECK(rmdir(g_dir) == 0);
+    TEST_END();
+}
