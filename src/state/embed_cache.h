@@ -9,8 +9,8 @@
  *
  * Entries are reference counted: get and put hand out a referenced entry
  * that stays valid (rows included) until it is released, even if the cache
- * evicts or replaces it meanwhile. Every entry must be released before the
- * cache is freed.
+ * evicts or replaces it meanwhile, or is freed (release does not touch the
+ * cache, so it may come after ph_embed_cache_free).
  *
  * Disk (dir not NULL): each entry is one file dir/<64 hex of key>.embd,
  * written atomically (base/atomic_file). Little-endian layout, 168 bytes of
@@ -65,7 +65,7 @@ typedef struct ph_embed_cache_stats {
  * missing), entries are also written there and looked up there on a memory
  * miss. Returns NULL with e set if dir cannot be created or memory is out. */
 ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char *dir, ph_err *e);
-/* Frees the cache and its entries; NULL is allowed. */
+/* Frees the cache and the entries no caller holds; NULL is allowed. */
 void ph_embed_cache_free(ph_embed_cache *c);
 
 /* Looks key up: memory first, then dir. A hit becomes the most recent entry
