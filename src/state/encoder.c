@@ -61,6 +61,6 @@ double encoder_tick(ph_encoder *enc, double now) {
     ph_vision_free(enc->tower);
     enc->tower = NULL;
     enc->unloads++;
-    PH_INFO("vision encoder released after %.0f s idle", enc->idle_s);
+    PH_INFO("vision encoder released after %g s idle", enc->idle_s);
     return -1;
 }

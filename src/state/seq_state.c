@@ -97,8 +97,8 @@ int32_t seq_common_prefix(const seq_state *a, const seq_state *b) {
         }
         const seq_span *x = span_at(a, r), *y = span_at(b, r);
         if (!x || !y || x->start != r || y->start != r || x->n_tokens != y->n_tokens || x->grid_x != y->grid_x ||
-            x->grid_y != y->grid_y || memcmp(x->embed_key, y->embed_key, 32) != 0)
-            break;
+            x->grid_y != y->grid_y || memcmp(x->embed_key, y->embed_key, 32) != 0 || r + x->n_tokens > n)
+            break; /* another picture, or one that a frontier cuts */
         r += x->n_tokens;
     }
     /* a prefix that ends inside a span (of either side) backs off to its start */

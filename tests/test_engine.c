@@ -1,0 +1,473 @@
+/* The engine's state reuse (DESIGN 4-6, 8) through the public API, on the
+ * oracle's tiny model pair: what each turn reuses, takes from the embedding
+ * cache and encodes, and that every reusing turn generates the same tokens
+ * and top log-probabilities as a cold engine with all caches off. */
+#include <math.h>
+#include <spng.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "pinhole.h"
+#include "state/seq_state.h"
+#include "test.h"
+
+#define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
+#define MMPROJ PH_ORACLE_DIR "/models/tiny-f16-mmproj.gguf"
+#define NGEN 6
+#define NTOP 5
+
+static char idcache[64];
+
+typedef struct file {
+    void *p;
+    size_t n;
+} file;
+
+static file read_file(const char *path) {
+    file f = {0};
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return f;
+    fseek(fp, 0, SEEK_END);
+    f.n = (size_t)ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    f.p = malloc(f.n);
+    if (fread(f.p, 1, f.n, fp) != f.n) f.n = 0;
+    fclose(fp);
+    return f;
+}
+
+/* A w x h PNG whose pixels depend on seed. */
+static file make_png(int w, int h, int seed) {
+    file f = {0};
+    uint8_t *px = malloc((size_t)w * h * 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint8_t *p = px + ((size_t)y * w + x) * 3;
+            p[0] = (uint8_t)(x * 3 + seed * 40);
+            p[1] = (uint8_t)(y * 5 + seed * 17);
+            p[2] = (uint8_t)((x ^ y) + seed * 90);
+        }
+    spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
+    struct spng_ihdr ih = {.width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8,
+                           .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
+    spng_set_option(c, SPNG_ENCODE_TO_BUFFER, 1);
+    spng_set_ihdr(c, &ih);
+    int rc = spng_encode_image(c, px, (size_t)w * h * 3, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+    if (rc == 0) f.p = spng_get_png_buffer(c, &f.n, &rc);
+    spng_ctx_free(c);
+    free(px);
+    return f;
+}
+
+typedef struct result {
+    int32_t tok[NGEN];
+    float top[NGEN][NTOP];
+    int32_t top_id[NGEN][NTOP];
+    int n;
+    ph_turn_report r;
+} result;
+
+static int collect(void *ud, const ph_gen_event *ev) {
+    result *res = ud;
+    if (ev->token < 0 || res->n >= NGEN) return 0;
+    res->tok[res->n] = ev->token;
+    for (int i = 0; i < ev->n_top && i < NTOP; i++) {
+        res->top[res->n][i] = ev->top_logprobs[i];
+        res->top_id[res->n][i] = ev->top_ids[i];
+    }
+    res->n++;
+    return 0;
+}
+
+static ph_engine *engine(bool warm, int entries, size_t bytes, const char *dir, double idle) {
+    ph_engine_params p;
+    ph_engine_params_default(&p);
+    p.model_path = LLM;
+    p.mmproj_path = MMPROJ;
+    p.n_ctx = 2048;
+    p.n_threads = 2;
+    p.reuse = warm;
+    p.image_cache_entries = warm ? entries : 0;
+    p.image_cache_bytes = bytes;
+    p.image_cache_dir = warm ? dir : NULL;
+    p.vision_idle_s = idle;
+    p.id_cache_dir = idcache;
+    ph_err err = {0};
+    ph_engine *e = ph_engine_new(&p, &err);
+    if (!e) fprintf(stderr, "engine: %s\n", err.msg);
+    return e;
+}
+
+/* A conversation written compactly: each message is a role letter (s, u,
+ * a) and its parts; a part "@N" is picture N of pics. */
+typedef struct conv {
+    ph_chat_msg msgs[16];
+    ph_chat_part parts[64];
+    size_t n_msgs, n_parts;
+} conv;
+
+static void msg(conv *c, char role, const char *const *parts, size_t n, ph_image_in **pics) {
+    ph_chat_msg *m = &c->msgs[c->n_msgs++];
+    m->role = role == 's' ? PH_ROLE_SYSTEM : role == 'a' ? PH_ROLE_ASSISTANT : PH_ROLE_USER;
+    m->parts = &c->parts[c->n_parts];
+    m->n_parts = n;
+    for (size_t i = 0; i < n; i++) {
+        ph_chat_part *p = &c->parts[c->n_parts++];
+        memset(p, 0, sizeof *p);
+        if (parts[i][0] == '@') p->image = pics[atoi(parts[i] + 1)];
+        else p->text = parts[i], p->len = strlen(parts[i]);
+    }
+}
+
+static result turn(ph_engine *e, const conv *c) {
+    result res = {0};
+    ph_gen_params g;
+    ph_gen_params_default(&g);
+    g.max_tokens = NGEN;
+    g.top_logprobs = NTOP;
+    ph_err err = {0};
+    if (ph_engine_chat(e, c->msgs, c->n_msgs, &g, collect, &res, &res.r, &err)) {
+        fprintf(stderr, "turn failed: %s\n", err.msg);
+        res.n = -1;
+    }
+    return res;
+}
+
+/* The warm turn must match a cold engine's answer to the same request. */
+static void same_as_cold(const conv *c, const result *warm, const char *what) {
+    ph_engine *cold = engine(false, 0, 0, NULL, 0);
+    result r = turn(cold, c);
+    CHECKF(r.n == warm->n && r.n > 0, "%s: %d tokens warm, %d cold", what, warm->n, r.n);
+    double worst = 0;
+    for (int i = 0; i < r.n && i < warm->n; i++) {
+        CHECKF(r.tok[i] == warm->tok[i], "%s: token %d: warm %d cold %d", what, i, warm->tok[i], r.tok[i]);
+        for (int k = 0; k < NTOP; k++) {
+            CHECKF(r.top_id[i][k] == warm->top_id[i][k] || fabsf(r.top[i][k] - warm->top[i][k]) < 1e-3f,
+                   "%s: step %d top %d id %d vs %d", what, i, k, warm->top_id[i][k], r.top_id[i][k]);
+            double d = fabs((double)r.top[i][k] - warm->top[i][k]);
+            if (d > worst) worst = d;
+        }
+    }
+    CHECKF(worst < 2e-2, "%s: top log-probabilities differ by %g from a cold run", what, worst);
+    printf("  %-34s same tokens as a cold run, worst top-logprob difference %.2g\n", what, worst);
+    ph_engine_free(cold);
+}
+
+static ph_image_in *pic(ph_engine *e, file f) {
+    ph_err err = {0};
+    ph_image_in *im = ph_engine_image(e, f.p, f.n, "test picture", &err);
+    if (!im) fprintf(stderr, "picture: %s\n", err.msg);
+    return im;
+}
+
+static int32_t count_tokens(ph_engine *e, const char *text) {
+    (void)e;
+    static ph_model *m;
+    if (!m) m = ph_model_load(LLM, 1, NULL);
+    ph_tokens t = {0};
+    ph_tokenize(m, text, strlen(text), true, &t, NULL);
+    int32_t n = (int32_t)t.n;
+    ph_tokens_free(&t);
+    return n;
+}
+
+static void test_resent_picture(file a) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_image_in *pics[1] = {pic(e, a)};
+    conv c = {0};
+    msg(&c, 'u', (const char *[]){"@0", "What is in this picture?"}, 2, pics);
+    result prev = turn(e, &c);
+    CHECK(prev.r.pics_encoded == 1 && prev.r.n_reused == 0);
+    for (int t = 2; t <= 4; t++) {
+        msg(&c, 'a', (const char *[]){"It is a picture."}, 1, pics);
+        msg(&c, 'u', (const char *[]){t == 3 ? "And the colours?" : "Tell me more."}, 1, pics);
+        result r = turn(e, &c);
+        CHECKF(r.r.pics_encoded == 0 && r.r.pics_from_kv == 1, "turn %d: encoded %d, from kv %d", t, r.r.pics_encoded,
+               r.r.pics_from_kv);
+        CHECKF(r.r.n_reused >= prev.r.n_prompt, "turn %d reused %d of the previous prompt's %d", t, r.r.n_reused,
+               prev.r.n_prompt);
+        if (t == 4) same_as_cold(&c, &r, "picture re-sent on 4 turns");
+        prev = r;
+    }
+    ph_engine_stats st;
+    ph_engine_get_stats(e, &st);
+    CHECKF(st.images_encoded == 1, "a picture re-sent on 4 turns was encoded %llu times",
+           (unsigned long long)st.images_encoded);
+    ph_image_in_free(pics[0]);
+    ph_engine_free(e);
+}
+
+static void test_edit(file a) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_image_in *pics[1] = {pic(e, a)};
+    conv c = {0};
+    msg(&c, 's', (const char *[]){"You describe pictures."}, 1, pics);
+    msg(&c, 'u', (const char *[]){"First question about cats.", "@0"}, 2, pics);
+    msg(&c, 'a', (const char *[]){"An answer."}, 1, pics);
+    msg(&c, 'u', (const char *[]){"Second question."}, 1, pics);
+    turn(e, &c);
+    /* edit the first user message's text: only what comes before it is kept */
+    c.parts[1].text = "Edited question about dogs.";
+    c.parts[1].len = strlen(c.parts[1].text);
+    result r = turn(e, &c);
+    int32_t before = count_tokens(e, "<|im_start|>system\nYou describe pictures.<|im_end|>\n<|im_start|>user\n");
+    CHECKF(r.r.n_reused == before, "edited earlier message: reused %d, the prefix before the edit has %d",
+           r.r.n_reused, before);
+    CHECKF(r.r.pics_from_kv == 0 && r.r.pics_from_cache == 1 && r.r.pics_encoded == 0,
+           "picture after the edit: kv %d cache %d encoded %d", r.r.pics_from_kv, r.r.pics_from_cache, r.r.pics_encoded);
+    same_as_cold(&c, &r, "edited earlier message");
+    ph_image_in_free(pics[0]);
+    ph_engine_free(e);
+}
+
+static void test_other_picture_same_size(void) {
+    file p1 = make_png(64, 64, 1), p2 = make_png(64, 64, 2);
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_image_in *pics[2] = {pic(e, p1), pic(e, p2)};
+    conv c = {0};
+    msg(&c, 'u', (const char *[]){"Look:", "@0", "What is it?"}, 3, pics);
+    turn(e, &c);
+    c.parts[1].image = pics[1];
+    result r = turn(e, &c);
+    int32_t before = count_tokens(e, "<|im_start|>user\nLook:<|vision_start|>");
+    CHECKF(r.r.pics_encoded == 1 && r.r.pics_from_kv == 0, "other picture of the same size: encoded %d, kv %d",
+           r.r.pics_encoded, r.r.pics_from_kv);
+    CHECKF(r.r.n_reused == before, "other picture: reused %d rows, expected the %d before it", r.r.n_reused, before);
+    same_as_cold(&c, &r, "other picture, same size and place");
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+    ph_engine_free(e);
+    free(p1.p);
+    free(p2.p);
+}
+
+static void test_append_picture(file a, file b) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_image_in *pics[2] = {pic(e, a), pic(e, b)};
+    conv c = {0};
+    msg(&c, 'u', (const char *[]){"@0", "Describe."}, 2, pics);
+    result r1 = turn(e, &c);
+    msg(&c, 'a', (const char *[]){"Fine."}, 1, pics);
+    msg(&c, 'u', (const char *[]){"And this one?", "@1"}, 2, pics);
+    result r = turn(e, &c);
+    CHECKF(r.r.n_reused >= r1.r.n_prompt, "new picture after the history: reused %d, history %d", r.r.n_reused,
+           r1.r.n_prompt);
+    CHECKF(r.r.pics_from_kv == 1 && r.r.pics_encoded == 1, "appended picture: kv %d encoded %d", r.r.pics_from_kv,
+           r.r.pics_encoded);
+    same_as_cold(&c, &r, "picture appended after history");
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+    ph_engine_free(e);
+}
+
+static void test_twice_in_one_message(file a) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_image_in *pics[2] = {pic(e, a), pic(e, a)}; /* the same bytes sent twice */
+    conv c = {0};
+    msg(&c, 'u', (const char *[]){"@0", "and", "@1", "Same?"}, 4, pics);
+    result r = turn(e, &c);
+    CHECKF(r.r.pics_encoded == 1 && r.r.pics_from_cache == 1, "same picture twice: encoded %d, cache %d",
+           r.r.pics_encoded, r.r.pics_from_cache);
+    same_as_cold(&c, &r, "same picture twice in a message");
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+    ph_engine_free(e);
+}
+
+static void test_eviction(file a, file b, file g) {
+    /* by count: one entry; A, B, A encodes A twice */
+    ph_engine *e = engine(true, 1, 128u << 20, NULL, 0);
+    ph_image_in *pics[3] = {pic(e, a), pic(e, b), pic(e, g)};
+    for (int k = 0; k < 3; k++) {
+        conv c = {0};
+        msg(&c, 'u', (const char *[]){k == 1 ? "@1" : "@0", k == 2 ? "Again (new conversation)." : "Describe."}, 2,
+            pics);
+        turn(e, &c);
+    }
+    ph_engine_stats st;
+    ph_engine_get_stats(e, &st);
+    CHECKF(st.images_encoded == 3 && st.image_cache_evictions == 2, "count bound 1: encoded %llu, evictions %llu",
+           (unsigned long long)st.images_encoded, (unsigned long long)st.image_cache_evictions);
+    ph_engine_free(e);
+    /* by bytes: room for either picture's rows but not for both */
+    e = engine(true, 32, 20000, NULL, 0);
+    for (int k = 0; k < 3; k++) {
+        conv c = {0};
+        msg(&c, 'u', (const char *[]){k == 1 ? "@1" : "@2", k == 2 ? "Again." : "Describe."}, 2, pics);
+        turn(e, &c);
+    }
+    ph_engine_get_stats(e, &st);
+    CHECKF(st.image_cache_bytes <= 20000, "byte bound: %llu bytes held", (unsigned long long)st.image_cache_bytes);
+    CHECKF(st.images_encoded == 3 && st.image_cache_evictions >= 1, "byte bound: encoded %llu, evictions %llu",
+           (unsigned long long)st.images_encoded, (unsigned long long)st.image_cache_evictions);
+    for (int k = 0; k < 3; k++) ph_image_in_free(pics[k]);
+    ph_engine_free(e);
+}
+
+static void test_elastic(file a, file b) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0.2);
+    ph_image_in *pics[2] = {pic(e, a), pic(e, b)};
+    ph_engine_stats st;
+    ph_engine_get_stats(e, &st);
+    CHECK(!st.encoder_loaded);
+    conv c = {0};
+    msg(&c, 'u', (const char *[]){"@0", "Describe."}, 2, pics);
+    result r = turn(e, &c);
+    CHECK(r.r.encoder_loaded && r.r.pics_encoded == 1);
+    usleep(300000);
+    ph_engine_tick(e);
+    ph_engine_get_stats(e, &st);
+    CHECKF(!st.encoder_loaded && st.encoder_unloads == 1 && st.encoder_loads == 1, "after idle: loaded %d loads %llu unloads %llu",
+           st.encoder_loaded, (unsigned long long)st.encoder_loads, (unsigned long long)st.encoder_unloads);
+    /* a new conversation with the cached picture: the encoder stays unloaded */
+    conv c2 = {0};
+    msg(&c2, 'u', (const char *[]){"Another chat.", "@0"}, 2, pics);
+    r = turn(e, &c2);
+    ph_engine_get_stats(e, &st);
+    CHECKF(!r.r.encoder_loaded && st.encoder_loads == 1 && r.r.pics_from_cache == 1 && !st.encoder_loaded,
+           "all pictures cached: loads %llu", (unsigned long long)st.encoder_loads);
+    same_as_cold(&c2, &r, "cached picture, encoder unloaded");
+    /* one new picture: loaded once */
+    msg(&c2, 'a', (const char *[]){"Yes."}, 1, pics);
+    msg(&c2, 'u', (const char *[]){"@1", "@0", "Compare."}, 3, pics);
+    r = turn(e, &c2);
+    ph_engine_get_stats(e, &st);
+    CHECKF(r.r.encoder_loaded && st.encoder_loads == 2 && r.r.pics_encoded == 1, "one new picture: loads %llu encoded %d",
+           (unsigned long long)st.encoder_loads, r.r.pics_encoded);
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+    ph_engine_free(e);
+}
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (de->d_name[0] != '.') n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static void test_disk(file a) {
+    char dir[] = "/tmp/ph-embd-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    ph_engine *e = engine(true, 32, 128u << 20, dir, 0);
+    ph_image_in *im = pic(e, a);
+    ph_image_in *pics[1] = {im};
+    conv c = {0};
+    msg(&c, 'u', (const char *[]){"@0", "Describe."}, 2, pics);
+    result r = turn(e, &c);
+    CHECK(r.r.pics_encoded == 1);
+    ph_image_in_free(im);
+    ph_engine_free(e);
+    CHECKF(count_files(dir) == 1, "%d files in the cache folder", count_files(dir));
+    /* a restart: the picture comes from disk */
+    e = engine(true, 32, 128u << 20, dir, 0);
+    c.parts[0].image = im = pic(e, a);
+    r = turn(e, &c);
+    CHECKF(r.r.pics_encoded == 0 && r.r.pics_from_cache == 1, "after a restart: encoded %d, cache %d", r.r.pics_encoded,
+           r.r.pics_from_cache);
+    same_as_cold(&c, &r, "embedding from disk after restart");
+    ph_image_in_free(im);
+    ph_engine_free(e);
+    /* a damaged entry is refused, removed, and the picture encoded again */
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char path[512] = "";
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.') snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    closedir(d);
+    struct stat sb;
+    stat(path, &sb);
+    CHECK(truncate(path, sb.st_size / 2) == 0);
+    e = engine(true, 32, 128u << 20, dir, 0);
+    c.parts[0].image = im = pic(e, a);
+    r = turn(e, &c);
+    CHECKF(r.r.pics_encoded == 1 && r.r.pics_from_cache == 0, "truncated entry: encoded %d, cache %d", r.r.pics_encoded,
+           r.r.pics_from_cache);
+    same_as_cold(&c, &r, "truncated cache file refused");
+    ph_image_in_free(im);
+    ph_engine_free(e);
+    /* the re-encoded entry was written again; corrupt one byte of its rows */
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (f) {
+        fseek(f, -5, SEEK_END);
+        int ch = fgetc(f);
+        fseek(f, -5, SEEK_END);
+        fputc(ch ^ 0x40, f);
+        fclose(f);
+    }
+    e = engine(true, 32, 128u << 20, dir, 0);
+    c.parts[0].image = im = pic(e, a);
+    r = turn(e, &c);
+    CHECKF(r.r.pics_encoded == 1, "corrupted entry: encoded %d", r.r.pics_encoded);
+    ph_image_in_free(im);
+    ph_engine_free(e);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* DESIGN 6.1 at the level of sequences: a prefix never ends inside a span. */
+static void test_back_off(void) {
+    seq_state a, b;
+    seq_init(&a, 64, NULL);
+    seq_init(&b, 64, NULL);
+    seq_span sp = {.n_tokens = 12, .grid_x = 4, .grid_y = 3, .n_pos = 4};
+    memset(sp.embed_key, 7, 32);
+    for (int i = 0; i < 5; i++) {
+        seq_push_token(&a, 100 + i, i, NULL);
+        seq_push_token(&b, 100 + i, i, NULL);
+    }
+    seq_push_span(&a, &sp, 5, NULL);
+    seq_push_span(&b, &sp, 5, NULL);
+    seq_push_token(&a, 1, 9, NULL);
+    seq_push_token(&b, 1, 9, NULL);
+    CHECK(seq_common_prefix(&a, &b) == 18);
+    /* b's state ends inside the picture (a span cut by the frontier) */
+    b.n_rows = 11;
+    CHECKF(seq_common_prefix(&a, &b) == 5, "cut span: prefix %d, expected the span's start 5", seq_common_prefix(&a, &b));
+    CHECK(!seq_complete(&b, 11));
+    /* a span with another key at the same place */
+    b.n_rows = 18;
+    b.spans[0].embed_key[0] = 8;
+    CHECK(seq_common_prefix(&a, &b) == 5);
+    /* same key but another grid */
+    b.spans[0].embed_key[0] = 7;
+    b.spans[0].grid_x = 3;
+    b.spans[0].grid_y = 4;
+    CHECK(seq_common_prefix(&a, &b) == 5);
+    CHECK(seq_back_off(&a, 9) == 5 && seq_back_off(&a, 17) == 17 && seq_back_off(&a, 5) == 5);
+    CHECK(seq_pos_at(&a, 17) == 9 && seq_pos_at(&a, 18) == 10);
+    seq_free(&a);
+    seq_free(&b);
+}
+
+int main(void) {
+    snprintf(idcache, sizeof idcache, "/tmp/ph-ids-XXXXXX");
+    if (!mkdtemp(idcache)) return 1;
+    file a = read_file(PH_ORACLE_DIR "/img/gray.png"), b = read_file(PH_ORACLE_DIR "/img/grad.png"),
+         s = read_file(PH_ORACLE_DIR "/img/small.png");
+    CHECK(a.n && b.n && s.n);
+    test_back_off();
+    test_resent_picture(a);
+    test_edit(a);
+    test_other_picture_same_size();
+    test_append_picture(s, b);
+    test_twice_in_one_message(b);
+    test_eviction(a, b, s);
+    test_elastic(s, b);
+    test_disk(b);
+    free(a.p);
+    free(b.p);
+    free(s.p);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", idcache);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", idcache);
+    TEST_END();
+}
