@@ -7,23 +7,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/atomic_file.h"
+#include "base/error.h"
 #include "base/timeutil.h"
 #include "cli/args.h"
 #include "pinhole.h"
 
 #define CHAT_MAX_PENDING 16
 
+/* One message of the conversation, with the parts it owns. */
+typedef struct chat_msg {
+    ph_role role;
+    ph_chat_part *parts;
+    size_t n_parts;
+} chat_msg;
+
 typedef struct chat {
-    ph_model *m;
-    ph_mmproj *mm;
-    ph_session *s;
-    ph_sampler *smp;
-    const ph_model_info *info;
+    ph_engine *e;
     const char *system;
-    long n_predict;
-    ph_picture *pending[CHAT_MAX_PENDING];
+    ph_gen_params gen;
+    ph_chat_msg *msgs;   /* views of hist for the engine */
+    chat_msg *hist;
+    size_t n, cap;
+    ph_image_in *pending[CHAT_MAX_PENDING];
     int n_pending;
-    bool started; /* the system message (if any) is in the session */
 } chat;
 
 static void chat_usage(FILE *out) {
@@ -44,92 +51,123 @@ static void chat_usage(FILE *out) {
 }
 
 static void drop_pending(chat *c) {
-    for (int i = 0; i < c->n_pending; i++) ph_picture_free(c->pending[i]);
+    for (int i = 0; i < c->n_pending; i++) ph_image_in_free(c->pending[i]);
     c->n_pending = 0;
 }
 
-static int chat_oom(ph_err *err) {
-    snprintf(err->msg, sizeof err->msg, "out of memory");
-    return -1;
+static void free_msg(chat_msg *m) {
+    for (size_t j = 0; j < m->n_parts; j++) {
+        free((char *)m->parts[j].text);
+        ph_image_in_free(m->parts[j].image);
+    }
+    free(m->parts);
 }
 
-/* Evaluates text (special tokens parsed) after what the session holds. */
-static int eval_text(chat *c, const char *text, ph_err *err) {
-    ph_tokens t = {0};
-    int rc = ph_tokenize(c->m, text, strlen(text), true, &t, err);
-    if (rc == 0) rc = ph_session_eval_tokens(c->s, t.ids, t.n, err);
-    ph_tokens_free(&t);
-    return rc;
+static void drop_history(chat *c) {
+    for (size_t i = 0; i < c->n; i++) free_msg(&c->hist[i]);
+    c->n = 0;
 }
 
-/* One turn: the user's message (pictures first, then the text), then the
- * answer, streamed. */
-static int chat_turn(chat *c, const char *text, ph_err *err) {
-    double t0 = ph_now_s();
-    int32_t rows0 = ph_session_n_rows(c->s);
-    if (!c->started) {
-        int32_t bos = ph_model_bos(c->m);
-        if (bos >= 0 && ph_session_eval_tokens(c->s, &bos, 1, err)) return -1;
-        if (c->system) {
-            char *sys = NULL;
-            size_t len = 0;
-            FILE *f = open_memstream(&sys, &len);
-            if (!f) return chat_oom(err);
-            fprintf(f, "<|im_start|>system\n%s<|im_end|>\n", c->system);
-            fclose(f);
-            int rc = eval_text(c, sys, err);
-            free(sys);
-            if (rc) return -1;
-        }
-        c->started = true;
+/* Appends a message; takes the pictures, copies the text. */
+static int push_msg(chat *c, ph_role role, ph_image_in **pics, int n_pics, const char *text, size_t len) {
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        chat_msg *h = realloc(c->hist, cap * sizeof *h);
+        if (!h) return -1;
+        c->hist = h;
+        ph_chat_msg *m = realloc(c->msgs, cap * sizeof *m);
+        if (!m) return -1;
+        c->msgs = m;
+        c->cap = cap;
     }
-    if (eval_text(c, "<|im_start|>user\n", err)) return -1;
-    double encode_s = 0.0;
-    for (int i = 0; i < c->n_pending; i++) {
-        ph_picture_chunk pc;
-        if (eval_text(c, "<|vision_start|>", err) ||
-            ph_session_eval_picture(c->s, c->mm, c->pending[i], &pc, NULL, err) ||
-            eval_text(c, "<|vision_end|>", err))
-            return -1;
-        encode_s += pc.encode_s;
+    chat_msg *m = &c->hist[c->n];
+    m->role = role;
+    m->n_parts = (size_t)n_pics + 1;
+    m->parts = calloc(m->n_parts, sizeof *m->parts);
+    char *t = malloc(len + 1);
+    if (!m->parts || !t) {
+        free(m->parts);
+        free(t);
+        return -1;
     }
-    drop_pending(c);
-    char *msg = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&msg, &len);
-    if (!f) return chat_oom(err);
-    fprintf(f, "%s<|im_end|>\n<|im_start|>assistant\n", text);
-    fclose(f);
-    int rc = eval_text(c, msg, err);
-    free(msg);
-    if (rc) return -1;
-    int32_t n_prompt = ph_session_n_rows(c->s) - rows0;
-    double t1 = ph_now_s();
-
-    ph_detok dt = {0};
-    char piece[256];
-    long n_gen = 0;
-    int32_t tok = -1;
-    for (; n_gen < c->n_predict; n_gen++) {
-        tok = ph_sampler_sample(c->smp, ph_session_logits(c->s), c->info->n_vocab);
-        if (ph_token_is_eog(c->m, tok)) break;
-        size_t n = ph_detok_token(&dt, c->m, tok, piece, sizeof piece);
-        fwrite(piece, 1, n, stdout);
-        fflush(stdout);
-        if (ph_session_eval_tokens(c->s, &tok, 1, err)) return -1;
-    }
-    size_t n = ph_detok_finish(&dt, piece, sizeof piece);
-    fwrite(piece, 1, n, stdout);
-    double t2 = ph_now_s();
-    /* close the turn so the next one follows the chat format */
-    if (eval_text(c, "<|im_end|>\n", err)) return -1;
-    double prefill_s = t1 - t0 - encode_s;
-    fprintf(stderr, "\n[prompt %d tokens in %.2f s (%.1f tok/s)", n_prompt, prefill_s,
-            prefill_s > 0 ? n_prompt / prefill_s : 0.0);
-    if (encode_s > 0) fprintf(stderr, ", pictures encoded in %.2f s", encode_s);
-    fprintf(stderr, "; answer %ld tokens in %.2f s (%.1f tok/s)]\n", n_gen, t2 - t1,
-            n_gen && t2 > t1 ? n_gen / (t2 - t1) : 0.0);
+    for (int i = 0; i < n_pics; i++) m->parts[i].image = pics[i];
+    memcpy(t, text, len);
+    t[len] = '\0';
+    m->parts[n_pics].text = t;
+    m->parts[n_pics].len = len;
+    c->n++;
     return 0;
+}
+
+typedef struct answer {
+    char *text;
+    size_t len, cap;
+    bool in_reasoning;
+} answer;
+
+static int on_piece(void *ud, const ph_gen_event *ev) {
+    answer *a = ud;
+    if (!ev->len) return 0;
+    if (ev->kind == PH_DELTA_REASONING) { /* shown dimmed, not kept in the history */
+        fprintf(stdout, "%s%.*s", a->in_reasoning ? "" : "\033[2m", (int)ev->len, ev->text);
+        a->in_reasoning = true;
+        fflush(stdout);
+        return 0;
+    }
+    if (a->in_reasoning) fputs("\033[0m\n", stdout);
+    a->in_reasoning = false;
+    fwrite(ev->text, 1, ev->len, stdout);
+    fflush(stdout);
+    if (a->len + ev->len + 1 > a->cap) {
+        size_t cap = (a->len + ev->len + 1) * 2;
+        char *t = realloc(a->text, cap);
+        if (!t) return 1;
+        a->text = t;
+        a->cap = cap;
+    }
+    memcpy(a->text + a->len, ev->text, ev->len);
+    a->len += ev->len;
+    return 0;
+}
+
+/* One turn: the user's message (pictures first, then the text) joins the
+ * conversation, the engine answers (reusing what the KV already holds). */
+static int chat_turn(chat *c, const char *text, ph_err *err) {
+    if (c->n == 0 && c->system && push_msg(c, PH_ROLE_SYSTEM, NULL, 0, c->system, strlen(c->system)))
+        return ph_err_set(err, "out of memory");
+    if (push_msg(c, PH_ROLE_USER, c->pending, c->n_pending, text, strlen(text)))
+        return ph_err_set(err, "out of memory");
+    c->n_pending = 0; /* the message owns them now */
+    for (size_t i = 0; i < c->n; i++)
+        c->msgs[i] = (ph_chat_msg){.role = c->hist[i].role, .parts = c->hist[i].parts, .n_parts = c->hist[i].n_parts};
+    answer a = {0};
+    ph_turn_report r;
+    double t0 = ph_now_s();
+    int rc = ph_engine_chat(c->e, c->msgs, c->n, &c->gen, on_piece, &a, &r, err);
+    if (a.in_reasoning) fputs("\033[0m", stdout);
+    if (rc == 0 && push_msg(c, PH_ROLE_ASSISTANT, NULL, 0, a.text ? a.text : "", a.len))
+        rc = ph_err_set(err, "out of memory");
+    free(a.text);
+    if (rc) return -1;
+    double prefill = r.prefill_s;
+    fprintf(stderr, "\n[prompt %d tokens: %d reused, %d evaluated in %.2f s", r.n_prompt, r.n_reused, r.n_prefilled,
+            prefill);
+    if (r.n_pictures)
+        fprintf(stderr, "; pictures: %d kept, %d cached, %d encoded in %.2f s", r.pics_from_kv, r.pics_from_cache,
+                r.pics_encoded, r.encode_s);
+    fprintf(stderr, "; answer %d tokens in %.2f s (%.1f tok/s); %.2f s in all]\n", r.n_generated, r.decode_s,
+            r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0, ph_now_s() - t0);
+    return 0;
+}
+
+/* Reads a picture file and hands its bytes to the engine. */
+static ph_image_in *load_picture(ph_engine *e, const char *path, ph_err *err) {
+    void *data;
+    size_t n;
+    if (ph_file_read_all(path, (size_t)64 << 20, &data, &n, err)) return NULL;
+    ph_image_in *im = ph_engine_image(e, data, n, path, err);
+    free(data);
+    return im;
 }
 
 static char *trim(char *s) {
@@ -140,56 +178,53 @@ static char *trim(char *s) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *mmproj = NULL;
-    long threads = 0, ctx = 0, img_min = 8, img_max = 4096;
-    chat c = {.n_predict = 1024};
-    ph_sampler_params sp = ph_sampler_defaults();
+    ph_engine_params ep;
+    ph_engine_params_default(&ep);
+    long l;
+    chat c = {0};
+    ph_gen_params_default(&c.gen);
+    c.gen.max_tokens = 1024;
+    ph_sampler_params *sp = &c.gen.sampler;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         double d;
-        long l;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             chat_usage(stdout);
             return 0;
         }
         if (!(v = arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--mmproj")) mmproj = v;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ep.model_path = v;
+        else if (!strcmp(a, "--mmproj")) ep.mmproj_path = v;
         else if (!strcmp(a, "--system")) c.system = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (arg_int(a, v, 1, 1 << 24, &c.n_predict)) return 2; }
-        else if (!strcmp(a, "--temp")) { if (arg_float(a, v, 0, 100, &d)) return 2; sp.temperature = (float)d; }
-        else if (!strcmp(a, "--top-k")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; sp.top_k = (int32_t)l; }
-        else if (!strcmp(a, "--top-p")) { if (arg_float(a, v, 0, 1, &d)) return 2; sp.top_p = (float)d; }
-        else if (!strcmp(a, "--min-p")) { if (arg_float(a, v, 0, 1, &d)) return 2; sp.min_p = (float)d; }
-        else if (!strcmp(a, "--seed")) { if (arg_u64(a, v, &sp.seed)) return 2; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (arg_int(a, v, 1, 1 << 22, &ctx)) return 2; }
-        else if (!strcmp(a, "--image-min-tokens")) { if (arg_int(a, v, 1, 65536, &img_min)) return 2; }
-        else if (!strcmp(a, "--image-max-tokens")) { if (arg_int(a, v, 1, 65536, &img_max)) return 2; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (arg_int(a, v, 1, 1 << 24, &l)) return 2; c.gen.max_tokens = (int32_t)l; }
+        else if (!strcmp(a, "--temp")) { if (arg_float(a, v, 0, 100, &d)) return 2; sp->temperature = (float)d; }
+        else if (!strcmp(a, "--top-k")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; sp->top_k = (int32_t)l; }
+        else if (!strcmp(a, "--top-p")) { if (arg_float(a, v, 0, 1, &d)) return 2; sp->top_p = (float)d; }
+        else if (!strcmp(a, "--min-p")) { if (arg_float(a, v, 0, 1, &d)) return 2; sp->min_p = (float)d; }
+        else if (!strcmp(a, "--seed")) { if (arg_u64(a, v, &sp->seed)) return 2; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &l)) return 2; ep.n_threads = (int)l; }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (arg_int(a, v, 16, 1 << 22, &l)) return 2; ep.n_ctx = (int32_t)l; }
+        else if (!strcmp(a, "--image-min-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.image_min_tokens = (int)l; }
+        else if (!strcmp(a, "--image-max-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.image_max_tokens = (int)l; }
         else {
             fprintf(stderr, "pinhole chat: unknown option '%s' (see pinhole chat --help)\n", a);
             return 2;
         }
     }
-    if (!model) {
+    if (!ep.model_path) {
         fprintf(stderr, "pinhole chat: -m MODEL is required (see pinhole chat --help)\n");
         return 2;
     }
-    ph_err err;
-    int rc = 1;
-    if (!(c.m = ph_model_load(model, (int)threads, &err))) goto fail;
-    c.info = ph_model_get_info(c.m);
-    if (mmproj && (!(c.mm = ph_mmproj_open(c.m, mmproj, &err)) ||
-                   ph_mmproj_set_budget(c.mm, (int)img_min, (int)img_max, &err)))
-        goto fail;
-    if (!(c.s = ph_session_new(c.m, (int32_t)ctx, &err))) goto fail;
-    if (!(c.smp = ph_sampler_new(&sp))) {
-        snprintf(err.msg, sizeof err.msg, "out of memory");
-        goto fail;
+    ph_err err = {0};
+    if (!(c.e = ph_engine_new(&ep, &err))) {
+        fprintf(stderr, "pinhole: %s\n", err.msg);
+        return 1;
     }
+    const ph_model_info *info = ph_engine_model_info(c.e);
     fprintf(stderr, "pinhole chat: %s, context %d%s. /image PATH attaches a picture, /reset starts over, "
                     "/quit leaves.\n",
-            c.info->name[0] ? c.info->name : model, ph_session_n_ctx(c.s), c.mm ? ", pictures on" : "");
+            info->name[0] ? info->name : ep.model_path, ph_engine_n_ctx(c.e),
+            ph_engine_has_vision(c.e) ? ", pictures on" : "");
     using_history();
     char *line;
     while ((line = readline("> ")) != NULL) {
@@ -199,49 +234,41 @@ int cmd_chat(int argc, char **argv) {
             free(line);
             break;
         } else if (!strcmp(in, "/reset")) {
-            ph_session_reset(c.s);
+            drop_history(&c);
             drop_pending(&c);
-            c.started = false;
             fprintf(stderr, "[new conversation]\n");
         } else if (!strncmp(in, "/image", 6) && (in[6] == ' ' || in[6] == '\0')) {
             const char *path = trim(in + 6);
-            ph_picture *p = NULL;
-            if (!c.mm) {
+            if (!ph_engine_has_vision(c.e)) {
                 fprintf(stderr, "[pictures need --mmproj]\n");
             } else if (!*path) {
                 fprintf(stderr, "[usage: /image PATH]\n");
             } else if (c.n_pending == CHAT_MAX_PENDING) {
                 fprintf(stderr, "[at most %d pictures per message]\n", CHAT_MAX_PENDING);
-            } else if (!(p = ph_picture_load(path, &err))) {
-                fprintf(stderr, "[%s]\n", err.msg);
             } else {
-                int w, h;
-                ph_picture_size(p, &w, &h);
-                c.pending[c.n_pending++] = p;
-                fprintf(stderr, "[picture %s (%dx%d) goes with your next message]\n", path, w, h);
+                ph_image_in *im = load_picture(c.e, path, &err);
+                if (!im) {
+                    fprintf(stderr, "[%s]\n", err.msg);
+                } else {
+                    c.pending[c.n_pending++] = im;
+                    fprintf(stderr, "[picture %s goes with your next message]\n", path);
+                }
             }
-        } else if (*in == '/' ) {
+        } else if (*in == '/') {
             fprintf(stderr, "[unknown command; /image PATH, /reset, /quit]\n");
         } else if (*in || c.n_pending) {
             if (chat_turn(&c, in, &err)) {
-                /* a failed turn may have left part of itself in the KV: start over */
-                fprintf(stderr, "\n[%s; the conversation starts over]\n", err.msg);
-                ph_session_reset(c.s);
-                drop_pending(&c);
-                c.started = false;
+                /* the failed message leaves the conversation */
+                fprintf(stderr, "\n[%s]\n", err.msg);
+                if (c.n && c.hist[c.n - 1].role == PH_ROLE_USER) free_msg(&c.hist[--c.n]);
             }
         }
         free(line);
     }
-    rc = 0;
-    goto done;
-fail:
-    fprintf(stderr, "pinhole: %s\n", err.msg);
-done:
     drop_pending(&c);
-    ph_sampler_free(c.smp);
-    ph_session_free(c.s);
-    ph_mmproj_close(c.mm);
-    ph_model_free(c.m);
-    return rc;
+    drop_history(&c);
+    free(c.hist);
+    free(c.msgs);
+    ph_engine_free(c.e);
+    return 0;
 }
