@@ -1,0 +1,335 @@
+// Requests the server refuses, each with its status and an error body in
+// the API's own shape; none of them disturbs the requests that follow.
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import { after, before, describe, test } from 'node:test';
+
+import {
+  anthropic, anthropicError, chatResult, chatStream, checkAnthropicErrorBody, checkOpenAIErrorBody, imgPath,
+  messagesResult, MODEL_ID, openai, openaiError, picture, post, reference, responsesResult, startServer, stopServer,
+  toChat, user, withServer,
+} from './helpers.mjs';
+
+const N = 8;
+const HELLO = [{ role: 'user', content: 'Say something.' }];
+const DATA_ONLY = /only data: URIs are accepted/;
+
+const chatImage = (url) => ({ type: 'image_url', image_url: { url } });
+const chatWith = (...parts) => [{ role: 'user', content: [...parts, { type: 'text', text: 'What is it?' }] }];
+const respWith = (...urls) => [{
+  type: 'message', role: 'user',
+  content: [...urls.map((u) => ({ type: 'input_image', image_url: u, detail: 'auto' })), { type: 'input_text', text: 'What is it?' }],
+}];
+const msgImage = (pic) => ({ type: 'image', source: { type: 'base64', media_type: pic.mime, data: pic.b64 } });
+const msgWith = (...blocks) => [{ role: 'user', content: [...blocks, { type: 'text', text: 'What is it?' }] }];
+
+// The same normal request each time: its greedy text must not change.
+async function normal(srv) {
+  const oa = openai(srv);
+  const c = chatResult(await oa.chat.completions.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, temperature: 0 }));
+  const m = messagesResult(await anthropic(srv).messages.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, temperature: 0 }));
+  assert.equal(m.text, c.text);
+  return c.text;
+}
+
+// Announces a body of `size` bytes (Content-Length) with "Expect:
+// 100-continue" and sends it only if the server asks for it; resolves with
+// the response. A server that refuses by the length answers at once.
+function bigPost(srv, path, size) {
+  return new Promise((resolve, reject) => {
+    const t0 = Date.now();
+    let res = null;
+    const req = http.request(`${srv.url}${path}`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'content-length': size, expect: '100-continue' },
+    });
+    req.on('response', (r) => {
+      res = r;
+      let body = '';
+      r.setEncoding('utf8');
+      r.on('data', (d) => { body += d; });
+      r.on('close', () => resolve({ status: r.statusCode, body, ms: Date.now() - t0, sent: req.bodySent }));
+    });
+    req.on('continue', () => {
+      req.bodySent = true;
+      const body = Buffer.alloc(size, 0x20);
+      body.write('{"model":"x","messages":[{"role":"user","content":"');
+      req.end(body);
+    });
+    req.on('error', (e) => { if (!res) reject(new Error(`${path}: no response before the connection failed: ${e.message}`)); });
+    req.flushHeaders();
+  });
+}
+
+// Sends a body of `size` bytes in chunked transfer encoding (no
+// Content-Length), 64 KiB at a time with a pause of 10 ms after each so that a
+// response is read as soon as it comes; resolves with the response.
+function chunkedPost(srv, path, size) {
+  return new Promise((resolve, reject) => {
+    let res = null;
+    const req = http.request(`${srv.url}${path}`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+    });
+    req.on('response', (r) => {
+      res = r;
+      let body = '';
+      r.setEncoding('utf8');
+      r.on('data', (d) => { body += d; });
+      r.on('close', () => resolve({ status: r.statusCode, body }));
+    });
+    req.on('error', (e) => { if (!res) reject(new Error(`${path}: no response before the connection failed: ${e.message}`)); });
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    let sent = 0;
+    const next = () => {
+      if (res || req.destroyed) return;
+      if (sent >= size) { req.end(); return; }
+      sent += chunk.length;
+      req.write(chunk, () => setTimeout(next, 10));
+    };
+    next();
+  });
+}
+
+describe('refusals', { timeout: 300_000 }, () => {
+  let srv;
+  let baseline;
+  before(async () => {
+    srv = await startServer({ extra: ['--max-images', '2'] });
+    baseline = await normal(srv);
+  });
+  after(() => stopServer(srv));
+
+  test('pictures by URL or path: 400 "only data: URIs are accepted"', async () => {
+    const oa = openai(srv);
+    const an = anthropic(srv);
+    for (const url of ['https://example.com/cat.png', 'http://127.0.0.1:1/cat.png', imgPath('small.png'), `file://${imgPath('small.png')}`]) {
+      await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: chatWith(chatImage(url)), max_tokens: N }), 400, DATA_ONLY);
+      await openaiError(oa.responses.create({ model: MODEL_ID, input: respWith(url), max_output_tokens: N }), 400, DATA_ONLY);
+    }
+    await openaiError(oa.chat.completions.create({
+      model: MODEL_ID, messages: chatWith(chatImage('https://example.com/cat.png')), max_tokens: N, stream: true,
+    }), 400, DATA_ONLY);
+    await anthropicError(an.messages.create({
+      model: MODEL_ID, max_tokens: N, messages: msgWith({ type: 'image', source: { type: 'url', url: 'https://example.com/cat.png' } }),
+    }), 400, 'invalid_request_error', DATA_ONLY);
+  });
+
+  test('more pictures than --max-images: 400 naming the limit', async () => {
+    const p = picture('small.png');
+    const oa = openai(srv);
+    await openaiError(oa.chat.completions.create({
+      model: MODEL_ID, messages: chatWith(chatImage(p.url), chatImage(p.url), chatImage(p.url)), max_tokens: N,
+    }), 400, /\b2\b/);
+    await openaiError(oa.responses.create({ model: MODEL_ID, input: respWith(p.url, p.url, p.url), max_output_tokens: N }), 400, /\b2\b/);
+    await anthropicError(anthropic(srv).messages.create({
+      model: MODEL_ID, max_tokens: N, messages: msgWith(msgImage(p), msgImage(p), msgImage(p)),
+    }), 400, 'invalid_request_error', /\b2\b/);
+    // pictures spread over several messages count together
+    await openaiError(oa.chat.completions.create({
+      model: MODEL_ID, max_tokens: N,
+      messages: [...chatWith(chatImage(p.url), chatImage(p.url)), { role: 'assistant', content: 'ok' }, ...chatWith(chatImage(p.url))],
+    }), 400, /\b2\b/);
+    // the limit itself is fine
+    const r = chatResult(await oa.chat.completions.create({
+      model: MODEL_ID, messages: chatWith(chatImage(p.url), chatImage(p.url)), max_tokens: 2,
+    }));
+    assert.ok(r.prompt > 0);
+  });
+
+  test('a corrupt picture: 400', async () => {
+    const bytes = readFileSync(imgPath('small.png'));
+    const bad = picture('small.png', bytes.subarray(0, Math.floor(bytes.length / 2)));
+    const junk = picture('x.png', Buffer.from('this is not a picture at all'));
+    const oa = openai(srv);
+    for (const p of [bad, junk]) {
+      await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: chatWith(chatImage(p.url)), max_tokens: N }), 400);
+      await openaiError(oa.responses.create({ model: MODEL_ID, input: respWith(p.url), max_output_tokens: N }), 400);
+      await anthropicError(anthropic(srv).messages.create({ model: MODEL_ID, max_tokens: N, messages: msgWith(msgImage(p)) }),
+                           400, 'invalid_request_error');
+    }
+    await openaiError(oa.chat.completions.create({
+      model: MODEL_ID, messages: chatWith(chatImage('data:image/png;base64,@@not base64@@')), max_tokens: N,
+    }), 400);
+  });
+
+  test('bad JSON: 400 in each API\'s error shape', async () => {
+    for (const path of ['/v1/chat/completions', '/v1/responses', '/v1/messages']) {
+      for (const body of ['{"model": "x", "messages": [', 'not json', '']) {
+        const r = await post(srv, path, body);
+        assert.equal(r.status, 400, `${path} ${JSON.stringify(body)}`);
+        assert.ok(r.json, `${path}: the error body is JSON: ${r.text}`);
+        if (path === '/v1/messages') checkAnthropicErrorBody(r.json, 'invalid_request_error');
+        else checkOpenAIErrorBody(r.json);
+      }
+    }
+  });
+
+  test('wrong types and values: 400', async () => {
+    const failed = []; // every case is tried; the failures are listed together
+    const oa = openai(srv);
+    const an = anthropic(srv);
+    const chat = {
+      'messages a string': { messages: 'hello' },
+      'messages empty': { messages: [] },
+      'a message without content': { messages: [{ role: 'user' }] },
+      'an unknown role': { messages: [{ role: 'wizard', content: 'hi' }] },
+      'content a number': { messages: [{ role: 'user', content: 42 }] },
+      'an unknown part type': { messages: [{ role: 'user', content: [{ type: 'bogus', text: 'x' }] }] },
+      'max_tokens a string': { max_tokens: '16' },
+      'max_tokens negative': { max_tokens: -1 },
+      'temperature 5': { temperature: 5 },
+      'temperature a string': { temperature: 'hot' },
+      'top_p 1.5': { top_p: 1.5 },
+      'top_logprobs 50': { logprobs: true, top_logprobs: 50 },
+      'stop a number': { stop: 7 },
+    };
+    for (const [what, o] of Object.entries(chat)) {
+      await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, ...o }), 400)
+        .catch((e) => failed.push(`chat completions, ${what}: ${e.message}`));
+    }
+    const resp = {
+      'input a number': { input: 42 },
+      'max_output_tokens a string': { max_output_tokens: 'x' },
+      'temperature 3': { temperature: 3 },
+    };
+    for (const [what, o] of Object.entries(resp)) {
+      await openaiError(oa.responses.create({ model: MODEL_ID, input: 'hi', max_output_tokens: N, ...o }), 400)
+        .catch((e) => failed.push(`responses, ${what}: ${e.message}`));
+    }
+    const msg = {
+      'messages a string': { messages: 'hello' },
+      'max_tokens a string': { max_tokens: '16' },
+      'max_tokens missing (required)': { max_tokens: undefined },
+      'temperature 1.5 (range 0..1)': { temperature: 1.5 },
+      'stop_sequences a string': { stop_sequences: 'x' },
+      'a system role message': { messages: [{ role: 'system', content: 'hi' }] },
+    };
+    for (const [what, o] of Object.entries(msg)) {
+      await anthropicError(an.messages.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, ...o }), 400, 'invalid_request_error')
+        .catch((e) => failed.push(`messages, ${what}: ${e.message}`));
+    }
+    assert.deepEqual(failed, []);
+  });
+
+  test('a body over --max-body-mb: 413 before it is read', async () => {
+    const size = 65 * 1024 * 1024;
+    const r = await bigPost(srv, '/v1/chat/completions', size);
+    assert.equal(r.status, 413, r.body);
+    assert.ok(r.ms < 10_000, `413 after ${r.ms} ms`);
+    assert.ok(!r.sent, 'refused by its Content-Length, without asking for the body (100 Continue)');
+    checkOpenAIErrorBody(JSON.parse(r.body));
+    const m = await bigPost(srv, '/v1/messages', size);
+    assert.equal(m.status, 413, m.body);
+    checkAnthropicErrorBody(JSON.parse(m.body), 'request_too_large');
+  });
+
+  // The clients send the whole body without waiting; the server answers
+  // before reading it, and must not reset the connection under the client
+  // (RFC 9112 9.6: close in stages), or the client sees a connection error
+  // instead of the 413.
+  test('a body over --max-body-mb from the official clients: 413, not a connection error', async () => {
+    const big = 'a'.repeat(65 * 1024 * 1024);
+    for (let i = 0; i < 3; i++) {
+      await openaiError(openai(srv).chat.completions.create({ model: MODEL_ID, messages: [{ role: 'user', content: big }], max_tokens: N }), 413);
+      await anthropicError(anthropic(srv).messages.create({ model: MODEL_ID, messages: [{ role: 'user', content: big }], max_tokens: N }),
+                           413, 'request_too_large');
+    }
+  });
+
+  test('refusals while a stream runs do not disturb it', async () => {
+    const conv = { turns: [user('Tell me about refusals.')] };
+    const ref = await reference(conv, 160);
+    const streamed = openai(srv).chat.completions.create({
+      model: MODEL_ID, messages: toChat(conv), max_tokens: 160, temperature: 0, stream: true,
+      stream_options: { include_usage: true },
+    }).then(chatStream);
+    const bad = picture('small.png', Buffer.from('not a picture'));
+    await Promise.all([
+      post(srv, '/v1/chat/completions', '{"messages": [').then((r) => assert.equal(r.status, 400)),
+      post(srv, '/v1/messages', { model: MODEL_ID, max_tokens: 4, messages: msgWith(msgImage(bad)) }).then((r) => assert.equal(r.status, 400)),
+      post(srv, '/v1/responses', { model: MODEL_ID, input: respWith('https://example.com/a.png') }).then((r) => assert.equal(r.status, 400)),
+      bigPost(srv, '/v1/chat/completions', 65 * 1024 * 1024).then((r) => assert.equal(r.status, 413)),
+      post(srv, '/v1/nowhere', {}).then((r) => assert.equal(r.status, 404)),
+    ]);
+    const r = await streamed;
+    assert.equal(r.text, ref.text);
+    assert.equal(r.completion, ref.nTokens);
+  });
+
+  test('after all that, a normal request gives the same text', async () => {
+    assert.equal(await normal(srv), baseline);
+  });
+});
+
+describe('refusals of other servers', { timeout: 300_000 }, () => {
+  test('--max-body-mb 1: 413 by Content-Length and for a chunked body; a body under it is read', async () => {
+    await withServer({ extra: ['--max-body-mb', '1'] }, async (srv) => {
+      const r = await bigPost(srv, '/v1/chat/completions', 2 * 1024 * 1024);
+      assert.equal(r.status, 413, r.body);
+      checkOpenAIErrorBody(JSON.parse(r.body));
+      const c = await chunkedPost(srv, '/v1/chat/completions', 2 * 1024 * 1024);
+      assert.equal(c.status, 413, c.body);
+      checkOpenAIErrorBody(JSON.parse(c.body));
+      const m = await chunkedPost(srv, '/v1/messages', 2 * 1024 * 1024);
+      assert.equal(m.status, 413, m.body);
+      checkAnthropicErrorBody(JSON.parse(m.body), 'request_too_large');
+      // 0.9 MiB of JSON (mostly white space) is under the limit
+      const body = `{"model":"${MODEL_ID}","max_tokens":2,${' '.repeat(900 * 1024)}"messages":[{"role":"user","content":"hi"}]}`;
+      const ok = await post(srv, '/v1/chat/completions', body);
+      assert.equal(ok.status, 200, ok.text);
+      assert.equal(ok.json.object, 'chat.completion');
+    });
+  });
+
+  test('a prompt longer than the context (-c 128): 400', async () => {
+    await withServer({ extra: ['-c', '128'] }, async (srv) => {
+      const long = 'word '.repeat(400);
+      const oa = openai(srv);
+      await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: [{ role: 'user', content: long }], max_tokens: N }), 400);
+      await openaiError(oa.responses.create({ model: MODEL_ID, input: long, max_output_tokens: N }), 400);
+      await anthropicError(anthropic(srv).messages.create({ model: MODEL_ID, max_tokens: N, messages: [{ role: 'user', content: long }] }),
+                           400, 'invalid_request_error');
+      const r = chatResult(await oa.chat.completions.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, temperature: 0 }));
+      assert.ok(r.prompt > 0);
+    });
+  });
+
+  test('a picture to a server without --mmproj: 400', async () => {
+    await withServer({ vision: false }, async (srv) => {
+      const p = picture('small.png');
+      const oa = openai(srv);
+      await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: chatWith(chatImage(p.url)), max_tokens: N }), 400);
+      await openaiError(oa.responses.create({ model: MODEL_ID, input: respWith(p.url), max_output_tokens: N }), 400);
+      await anthropicError(anthropic(srv).messages.create({ model: MODEL_ID, max_tokens: N, messages: msgWith(msgImage(p)) }),
+                           400, 'invalid_request_error');
+      const r = chatResult(await oa.chat.completions.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, temperature: 0 }));
+      assert.ok(r.prompt > 0);
+    });
+  });
+
+  test('--api-key: no key or a wrong key is 401, the right key works', async () => {
+    const KEY = 'sk-test-pinhole-0123';
+    await withServer({ extra: ['--api-key', KEY] }, async (srv) => {
+      const chatBody = { model: MODEL_ID, messages: HELLO, max_tokens: 2 };
+      const msgBody = { model: MODEL_ID, messages: HELLO, max_tokens: 2 };
+      // no key at all
+      for (const [path, body] of [['/v1/chat/completions', chatBody], ['/v1/responses', { model: MODEL_ID, input: 'hi' }], ['/v1/messages', msgBody]]) {
+        const r = await post(srv, path, body);
+        assert.equal(r.status, 401, `${path} without a key`);
+        if (path === '/v1/messages') checkAnthropicErrorBody(r.json, 'authentication_error');
+        else checkOpenAIErrorBody(r.json);
+      }
+      // wrong keys through the clients
+      await openaiError(openai(srv, { apiKey: 'sk-wrong' }).chat.completions.create(chatBody), 401);
+      await openaiError(openai(srv, { apiKey: 'sk-wrong' }).responses.create({ model: MODEL_ID, input: 'hi', max_output_tokens: 2 }), 401);
+      await anthropicError(anthropic(srv, { apiKey: 'sk-wrong' }).messages.create(msgBody), 401, 'authentication_error');
+      await openaiError(openai(srv, { apiKey: `${KEY}x` }).chat.completions.create(chatBody), 401);
+      // the right key: Authorization: Bearer (OpenAI client), x-api-key (Anthropic client), and each the other way round
+      assert.ok(chatResult(await openai(srv, { apiKey: KEY }).chat.completions.create(chatBody)).prompt > 0);
+      assert.ok(responsesResult(await openai(srv, { apiKey: KEY }).responses.create({ model: MODEL_ID, input: 'hi', max_output_tokens: 2 })).prompt > 0);
+      assert.ok(messagesResult(await anthropic(srv, { apiKey: KEY }).messages.create(msgBody)).prompt > 0);
+      assert.equal((await post(srv, '/v1/chat/completions', chatBody, { 'x-api-key': KEY })).status, 200);
+      assert.equal((await post(srv, '/v1/messages', msgBody, { authorization: `Bearer ${KEY}` })).status, 200);
+    });
+  });
+});
