@@ -17,6 +17,7 @@ static void usage(FILE *out) {
             "                               --mmproj MMPROJ.gguf --image FILE, <__image__> in TEXT)\n"
             "  chat -m LLM.gguf             chat interactively (/image PATH attaches a picture)\n"
             "  serve -m LLM.gguf            serve the OpenAI and Anthropic APIs over HTTP\n"
+            "  demo                         a scripted server session on a synthetic model (no download)\n"
             "  synth --shape tiny|2b ...    write a synthetic Qwen3-VL model (LLM + mmproj)\n"
             "  bench -m LLM.gguf            measure prefill and decode speed\n"
             "\n"
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;
