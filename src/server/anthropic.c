@@ -83,6 +83,9 @@ static int parse(job *j, ph_err *err) {
         get_bool(root, "stream", &j->stream, err) ||
         job_set_stop(j, json_object_get(root, "stop_sequences"), "stop_sequences", err))
         return -1;
+    json_t *ss = json_object_get(root, "stop_sequences");
+    if (ss && !json_is_null(ss) && !json_is_array(ss))
+        return ph_err_setc(err, PH_ERR_INPUT, "'stop_sequences' must be an array of strings");
     j->gen.sampler.temperature = (float)temp;
     j->gen.sampler.top_p = (float)top_p;
     j->gen.sampler.top_k = (int32_t)top_k;

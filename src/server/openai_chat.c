@@ -59,7 +59,10 @@ static int parse(job *j, ph_err *err) {
         if (role_of(role, &r))
             return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (system, developer, "
                                                   "user, assistant)", mi, role);
-        if (job_begin_msg(j, r, err) || parse_content(j, json_object_get(m, "content"), mi, err)) return -1;
+        json_t *content = json_object_get(m, "content");
+        if (r != PH_ROLE_ASSISTANT && !json_is_string(content) && !json_is_array(content))
+            return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content must be a string or an array of parts", mi);
+        if (job_begin_msg(j, r, err) || parse_content(j, content, mi, err)) return -1;
     }
     if (job_finish_msgs(j, err)) return -1;
     double temp = 1.0, top_p = 1.0;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "base/error.h"
@@ -232,7 +233,8 @@ static void *worker_main(void *arg) {
 
 typedef struct conn {
     strbuf body;
-    bool too_big;
+    int refused;       /* the status to answer with once the upload is over (0: none) */
+    char why[200];
     job *j;            /* a streamed job, owned by the response */
 } conn;
 
@@ -416,40 +418,40 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cn) return MHD_NO;
         *con_cls = cn;
         if (!strcmp(method, "POST") && api) {
-            /* refuse an oversize body from its header, before reading it */
-            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-            if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
-                char msg[160];
-                snprintf(msg, sizeof msg, "the request body is %s bytes; at most %zu MiB are accepted (--max-body-mb)",
-                         cl, s->cfg.max_body >> 20);
-                cn->too_big = true;
-                return send_error(s, c, api->endpoint, api->anthropic, 413, msg);
-            }
             if (!authorized(s, c)) {
-                cn->too_big = true; /* not read either */
-                return send_error(s, c, api->endpoint, api->anthropic, 401, "a valid API key is required");
+                cn->refused = 401;
+                snprintf(cn->why, sizeof cn->why, "a valid API key is required");
             }
+            /* an oversize body is refused from its header, before it is read */
+            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+            if (!cn->refused && cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
+                cn->refused = 413;
+                snprintf(cn->why, sizeof cn->why,
+                         "the request body is %s bytes; at most %zu MiB are accepted (--max-body-mb)", cl,
+                         s->cfg.max_body >> 20);
+            }
+            /* A client that waits for "100 Continue" gets the answer now and
+             * never sends its body. Others are already sending: the body is
+             * read and dropped (never stored) and the answer follows, since
+             * closing on unread data would reset the connection and lose it. */
+            const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+            if (cn->refused && expect && !strcasecmp(expect, "100-continue"))
+                return send_error(s, c, api->endpoint, api->anthropic, cn->refused, cn->why);
         }
         return MHD_YES;
     }
     conn *cn = *con_cls;
-    if (cn->too_big) { /* the answer is queued; drop what still arrives */
-        *upload_size = 0;
-        return MHD_YES;
-    }
     if (*upload_size) {
-        if (cn->body.n + *upload_size > s->cfg.max_body) {
-            cn->too_big = true;
+        if (!cn->refused && cn->body.n + *upload_size > s->cfg.max_body) {
+            cn->refused = 413;
+            snprintf(cn->why, sizeof cn->why, "the request body is over %zu MiB (--max-body-mb)", s->cfg.max_body >> 20);
             sb_free(&cn->body);
-            *upload_size = 0;
-            char msg[160];
-            snprintf(msg, sizeof msg, "the request body is over %zu MiB (--max-body-mb)", s->cfg.max_body >> 20);
-            return send_error(s, c, api ? api->endpoint : "other", api && api->anthropic, 413, msg);
         }
-        sb_put(&cn->body, upload, *upload_size);
+        if (!cn->refused) sb_put(&cn->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
+    if (cn->refused) return send_error(s, c, api ? api->endpoint : "other", api && api->anthropic, cn->refused, cn->why);
     if (!strcmp(method, "OPTIONS")) { /* CORS preflight */
         struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(0, NULL, NULL);
         MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
