@@ -196,29 +196,63 @@ static const seq_span *want_span(const turn *t, int32_t k) {
     return &t->want.spans[k];
 }
 
+/* Encodes picture item k and puts its rows into the cache. */
+static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
+    ph_engine *e = t->e;
+    const seq_span *sp = want_span(t, k);
+    ph_image_in *im = t->pics[k];
+    ph_prep prep;
+    if (engine_image_pixels(im, err) || ph_image_preprocess(&im->img, &e->enc.prep, &prep, err)) return -1;
+    const size_t nf = (size_t)prep.grid_x * prep.grid_y * (size_t)e->enc.out_width;
+    float *rows = malloc(nf * sizeof *rows);
+    if (!rows) {
+        ph_prep_free(&prep);
+        return ph_err_set(err, "out of memory for %s's rows", im->label);
+    }
+    double t0 = ph_now_s();
+    int rc = ph_vision_encode(e->enc.tower, &prep, rows, err);
+    r->encode_s += ph_now_s() - t0;
+    e->enc.last_used = ph_now_s();
+    bool geometry_ok = prep.grid_x == sp->grid_x && prep.grid_y == sp->grid_y;
+    ph_prep_free(&prep);
+    if (rc == 0 && !geometry_ok) rc = ph_err_set(err, "%s: the encoder's grid differs from the plan", im->label);
+    if (rc) {
+        free(rows);
+        return -1;
+    }
+    uint8_t cond[32];
+    ph_embed_rows_hash(rows, nf, cond);
+    if (ph_embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond,
+                           &t->embeds[k], err))
+        return -1;
+    r->pics_encoded++;
+    e->st.images_encoded++;
+    return 0;
+}
+
 /* Maps the pictures to be prefilled through the embedding cache, then
- * encodes the rest (each distinct picture once). */
+ * encodes the rest; a picture repeated in the request is looked up and
+ * encoded once. */
 static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *err) {
     ph_engine *e = t->e;
-    int32_t n = t->prompt.n_pictures;
-    bool *need = calloc((size_t)n + 1, 1);
-    if (!need) return ph_err_set(err, "out of memory");
+    const int32_t n = t->prompt.n_pictures;
+    int32_t *same = malloc(((size_t)n + 1) * sizeof *same); /* an earlier item with the same key, or -1 */
+    if (!same) return ph_err_set(err, "out of memory");
     int32_t missing = 0;
     for (int32_t k = 0; k < n; k++) {
         const seq_span *sp = want_span(t, k);
+        same[k] = -1;
         if (sp->start < keep) {
             r->pics_from_kv++;
             continue;
         }
-        /* the same picture earlier in this request */
-        for (int32_t j = 0; j < k && !t->embeds[k]; j++)
-            if (t->embeds[j] && memcmp(want_span(t, j)->embed_key, sp->embed_key, 32) == 0) {
-                t->embeds[k] = t->embeds[j];
-                ph_embed_cache_retain(e->cache, t->embeds[k]);
-            }
-        if (!t->embeds[k]) t->embeds[k] = ph_embed_cache_get(e->cache, sp->embed_key);
+        for (int32_t j = 0; j < k && same[k] < 0; j++)
+            if (want_span(t, j)->start >= keep && !memcmp(want_span(t, j)->embed_key, sp->embed_key, 32))
+                same[k] = j;
+        if (same[k] >= 0) continue;
+        t->embeds[k] = ph_embed_cache_get(e->cache, sp->embed_key);
         if (t->embeds[k]) r->pics_from_cache++;
-        else need[k] = true, missing++;
+        else missing++;
     }
     int rc = 0;
     if (missing) {
@@ -226,48 +260,15 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
         rc = encoder_acquire(&e->enc, &loaded, err);
         r->encoder_loaded = loaded;
     }
-    for (int32_t k = 0; rc == 0 && k < n; k++) {
-        if (!need[k]) continue;
-        const seq_span *sp = want_span(t, k);
-        for (int32_t j = 0; j < k; j++) /* encoded a moment ago for an earlier item */
-            if (t->embeds[j] && memcmp(want_span(t, j)->embed_key, sp->embed_key, 32) == 0) {
-                t->embeds[k] = t->embeds[j];
-                ph_embed_cache_retain(e->cache, t->embeds[k]);
-                r->pics_from_cache++;
-                break;
-            }
-        if (t->embeds[k]) continue;
-        ph_image_in *im = t->pics[k];
-        ph_prep prep;
-        if ((rc = engine_image_pixels(im, err)) != 0) break;
-        if ((rc = ph_image_preprocess(&im->img, &e->enc.prep, &prep, err)) != 0) break;
-        const size_t nf = (size_t)prep.grid_x * prep.grid_y * (size_t)e->enc.out_width;
-        float *rows = malloc(nf * sizeof *rows);
-        if (!rows) {
-            ph_prep_free(&prep);
-            rc = ph_err_set(err, "out of memory for %s's rows", im->label);
-            break;
+    for (int32_t k = 0; rc == 0 && k < n; k++)
+        if (want_span(t, k)->start >= keep && same[k] < 0 && !t->embeds[k]) rc = encode_picture(t, k, r, err);
+    for (int32_t k = 0; rc == 0 && k < n; k++)
+        if (same[k] >= 0) {
+            t->embeds[k] = t->embeds[same[k]];
+            ph_embed_cache_retain(e->cache, t->embeds[k]);
+            r->pics_from_cache++;
         }
-        double t0 = ph_now_s();
-        rc = ph_vision_encode(e->enc.tower, &prep, rows, err);
-        r->encode_s += ph_now_s() - t0;
-        e->enc.last_used = ph_now_s();
-        bool geometry_ok = prep.grid_x == sp->grid_x && prep.grid_y == sp->grid_y;
-        ph_prep_free(&prep);
-        if (rc == 0 && !geometry_ok) rc = ph_err_set(err, "%s: the encoder's grid differs from the plan", im->label);
-        if (rc) {
-            free(rows);
-            break;
-        }
-        uint8_t cond[32];
-        ph_embed_rows_hash(rows, nf, cond);
-        rc = ph_embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond,
-                                &t->embeds[k], err);
-        if (rc) break;
-        r->pics_encoded++;
-        e->st.images_encoded++;
-    }
-    free(need);
+    free(same);
     return rc;
 }
 

@@ -1,0 +1,239 @@
+// The state cache through the server (DESIGN 4-6, 8): clients re-send the
+// whole conversation every turn; the server must encode each picture once,
+// evaluate only what is new, never attach one picture's state to another,
+// and answer exactly as a cold server (--no-cache) does.
+import assert from 'node:assert/strict';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import zlib from 'node:zlib';
+
+import { metric, metrics, openai, picture, sleep, startServer, stopServer } from './helpers.mjs';
+
+const N = 6;
+
+// A w x h RGB PNG whose pixels depend on seed.
+function png(w, h, seed) {
+  const table = Array.from({ length: 256 }, (_, n) => {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    return c >>> 0;
+  });
+  const crc = (buf) => {
+    let c = 0xffffffff;
+    for (const b of buf) c = table[(c ^ b) & 0xff] ^ (c >>> 8);
+    return (c ^ 0xffffffff) >>> 0;
+  };
+  const chunk = (type, data) => {
+    const td = Buffer.concat([Buffer.from(type, 'latin1'), data]);
+    const len = Buffer.alloc(4); len.writeUInt32BE(data.length);
+    const c = Buffer.alloc(4); c.writeUInt32BE(crc(td));
+    return Buffer.concat([len, td, c]);
+  };
+  const raw = Buffer.alloc((w * 3 + 1) * h);
+  for (let y = 0; y < h; y++)
+    for (let x = 0; x < w; x++) {
+      const o = y * (w * 3 + 1) + 1 + x * 3;
+      raw[o] = (x * 3 + seed * 40) & 255; raw[o + 1] = (y * 5 + seed * 17) & 255; raw[o + 2] = ((x ^ y) + seed * 90) & 255;
+    }
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(w, 0); ihdr.writeUInt32BE(h, 4); ihdr[8] = 8; ihdr[9] = 2;
+  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr),
+                        chunk('IDAT', zlib.deflateSync(raw)), chunk('IEND', Buffer.alloc(0))]);
+}
+
+const url = (name) => picture(name).url;
+const gen = (seed) => `data:image/png;base64,${png(64, 64, seed).toString('base64')}`;
+const pic = (u) => ({ type: 'image_url', image_url: { url: u } });
+const text = (t) => ({ type: 'text', text: t });
+
+const COUNTERS = {
+  encoded: 'pinhole_images_encoded_total', hits: 'pinhole_image_cache_hits_total', misses: 'pinhole_image_cache_misses_total',
+  evictions: 'pinhole_image_cache_evictions_total', loads: 'pinhole_encoder_loads_total',
+  unloads: 'pinhole_encoder_unloads_total', reused: 'pinhole_prompt_tokens_reused_total',
+};
+async function counters(srv) {
+  const s = await metrics(srv);
+  return Object.fromEntries(Object.entries(COUNTERS).map(([k, n]) => [k, metric(s, n)]));
+}
+const diff = (a, b) => Object.fromEntries(Object.keys(a).map((k) => [k, b[k] - a[k]]));
+
+async function ask(srv, messages) {
+  const r = await openai(srv).chat.completions.create({
+    model: 'x', messages, max_tokens: N, temperature: 0, logprobs: true, top_logprobs: 5,
+  });
+  return {
+    text: r.choices[0].message.content, prompt: r.usage.prompt_tokens,
+    cached: r.usage.prompt_tokens_details.cached_tokens, lp: r.choices[0].logprobs.content,
+  };
+}
+
+// A turn on the warm server, checked against the cold one; returns the
+// turn's answer and what it cost.
+async function turn(warm, cold, messages, what) {
+  const before = await counters(warm);
+  const w = await ask(warm, messages);
+  const d = diff(before, await counters(warm));
+  const c = await ask(cold, messages);
+  assert.equal(w.text, c.text, `${what}: the same answer as a cold server`);
+  assert.equal(w.prompt, c.prompt, `${what}: the same prompt`);
+  assert.equal(c.cached, 0, `${what}: the cold server reuses nothing`);
+  assert.equal(w.lp.length, c.lp.length);
+  for (let i = 0; i < w.lp.length; i++) {
+    assert.equal(w.lp[i].token, c.lp[i].token, `${what}: token ${i}`);
+    for (let k = 0; k < 5; k++) {
+      const a = w.lp[i].top_logprobs[k], b = c.lp[i].top_logprobs[k];
+      assert.ok(a.token === b.token || Math.abs(a.logprob - b.logprob) < 1e-3, `${what}: step ${i} top ${k}`);
+      assert.ok(Math.abs(a.logprob - b.logprob) < 2e-2, `${what}: step ${i} top ${k}: ${a.logprob} vs ${b.logprob}`);
+    }
+  }
+  return { ...w, d };
+}
+
+describe('reuse through the server', { timeout: 600_000 }, () => {
+  let warm, cold;
+  before(async () => {
+    [warm, cold] = await Promise.all([startServer(), startServer({ extra: ['--no-cache'] })]);
+  });
+  after(async () => { await Promise.all([stopServer(warm), stopServer(cold)]); });
+
+  test('a picture re-sent on every turn of a 4-turn chat is encoded once', async () => {
+    const msgs = [{ role: 'user', content: [pic(url('gray.png')), text('What is in this picture?')] }];
+    let prev = await turn(warm, cold, msgs, 'turn 1');
+    assert.equal(prev.d.encoded, 1);
+    for (let t = 2; t <= 4; t++) {
+      msgs.push({ role: 'assistant', content: 'It is a picture.' }, { role: 'user', content: `Question ${t}?` });
+      const r = await turn(warm, cold, msgs, `turn ${t}`);
+      assert.equal(r.d.encoded, 0, `turn ${t} encodes nothing`);
+      assert.ok(r.cached >= prev.prompt, `turn ${t} reuses the previous prompt (${r.cached} of ${prev.prompt})`);
+      assert.equal(r.d.reused, r.cached, 'metrics and usage agree');
+      prev = r;
+    }
+  });
+
+  test('an edited earlier message reuses only the prefix before the edit', async () => {
+    const conv = (q) => [
+      { role: 'system', content: 'You describe pictures.' },
+      { role: 'user', content: [text(q), pic(url('grad.png'))] },
+      { role: 'assistant', content: 'An answer.' }, { role: 'user', content: 'Second question.' },
+    ];
+    const first = await turn(warm, cold, conv('First question about cats.'), 'before the edit');
+    const r = await turn(warm, cold, conv('Edited question about dogs.'), 'after the edit');
+    // what comes before the edit: the system turn and "<|im_start|>user\n"
+    const sys = await turn(warm, cold, [{ role: 'system', content: 'You describe pictures.' },
+                                        { role: 'user', content: 'x' }], 'the prefix alone');
+    assert.ok(r.cached > 0 && r.cached < first.prompt, `edited: reused ${r.cached} of ${first.prompt}`);
+    assert.ok(r.cached <= sys.prompt - 4, `edited: reused ${r.cached}, the prefix before the edit is shorter`);
+    assert.equal(r.d.encoded, 0, 'the picture after the edit comes from the embedding cache');
+    assert.equal(r.d.hits, 1);
+  });
+
+  test('a different picture of the same size in the same place is encoded, its rows not reused', async () => {
+    const conv = (u) => [{ role: 'user', content: [text('Look:'), pic(u), text('What is it?')] }];
+    const a = await turn(warm, cold, conv(gen(1)), 'picture 1');
+    const b = await turn(warm, cold, conv(gen(2)), 'picture 2, same size');
+    assert.equal(b.d.encoded, 1);
+    assert.ok(b.cached < a.prompt - 10, `only the text before the picture is reused (${b.cached} of ${a.prompt})`);
+  });
+
+  test('a new picture appended after the history reuses the whole history', async () => {
+    const msgs = [{ role: 'user', content: [pic(url('small.png')), text('Describe.')] }];
+    const first = await turn(warm, cold, msgs, 'first');
+    msgs.push({ role: 'assistant', content: 'Fine.' }, { role: 'user', content: [text('And this one?'), pic(gen(3))] });
+    const r = await turn(warm, cold, msgs, 'appended');
+    assert.ok(r.cached >= first.prompt, `reused ${r.cached}, history ${first.prompt}`);
+    assert.equal(r.d.encoded, 1);
+  });
+
+  test('the same picture twice in one message is encoded once', async () => {
+    const u = gen(4);
+    const r = await turn(warm, cold, [{ role: 'user', content: [pic(u), text('and'), pic(u), text('Same?')] }], 'twice');
+    assert.equal(r.d.encoded, 1);
+    assert.equal(r.d.misses, 1, 'looked up once');
+  });
+});
+
+describe('embedding cache bounds and the elastic encoder', { timeout: 600_000 }, () => {
+  test('eviction by count', async () => {
+    const srv = await startServer({ extra: ['--image-cache-entries', '1'] });
+    try {
+      const before = await counters(srv);
+      for (const u of [gen(5), gen(6), gen(5)])
+        await openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: [{ role: 'user', content: [pic(u), text('New chat.')] }] });
+      const d = diff(before, await counters(srv));
+      assert.equal(d.encoded, 3, 'the evicted picture is encoded again');
+      assert.equal(d.evictions, 2);
+    } finally { await stopServer(srv); }
+  });
+
+  test('eviction by bytes', async () => {
+    // a 64x64 picture's rows take 32 KiB with this model: 1 MiB holds ~30
+    const srv = await startServer({ extra: ['--image-cache-mib', '1'] });
+    try {
+      const before = await counters(srv);
+      for (let s = 10; s < 50; s++)
+        await openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: [{ role: 'user', content: [pic(gen(s)), text('Hi.')] }] });
+      const d = diff(before, await counters(srv));
+      const held = metric(await metrics(srv), 'pinhole_image_cache_bytes');
+      assert.ok(held <= 1 << 20, `${held} bytes held`);
+      assert.ok(d.evictions >= 1 && d.encoded === 40, `evictions ${d.evictions}`);
+    } finally { await stopServer(srv); }
+  });
+
+  test('--vision-idle-s 1: cached pictures do not load the encoder; a new one loads it once', async () => {
+    const srv = await startServer({ extra: ['--vision-idle-s', '1'] });
+    try {
+      const ask1 = (content) => openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: [{ role: 'user', content }] });
+      let m = await counters(srv);
+      assert.equal(m.loads, 0, 'not loaded at start');
+      await ask1([pic(gen(7)), text('One.')]);
+      m = await counters(srv);
+      assert.equal(m.loads, 1);
+      for (let i = 0; i < 50 && (await counters(srv)).unloads < 1; i++) await sleep(100);
+      m = await counters(srv);
+      assert.equal(m.unloads, 1, 'released after 1 s idle');
+      assert.equal(metric(await metrics(srv), 'pinhole_encoder_loaded'), 0);
+      await ask1([text('Another chat with the same picture.'), pic(gen(7))]);
+      m = await counters(srv);
+      assert.equal(m.loads, 1, 'every picture cached: the encoder stays unloaded');
+      await ask1([pic(gen(7)), pic(gen(8)), text('Compare.')]);
+      m = await counters(srv);
+      assert.equal(m.loads, 2, 'one new picture loads it once');
+      assert.equal(m.encoded, 2);
+    } finally { await stopServer(srv); }
+  });
+
+  test('the embedding cache on disk survives a restart; a damaged entry is refused', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pinhole-embd-'));
+    const msgs = [{ role: 'user', content: [pic(url('wide.png')), text('Describe.')] }];
+    const once = async () => {
+      const srv = await startServer({ extra: ['--image-cache-dir', dir] });
+      try {
+        const before = await counters(srv);
+        const r = await openai(srv).chat.completions.create({ model: 'x', max_tokens: N, temperature: 0, messages: msgs });
+        return { text: r.choices[0].message.content, d: diff(before, await counters(srv)) };
+      } finally { await stopServer(srv); }
+    };
+    try {
+      const a = await once();
+      assert.equal(a.d.encoded, 1);
+      const files = readdirSync(dir).filter((f) => f.endsWith('.embd'));
+      assert.equal(files.length, 1);
+      const b = await once();
+      assert.equal(b.d.encoded, 0, 'after a restart the rows come from disk');
+      assert.equal(b.text, a.text);
+      const f = join(dir, files[0]);
+      truncateSync(f, Math.floor(readFileSync(f).length / 2));
+      const c = await once();
+      assert.equal(c.d.encoded, 1, 'a truncated entry is not used');
+      assert.equal(c.text, a.text);
+      const bytes = readFileSync(f);
+      bytes[bytes.length - 3] ^= 0x10;
+      writeFileSync(f, bytes);
+      const d = await once();
+      assert.equal(d.d.encoded, 1, 'a corrupted entry is not used');
+      assert.equal(d.text, a.text);
+    } finally { rmSync(dir, { recursive: true, force: true }); }
+  });
+});
