@@ -1,11 +1,13 @@
 #!/usr/bin/env node
 // Writes a deterministic RGB PNG of the given size (smooth gradients plus a
 // pattern, so the picture is not trivially compressible or uniform).
-//   node bench/make_picture.mjs WIDTH HEIGHT OUT.png
+//   node bench/make_picture.mjs WIDTH HEIGHT OUT.png [VARIANT]
+// VARIANT (default 0) gives another picture of the same size.
 import fs from 'node:fs'
 import zlib from 'node:zlib'
 
 const [w, h, out] = [Number(process.argv[2]), Number(process.argv[3]), process.argv[4]]
+const variant = Number(process.argv[5] || 0)
 if (!(w > 0 && h > 0 && out)) {
   process.stderr.write('usage: node bench/make_picture.mjs WIDTH HEIGHT OUT.png\n')
   process.exit(2)
@@ -35,7 +37,7 @@ for (let y = 0; y < h; y++) {
     const o = y * (w * 3 + 1) + 1 + x * 3
     raw[o] = (x * 255 / w) | 0
     raw[o + 1] = (y * 255 / h) | 0
-    raw[o + 2] = ((x ^ y) & 0x3f) * 4
+    raw[o + 2] = (((x ^ y) & 0x3f) * 4 + variant * 97) & 0xff
   }
 }
 const ihdr = Buffer.alloc(13)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Multi-turn picture chat benchmark (state reuse): time to first token of
+# each turn of a chat that re-sends one 1024x768 picture on 4 turns, and of
+# two interleaved conversations with different pictures (A1 B1 A2 B2), for
+# pinhole serve and for llama.cpp (@fugood/llama.node, the same requests on
+# one context so its own prefix reuse applies). Not part of CI.
+#
+#   bash bench/chat.sh [PINHOLE_BINARY]          (default: build/pinhole)
+#
+# SIZE [1024x768], THREADS [2], ENGINES ["pinhole llama"], SEQUENCES
+# ["resend interleaved"], JSONL [a file that collects the per-turn results;
+# default a temporary one]. llama.node's CPU build here has no AVX: one
+# 1024x768 picture takes it ~28 minutes, so its half of this benchmark takes
+# hours. Prints a table (bench/chat_table.mjs over JSONL); with RECORD=1
+# writes it between the chat markers of bench/RESULTS.md.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+PINHOLE=${1:-build/pinhole}
+SIZE=${SIZE:-1024x768}
+THREADS=${THREADS:-2}
+ENGINES=${ENGINES:-"pinhole llama"}
+SEQUENCES=${SEQUENCES:-"resend interleaved"}
+MODEL=bench/models/synth-2b-q4_k_m
+[ -f "$MODEL.gguf" ] || { echo "chat.sh: run bench/run.sh first (it synthesizes $MODEL.gguf)" >&2; exit 1; }
+TMP=$(mktemp -d /tmp/pinhole-chat.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+w=${SIZE%x*}; h=${SIZE#*x}
+node bench/make_picture.mjs "$w" "$h" "$TMP/a.png" 0
+node bench/make_picture.mjs "$w" "$h" "$TMP/b.png" 1
+JSONL=${JSONL:-$TMP/results.jsonl}
+touch "$JSONL"
+for seq in $SEQUENCES; do
+    if [[ " $ENGINES " == *" pinhole "* ]]; then
+        # a fresh server per sequence: nothing cached from the other one
+        "$PINHOLE" serve -m "$MODEL.gguf" --mmproj "$MODEL-mmproj.gguf" --port 0 -t "$THREADS" -c 8192 \
+            2>"$TMP/serve.log" &
+        pid=$!
+        for _ in $(seq 600); do grep -q 'listening on' "$TMP/serve.log" && break; sleep 0.2; done
+        url=$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$TMP/serve.log")
+        [ -n "$url" ] || { cat "$TMP/serve.log" >&2; exit 1; }
+        node bench/chat.mjs pinhole "$url" "$TMP/a.png" "$TMP/b.png" "$seq" | tee -a "$JSONL" >&2
+        kill -INT "$pid"; wait "$pid"
+        grep -E 'chat_completions' "$TMP/serve.log" >&2 || true
+    fi
+    if [[ " $ENGINES " == *" llama "* ]]; then
+        [ -d bench/node_modules/@fugood/llama.node ] || (cd bench && npm ci --omit=optional --no-audit --no-fund) >&2
+        node bench/chat.mjs llama "$MODEL.gguf" "$MODEL-mmproj.gguf" "$TMP/a.png" "$TMP/b.png" "$seq" \
+            --threads "$THREADS" | grep '^{"engine"' | tee -a "$JSONL" >&2
+    fi
+done
+table=$(node bench/chat_table.mjs "$JSONL")
+echo "$table"
+if [ "${RECORD:-0}" = 1 ]; then
+    node -e '
+const fs = require("fs"), p = "bench/RESULTS.md", t = fs.readFileSync(p, "utf8")
+const begin = "<!-- chat:begin -->", end = "<!-- chat:end -->"
+const body = begin + "\n" + process.argv[1] + "\n" + end
+fs.writeFileSync(p, t.includes(begin) ? t.replace(new RegExp(begin + "[\\s\\S]*" + end), body) : t + "\n" + body + "\n")' "$table"
+fi

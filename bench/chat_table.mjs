@@ -1,0 +1,24 @@
+#!/usr/bin/env node
+// Renders the per-turn results of bench/chat.mjs (JSON lines, from one or
+// more files) as a Markdown table: pinhole and llama.cpp side by side.
+//   node bench/chat_table.mjs RESULTS.jsonl [MORE.jsonl ...]
+import fs from 'node:fs'
+
+const rows = process.argv.slice(2).flatMap((f) => fs.readFileSync(f, 'utf8').trim().split('\n').filter(Boolean))
+  .map((l) => JSON.parse(l))
+const by = new Map()
+for (const r of rows) {
+  const k = `${r.sequence} ${r.turn}`
+  if (!by.has(k)) by.set(k, {})
+  by.get(k)[r.engine] = r
+}
+const f = (x) => (x === undefined ? '-' : x.toFixed(2))
+let out = '| sequence | turn | pinhole TTFT s | prefilled | reused | encoded | llama.cpp TTFT s | llama.cpp prompt tokens evaluated | llama.cpp / pinhole |\n' +
+          '|---|---|---|---|---|---|---|---|---|\n'
+for (const [k, v] of by) {
+  const [seq, turn] = k.split(' ')
+  const p = v.pinhole, l = v['llama.cpp']
+  out += `| ${seq} | ${turn} | ${f(p?.ttft_s)} | ${p?.prefilled ?? '-'} | ${p?.reused ?? '-'} | ${p?.encoded ?? '-'} | ` +
+         `${f(l?.ttft_s)} | ${l?.prompt_n ?? '-'} | ${p && l ? (l.ttft_s / p.ttft_s).toFixed(1) + 'x' : '-'} |\n`
+}
+process.stdout.write(out)
