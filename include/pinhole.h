@@ -187,7 +187,7 @@ typedef struct ph_synth_params {
     const char *shape;      /* "tiny" or "2b" (Qwen3-VL-2B-Instruct's dimensions) */
     const char *type;       /* LLM weights: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m */
     const char *vision_type;/* mmproj weights: f32 f16 bf16 q8_0 (default f16) */
-    const char *vocab;      /* a GGUF whose tokenizer is copied */
+    const char *vocab;      /* a GGUF whose tokenizer is copied; NULL: a small built-in one */
     const char *out;        /* writes OUT.gguf and OUT-mmproj.gguf */
     uint64_t seed;
     int n_threads;
