@@ -4,23 +4,26 @@
 #include <stdio.h>
 #include <string.h>
 
-int ph_err_set(ph_err *e, const char *fmt, ...) {
+static int set_v(ph_err *e, int code, const char *fmt, va_list ap) {
     if (!e) return -1;
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    e->code = code;
+    return -1;
+}
+
+int ph_err_set(ph_err *e, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    set_v(e, PH_ERR_INTERNAL, fmt, ap);
     va_end(ap);
-    e->code = PH_ERR_INTERNAL;
     return -1;
 }
 
 int ph_err_setc(ph_err *e, int code, const char *fmt, ...) {
-    if (!e) return -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    set_v(e, code, fmt, ap);
     va_end(ap);
-    e->code = code;
     return -1;
 }
 

@@ -3,9 +3,10 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "engine/prompt.h"
 #include "pinhole.h"
 
-static ph_prompt_item *new_item(ph_prompt *p) {
+ph_prompt_item *prompt_new_item(ph_prompt *p) {
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 8;
         ph_prompt_item *items = realloc(p->items, cap * sizeof *items);
@@ -21,7 +22,7 @@ static ph_prompt_item *new_item(ph_prompt *p) {
 /* The text item to append tokens to: the last item if it is text. */
 static ph_prompt_item *text_item(ph_prompt *p) {
     if (p->n && !p->items[p->n - 1].is_picture) return &p->items[p->n - 1];
-    return new_item(p);
+    return prompt_new_item(p);
 }
 
 static int add_text(const ph_model *m, ph_prompt *p, const char *text, size_t len, ph_err *e) {
@@ -35,7 +36,7 @@ int ph_prompt_from_raw(const ph_model *m, const char *raw, const char *marker, p
     memset(out, 0, sizeof *out);
     const int32_t bos = ph_model_bos(m);
     if (bos >= 0) {
-        ph_prompt_item *it = new_item(out);
+        ph_prompt_item *it = prompt_new_item(out);
         if (!it || ph_tokens_push(&it->tokens, bos)) goto oom;
     }
     const size_t mlen = marker ? strlen(marker) : 0;
@@ -52,7 +53,7 @@ int ph_prompt_from_raw(const ph_model *m, const char *raw, const char *marker, p
             goto fail;
         }
         if (add_text(m, out, vs, sizeof vs - 1, e)) goto fail;
-        ph_prompt_item *it = new_item(out);
+        ph_prompt_item *it = prompt_new_item(out);
         if (!it) goto oom;
         it->is_picture = true;
         it->picture = out->n_pictures++;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "engine/prompt.h"
 #include "gguf/gguf.h"
 #include "model/llm.h"
 
@@ -61,24 +62,11 @@ static void put(render *r, const char *s, size_t n) {
 
 static void puts_(render *r, const char *s) { put(r, s, strlen(s)); }
 
-static ph_prompt_item *new_item(ph_prompt *p) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 8;
-        ph_prompt_item *it = realloc(p->items, cap * sizeof *it);
-        if (!it) return NULL;
-        p->items = it;
-        p->cap = cap;
-    }
-    ph_prompt_item *it = &p->items[p->n++];
-    memset(it, 0, sizeof *it);
-    return it;
-}
-
 /* Tokenizes the pending text into a text item. */
 static int flush_text(render *r, ph_err *e) {
     if (r->failed) return ph_err_set(e, "out of memory rendering the conversation");
     if (r->len == 0) return 0;
-    ph_prompt_item *it = new_item(r->out);
+    ph_prompt_item *it = prompt_new_item(r->out);
     if (!it) return ph_err_set(e, "out of memory rendering the conversation");
     if (ph_tokenize(r->m, r->buf, r->len, true, &it->tokens, e)) return -1;
     r->len = 0;
@@ -119,7 +107,7 @@ int chat_format_render(const ph_chat_format *f, const ph_model *m, const ph_chat
     render r = {.m = m, .out = out};
     int32_t bos = ph_model_bos(m);
     if (bos >= 0) {
-        ph_prompt_item *it = new_item(out);
+        ph_prompt_item *it = prompt_new_item(out);
         if (!it || ph_tokens_push(&it->tokens, bos)) goto oom;
     }
     size_t k = 0;
@@ -138,7 +126,7 @@ int chat_format_render(const ph_chat_format *f, const ph_model *m, const ph_chat
                 }
                 puts_(&r, "<|vision_start|>");
                 if (flush_text(&r, e)) goto fail;
-                ph_prompt_item *it = new_item(out);
+                ph_prompt_item *it = prompt_new_item(out);
                 if (!it) goto oom;
                 it->is_picture = true;
                 it->picture = (int32_t)k;

@@ -1,0 +1,10 @@
+/* Building prompt streams (ph_prompt of pinhole.h) inside the library. */
+#ifndef PH_ENGINE_PROMPT_H
+#define PH_ENGINE_PROMPT_H
+
+#include "pinhole.h"
+
+/* Appends a zeroed item; NULL when out of memory. */
+ph_prompt_item *prompt_new_item(ph_prompt *p);
+
+#endif
