@@ -199,7 +199,8 @@ int ph_synth(const ph_synth_params *p, ph_err *err);
 /* The engine owns a model, its vision tower, one live sequence and the
  * caches around it. A request is a conversation (messages of text and
  * pictures); the engine renders it in the model's chat format, plans what
- * it can reuse (the live KV's common prefix, cached picture embeddings),
+ * it can reuse (the longest common prefix of the live KV or of a RAM
+ * checkpoint of a displaced conversation, cached picture embeddings),
  * encodes and prefills the rest, then samples and streams the answer.
  * One thread at a time may call ph_engine_chat / ph_engine_tick;
  * ph_engine_image may be called from any thread. */
@@ -213,6 +214,7 @@ typedef struct ph_engine_params {
     int image_min_tokens;         /* picture budget in merged tokens; 0: 8 */
     int image_max_tokens;         /* 0: 4096 */
     bool reuse;                   /* reuse the live state's common prefix (default on) */
+    size_t ram_cache_bytes;       /* RAM tier: checkpoints of displaced conversations (default 2 GiB; 0: off) */
     int image_cache_entries;      /* embedding cache: most entries (default 32; 0: off) */
     size_t image_cache_bytes;     /* and most bytes (default 128 MiB) */
     const char *image_cache_dir;  /* also keep entries here (NULL: memory only) */
@@ -282,7 +284,8 @@ typedef enum ph_finish { PH_FINISH_STOP, PH_FINISH_LENGTH, PH_FINISH_CANCELLED }
 /* What a turn cost and reused. */
 typedef struct ph_turn_report {
     int32_t n_prompt;           /* prompt rows (tokens and picture rows) */
-    int32_t n_reused;           /* of which kept from the live state */
+    int32_t n_reused;           /* of which kept from the live state or a RAM checkpoint */
+    int32_t n_from_ram;         /* of which restored from a RAM checkpoint */
     int32_t n_prefilled;        /* of which evaluated now */
     int32_t n_generated;
     int32_t n_pictures;
@@ -309,9 +312,13 @@ size_t ph_engine_token_bytes(const ph_engine *e, int32_t id, char *out, size_t c
 
 typedef struct ph_engine_stats {
     uint64_t prompt_tokens_reused, prompt_tokens_prefilled, tokens_generated;
+    uint64_t prompt_tokens_from_ram;     /* of the reused ones, restored from RAM checkpoints */
     uint64_t image_cache_hits, image_cache_misses, image_cache_evictions;
     uint64_t images_encoded, encoder_loads, encoder_unloads;
     uint64_t image_cache_entries, image_cache_bytes;
+    uint64_t ram_cache_hits, ram_cache_saves, ram_cache_evictions; /* RAM tier */
+    uint64_t ram_cache_refused;          /* checkpoints not taken: memory short */
+    uint64_t ram_cache_entries, ram_cache_bytes;
     bool encoder_loaded;
 } ph_engine_stats;
 

@@ -1,7 +1,8 @@
 /* `pinhole demo` end to end: it writes a synthetic model and pictures,
  * starts the server, plays its scripted session and stops the server
  * cleanly. Its per-turn rows must show each picture encoded once, a
- * follow-up reusing its conversation's prefix, and an old picture in a new
+ * follow-up reusing its conversation's prefix, a conversation displaced by
+ * another resuming from a RAM checkpoint, and an old picture in a new
  * conversation served by the embedding cache. */
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +10,9 @@
 
 #include "test.h"
 
-/* A turn's row: "A1   pics prompt reused cached prefill hit enc ttft_ms what". */
+/* A turn's row: "A1   pics prompt reused ram cached prefill hit enc ttft_ms what". */
 typedef struct row {
-    int pics, prompt, reused, cached, prefill, hit, enc;
+    int pics, prompt, reused, ram, cached, prefill, hit, enc;
     int found;
 } row;
 
@@ -20,8 +21,8 @@ static row find_row(const char *out, const char *label) {
     size_t n = strlen(label);
     for (const char *line = out; line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
         if (strncmp(line, label, n) || line[n] != ' ') continue;
-        r.found = sscanf(line + n, "%d %d %d %d %d %d %d", &r.pics, &r.prompt, &r.reused, &r.cached, &r.prefill,
-                         &r.hit, &r.enc) == 7;
+        r.found = sscanf(line + n, "%d %d %d %d %d %d %d %d", &r.pics, &r.prompt, &r.reused, &r.ram, &r.cached,
+                         &r.prefill, &r.hit, &r.enc) == 8;
         break;
     }
     return r;
@@ -65,9 +66,17 @@ int main(void) {
     /* a follow-up reuses its conversation's prefix: at least all of A1's prompt */
     CHECKF(a2->reused > 0 && a2->reused >= a1->prompt, "A2: reused %d (A1's prompt: %d)", a2->reused, a1->prompt);
     CHECKF(a2->prefill < a2->prompt, "A2: prefilled %d of %d", a2->prefill, a2->prompt);
+    CHECKF(a2->ram == 0, "A2 follows A1 in the live state: %d rows from RAM", a2->ram);
+    /* B1 displaced A, A3 displaced B: each resumes from a RAM checkpoint */
+    CHECKF(a3->ram >= a2->prompt && a3->ram == a3->reused, "A3: %d rows from RAM, reused %d (A2's prompt: %d)",
+           a3->ram, a3->reused, a2->prompt);
+    CHECKF(b2->ram >= b1->prompt && b2->ram == b2->reused, "B2: %d rows from RAM, reused %d (B1's prompt: %d)",
+           b2->ram, b2->reused, b1->prompt);
+    CHECKF(a3->hit == 0 && b2->hit == 0, "A3, B2: their pictures are in the restored KV (hits %d, %d)", a3->hit,
+           b2->hit);
     /* an old picture in a new conversation: from the embedding cache */
     CHECKF(c1->enc == 0 && c1->hit == 1, "C1: encoded %d, cache hits %d", c1->enc, c1->hit);
-    /* the live state was B's: at most the shared system prompt is reused */
+    /* C's text comes before the picture: at most the shared system prompt is reused */
     CHECKF(c1->reused < a1->prompt, "C1: reused %d", c1->reused);
     free(out);
     TEST_END();

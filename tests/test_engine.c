@@ -12,6 +12,7 @@
 #include <dirent.h>
 
 #include "pinhole.h"
+#include "state/ram_tier.h"
 #include "state/seq_state.h"
 #include "test.h"
 
@@ -83,7 +84,9 @@ static int collect(void *ud, const ph_gen_event *ev) {
     return 0;
 }
 
-static ph_engine *engine(bool warm, int entries, size_t bytes, const char *dir, double idle) {
+#define RAM_ON ((size_t)256 << 20)
+
+static ph_engine *engine_ram(bool warm, int entries, size_t bytes, const char *dir, double idle, size_t ram) {
     ph_engine_params p;
     ph_engine_params_default(&p);
     p.model_path = LLM;
@@ -95,11 +98,16 @@ static ph_engine *engine(bool warm, int entries, size_t bytes, const char *dir, 
     p.image_cache_bytes = bytes;
     p.image_cache_dir = warm ? dir : NULL;
     p.vision_idle_s = idle;
+    p.ram_cache_bytes = ram;
     p.id_cache_dir = idcache;
     ph_err err = {0};
     ph_engine *e = ph_engine_new(&p, &err);
     if (!e) fprintf(stderr, "engine: %s\n", err.msg);
     return e;
+}
+
+static ph_engine *engine(bool warm, int entries, size_t bytes, const char *dir, double idle) {
+    return engine_ram(warm, entries, bytes, dir, idle, RAM_ON);
 }
 
 /* A conversation written compactly: each message is a role letter (s, u,
@@ -279,8 +287,9 @@ static void test_twice_in_one_message(file a) {
 }
 
 static void test_eviction(file a, file b, file g) {
-    /* by count: one entry; A, B, A encodes A twice */
-    ph_engine *e = engine(true, 1, 128u << 20, NULL, 0);
+    /* by count: one entry; A, B, A encodes A twice (the RAM tier is off: a
+     * checkpoint of the first conversation would serve the third) */
+    ph_engine *e = engine_ram(true, 1, 128u << 20, NULL, 0, 0);
     ph_image_in *pics[3] = {pic(e, a), pic(e, b), pic(e, g)};
     for (int k = 0; k < 3; k++) {
         conv c = {0};
@@ -294,7 +303,7 @@ static void test_eviction(file a, file b, file g) {
            (unsigned long long)st.images_encoded, (unsigned long long)st.image_cache_evictions);
     ph_engine_free(e);
     /* by bytes: room for either picture's rows but not for both */
-    e = engine(true, 32, 20000, NULL, 0);
+    e = engine_ram(true, 32, 20000, NULL, 0, 0);
     for (int k = 0; k < 3; k++) {
         conv c = {0};
         msg(&c, 'u', (const char *[]){k == 1 ? "@1" : "@2", k == 2 ? "Again." : "Describe."}, 2, pics);
@@ -338,6 +347,141 @@ static void test_elastic(file a, file b) {
     ph_engine_get_stats(e, &st);
     CHECKF(r.r.encoder_loaded && st.encoder_loads == 2 && r.r.pics_encoded == 1, "one new picture: loads %llu encoded %d",
            (unsigned long long)st.encoder_loads, r.r.pics_encoded);
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+    ph_engine_free(e);
+}
+
+/* A conversation about picture p: the first question, then k-1 more turns
+ * with a fixed answer in between. */
+static void chat_about(conv *c, ph_image_in **pics, int p, int k) {
+    memset(c, 0, sizeof *c);
+    msg(c, 'u', (const char *[]){p ? "@1" : "@0", "What is in this picture?"}, 2, pics);
+    for (int i = 1; i < k; i++) {
+        msg(c, 'a', (const char *[]){"It is a picture."}, 1, pics);
+        msg(c, 'u', (const char *[]){i == 1 ? "And the colours?" : "Tell me more."}, 1, pics);
+    }
+}
+
+/* DESIGN 7: two conversations interleaved (A1 B1 A2 B2). Each displaces
+ * the other from the live state; the RAM tier brings it back, so A2 and B2
+ * evaluate only their new tokens and encode nothing. */
+static void test_interleaved(file a, file b) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_image_in *pics[2] = {pic(e, a), pic(e, b)};
+    conv a1, b1, a2, b2;
+    chat_about(&a1, pics, 0, 1);
+    chat_about(&b1, pics, 1, 1);
+    chat_about(&a2, pics, 0, 2);
+    chat_about(&b2, pics, 1, 2);
+    result ra1 = turn(e, &a1), rb1 = turn(e, &b1);
+    CHECKF(rb1.r.n_from_ram == 0 && rb1.r.pics_encoded == 1, "B1: from ram %d, encoded %d", rb1.r.n_from_ram,
+           rb1.r.pics_encoded);
+    ph_engine_stats st;
+    ph_engine_get_stats(e, &st);
+    CHECKF(st.ram_cache_saves == 1 && st.ram_cache_entries == 1 && st.ram_cache_bytes > 0,
+           "B1 displaced A: saves %llu entries %llu", (unsigned long long)st.ram_cache_saves,
+           (unsigned long long)st.ram_cache_entries);
+    result ra2 = turn(e, &a2);
+    CHECKF(ra2.r.n_from_ram >= ra1.r.n_prompt && ra2.r.n_reused == ra2.r.n_from_ram,
+           "A2 resumes A1 from RAM: from ram %d, reused %d, A1's prompt %d", ra2.r.n_from_ram, ra2.r.n_reused,
+           ra1.r.n_prompt);
+    CHECKF(ra2.r.pics_from_kv == 1 && ra2.r.pics_encoded == 0 && ra2.r.pics_from_cache == 0,
+           "A2's picture: kv %d encoded %d cache %d", ra2.r.pics_from_kv, ra2.r.pics_encoded, ra2.r.pics_from_cache);
+    CHECKF(ra2.r.n_prefilled == ra2.r.n_prompt - ra1.r.n_prompt, "A2 prefilled %d rows, its new ones are %d",
+           ra2.r.n_prefilled, ra2.r.n_prompt - ra1.r.n_prompt);
+    same_as_cold(&a2, &ra2, "interleaved A2 (from a RAM checkpoint)");
+    result rb2 = turn(e, &b2);
+    CHECKF(rb2.r.n_from_ram >= rb1.r.n_prompt && rb2.r.pics_from_kv == 1 && rb2.r.pics_encoded == 0,
+           "B2 resumes B1 from RAM: from ram %d, B1's prompt %d, kv %d, encoded %d", rb2.r.n_from_ram,
+           rb1.r.n_prompt, rb2.r.pics_from_kv, rb2.r.pics_encoded);
+    same_as_cold(&b2, &rb2, "interleaved B2 (from a RAM checkpoint)");
+    ph_engine_get_stats(e, &st);
+    CHECKF(st.ram_cache_hits == 2 && st.images_encoded == 2, "ram hits %llu, encoded %llu",
+           (unsigned long long)st.ram_cache_hits, (unsigned long long)st.images_encoded);
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+    ph_engine_free(e);
+}
+
+/* A checkpoint never serves another picture: conversation X with picture 1
+ * is displaced, then the same text with picture 2 (same size, same place)
+ * reuses only the rows before the picture. */
+static void test_ram_other_picture(void) {
+    file p1 = make_png(64, 64, 3), p2 = make_png(64, 64, 4);
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_image_in *pics[2] = {pic(e, p1), pic(e, p2)};
+    conv x = {0}, y = {0}, z = {0};
+    msg(&x, 'u', (const char *[]){"Look:", "@0", "What is it?"}, 3, pics);
+    msg(&y, 'u', (const char *[]){"Something else entirely."}, 1, pics);
+    msg(&z, 'u', (const char *[]){"Look:", "@1", "What is it?"}, 3, pics);
+    turn(e, &x);
+    turn(e, &y);
+    result r = turn(e, &z);
+    int32_t before = count_tokens(e, "<|im_start|>user\nLook:<|vision_start|>");
+    CHECKF(r.r.n_reused == before && r.r.pics_from_kv == 0 && r.r.pics_encoded == 1,
+           "other picture after a checkpoint: reused %d (the %d before it), kv %d, encoded %d", r.r.n_reused, before,
+           r.r.pics_from_kv, r.r.pics_encoded);
+    same_as_cold(&z, &r, "checkpoint of another picture");
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+    ph_engine_free(e);
+    free(p1.p);
+    free(p2.p);
+}
+
+/* The RAM tier's byte budget: the least recently used checkpoint goes;
+ * with no budget nothing is kept. */
+static void test_ram_budget(file a, file b, file g) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_image_in *pics[3] = {pic(e, a), pic(e, b), pic(e, g)};
+    conv a1, b1, a2, b2, c1;
+    chat_about(&a1, pics, 0, 1);
+    chat_about(&b1, pics, 1, 1);
+    turn(e, &a1);
+    turn(e, &b1);
+    ph_engine_stats st;
+    ph_engine_get_stats(e, &st);
+    const uint64_t one = st.ram_cache_bytes; /* A1's checkpoint */
+    for (int k = 0; k < 3; k++) ph_image_in_free(pics[k]);
+    ph_engine_free(e);
+    /* room for one checkpoint (B1's, with the third picture, is about as big) */
+    e = engine_ram(true, 32, 128u << 20, NULL, 0, one * 3 / 2);
+    for (int k = 0; k < 3; k++) pics[k] = pic(e, k == 0 ? a : k == 1 ? b : g);
+    chat_about(&a1, pics, 0, 1);
+    chat_about(&b1, pics, 1, 1);
+    chat_about(&a2, pics, 0, 2);
+    chat_about(&b2, pics, 1, 2);
+    memset(&c1, 0, sizeof c1);
+    msg(&c1, 'u', (const char *[]){"@2", "What is in this picture?"}, 2, pics);
+    turn(e, &a1);
+    result rb1 = turn(e, &b1); /* parks A1 */
+    turn(e, &c1);              /* parks B1, which pushes A1 out */
+    ph_engine_get_stats(e, &st);
+    CHECKF(st.ram_cache_entries == 1 && st.ram_cache_evictions == 1 && st.ram_cache_bytes <= one * 3 / 2,
+           "budget for one: entries %llu, evictions %llu, bytes %llu", (unsigned long long)st.ram_cache_entries,
+           (unsigned long long)st.ram_cache_evictions, (unsigned long long)st.ram_cache_bytes);
+    result r = turn(e, &b2);
+    CHECKF(r.r.n_from_ram >= rb1.r.n_prompt, "B2 resumes from RAM: %d of %d", r.r.n_from_ram, rb1.r.n_prompt);
+    r = turn(e, &a2);
+    CHECKF(r.r.n_from_ram == 0 && r.r.pics_from_kv == 0 && r.r.pics_from_cache == 1,
+           "A2 after its checkpoint was evicted: from ram %d, kv %d, cache %d", r.r.n_from_ram, r.r.pics_from_kv,
+           r.r.pics_from_cache);
+    same_as_cold(&a2, &r, "evicted checkpoint, prefilled again");
+    for (int k = 0; k < 3; k++) ph_image_in_free(pics[k]);
+    ph_engine_free(e);
+    /* no budget: nothing is saved */
+    e = engine_ram(true, 32, 128u << 20, NULL, 0, 0);
+    pics[0] = pic(e, a), pics[1] = pic(e, b);
+    chat_about(&a1, pics, 0, 1);
+    chat_about(&b1, pics, 1, 1);
+    chat_about(&a2, pics, 0, 2);
+    turn(e, &a1);
+    turn(e, &b1);
+    r = turn(e, &a2);
+    ph_engine_get_stats(e, &st);
+    CHECKF(st.ram_cache_saves == 0 && r.r.n_from_ram == 0 && r.n > 0, "--cache-ram-mib 0: saves %llu",
+           (unsigned long long)st.ram_cache_saves);
     ph_image_in_free(pics[0]);
     ph_image_in_free(pics[1]);
     ph_engine_free(e);
@@ -448,6 +592,66 @@ static void test_back_off(void) {
     seq_free(&b);
 }
 
+/* The RAM tier's bookkeeping on hand-made sequences: only complete state
+ * is kept, a held prefix is not saved twice, a longer sequence replaces its
+ * prefixes, the best match wins, and the byte budget holds. */
+static void fill_seq(seq_state *s, int32_t n_tok, int base, bool cond) {
+    seq_clear(s);
+    memset(s->model_id, 1, 32);
+    snprintf(s->format, sizeof s->format, "test");
+    seq_span sp = {.n_tokens = 4, .grid_x = 2, .grid_y = 2, .n_pos = 2, .has_cond = cond};
+    memset(sp.embed_key, 9, 32);
+    seq_push_token(s, 5, 0, NULL);
+    seq_push_span(s, &sp, 1, NULL);
+    for (int32_t i = 0; i < n_tok; i++) seq_push_token(s, base + i, 3 + i, NULL);
+}
+
+static void test_ram_tier_unit(void) {
+    ram_tier t;
+    ram_tier_init(&t, 1000);
+    seq_state a, b;
+    seq_init(&a, 64, NULL);
+    seq_init(&b, 64, NULL);
+    fill_seq(&a, 10, 100, false);
+    CHECK(ram_tier_put(&t, &a, a.n_rows, 16) == NULL); /* a span without cond_hash */
+    fill_seq(&a, 10, 100, true);
+    CHECK(ram_tier_put(&t, &a, 3, 16) == NULL);        /* n cuts the span */
+    void *kv = ram_tier_put(&t, &a, 8, 16);            /* rows 0..7 */
+    CHECK(kv != NULL && t.n == 1);
+    CHECK(ram_tier_put(&t, &a, 6, 16) == NULL && t.n == 1); /* held already */
+    kv = ram_tier_put(&t, &a, a.n_rows, 16);                /* replaces its prefix */
+    CHECK(kv != NULL && t.n == 1 && t.v[0].seq.n_rows == a.n_rows && t.evictions == 1);
+    fill_seq(&b, 10, 200, true);                            /* shares 5 rows with a */
+    CHECK(ram_tier_put(&t, &b, b.n_rows, 16) != NULL && t.n == 2);
+    int32_t pre = 0;
+    fill_seq(&b, 3, 100, true);
+    b.tok[b.n_rows - 1] = 999;                              /* a's first 7 rows, then another token */
+    int32_t i = ram_tier_find(&t, &b, &pre);
+    CHECKF(i >= 0 && pre == 7 && t.v[i].seq.tok[7] == 102, "best match: %d rows", pre);
+    memset(b.model_id, 2, 32);                              /* another model never matches */
+    CHECK(ram_tier_find(&t, &b, &pre) < 0 && pre == 0);
+    ram_ckpt c;
+    ram_tier_take(&t, 0, &c);
+    CHECK(t.n == 1 && t.hits == 1);
+    ram_tier_return(&t, &c);
+    CHECK(t.n == 2 && c.kv == NULL);
+    /* a budget for about one: the least recently used goes */
+    ram_tier_free(&t);
+    ram_tier_init(&t, 1000);
+    fill_seq(&a, 10, 100, true);
+    void *k1 = ram_tier_put(&t, &a, a.n_rows, 600);
+    fill_seq(&b, 10, 300, true);
+    void *k2 = ram_tier_put(&t, &b, b.n_rows, 600);
+    CHECK(k1 && k2 && t.n == 1 && t.v[0].seq.tok[5] == 300 && t.bytes <= 1000 && t.evictions == 1);
+    CHECK(ram_tier_put(&t, &a, a.n_rows, 2000) == NULL && t.n == 1); /* larger than the budget */
+    t.floor = INT64_MAX / 2; /* memory short: nothing is taken, nothing lost */
+    fill_seq(&a, 10, 400, true);
+    CHECK(ram_tier_put(&t, &a, a.n_rows, 100) == NULL && t.n == 1 && t.refused == 1);
+    ram_tier_free(&t);
+    seq_free(&a);
+    seq_free(&b);
+}
+
 int main(void) {
     snprintf(idcache, sizeof idcache, "/tmp/ph-ids-XXXXXX");
     if (!mkdtemp(idcache)) return 1;
@@ -455,6 +659,7 @@ int main(void) {
          s = read_file(PH_ORACLE_DIR "/img/small.png");
     CHECK(a.n && b.n && s.n);
     test_back_off();
+    test_ram_tier_unit();
     test_resent_picture(a);
     test_edit(a);
     test_other_picture_same_size();
@@ -462,6 +667,9 @@ int main(void) {
     test_twice_in_one_message(b);
     test_eviction(a, b, s);
     test_elastic(s, b);
+    test_interleaved(a, b);
+    test_ram_other_picture();
+    test_ram_budget(a, b, s);
     test_disk(b);
     free(a.p);
     free(b.p);

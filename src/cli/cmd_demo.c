@@ -517,10 +517,10 @@ static int http_request(int port, const char *method, const char *path, const ch
 
 /* ---- the counters of /metrics ---------------------------------------------------- */
 
-enum { M_REUSED, M_PREFILLED, M_HITS, M_ENCODED, M_COUNT };
+enum { M_REUSED, M_RAM, M_PREFILLED, M_HITS, M_ENCODED, M_COUNT };
 static const char *const metric_names[M_COUNT] = {
-    "pinhole_prompt_tokens_reused_total", "pinhole_prompt_tokens_prefilled_total",
-    "pinhole_image_cache_hits_total", "pinhole_images_encoded_total"};
+    "pinhole_prompt_tokens_reused_total", "pinhole_ram_cache_tokens_restored_total",
+    "pinhole_prompt_tokens_prefilled_total", "pinhole_image_cache_hits_total", "pinhole_images_encoded_total"};
 
 static int read_metrics(int port, double v[M_COUNT]) {
     int status;
@@ -627,17 +627,18 @@ typedef struct step {
     const char *label;
     int conv;       /* 0 A, 1 B, 2 C */
     int picture;    /* attached to this turn's message; -1: none */
+    bool text_first;/* the text before the picture */
     const char *text;
     const char *what;
 } step;
 
 static const step script[] = {
-    {"A1", 0, 0, "What is in this picture?", "conversation A, turn 1: picture A + a question"},
-    {"A2", 0, -1, "Which colours does it use?", "A, turn 2: a follow-up (the history re-sent)"},
-    {"B1", 1, 1, "Describe this picture.", "conversation B, turn 1: picture B + a question"},
-    {"A3", 0, -1, "Is there a circle in it?", "back to A, turn 3: a follow-up"},
-    {"B2", 1, -1, "What shape is in the middle?", "B, turn 2: a follow-up"},
-    {"C1", 2, 0, "Describe the colours of this picture.", "conversation C, new: picture A sent again"},
+    {"A1", 0, 0, false, "What is in this picture?", "conversation A, turn 1: picture A + a question"},
+    {"A2", 0, -1, false, "Which colours does it use?", "A, turn 2: a follow-up (the history re-sent)"},
+    {"B1", 1, 1, false, "Describe this picture.", "conversation B, turn 1: picture B + a question"},
+    {"A3", 0, -1, false, "Is there a circle in it?", "back to A, turn 3: a follow-up"},
+    {"B2", 1, -1, false, "What shape is in the middle?", "B, turn 2: a follow-up"},
+    {"C1", 2, 0, true, "Here is a picture again; describe its colours:", "conversation C, new: picture A sent again"},
 };
 #define N_STEPS (int)(sizeof script / sizeof script[0])
 #define N_CONVS 3
@@ -648,11 +649,12 @@ typedef struct row {
     turn_result tr;
 } row;
 
-static json_t *user_message(const picture *pic, const char *text) {
+static json_t *user_message(const picture *pic, const char *text, bool text_first) {
     json_t *content = json_array();
+    if (text_first) json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text", "text", text));
     if (pic)
         json_array_append_new(content, json_pack("{s:s,s:{s:s}}", "type", "image_url", "image_url", "url", pic->uri));
-    json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text", "text", text));
+    if (!text_first) json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text", "text", text));
     return json_pack("{s:s,s:o}", "role", "user", "content", content);
 }
 
@@ -667,6 +669,8 @@ static void print_header(const char *shape) {
            "    hit      pictures whose embedding came from the embedding cache instead\n"
            "    reused   prompt tokens kept from the live state: a follow-up reuses its conversation's\n"
            "             prefix and prefills only what is new\n"
+           "    ram      of those, restored from a RAM checkpoint: a conversation displaced by another\n"
+           "             one resumes from memory instead of being read again\n"
            "    cached   the same, as the API reports it (usage.prompt_tokens_details.cached_tokens)\n"
            "    ttft_ms  time to first token, measured here: it drops when the prefix is reused\n"
            "\n",
@@ -677,8 +681,9 @@ static void print_row(const step *st, const row *rw) {
     char ttft[32];
     if (rw->tr.ttft_s >= 0) snprintf(ttft, sizeof ttft, "%.1f", rw->tr.ttft_s * 1e3);
     else snprintf(ttft, sizeof ttft, "-");
-    printf("%-4s %4d %6lld %6.0f %6lld %7.0f %3.0f %3.0f %8s  %s\n", st->label, rw->pics, rw->tr.prompt,
-           rw->d[M_REUSED], rw->tr.cached, rw->d[M_PREFILLED], rw->d[M_HITS], rw->d[M_ENCODED], ttft, st->what);
+    printf("%-4s %4d %6lld %6.0f %6.0f %6lld %7.0f %3.0f %3.0f %8s  %s\n", st->label, rw->pics, rw->tr.prompt,
+           rw->d[M_REUSED], rw->d[M_RAM], rw->tr.cached, rw->d[M_PREFILLED], rw->d[M_HITS], rw->d[M_ENCODED], ttft,
+           st->what);
     printf("%-4s answer (%lld tokens): ", "", rw->tr.completion);
     print_clipped(rw->tr.answer.p, 60);
     putchar('\n');
@@ -699,7 +704,7 @@ static void print_summary(const row *rows, const picture *pics, int n_pics) {
     printf("\nsummary: %d turns sent %d pictures in all (%d distinct: ", N_STEPS, sent, n_pics);
     for (int i = 0; i < n_pics; i++) printf("%s%s %ux%u", i ? ", " : "", pics[i].name, pics[i].w, pics[i].h);
     printf(");\n  the encoder ran %.0f times, the embedding cache served %.0f, and %.0f of %lld prompt tokens\n"
-           "  (%.0f%%) were reused from the live state instead of being evaluated again.\n",
+           "  (%.0f%%) were reused from the live state or a RAM checkpoint instead of being evaluated again.\n",
            enc, hits, reused, prompt, prompt ? 100.0 * reused / (double)prompt : 0.0);
     /* conversation A's first turn against its follow-ups */
     if (rows[0].tr.ttft_s >= 0 && rows[1].tr.ttft_s >= 0)
@@ -717,12 +722,12 @@ static int play(int port, picture *pics, const char *model_name, row *rows) {
                             "You are a helpful assistant. Answer briefly.");
     int n_pics_in[N_CONVS] = {0};
     int rc = 0;
-    printf("turn pics prompt reused cached prefill hit enc  ttft_ms  what\n");
+    printf("turn pics prompt reused    ram cached prefill hit enc  ttft_ms  what\n");
     for (int i = 0; i < N_STEPS && !rc; i++) {
         const step *st = &script[i];
         row *rw = &rows[i];
         g_turn = st->label;
-        json_array_append_new(conv[st->conv], user_message(st->picture >= 0 ? &pics[st->picture] : NULL, st->text));
+        json_array_append_new(conv[st->conv], user_message(st->picture >= 0 ? &pics[st->picture] : NULL, st->text, st->text_first));
         if (st->picture >= 0) n_pics_in[st->conv]++;
         rw->pics = n_pics_in[st->conv];
         json_t *req = json_pack("{s:s,s:O,s:b,s:{s:b},s:f,s:i,s:i}", "model", model_name, "messages", conv[st->conv],

@@ -29,6 +29,8 @@ static void serve_usage(FILE *out) {
             "  --image-cache-dir DIR     also keep picture embeddings here, across restarts\n"
             "  --vision-idle-s N         load the vision encoder only when needed and release it\n"
             "                            after N idle seconds (default: keep it loaded)\n"
+            "  --cache-ram-mib N         keep displaced conversations' KV in RAM, at most N MiB\n"
+            "                            (default 2048; 0: off)\n"
             "  --no-reuse                evaluate every prompt from scratch (no live-state reuse)\n"
             "  --no-cache                no reuse and no embedding cache (a cold run, for comparisons)\n"
             "  -v, --verbose             log more\n"
@@ -72,6 +74,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--image-cache-entries")) { if (arg_int(a, v, 0, 1 << 20, &l)) return 2; ep.image_cache_entries = (int)l; }
         else if (!strcmp(a, "--image-cache-mib")) { if (arg_int(a, v, 0, 1 << 24, &l)) return 2; ep.image_cache_bytes = (size_t)l << 20; }
         else if (!strcmp(a, "--image-cache-dir")) ep.image_cache_dir = v;
+        else if (!strcmp(a, "--cache-ram-mib")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; ep.ram_cache_bytes = (size_t)l << 20; }
         else if (!strcmp(a, "--vision-idle-s")) { if (arg_float(a, v, 0.001, 1e9, &d)) return 2; ep.vision_idle_s = d; }
         else {
             fprintf(stderr, "pinhole serve: unknown option '%s' (see pinhole serve --help)\n", a);

@@ -18,6 +18,7 @@ void ph_engine_params_default(ph_engine_params *p) {
     p->reuse = true;
     p->image_cache_entries = 32;
     p->image_cache_bytes = (size_t)128 << 20;
+    p->ram_cache_bytes = (size_t)2 << 30;
 }
 
 void ph_gen_params_default(ph_gen_params *g) {
@@ -79,6 +80,7 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     snprintf(e->format_tag, sizeof e->format_tag, "kv=f16;isa=%s;v1", ph_cpu_isa());
     snprintf(e->live.format, sizeof e->live.format, "%s", e->format_tag);
     e->fmt = chat_format_for(e->m);
+    ram_tier_init(&e->ram, p->reuse ? p->ram_cache_bytes : 0);
     if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
         goto fail;
     progress(p, "ready", 1.0);
@@ -91,6 +93,7 @@ fail:
 void ph_engine_free(ph_engine *e) {
     if (!e) return;
     ph_embed_cache_free(e->cache);
+    ram_tier_free(&e->ram);
     seq_free(&e->live);
     ph_session_free(e->s);
     if (e->has_vision) encoder_close(&e->enc);
@@ -120,6 +123,12 @@ void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
     st->encoder_loads = e->enc.loads;
     st->encoder_unloads = e->enc.unloads;
     st->encoder_loaded = e->has_vision && e->enc.tower != NULL;
+    st->ram_cache_hits = e->ram.hits;
+    st->ram_cache_saves = e->ram.saves;
+    st->ram_cache_evictions = e->ram.evictions;
+    st->ram_cache_refused = e->ram.refused;
+    st->ram_cache_entries = (uint64_t)e->ram.n;
+    st->ram_cache_bytes = e->ram.bytes;
 }
 
 double ph_engine_tick(ph_engine *e) { return e->has_vision ? encoder_tick(&e->enc, ph_now_s()) : -1; }
@@ -167,6 +176,8 @@ static int build_want(turn *t, ph_err *err) {
                            "the prompt is %zu tokens long but the context holds %d (and needs room for the answer)",
                            rows, n_ctx);
     if (seq_init(&t->want, (int32_t)rows, err)) return -1;
+    memcpy(t->want.model_id, e->model_id, 32);
+    memcpy(t->want.format, e->format_tag, sizeof t->want.format);
     t->item_row = malloc((t->prompt.n + 1) * sizeof *t->item_row);
     t->embeds = calloc((size_t)t->prompt.n_pictures + 1, sizeof *t->embeds);
     if (!t->item_row || !t->embeds) return ph_err_set(err, "out of memory");
@@ -479,6 +490,58 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
     return 0;
 }
 
+/* Saves the live state in the RAM tier (when it is complete and not held
+ * there already). */
+static void park_live(ph_engine *e) {
+    const int32_t n = e->live.n_rows;
+    void *kv = ram_tier_put(&e->ram, &e->live, n, session_kv_bytes(e->s, n));
+    if (kv) session_kv_save(e->s, n, kv);
+}
+
+/* A prefix worth keeping for want: never all of it (the last prompt row is
+ * evaluated again for its logits). */
+static int32_t usable(const seq_state *want, int32_t n) {
+    return n >= want->n_rows ? seq_back_off(want, want->n_rows - 1) : n;
+}
+
+/* The plan (DESIGN 6, 7): the longest common prefix of the request with
+ * the live state or with a RAM checkpoint. The live state is parked in the
+ * RAM tier before a checkpoint replaces it, or before rows of its last
+ * prompt are dropped (another conversation, or an edit): then the
+ * conversation it holds can come back without a prefill. Dropping only the
+ * answer of the last turn (a client that re-sends the conversation with
+ * the answer rendered otherwise) parks nothing. Returns the rows kept; the
+ * session and the live provenance hold exactly those. */
+static int32_t plan_reuse(ph_engine *e, seq_state *want, ph_turn_report *r) {
+    int32_t keep = e->reuse ? usable(want, seq_common_prefix(&e->live, want)) : 0;
+    int32_t from_ram = 0;
+    const int32_t ck = e->reuse ? ram_tier_find(&e->ram, want, &from_ram) : -1;
+    from_ram = usable(want, from_ram);
+    if (ck >= 0 && from_ram > keep) {
+        ram_ckpt c;
+        ram_tier_take(&e->ram, ck, &c);
+        park_live(e);
+        /* live.cap is the context size, which bounds every checkpoint */
+        seq_copy(&e->live, &c.seq, from_ram, NULL);
+        session_kv_load(e->s, c.kv, c.seq.n_rows, from_ram, seq_pos_at(&c.seq, from_ram));
+        if (from_ram < c.seq.n_rows) ram_tier_return(&e->ram, &c);
+        else ram_ckpt_free(&c); /* the live state holds all of it now */
+        keep = from_ram;
+        r->n_from_ram = from_ram;
+    } else {
+        if (keep < e->live_prompt) park_live(e);
+        seq_truncate(&e->live, keep);
+        session_truncate(e->s, keep, seq_pos_at(&e->live, keep));
+    }
+    e->live_prompt = keep;
+    /* a kept picture keeps the cond_hash it was evaluated with (DESIGN 6.2) */
+    for (int32_t i = 0; i < want->n_spans && want->spans[i].start < keep; i++) {
+        memcpy(want->spans[i].cond_hash, e->live.spans[i].cond_hash, 32);
+        want->spans[i].has_cond = e->live.spans[i].has_cond;
+    }
+    return keep;
+}
+
 int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_gen_cb cb,
                    void *ud, ph_turn_report *r, ph_err *err) {
     memset(r, 0, sizeof *r);
@@ -495,17 +558,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     if ((rc = build_want(&t, err)) != 0) goto out;
     r->n_prompt = t.want.n_rows;
 
-    /* the plan: the common prefix with the live state, never all of it (the
-     * last prompt row is evaluated again for its logits) */
-    int32_t keep = e->reuse ? seq_common_prefix(&e->live, &t.want) : 0;
-    if (keep >= t.want.n_rows) keep = seq_back_off(&t.want, t.want.n_rows - 1);
-    /* a kept picture keeps the cond_hash it was evaluated with (DESIGN 6.2) */
-    for (int32_t i = 0; i < t.want.n_spans && t.want.spans[i].start < keep; i++) {
-        memcpy(t.want.spans[i].cond_hash, e->live.spans[i].cond_hash, 32);
-        t.want.spans[i].has_cond = e->live.spans[i].has_cond;
-    }
-    seq_truncate(&e->live, keep);
-    session_truncate(e->s, keep, seq_pos_at(&e->live, keep));
+    int32_t keep = plan_reuse(e, &t.want, r);
     r->n_reused = keep;
     r->n_prefilled = t.want.n_rows - keep;
 
@@ -516,8 +569,10 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
         goto reset;
     }
     r->prefill_s = ph_now_s() - t1;
+    e->live_prompt = e->live.n_rows;
     e->st.prompt_tokens_reused += (uint64_t)r->n_reused;
     e->st.prompt_tokens_prefilled += (uint64_t)r->n_prefilled;
+    e->st.prompt_tokens_from_ram += (uint64_t)r->n_from_ram;
     if ((rc = generate(e, gp, cb, ud, r, t0, err)) != 0) goto reset;
     goto out;
 reset:
@@ -525,6 +580,7 @@ reset:
      * whose provenance is not exactly known */
     seq_clear(&e->live);
     ph_session_reset(e->s);
+    e->live_prompt = 0;
 out:
     turn_free(&t);
     return rc;

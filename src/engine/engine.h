@@ -10,6 +10,7 @@
 #include "pinhole.h"
 #include "state/embed_cache.h"
 #include "state/encoder.h"
+#include "state/ram_tier.h"
 #include "state/seq_state.h"
 #include "text/chat_format.h"
 
@@ -34,6 +35,8 @@ struct ph_engine {
     ph_model *m;
     ph_session *s;
     seq_state live;          /* provenance of the session's KV */
+    int32_t live_prompt;     /* rows of the live state's last prompt */
+    ram_tier ram;            /* checkpoints of displaced sequences */
     ph_chat_format fmt;
     uint8_t model_id[32];
     bool has_vision;

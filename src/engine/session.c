@@ -94,6 +94,36 @@ void session_truncate(ph_session *s, int32_t n_rows, int32_t next_pos) {
     s->next_pos = next_pos;
 }
 
+static size_t kv_row_bytes(const ph_session *s) {
+    return (size_t)s->m->hp.n_head_kv * s->m->hp.head_dim * sizeof(ph_f16);
+}
+
+size_t session_kv_bytes(const ph_session *s, int32_t n) {
+    return 2 * (size_t)s->m->hp.n_layer * (size_t)n * kv_row_bytes(s);
+}
+
+void session_kv_save(const ph_session *s, int32_t n, void *dst) {
+    const size_t part = (size_t)n * kv_row_bytes(s);
+    uint8_t *d = dst;
+    for (int l = 0; l < s->m->hp.n_layer; l++) {
+        memcpy(d, s->k[l], part);
+        memcpy(d + part, s->v[l], part);
+        d += 2 * part;
+    }
+}
+
+void session_kv_load(ph_session *s, const void *src, int32_t src_rows, int32_t n, int32_t next_pos) {
+    const size_t row = kv_row_bytes(s), part = (size_t)src_rows * row;
+    const uint8_t *p = src;
+    for (int l = 0; l < s->m->hp.n_layer; l++) {
+        memcpy(s->k[l], p, (size_t)n * row);
+        memcpy(s->v[l], p + part, (size_t)n * row);
+        p += 2 * part;
+    }
+    s->n_rows = n;
+    s->next_pos = next_pos;
+}
+
 const float *ph_session_logits(const ph_session *s) { return s->logits; }
 
 int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *e) {

@@ -75,4 +75,13 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
  * later cells are simply overwritten) and sets the next position. */
 void session_truncate(ph_session *s, int32_t n_rows, int32_t next_pos);
 
+/* A copy of the first n KV cells (a checkpoint): session_kv_bytes(s, n)
+ * bytes, per layer its n K cells then its n V cells. */
+size_t session_kv_bytes(const ph_session *s, int32_t n);
+void session_kv_save(const ph_session *s, int32_t n, void *dst);
+/* Makes the session the first n cells of a copy of src_rows cells (n <=
+ * src_rows <= n_ctx) with next_pos the position after them. The logits are
+ * not restored: evaluate at least one row before sampling. */
+void session_kv_load(ph_session *s, const void *src, int32_t src_rows, int32_t n, int32_t next_pos);
+
 #endif

@@ -52,9 +52,12 @@ void metrics_cancelled(metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
-static void counter(FILE *f, const char *name, const char *help, uint64_t v) {
-    fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+static void metric(FILE *f, const char *type, const char *name, const char *help, uint64_t v) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, (unsigned long long)v);
 }
+
+static void counter(FILE *f, const char *name, const char *help, uint64_t v) { metric(f, "counter", name, help, v); }
+static void gauge(FILE *f, const char *name, const char *help, uint64_t v) { metric(f, "gauge", name, help, v); }
 
 char *metrics_render(metrics *m, const ph_engine_stats *st) {
     char *out = NULL;
@@ -83,23 +86,28 @@ char *metrics_render(metrics *m, const ph_engine_stats *st) {
     fprintf(f, "pinhole_time_to_first_token_seconds_sum %.6f\npinhole_time_to_first_token_seconds_count %llu\n",
             m->ttft_sum, (unsigned long long)m->ttft_count);
     pthread_mutex_unlock(&m->mu);
-    counter(f, "pinhole_prompt_tokens_reused_total", "Prompt rows kept from the live state.", st->prompt_tokens_reused);
+    counter(f, "pinhole_prompt_tokens_reused_total", "Prompt rows kept from the live state or a RAM checkpoint.", st->prompt_tokens_reused);
     counter(f, "pinhole_prompt_tokens_prefilled_total", "Prompt rows evaluated.", st->prompt_tokens_prefilled);
     counter(f, "pinhole_image_cache_hits_total", "Picture embeddings found in the cache.", st->image_cache_hits);
     counter(f, "pinhole_image_cache_misses_total", "Picture embeddings not in the cache.", st->image_cache_misses);
     counter(f, "pinhole_image_cache_evictions_total", "Embeddings evicted from the cache.", st->image_cache_evictions);
+    counter(f, "pinhole_ram_cache_tokens_restored_total", "Prompt rows restored from RAM checkpoints (part of reused).",
+            st->prompt_tokens_from_ram);
+    counter(f, "pinhole_ram_cache_hits_total", "Turns that resumed a conversation from a RAM checkpoint.",
+            st->ram_cache_hits);
+    counter(f, "pinhole_ram_cache_saves_total", "Displaced conversations saved as RAM checkpoints.", st->ram_cache_saves);
+    counter(f, "pinhole_ram_cache_evictions_total", "RAM checkpoints dropped (budget, or held by a longer one).",
+            st->ram_cache_evictions);
+    counter(f, "pinhole_ram_cache_refused_total", "Checkpoints not taken because memory was short.",
+            st->ram_cache_refused);
     counter(f, "pinhole_images_encoded_total", "Pictures run through the vision encoder.", st->images_encoded);
     counter(f, "pinhole_encoder_loads_total", "Times the vision encoder was loaded on demand.", st->encoder_loads);
     counter(f, "pinhole_encoder_unloads_total", "Times the idle vision encoder was released.", st->encoder_unloads);
-    fprintf(f, "# HELP pinhole_image_cache_entries Embeddings held in memory.\n# TYPE pinhole_image_cache_entries "
-               "gauge\npinhole_image_cache_entries %llu\n",
-            (unsigned long long)st->image_cache_entries);
-    fprintf(f, "# HELP pinhole_image_cache_bytes Bytes of embeddings held in memory.\n# TYPE pinhole_image_cache_bytes "
-               "gauge\npinhole_image_cache_bytes %llu\n",
-            (unsigned long long)st->image_cache_bytes);
-    fprintf(f, "# HELP pinhole_encoder_loaded Whether the vision encoder is in memory.\n# TYPE pinhole_encoder_loaded "
-               "gauge\npinhole_encoder_loaded %d\n",
-            st->encoder_loaded ? 1 : 0);
+    gauge(f, "pinhole_image_cache_entries", "Embeddings held in memory.", st->image_cache_entries);
+    gauge(f, "pinhole_image_cache_bytes", "Bytes of embeddings held in memory.", st->image_cache_bytes);
+    gauge(f, "pinhole_ram_cache_entries", "RAM checkpoints held.", st->ram_cache_entries);
+    gauge(f, "pinhole_ram_cache_bytes", "Bytes of RAM checkpoints held.", st->ram_cache_bytes);
+    gauge(f, "pinhole_encoder_loaded", "Whether the vision encoder is in memory.", st->encoder_loaded ? 1 : 0);
     if (fclose(f) != 0) {
         free(out);
         return NULL;

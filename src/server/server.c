@@ -165,10 +165,10 @@ static void run_job(srv *s, job *j) {
     }
     const ph_turn_report *r = &j->rep;
     if (!rc) metrics_turn(&s->met, r);
-    PH_INFO("%s %s: prompt %d (reused %d, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
+    PH_INFO("%s %s: prompt %d (reused %d%s, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
             "generated %d, queued %.2f s, ttft %.2f s, %.1f tok/s%s%s",
             j->api->endpoint, rc ? "failed" : r->finish == PH_FINISH_CANCELLED ? "cancelled" : "done", r->n_prompt,
-            r->n_reused, r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache, r->pics_encoded,
+            r->n_reused, r->n_from_ram ? " from a RAM checkpoint" : "", r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache, r->pics_encoded,
             r->encoder_loaded ? ", encoder loaded" : "", r->n_generated, t0 - j->t_queued, r->ttft_s,
             r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, rc ? ": " : "", rc ? j->err.msg : "");
 }

@@ -65,6 +65,27 @@ void seq_truncate(seq_state *s, int32_t n) {
     while (s->n_spans && s->spans[s->n_spans - 1].start >= s->n_rows) s->n_spans--;
 }
 
+int seq_copy(seq_state *dst, const seq_state *src, int32_t n, ph_err *e) {
+    if (n > src->n_rows) n = src->n_rows;
+    if (n > dst->cap) return ph_err_set(e, "sequence full (%d rows)", dst->cap);
+    int32_t ns = 0;
+    while (ns < src->n_spans && src->spans[ns].start < n) ns++;
+    if (ns > dst->spans_cap) {
+        seq_span *sp = realloc(dst->spans, (size_t)ns * sizeof *sp);
+        if (!sp) return ph_err_set(e, "out of memory");
+        dst->spans = sp;
+        dst->spans_cap = ns;
+    }
+    memcpy(dst->model_id, src->model_id, sizeof dst->model_id);
+    memcpy(dst->format, src->format, sizeof dst->format);
+    memcpy(dst->tok, src->tok, (size_t)n * sizeof *dst->tok);
+    memcpy(dst->pos_after, src->pos_after, (size_t)n * sizeof *dst->pos_after);
+    if (ns) memcpy(dst->spans, src->spans, (size_t)ns * sizeof *dst->spans);
+    dst->n_rows = n;
+    dst->n_spans = ns;
+    return 0;
+}
+
 int32_t seq_pos_at(const seq_state *s, int32_t n) { return n <= 0 ? 0 : s->pos_after[n - 1]; }
 
 /* The span that holds row r (rows are picture rows), or NULL. */

@@ -47,6 +47,9 @@ int seq_push_token(seq_state *s, int32_t id, int32_t pos, ph_err *e);
 int seq_push_span(seq_state *s, const seq_span *sp, int32_t pos, ph_err *e);
 /* Keeps the first n rows (n must not cut a span). */
 void seq_truncate(seq_state *s, int32_t n);
+/* Makes dst the first n rows of src (n must not cut a span; dst->cap >=
+ * n), provenance and identity included. */
+int seq_copy(seq_state *dst, const seq_state *src, int32_t n, ph_err *e);
 /* The position after the first n rows. */
 int32_t seq_pos_at(const seq_state *s, int32_t n);
 

@@ -52,6 +52,8 @@ const COUNTERS = {
   encoded: 'pinhole_images_encoded_total', hits: 'pinhole_image_cache_hits_total', misses: 'pinhole_image_cache_misses_total',
   evictions: 'pinhole_image_cache_evictions_total', loads: 'pinhole_encoder_loads_total',
   unloads: 'pinhole_encoder_unloads_total', reused: 'pinhole_prompt_tokens_reused_total',
+  ram: 'pinhole_ram_cache_tokens_restored_total', ram_hits: 'pinhole_ram_cache_hits_total',
+  ram_saves: 'pinhole_ram_cache_saves_total',
 };
 async function counters(srv) {
   const s = await metrics(srv);
@@ -146,6 +148,35 @@ describe('reuse through the server', { timeout: 600_000 }, () => {
     assert.equal(r.d.encoded, 1);
   });
 
+  test('two conversations interleaved (A1 B1 A2 B2) resume from RAM checkpoints', async () => {
+    const conv = (u, k) => {
+      const m = [{ role: 'user', content: [pic(u), text('What is in this picture?')] }];
+      if (k > 1) m.push({ role: 'assistant', content: 'A picture.' }, { role: 'user', content: 'And its colours?' });
+      return m;
+    };
+    const [ua, ub] = [gen(20), gen(21)];
+    const a1 = await turn(warm, cold, conv(ua, 1), 'A1');
+    const b1 = await turn(warm, cold, conv(ub, 1), 'B1');
+    assert.equal(b1.d.ram_saves, 1, 'B1 displaces A: A is saved');
+    assert.equal(b1.d.encoded, 1);
+    const a2 = await turn(warm, cold, conv(ua, 2), 'A2');
+    assert.equal(a2.d.ram_hits, 1);
+    assert.ok(a2.d.ram >= a1.prompt && a2.cached === a2.d.ram, `A2 restores A1 (${a2.d.ram} rows of ${a1.prompt})`);
+    assert.equal(a2.d.encoded + a2.d.hits, 0, 'A2 needs its picture neither encoded nor from the embedding cache');
+    const b2 = await turn(warm, cold, conv(ub, 2), 'B2');
+    assert.ok(b2.d.ram >= b1.prompt && b2.cached === b2.d.ram, `B2 restores B1 (${b2.d.ram} rows of ${b1.prompt})`);
+    assert.equal(b2.d.encoded + b2.d.hits, 0);
+  });
+
+  test('a RAM checkpoint is never used for another picture', async () => {
+    const conv = (u) => [{ role: 'user', content: [text('Look here:'), pic(u), text('What is it?')] }];
+    const x = await turn(warm, cold, conv(gen(22)), 'picture 22');
+    await turn(warm, cold, [{ role: 'user', content: 'Something else entirely.' }], 'a text chat in between');
+    const y = await turn(warm, cold, conv(gen(23)), 'picture 23, same size and place');
+    assert.equal(y.d.encoded, 1);
+    assert.ok(y.cached < x.prompt - 10, `only the text before the picture is reused (${y.cached} of ${x.prompt})`);
+  });
+
   test('the same picture twice in one message is encoded once', async () => {
     const u = gen(4);
     const r = await turn(warm, cold, [{ role: 'user', content: [pic(u), text('and'), pic(u), text('Same?')] }], 'twice');
@@ -156,7 +187,8 @@ describe('reuse through the server', { timeout: 600_000 }, () => {
 
 describe('embedding cache bounds and the elastic encoder', { timeout: 600_000 }, () => {
   test('eviction by count', async () => {
-    const srv = await startServer({ extra: ['--image-cache-entries', '1'] });
+    // the RAM tier is off: a checkpoint of the first chat would serve the third
+    const srv = await startServer({ extra: ['--image-cache-entries', '1', '--cache-ram-mib', '0'] });
     try {
       const before = await counters(srv);
       for (const u of [gen(5), gen(6), gen(5)])

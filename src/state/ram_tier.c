@@ -1,0 +1,142 @@
+/* The RAM tier: checkpoints of recent sequences, LRU within a byte budget. */
+#include "state/ram_tier.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/meminfo.h"
+
+void ram_tier_init(ram_tier *t, size_t budget) {
+    memset(t, 0, sizeof *t);
+    t->budget = budget;
+    t->floor = RAM_TIER_FLOOR;
+}
+
+static void drop(ram_tier *t, int32_t i) {
+    ram_ckpt *c = &t->v[i];
+    t->bytes -= c->bytes;
+    ram_ckpt_free(c);
+    t->v[i] = t->v[--t->n];
+}
+
+void ram_tier_free(ram_tier *t) {
+    while (t->n) drop(t, t->n - 1);
+    free(t->v);
+    memset(t, 0, sizeof *t);
+}
+
+static bool same_identity(const seq_state *a, const seq_state *b) {
+    return !memcmp(a->model_id, b->model_id, sizeof a->model_id) && !strcmp(a->format, b->format);
+}
+
+/* seq's first n rows, read-only (n does not cut a span). */
+static seq_state view(const seq_state *seq, int32_t n) {
+    seq_state v = *seq;
+    v.n_rows = n;
+    while (v.n_spans && v.spans[v.n_spans - 1].start >= n) v.n_spans--;
+    return v;
+}
+
+/* Makes room for a checkpoint of bytes holding seq's first n rows (v):
+ * false when one already holds them (it is made most recent) or it cannot
+ * fit. Checkpoints that are prefixes of it are dropped, then the least
+ * recently used until it fits. */
+static bool make_room(ram_tier *t, const seq_state *v, size_t bytes) {
+    for (int32_t i = t->n - 1; i >= 0; i--) {
+        ram_ckpt *c = &t->v[i];
+        if (!same_identity(&c->seq, v)) continue;
+        int32_t common = seq_common_prefix(&c->seq, v);
+        if (common == v->n_rows) {
+            c->used = ++t->clock;
+            return false;
+        }
+        if (common == c->seq.n_rows) {
+            drop(t, i);
+            t->evictions++;
+        }
+    }
+    if (bytes > t->budget) return false;
+    while (t->n && t->bytes + bytes > t->budget) {
+        int32_t lru = 0;
+        for (int32_t i = 1; i < t->n; i++)
+            if (t->v[i].used < t->v[lru].used) lru = i;
+        drop(t, lru);
+        t->evictions++;
+    }
+    if (t->n == t->cap) {
+        int32_t cap = t->cap ? t->cap * 2 : 8;
+        ram_ckpt *nv = realloc(t->v, (size_t)cap * sizeof *nv);
+        if (!nv) return false;
+        t->v = nv;
+        t->cap = cap;
+    }
+    return true;
+}
+
+static void append(ram_tier *t, const ram_ckpt *c) {
+    t->v[t->n] = *c;
+    t->v[t->n].used = ++t->clock;
+    t->n++;
+    t->bytes += c->bytes;
+}
+
+void *ram_tier_put(ram_tier *t, const seq_state *seq, int32_t n, size_t kv_bytes) {
+    if (n <= 0 || n > seq->n_rows || !seq_complete(seq, n)) return NULL;
+    const seq_state v = view(seq, n);
+    ram_ckpt c = {.bytes = kv_bytes + (size_t)n * (sizeof *seq->tok + sizeof *seq->pos_after) +
+                           (size_t)v.n_spans * sizeof(seq_span) + sizeof(ram_ckpt)};
+    if (c.bytes > t->budget) return NULL;
+    /* memory is checked before anything is evicted: a refusal loses nothing */
+    const int64_t avail = ph_mem_available();
+    if (avail >= 0 && avail - (int64_t)c.bytes < t->floor) {
+        t->refused++;
+        return NULL;
+    }
+    if (!make_room(t, &v, c.bytes)) return NULL;
+    if (seq_init(&c.seq, n, NULL)) {
+        t->refused++;
+        return NULL;
+    }
+    if (seq_copy(&c.seq, &v, n, NULL) || !(c.kv = malloc(kv_bytes))) {
+        ram_ckpt_free(&c);
+        t->refused++;
+        return NULL;
+    }
+    append(t, &c);
+    t->saves++;
+    return c.kv;
+}
+
+void ram_tier_take(ram_tier *t, int32_t i, ram_ckpt *out) {
+    *out = t->v[i];
+    t->bytes -= out->bytes;
+    t->v[i] = t->v[--t->n];
+    t->hits++;
+}
+
+void ram_tier_return(ram_tier *t, ram_ckpt *c) {
+    if (make_room(t, &c->seq, c->bytes)) append(t, c);
+    else ram_ckpt_free(c);
+    memset(c, 0, sizeof *c);
+}
+
+void ram_ckpt_free(ram_ckpt *c) {
+    free(c->kv);
+    seq_free(&c->seq);
+    memset(c, 0, sizeof *c);
+}
+
+int32_t ram_tier_find(const ram_tier *t, const seq_state *want, int32_t *prefix) {
+    int32_t best = -1, best_n = 0;
+    for (int32_t i = 0; i < t->n; i++) {
+        const ram_ckpt *c = &t->v[i];
+        if (!same_identity(&c->seq, want)) continue;
+        int32_t common = seq_common_prefix(&c->seq, want);
+        if (common > best_n || (common == best_n && common > 0 && c->used > t->v[best].used)) {
+            best = i;
+            best_n = common;
+        }
+    }
+    *prefix = best_n;
+    return best;
+}
