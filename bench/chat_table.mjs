@@ -13,12 +13,12 @@ for (const r of rows) {
   by.get(k)[r.engine] = r
 }
 const f = (x) => (x === undefined ? '-' : x.toFixed(2))
-let out = '| sequence | turn | pinhole TTFT s | prefilled | reused | encoded | llama.cpp TTFT s | llama.cpp prompt tokens evaluated | llama.cpp / pinhole |\n' +
-          '|---|---|---|---|---|---|---|---|---|\n'
+let out = '| sequence | turn | pinhole TTFT s | prefilled | reused | of which from RAM | encoded | llama.cpp TTFT s | llama.cpp prompt tokens evaluated | llama.cpp / pinhole |\n' +
+          '|---|---|---|---|---|---|---|---|---|---|\n'
 for (const [k, v] of by) {
   const [seq, turn] = k.split(' ')
   const p = v.pinhole, l = v['llama.cpp']
-  out += `| ${seq} | ${turn} | ${f(p?.ttft_s)} | ${p?.prefilled ?? '-'} | ${p?.reused ?? '-'} | ${p?.encoded ?? '-'} | ` +
+  out += `| ${seq} | ${turn} | ${f(p?.ttft_s)} | ${p?.prefilled ?? '-'} | ${p?.reused ?? '-'} | ${p?.from_ram ?? '-'} | ${p?.encoded ?? '-'} | ` +
          `${f(l?.ttft_s)} | ${l?.prompt_n ?? '-'} | ${p && l ? (l.ttft_s / p.ttft_s).toFixed(1) + 'x' : '-'} |\n`
 }
 process.stdout.write(out)

@@ -218,6 +218,7 @@ typedef struct ph_engine_params {
     int image_cache_entries;      /* embedding cache: most entries (default 32; 0: off) */
     size_t image_cache_bytes;     /* and most bytes (default 128 MiB) */
     const char *image_cache_dir;  /* also keep entries here (NULL: memory only) */
+    uint64_t image_cache_disk_bytes; /* and at most this many bytes of files there (default 4 GiB) */
     double vision_idle_s;         /* > 0: load the encoder on demand, release it after this long idle */
     const char *id_cache_dir;     /* where file ids are remembered; NULL: $XDG_CACHE_HOME/pinhole */
     void (*progress)(void *ud, const char *what, double fraction); /* loading progress, may be NULL */
@@ -316,6 +317,7 @@ typedef struct ph_engine_stats {
     uint64_t image_cache_hits, image_cache_misses, image_cache_evictions;
     uint64_t images_encoded, encoder_loads, encoder_unloads;
     uint64_t image_cache_entries, image_cache_bytes;
+    uint64_t image_cache_disk_bytes, image_cache_disk_evictions; /* files in --image-cache-dir */
     uint64_t ram_cache_hits, ram_cache_saves, ram_cache_evictions; /* RAM tier */
     uint64_t ram_cache_refused;          /* checkpoints not taken: memory short */
     uint64_t ram_cache_entries, ram_cache_bytes;

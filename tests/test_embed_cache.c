@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/sha256.h"
@@ -469,6 +470,64 @@ static void test_stats(void) {
     clear_dir();
 }
 
+/* The folder's space budget: least recently used files go first (a disk
+ * hit renews a file, and the order survives a restart), an entry larger
+ * than the budget is not written, writes cut short by a dead writer are
+ * cleaned up, and files of other names are left alone. */
+static void test_disk_budget(void) {
+    const long one = HEADER + 2 * 2 * 8 * 4; /* a put_i file */
+    char p1[512], p2[512], p3[512], p4[512], other[512], dead[600], alive[600];
+    file_of(1, p1, sizeof p1);
+    file_of(2, p2, sizeof p2);
+    file_of(3, p3, sizeof p3);
+    file_of(4, p4, sizeof p4);
+    snprintf(other, sizeof other, "%s/notes.txt", g_dir);
+    FILE *f = fopen(other, "w");
+    CHECK(f && fputs("not ours", f) >= 0 && fclose(f) == 0);
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(0, 1 << 20, g_dir, &e); /* nothing in memory: every get reads a file */
+    ph_embed_cache_set_disk_budget(c, 3 * (uint64_t)one);
+    for (int i = 1; i <= 3; i++) {
+        CHECK(put_i(c, i, i, NULL) == 0);
+        usleep(20000); /* file times are coarse */
+    }
+    CHECK(has(c, 1)); /* 1 is used again: 2 is now the least recent */
+    usleep(20000);
+    CHECK(put_i(c, 4, 4, NULL) == 0);
+    ph_embed_cache_stats st = stats(c);
+    CHECKF(st.disk_evictions == 1 && st.disk_files == 3 && st.disk_bytes == 3 * (uint64_t)one,
+           "budget of 3 files: evictions %llu, files %llu, bytes %llu", (unsigned long long)st.disk_evictions,
+           (unsigned long long)st.disk_files, (unsigned long long)st.disk_bytes);
+    CHECK(exists(p1) && !exists(p2) && exists(p3) && exists(p4) && exists(other));
+    ph_embed_cache_free(c);
+
+    /* a restart with room for two: the order of use was kept in the files */
+    c = ph_embed_cache_new(0, 1 << 20, g_dir, &e);
+    CHECK(stats(c).disk_files == 3);
+    ph_embed_cache_set_disk_budget(c, 2 * (uint64_t)one);
+    CHECK(exists(p1) && !exists(p3) && exists(p4) && exists(other));
+    CHECK(stats(c).disk_evictions == 1 && has(c, 1) && has(c, 4));
+    /* an entry larger than the whole budget is not written */
+    uint8_t key[32];
+    key_of(5, key);
+    CHECK(ph_embed_cache_put(c, key, 4, 4, 8, rows_of(4, 4, 8, 5), NULL, NULL, &e) == 0);
+    CHECK(stats(c).disk_writes == 0 && stats(c).disk_files == 2);
+    ph_embed_cache_free(c);
+
+    /* temporary files: a dead writer's is removed, a live one's is kept */
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0);
+    snprintf(dead, sizeof dead, "%s.tmp.%ld.0", p2, (long)child);
+    snprintf(alive, sizeof alive, "%s.tmp.%ld.0", p3, (long)getpid());
+    CHECK((f = fopen(dead, "w")) && fclose(f) == 0);
+    CHECK((f = fopen(alive, "w")) && fclose(f) == 0);
+    c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    CHECK(!exists(dead) && exists(alive) && exists(other) && stats(c).disk_files == 2);
+    ph_embed_cache_free(c);
+    clear_dir();
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/ph_embed_cache_XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -482,6 +541,7 @@ int main(void) {
     test_bad_put();
     test_disk_round_trip();
     test_bad_files();
+    test_disk_budget();
     test_stats();
     clear_dir();
     CHECK(rmdir(g_dir) == 0);

@@ -42,6 +42,21 @@ void ph_sha256_discard(ph_sha256_ctx *c) {
     c->md = NULL;
 }
 
+static int hex_val(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+bool ph_unhex(const char *s, size_t n, uint8_t *out) {
+    for (size_t i = 0; i < n; i++) {
+        int hi = hex_val(s[2 * i]), lo = hi < 0 ? -1 : hex_val(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) return false;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return true;
+}
+
 void ph_hex(const uint8_t *p, size_t n, char *out) {
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {

@@ -4,6 +4,7 @@
 #ifndef PH_BASE_SHA256_H
 #define PH_BASE_SHA256_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,5 +35,8 @@ void ph_sha256_discard(ph_sha256_ctx *c);
 
 /* Lowercase hex of n bytes into out, which holds 2n + 1 chars (NUL-ended). */
 void ph_hex(const uint8_t *p, size_t n, char *out);
+/* The n bytes written as 2n lowercase hex chars at s, into out; false (out
+ * partly written) if any of them is not a lowercase hex digit. */
+bool ph_unhex(const char *s, size_t n, uint8_t *out);
 
 #endif

@@ -27,6 +27,7 @@ static void serve_usage(FILE *out) {
             "  --image-cache-entries N   picture embeddings kept in memory (default 32; 0: none)\n"
             "  --image-cache-mib N       and at most this many MiB of them (default 128)\n"
             "  --image-cache-dir DIR     also keep picture embeddings here, across restarts\n"
+            "  --image-cache-disk-mib N  and at most N MiB of files there (default 4096)\n"
             "  --vision-idle-s N         load the vision encoder only when needed and release it\n"
             "                            after N idle seconds (default: keep it loaded)\n"
             "  --cache-ram-mib N         keep displaced conversations' KV in RAM, at most N MiB\n"
@@ -74,6 +75,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--image-cache-entries")) { if (arg_int(a, v, 0, 1 << 20, &l)) return 2; ep.image_cache_entries = (int)l; }
         else if (!strcmp(a, "--image-cache-mib")) { if (arg_int(a, v, 0, 1 << 24, &l)) return 2; ep.image_cache_bytes = (size_t)l << 20; }
         else if (!strcmp(a, "--image-cache-dir")) ep.image_cache_dir = v;
+        else if (!strcmp(a, "--image-cache-disk-mib")) { if (arg_int(a, v, 1, 1 << 30, &l)) return 2; ep.image_cache_disk_bytes = (uint64_t)l << 20; }
         else if (!strcmp(a, "--cache-ram-mib")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; ep.ram_cache_bytes = (size_t)l << 20; }
         else if (!strcmp(a, "--vision-idle-s")) { if (arg_float(a, v, 0.001, 1e9, &d)) return 2; ep.vision_idle_s = d; }
         else {

@@ -19,6 +19,7 @@ void ph_engine_params_default(ph_engine_params *p) {
     p->image_cache_entries = 32;
     p->image_cache_bytes = (size_t)128 << 20;
     p->ram_cache_bytes = (size_t)2 << 30;
+    p->image_cache_disk_bytes = (uint64_t)4 << 30;
 }
 
 void ph_gen_params_default(ph_gen_params *g) {
@@ -83,6 +84,7 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     ram_tier_init(&e->ram, p->reuse ? p->ram_cache_bytes : 0);
     if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
         goto fail;
+    ph_embed_cache_set_disk_budget(e->cache, p->image_cache_disk_bytes);
     progress(p, "ready", 1.0);
     return e;
 fail:
@@ -120,6 +122,8 @@ void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
     st->image_cache_evictions = cs.evictions;
     st->image_cache_entries = cs.entries;
     st->image_cache_bytes = cs.bytes;
+    st->image_cache_disk_bytes = cs.disk_bytes;
+    st->image_cache_disk_evictions = cs.disk_evictions;
     st->encoder_loads = e->enc.loads;
     st->encoder_unloads = e->enc.unloads;
     st->encoder_loaded = e->has_vision && e->enc.tower != NULL;

@@ -91,6 +91,8 @@ char *metrics_render(metrics *m, const ph_engine_stats *st) {
     counter(f, "pinhole_image_cache_hits_total", "Picture embeddings found in the cache.", st->image_cache_hits);
     counter(f, "pinhole_image_cache_misses_total", "Picture embeddings not in the cache.", st->image_cache_misses);
     counter(f, "pinhole_image_cache_evictions_total", "Embeddings evicted from the cache.", st->image_cache_evictions);
+    counter(f, "pinhole_image_cache_disk_evictions_total", "Embedding files removed to keep --image-cache-dir within its budget.",
+            st->image_cache_disk_evictions);
     counter(f, "pinhole_ram_cache_tokens_restored_total", "Prompt rows restored from RAM checkpoints (part of reused).",
             st->prompt_tokens_from_ram);
     counter(f, "pinhole_ram_cache_hits_total", "Turns that resumed a conversation from a RAM checkpoint.",
@@ -105,6 +107,8 @@ char *metrics_render(metrics *m, const ph_engine_stats *st) {
     counter(f, "pinhole_encoder_unloads_total", "Times the idle vision encoder was released.", st->encoder_unloads);
     gauge(f, "pinhole_image_cache_entries", "Embeddings held in memory.", st->image_cache_entries);
     gauge(f, "pinhole_image_cache_bytes", "Bytes of embeddings held in memory.", st->image_cache_bytes);
+    gauge(f, "pinhole_image_cache_disk_bytes", "Bytes of embedding files in --image-cache-dir.",
+          st->image_cache_disk_bytes);
     gauge(f, "pinhole_ram_cache_entries", "RAM checkpoints held.", st->ram_cache_entries);
     gauge(f, "pinhole_ram_cache_bytes", "Bytes of RAM checkpoints held.", st->ram_cache_bytes);
     gauge(f, "pinhole_encoder_loaded", "Whether the vision encoder is in memory.", st->encoder_loaded ? 1 : 0);

@@ -1,12 +1,15 @@
 #include "state/embed_cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/atomic_file.h"
@@ -28,10 +31,23 @@ typedef struct entry {
     size_t bytes;          /* what it counts against max_bytes */
 } entry;
 
+/* A file of dir, as far as this process knows: its key, size and when it
+ * was last written or used (its mtime, which a hit renews, so the order
+ * survives a restart). */
+typedef struct disk_file {
+    uint8_t key[32];
+    uint64_t size;
+    int64_t used_ns;
+} disk_file;
+
 struct ph_embed_cache {
     int max_entries; /* <= 0: nothing kept in memory */
     size_t max_bytes;
     char *dir;       /* NULL: memory only */
+    uint64_t disk_max;       /* bytes of files kept in dir */
+    disk_file *files;        /* the index of dir's entry files */
+    size_t n_files, cap_files;
+    uint64_t disk_bytes;
     entry *newest, *oldest;
     size_t n, bytes;
     ph_embed_cache_stats st; /* counters; entries and bytes are filled in by get_stats */
@@ -157,6 +173,104 @@ static void build_header(const ph_embed *en, uint64_t payload, uint8_t h[EMBD_HE
     ph_sha256(h, EMBD_HEADER_HASHED, h + EMBD_HEADER_HASHED);
 }
 
+/* ---- the index of the folder: sizes and use, for the space budget ---- */
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static disk_file *index_find(const ph_embed_cache *c, const uint8_t key[32]) {
+    for (size_t i = 0; i < c->n_files; i++)
+        if (!memcmp(c->files[i].key, key, 32)) return &c->files[i];
+    return NULL;
+}
+
+/* Records key's file (size bytes, used at used_ns); an index that cannot
+ * grow forgets the file (it still serves lookups, it is only not counted). */
+static void index_set(ph_embed_cache *c, const uint8_t key[32], uint64_t size, int64_t used_ns) {
+    disk_file *f = index_find(c, key);
+    if (!f) {
+        if (c->n_files == c->cap_files) {
+            size_t cap = c->cap_files ? c->cap_files * 2 : 64;
+            disk_file *v = realloc(c->files, cap * sizeof *v);
+            if (!v) return;
+            c->files = v;
+            c->cap_files = cap;
+        }
+        f = &c->files[c->n_files++];
+        memcpy(f->key, key, 32);
+        f->size = 0;
+    }
+    c->disk_bytes = c->disk_bytes - f->size + size;
+    f->size = size;
+    f->used_ns = used_ns;
+}
+
+static void index_remove(ph_embed_cache *c, const uint8_t key[32]) {
+    disk_file *f = index_find(c, key);
+    if (!f) return;
+    c->disk_bytes -= f->size;
+    *f = c->files[--c->n_files];
+}
+
+/* Removes the least recently used files until the folder fits its budget;
+ * keep (the file just written, or NULL) goes last. */
+static void disk_enforce(ph_embed_cache *c, const uint8_t *keep) {
+    while (c->disk_bytes > c->disk_max && c->n_files) {
+        size_t lru = c->n_files;
+        for (size_t i = 0; i < c->n_files; i++)
+            if ((!keep || memcmp(c->files[i].key, keep, 32)) &&
+                (lru == c->n_files || c->files[i].used_ns < c->files[lru].used_ns))
+                lru = i;
+        if (lru == c->n_files) lru = 0; /* only keep is left */
+        uint8_t key[32];
+        memcpy(key, c->files[lru].key, 32);
+        char *path = file_path(c, key);
+        if (path && unlink(path) != 0 && errno != ENOENT)
+            PH_WARN("embedding cache: %s: cannot remove it: %s", path, strerror(errno));
+        free(path);
+        index_remove(c, key);
+        c->st.disk_evictions++;
+    }
+}
+
+/* Whether name is NAME.embd.tmp.PID.N of a process that no longer runs: a
+ * write that a crash or kill cut short. */
+static bool stale_temp(const char *name) {
+    const char *t = strstr(name, EMBD_SUFFIX ".tmp.");
+    if (!t) return false;
+    long pid = strtol(t + sizeof EMBD_SUFFIX ".tmp." - 1, NULL, 10);
+    return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Reads the folder into the index: every <64 hex>.embd regular file, and
+ * removes the temporary files of writers that died. Unknown names are
+ * left alone. */
+static void disk_scan(ph_embed_cache *c) {
+    DIR *d = opendir(c->dir);
+    if (!d) {
+        PH_WARN("embedding cache: %s: cannot list it: %s", c->dir, strerror(errno));
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *name = de->d_name;
+        struct stat st;
+        if (stale_temp(name)) {
+            if (unlinkat(dirfd(d), name, 0) == 0) PH_INFO("embedding cache: removed %s, left by a write that died", name);
+            continue;
+        }
+        uint8_t key[32];
+        if (strlen(name) != 64 + strlen(EMBD_SUFFIX) || strcmp(name + 64, EMBD_SUFFIX) || !ph_unhex(name, 32, key))
+            continue;
+        if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+        index_set(c, key, (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
+    }
+    closedir(d);
+}
+
 static void disk_write(ph_embed_cache *c, const ph_embed *en) {
     char *path = file_path(c, en->key);
     if (!path) {
@@ -164,13 +278,22 @@ static void disk_write(ph_embed_cache *c, const ph_embed *en) {
         return;
     }
     uint64_t payload = payload_bytes(en->grid_x, en->grid_y, en->width);
+    if (EMBD_HEADER + payload > c->disk_max) { /* it could never be kept */
+        free(path);
+        return;
+    }
     uint8_t h[EMBD_HEADER];
     build_header(en, payload, h);
     const void *parts[2] = {h, en->rows};
     const size_t lens[2] = {sizeof h, (size_t)payload};
     ph_err e = {0};
-    if (ph_file_write_atomic(path, parts, lens, 2, &e) == 0) c->st.disk_writes++;
-    else PH_WARN("embedding cache: cannot save an embedding (it stays in memory): %s", e.msg);
+    if (ph_file_write_atomic(path, parts, lens, 2, &e) == 0) {
+        c->st.disk_writes++;
+        index_set(c, en->key, EMBD_HEADER + payload, now_ns());
+        disk_enforce(c, en->key);
+    } else {
+        PH_WARN("embedding cache: cannot save an embedding (it stays in memory): %s", e.msg);
+    }
     free(path);
 }
 
@@ -191,10 +314,11 @@ static ssize_t read_at(int fd, void *buf, size_t n, uint64_t off) {
     return (ssize_t)got;
 }
 
-static void reject(ph_embed_cache *c, const char *path, const char *why) {
+static void reject(ph_embed_cache *c, const uint8_t key[32], const char *path, const char *why) {
     PH_WARN("embedding cache: %s: %s; the file is removed and not used", path, why);
     if (unlink(path) != 0 && errno != ENOENT)
         PH_WARN("embedding cache: %s: cannot remove it: %s", path, strerror(errno));
+    index_remove(c, key);
     c->st.disk_rejects++;
 }
 
@@ -263,10 +387,16 @@ static entry *disk_load(ph_embed_cache *c, const uint8_t key[32]) {
     else if (memcmp(sum, h + 64, 32) != 0) why = "a cond_hash that does not match its rows";
     if (why) goto out;
     en = entry_new(key, gx, gy, w, rows, sum);
-    if (!en) PH_WARN("embedding cache: %s: out of memory", path);
-    else rows = NULL;
+    if (!en) {
+        PH_WARN("embedding cache: %s: out of memory", path);
+    } else {
+        rows = NULL;
+        /* used now: renew its mtime, so the order of use survives a restart */
+        if (futimens(fd, NULL) != 0) PH_DEBUG("embedding cache: %s: cannot touch it: %s", path, strerror(errno));
+        index_set(c, key, (uint64_t)st.st_size, now_ns());
+    }
 out:
-    if (why) reject(c, path, why);
+    if (why) reject(c, key, path, why);
     if (fd >= 0) close(fd);
     free(rows);
     free(path);
@@ -294,8 +424,15 @@ ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char
             free(c);
             return NULL;
         }
+        disk_scan(c);
     }
+    c->disk_max = UINT64_MAX;
     return c;
+}
+
+void ph_embed_cache_set_disk_budget(ph_embed_cache *c, uint64_t bytes) {
+    c->disk_max = bytes;
+    if (c->dir) disk_enforce(c, NULL);
 }
 
 void ph_embed_cache_free(ph_embed_cache *c) {
@@ -303,6 +440,7 @@ void ph_embed_cache_free(ph_embed_cache *c) {
     /* detach frees each entry no caller holds; a held one lives on until
      * its release, which does not touch the cache. */
     while (c->newest) detach(c, c->newest);
+    free(c->files);
     free(c->dir);
     free(c);
 }
@@ -377,4 +515,6 @@ void ph_embed_cache_get_stats(const ph_embed_cache *c, ph_embed_cache_stats *st)
     *st = c->st;
     st->entries = c->n;
     st->bytes = c->bytes;
+    st->disk_files = c->n_files;
+    st->disk_bytes = c->disk_bytes;
 }

@@ -26,8 +26,15 @@
  * payload checksum, and cond_hash equal to the hash of the rows. A file that
  * fails any check is removed and logged, counted in disk_rejects, and the
  * lookup is a miss. The checksums catch damage (torn writes, bit rot,
- * stray files), not forgery: the folder must be the user's own. Disk usage is NOT bounded yet: files are never removed
- * except when rejected (a later step adds a space budget). */
+ * stray files), not forgery: the folder must be the user's own.
+ *
+ * The folder's space is bounded (ph_embed_cache_set_disk_budget; unbounded
+ * until set): the cache indexes the entry files it finds when it opens the
+ * folder and those it writes or loads, and after each write removes the
+ * least recently used ones (by mtime, which a disk hit renews) until the
+ * total fits. An entry larger than the whole budget is not written.
+ * Temporary files of writers that died (a crash or kill during a write)
+ * are removed when the folder is opened; other names are left alone. */
 #ifndef PH_STATE_EMBED_CACHE_H
 #define PH_STATE_EMBED_CACHE_H
 
@@ -56,6 +63,8 @@ typedef struct ph_embed_cache_stats {
     uint64_t disk_hits;    /* hits served from dir */
     uint64_t disk_writes;  /* files written */
     uint64_t disk_rejects; /* files found bad, removed and not used */
+    uint64_t disk_evictions; /* files removed to keep the folder within its budget */
+    uint64_t disk_files, disk_bytes; /* entry files in the folder now, as far as it knows */
     uint64_t entries;      /* entries in memory now */
     uint64_t bytes;        /* their bytes now (rows plus bookkeeping) */
 } ph_embed_cache_stats;
@@ -65,6 +74,9 @@ typedef struct ph_embed_cache_stats {
  * missing), entries are also written there and looked up there on a memory
  * miss. Returns NULL with e set if dir cannot be created or memory is out. */
 ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char *dir, ph_err *e);
+/* Bounds the folder's entry files to bytes, removing the least recently
+ * used ones now if needed. */
+void ph_embed_cache_set_disk_budget(ph_embed_cache *c, uint64_t bytes);
 /* Frees the cache and the entries no caller holds; NULL is allowed. */
 void ph_embed_cache_free(ph_embed_cache *c);
 

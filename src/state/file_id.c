@@ -66,12 +66,6 @@ static bool parse_num(const char **s, bool neg_ok, char sep, uint64_t *mag, bool
     return true;
 }
 
-static int hex_val(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
 /* A time (seconds, possibly negative, then nanoseconds), each followed by
  * a space. */
 static bool parse_time(const char **s, int64_t *sec, int64_t *nsec) {
@@ -92,12 +86,7 @@ static bool parse_line(const char *s, memo_entry *m) {
         !parse_time(&s, &m->csec, &m->cnsec))
         return false;
     if (m->size > (uint64_t)INT64_MAX) return false;
-    for (int i = 0; i < 32; i++) {
-        int hi = hex_val(s[2 * i]), lo = hi < 0 ? -1 : hex_val(s[2 * i + 1]);
-        if (hi < 0 || lo < 0) return false;
-        m->id[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return s[64] == '\0';
+    return ph_unhex(s, 32, m->id) && s[64] == '\0';
 }
 
 /* Reads the memo's valid lines (at most PH_FILE_ID_MEMO_MAX) into out;

@@ -213,6 +213,21 @@ describe('embedding cache bounds and the elastic encoder', { timeout: 600_000 },
     } finally { await stopServer(srv); }
   });
 
+  test('the embedding files stay within --image-cache-disk-mib', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pinhole-embd-'));
+    const srv = await startServer({ extra: ['--image-cache-dir', dir, '--image-cache-disk-mib', '1'] });
+    try {
+      for (let s = 60; s < 100; s++)
+        await openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: [{ role: 'user', content: [pic(gen(s)), text('Hi.')] }] });
+      const m = await metrics(srv);
+      const files = readdirSync(dir).filter((f) => f.endsWith('.embd'));
+      const bytes = files.reduce((n, f) => n + readFileSync(join(dir, f)).length, 0);
+      assert.ok(bytes <= 1 << 20 && files.length >= 10, `${files.length} files, ${bytes} bytes`);
+      assert.equal(metric(m, 'pinhole_image_cache_disk_bytes'), bytes);
+      assert.equal(metric(m, 'pinhole_image_cache_disk_evictions_total'), 40 - files.length);
+    } finally { await stopServer(srv); rmSync(dir, { recursive: true, force: true }); }
+  });
+
   test('--vision-idle-s 1: cached pictures do not load the encoder; a new one loads it once', async () => {
     const srv = await startServer({ extra: ['--vision-idle-s', '1'] });
     try {
