@@ -215,6 +215,7 @@ typedef struct ph_engine_params {
     int image_max_tokens;         /* 0: 4096 */
     bool reuse;                   /* reuse the live state's common prefix (default on) */
     size_t ram_cache_bytes;       /* RAM tier: checkpoints of displaced conversations (default 2 GiB; 0: off) */
+    size_t conversation_cache_bytes; /* the primary conversation parked for auxiliary requests (default 2 GiB; 0: off) */
     int image_cache_entries;      /* embedding cache: most entries (default 32; 0: off) */
     size_t image_cache_bytes;     /* and most bytes (default 128 MiB) */
     const char *image_cache_dir;  /* also keep entries here (NULL: memory only) */
@@ -258,6 +259,8 @@ typedef struct ph_gen_params {
     const char *const *stop;    /* stop strings (not included in the answer) */
     size_t n_stop;
     int32_t top_logprobs;       /* alternatives per token in events (0..20) */
+    bool auxiliary;             /* a side call (an agent's title, summary, tool check...): the primary
+                                   conversation's state is parked first and never displaced by it */
 } ph_gen_params;
 
 void ph_gen_params_default(ph_gen_params *g);
@@ -286,7 +289,9 @@ typedef enum ph_finish { PH_FINISH_STOP, PH_FINISH_LENGTH, PH_FINISH_CANCELLED }
 typedef struct ph_turn_report {
     int32_t n_prompt;           /* prompt rows (tokens and picture rows) */
     int32_t n_reused;           /* of which kept from the live state or a RAM checkpoint */
-    int32_t n_from_ram;         /* of which restored from a RAM checkpoint */
+    int32_t n_from_ram;         /* of which restored from a RAM checkpoint or the parked conversation */
+    bool from_parked;           /* restored the conversation parked before auxiliary requests */
+    bool parked;                /* this auxiliary turn parked the primary conversation */
     int32_t n_prefilled;        /* of which evaluated now */
     int32_t n_generated;
     int32_t n_pictures;
@@ -299,7 +304,12 @@ typedef struct ph_turn_report {
     double encode_s, prefill_s, ttft_s, decode_s;
 } ph_turn_report;
 
-/* Runs one turn. Errors: PH_ERR_INPUT, PH_ERR_TOO_LONG, PH_ERR_NO_VISION,
+/* Runs one turn. An auxiliary turn (g->auxiliary) first parks the primary
+ * conversation (the live state, when a primary request made it and the
+ * auxiliary one would drop any of its rows) in a slot of its own; later
+ * auxiliary turns never displace it; the next primary turn restores it when
+ * that is its best match, and drops it otherwise.
+ * Errors: PH_ERR_INPUT, PH_ERR_TOO_LONG, PH_ERR_NO_VISION,
  * or PH_ERR_INTERNAL (then the live state is reset). */
 int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *g, ph_gen_cb cb,
                    void *ud, ph_turn_report *r, ph_err *err);
@@ -320,6 +330,7 @@ typedef struct ph_engine_stats {
     uint64_t image_cache_disk_bytes, image_cache_disk_evictions; /* files in --image-cache-dir */
     uint64_t ram_cache_hits, ram_cache_saves, ram_cache_evictions; /* RAM tier */
     uint64_t ram_cache_refused;          /* checkpoints not taken: memory short */
+    uint64_t conversations_parked, conversations_restored, conversations_dropped; /* auxiliary requests */
     uint64_t ram_cache_entries, ram_cache_bytes;
     bool encoder_loaded;
 } ph_engine_stats;

@@ -130,10 +130,11 @@ static void msg(conv *c, char role, const char *const *parts, size_t n, ph_image
     }
 }
 
-static result turn(ph_engine *e, const conv *c) {
+static result turn_as(ph_engine *e, const conv *c, bool auxiliary) {
     result res = {0};
     ph_gen_params g;
     ph_gen_params_default(&g);
+    g.auxiliary = auxiliary;
     g.max_tokens = NGEN;
     g.top_logprobs = NTOP;
     ph_err err = {0};
@@ -143,6 +144,8 @@ static result turn(ph_engine *e, const conv *c) {
     }
     return res;
 }
+
+static result turn(ph_engine *e, const conv *c) { return turn_as(e, c, false); }
 
 /* The warm turn must match a cold engine's answer to the same request. */
 static void same_as_cold(const conv *c, const result *warm, const char *what) {
@@ -486,6 +489,68 @@ static void test_ram_budget(file a, file b, file g) {
     ph_engine_free(e);
 }
 
+/* DESIGN 7, auxiliary requests: an agent's side calls between two turns of
+ * its main conversation. The first parks the main conversation; the others
+ * never displace it; the next main turn restores it. The RAM tier is off
+ * here, so only the parked slot can bring it back. */
+static void test_auxiliary(file a, file b) {
+    ph_engine *e = engine_ram(true, 32, 128u << 20, NULL, 0, 0);
+    ph_image_in *pics[2] = {pic(e, a), pic(e, b)};
+    conv p1, p2, x1 = {0}, x2 = {0}, x3 = {0}, q1 = {0};
+    chat_about(&p1, pics, 0, 1);
+    chat_about(&p2, pics, 0, 2);
+    msg(&x1, 's', (const char *[]){"You write titles."}, 1, pics);
+    msg(&x1, 'u', (const char *[]){"A title for a chat about a picture."}, 1, pics);
+    msg(&x2, 'u', (const char *[]){"Is this safe to run: ls -la?"}, 1, pics);
+    msg(&x3, 'u', (const char *[]){"Summarize:", "@1"}, 2, pics);
+    msg(&q1, 's', (const char *[]){"You write titles."}, 1, pics);
+    msg(&q1, 'u', (const char *[]){"A new main conversation, more like the side call than the parked one."}, 1, pics);
+    result rp1 = turn(e, &p1);
+    result r = turn_as(e, &x1, true);
+    CHECKF(r.r.parked && !r.r.from_parked, "the first side call parks the conversation: parked %d", r.r.parked);
+    r = turn_as(e, &x2, true);
+    CHECK(!r.r.parked && r.n > 0);
+    r = turn_as(e, &x3, true);
+    CHECK(!r.r.parked && r.r.pics_encoded == 1);
+    result rp2 = turn(e, &p2);
+    CHECKF(rp2.r.from_parked && rp2.r.n_from_ram >= rp1.r.n_prompt && rp2.r.n_reused == rp2.r.n_from_ram,
+           "the main conversation comes back: parked %d, %d rows of P1's %d", rp2.r.from_parked, rp2.r.n_from_ram,
+           rp1.r.n_prompt);
+    CHECKF(rp2.r.pics_from_kv == 1 && rp2.r.pics_encoded == 0 && rp2.r.pics_from_cache == 0,
+           "P2's picture: kv %d encoded %d cache %d", rp2.r.pics_from_kv, rp2.r.pics_encoded, rp2.r.pics_from_cache);
+    same_as_cold(&p2, &rp2, "main conversation after 3 side calls");
+    ph_engine_stats st;
+    ph_engine_get_stats(e, &st);
+    CHECKF(st.conversations_parked == 1 && st.conversations_restored == 1 && st.conversations_dropped == 0 &&
+               st.ram_cache_saves == 0,
+           "parked %llu restored %llu dropped %llu", (unsigned long long)st.conversations_parked,
+           (unsigned long long)st.conversations_restored, (unsigned long long)st.conversations_dropped);
+    /* a side call, then a main request that is another conversation, closer
+     * to the side call than to the parked one: the parked one is dropped */
+    turn_as(e, &x1, true);
+    r = turn(e, &q1);
+    ph_engine_get_stats(e, &st);
+    CHECKF(!r.r.from_parked && st.conversations_parked == 2 && st.conversations_dropped == 1,
+           "parked %llu dropped %llu", (unsigned long long)st.conversations_parked,
+           (unsigned long long)st.conversations_dropped);
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+    ph_engine_free(e);
+    /* the same calls without the flag, with the RAM tier off: the main
+     * conversation is read again */
+    e = engine_ram(true, 32, 128u << 20, NULL, 0, 0);
+    pics[0] = pic(e, a), pics[1] = pic(e, b);
+    chat_about(&p1, pics, 0, 1);
+    chat_about(&p2, pics, 0, 2);
+    turn(e, &p1);
+    turn(e, &x1);
+    r = turn(e, &p2);
+    CHECKF(r.r.n_from_ram == 0 && r.r.pics_from_kv == 0, "without the flag: from ram %d", r.r.n_from_ram);
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+    ph_engine_free(e);
+}
+
 static int count_files(const char *dir) {
     DIR *d = opendir(dir);
     int n = 0;
@@ -608,6 +673,7 @@ int main(void) {
     test_interleaved(a, b);
     test_ram_other_picture();
     test_ram_budget(a, b, s);
+    test_auxiliary(a, b);
     test_disk(b);
     free(a.p);
     free(b.p);

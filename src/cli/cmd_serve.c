@@ -32,6 +32,9 @@ static void serve_usage(FILE *out) {
             "                            after N idle seconds (default: keep it loaded)\n"
             "  --cache-ram-mib N         keep displaced conversations' KV in RAM, at most N MiB\n"
             "                            (default 2048; 0: off)\n"
+            "  --conversation-cache-mib N  park the primary conversation for auxiliary requests\n"
+            "                            (\"auxiliary\": true or X-Pinhole-Auxiliary: 1), at most N MiB\n"
+            "                            (default 2048; 0: off)\n"
             "  --no-reuse                evaluate every prompt from scratch (no live-state reuse)\n"
             "  --no-cache                no reuse and no embedding cache (a cold run, for comparisons)\n"
             "  -v, --verbose             log more\n"
@@ -76,6 +79,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--image-cache-mib")) { if (arg_int(a, v, 0, 1 << 24, &l)) return 2; ep.image_cache_bytes = (size_t)l << 20; }
         else if (!strcmp(a, "--image-cache-dir")) ep.image_cache_dir = v;
         else if (!strcmp(a, "--image-cache-disk-mib")) { if (arg_int(a, v, 1, 1 << 30, &l)) return 2; ep.image_cache_disk_bytes = (uint64_t)l << 20; }
+        else if (!strcmp(a, "--conversation-cache-mib")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; ep.conversation_cache_bytes = (size_t)l << 20; }
         else if (!strcmp(a, "--cache-ram-mib")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; ep.ram_cache_bytes = (size_t)l << 20; }
         else if (!strcmp(a, "--vision-idle-s")) { if (arg_float(a, v, 0.001, 1e9, &d)) return 2; ep.vision_idle_s = d; }
         else {

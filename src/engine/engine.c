@@ -20,6 +20,7 @@ void ph_engine_params_default(ph_engine_params *p) {
     p->image_cache_bytes = (size_t)128 << 20;
     p->ram_cache_bytes = (size_t)2 << 30;
     p->image_cache_disk_bytes = (uint64_t)4 << 30;
+    p->conversation_cache_bytes = (size_t)2 << 30;
 }
 
 void ph_gen_params_default(ph_gen_params *g) {
@@ -82,6 +83,7 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     snprintf(e->live.format, sizeof e->live.format, "%s", e->format_tag);
     e->fmt = chat_format_for(e->m);
     ram_tier_init(&e->ram, p->reuse ? p->ram_cache_bytes : 0);
+    e->park_budget = p->reuse ? p->conversation_cache_bytes : 0;
     if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
         goto fail;
     ph_embed_cache_set_disk_budget(e->cache, p->image_cache_disk_bytes);
@@ -96,6 +98,7 @@ void ph_engine_free(ph_engine *e) {
     if (!e) return;
     ph_embed_cache_free(e->cache);
     ram_tier_free(&e->ram);
+    ram_ckpt_free(&e->parked);
     seq_free(&e->live);
     ph_session_free(e->s);
     if (e->has_vision) encoder_close(&e->enc);
@@ -508,36 +511,80 @@ static int32_t usable(const seq_state *want, int32_t n) {
     return n >= want->n_rows ? seq_back_off(want, want->n_rows - 1) : n;
 }
 
+/* Parks the live state, made by a primary request, for the auxiliary
+ * requests that follow (DESIGN 7); false when it cannot (incomplete state,
+ * over the budget, memory short). */
+static bool park_primary(ph_engine *e) {
+    const int32_t n = e->live.n_rows;
+    const size_t kv = session_kv_bytes(e->s, n);
+    if (kv > e->park_budget || ram_ckpt_new(&e->parked, &e->live, n, kv, e->ram.floor) != 0) return false;
+    if (e->parked.bytes > e->park_budget) {
+        ram_ckpt_free(&e->parked);
+        return false;
+    }
+    session_kv_save(e->s, n, e->parked.kv);
+    e->has_parked = true;
+    e->st.conversations_parked++;
+    return true;
+}
+
 /* The plan (DESIGN 6, 7): the longest common prefix of the request with
- * the live state or with a RAM checkpoint. The live state is parked in the
- * RAM tier before a checkpoint replaces it, or before rows of its last
- * prompt are dropped (another conversation, or an edit): then the
- * conversation it holds can come back without a prefill. Dropping only the
- * answer of the last turn (a client that re-sends the conversation with
- * the answer rendered otherwise) parks nothing. Returns the rows kept; the
- * session and the live provenance hold exactly those. */
-static int32_t plan_reuse(ph_engine *e, seq_state *want, ph_turn_report *r) {
+ * the live state, the parked primary conversation (for a primary request)
+ * or a RAM checkpoint. The live state is saved in the RAM tier before a
+ * checkpoint replaces it, or before rows of its last prompt are dropped
+ * (another conversation, or an edit): then the conversation it holds can
+ * come back without a prefill. Dropping only the answer of the last turn
+ * (a client that re-sends the conversation with the answer rendered
+ * otherwise) saves nothing. Returns the rows kept; the session and the live
+ * provenance hold exactly those. */
+static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_report *r) {
     int32_t keep = e->reuse ? usable(want, seq_common_prefix(&e->live, want)) : 0;
+    bool pinned = false;
+    if (aux && !e->live_is_aux && !e->has_parked && keep < e->live.n_rows) pinned = r->parked = park_primary(e);
+    ram_ckpt c = {0};
+    int32_t best = keep;
+    const bool had_parked = !aux && e->has_parked;
+    if (had_parked) { /* the primary conversation is back, or has moved on */
+        int32_t n = usable(want, seq_common_prefix(&e->parked.seq, want));
+        if (n > best) {
+            c = e->parked;
+            best = n;
+            r->from_parked = true;
+        } else {
+            ram_ckpt_free(&e->parked);
+        }
+        memset(&e->parked, 0, sizeof e->parked);
+        e->has_parked = false;
+    }
     int32_t from_ram = 0;
     const int32_t ck = e->reuse ? ram_tier_find(&e->ram, want, &from_ram) : -1;
     from_ram = usable(want, from_ram);
-    if (ck >= 0 && from_ram > keep) {
-        ram_ckpt c;
+    if (ck >= 0 && from_ram > best) {
+        ram_ckpt_free(&c); /* a parked conversation that a checkpoint beats */
         ram_tier_take(&e->ram, ck, &c);
+        best = from_ram;
+        r->from_parked = false;
+    }
+    if (had_parked) {
+        if (r->from_parked) e->st.conversations_restored++;
+        else e->st.conversations_dropped++;
+    }
+    if (best > keep) {
         park_live(e);
         /* live.cap is the context size, which bounds every checkpoint */
-        seq_copy(&e->live, &c.seq, from_ram, NULL);
-        session_kv_load(e->s, c.kv, c.seq.n_rows, from_ram, seq_pos_at(&c.seq, from_ram));
-        if (from_ram < c.seq.n_rows) ram_tier_return(&e->ram, &c);
+        seq_copy(&e->live, &c.seq, best, NULL);
+        session_kv_load(e->s, c.kv, c.seq.n_rows, best, seq_pos_at(&c.seq, best));
+        if (best < c.seq.n_rows) ram_tier_return(&e->ram, &c);
         else ram_ckpt_free(&c); /* the live state holds all of it now */
-        keep = from_ram;
-        r->n_from_ram = from_ram;
+        keep = best;
+        r->n_from_ram = best;
     } else {
-        if (keep < e->live_prompt) park_live(e);
+        if (keep < e->live_prompt && !pinned) park_live(e);
         seq_truncate(&e->live, keep);
         session_truncate(e->s, keep, seq_pos_at(&e->live, keep));
     }
     e->live_prompt = keep;
+    e->live_is_aux = aux;
     /* a kept picture keeps the cond_hash it was evaluated with (DESIGN 6.2) */
     for (int32_t i = 0; i < want->n_spans && want->spans[i].start < keep; i++) {
         memcpy(want->spans[i].cond_hash, e->live.spans[i].cond_hash, 32);
@@ -562,7 +609,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     if ((rc = build_want(&t, err)) != 0) goto out;
     r->n_prompt = t.want.n_rows;
 
-    int32_t keep = plan_reuse(e, &t.want, r);
+    int32_t keep = plan_reuse(e, &t.want, gp->auxiliary, r);
     r->n_reused = keep;
     r->n_prefilled = t.want.n_rows - keep;
 

@@ -37,6 +37,10 @@ struct ph_engine {
     seq_state live;          /* provenance of the session's KV */
     int32_t live_prompt;     /* rows of the live state's last prompt */
     ram_tier ram;            /* checkpoints of displaced sequences */
+    ram_ckpt parked;         /* the primary conversation, parked for auxiliary requests */
+    bool has_parked;
+    bool live_is_aux;        /* an auxiliary request made the live state */
+    size_t park_budget;
     ph_chat_format fmt;
     uint8_t model_id[32];
     bool has_vision;

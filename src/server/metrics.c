@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,51 @@ static void metric(FILE *f, const char *type, const char *name, const char *help
 static void counter(FILE *f, const char *name, const char *help, uint64_t v) { metric(f, "counter", name, help, v); }
 static void gauge(FILE *f, const char *name, const char *help, uint64_t v) { metric(f, "gauge", name, help, v); }
 
+/* The engine's counters and gauges: name, help, and the ph_engine_stats
+ * field (a uint64_t) that holds the value. */
+typedef struct engine_metric {
+    const char *name, *help;
+    size_t offset;
+    bool gauge;
+} engine_metric;
+
+#define EM(name, help, field, gauge) {name, help, offsetof(ph_engine_stats, field), gauge}
+static const engine_metric engine_metrics[] = {
+    EM("pinhole_prompt_tokens_reused_total", "Prompt rows kept from the live state or a RAM checkpoint.",
+       prompt_tokens_reused, false),
+    EM("pinhole_prompt_tokens_prefilled_total", "Prompt rows evaluated.", prompt_tokens_prefilled, false),
+    EM("pinhole_image_cache_hits_total", "Picture embeddings found in the cache.", image_cache_hits, false),
+    EM("pinhole_image_cache_misses_total", "Picture embeddings not in the cache.", image_cache_misses, false),
+    EM("pinhole_image_cache_evictions_total", "Embeddings evicted from the cache.", image_cache_evictions, false),
+    EM("pinhole_image_cache_disk_evictions_total",
+       "Embedding files removed to keep --image-cache-dir within its budget.", image_cache_disk_evictions, false),
+    EM("pinhole_ram_cache_tokens_restored_total", "Prompt rows restored from RAM checkpoints (part of reused).",
+       prompt_tokens_from_ram, false),
+    EM("pinhole_ram_cache_hits_total", "Turns that resumed a conversation from a RAM checkpoint.", ram_cache_hits,
+       false),
+    EM("pinhole_ram_cache_saves_total", "Displaced conversations saved as RAM checkpoints.", ram_cache_saves, false),
+    EM("pinhole_ram_cache_evictions_total", "RAM checkpoints dropped (budget, or held by a longer one).",
+       ram_cache_evictions, false),
+    EM("pinhole_ram_cache_refused_total", "Checkpoints not taken because memory was short.", ram_cache_refused,
+       false),
+    EM("pinhole_conversations_parked_total", "Primary conversations parked before an auxiliary request.",
+       conversations_parked, false),
+    EM("pinhole_conversations_restored_total", "Parked conversations restored by the next primary request.",
+       conversations_restored, false),
+    EM("pinhole_conversations_dropped_total", "Parked conversations the next primary request did not match.",
+       conversations_dropped, false),
+    EM("pinhole_images_encoded_total", "Pictures run through the vision encoder.", images_encoded, false),
+    EM("pinhole_encoder_loads_total", "Times the vision encoder was loaded on demand.", encoder_loads, false),
+    EM("pinhole_encoder_unloads_total", "Times the idle vision encoder was released.", encoder_unloads, false),
+    EM("pinhole_image_cache_entries", "Embeddings held in memory.", image_cache_entries, true),
+    EM("pinhole_image_cache_bytes", "Bytes of embeddings held in memory.", image_cache_bytes, true),
+    EM("pinhole_image_cache_disk_bytes", "Bytes of embedding files in --image-cache-dir.", image_cache_disk_bytes,
+       true),
+    EM("pinhole_ram_cache_entries", "RAM checkpoints held.", ram_cache_entries, true),
+    EM("pinhole_ram_cache_bytes", "Bytes of RAM checkpoints held.", ram_cache_bytes, true),
+};
+#undef EM
+
 char *metrics_render(metrics *m, const ph_engine_stats *st) {
     char *out = NULL;
     size_t len = 0;
@@ -86,31 +133,11 @@ char *metrics_render(metrics *m, const ph_engine_stats *st) {
     fprintf(f, "pinhole_time_to_first_token_seconds_sum %.6f\npinhole_time_to_first_token_seconds_count %llu\n",
             m->ttft_sum, (unsigned long long)m->ttft_count);
     pthread_mutex_unlock(&m->mu);
-    counter(f, "pinhole_prompt_tokens_reused_total", "Prompt rows kept from the live state or a RAM checkpoint.", st->prompt_tokens_reused);
-    counter(f, "pinhole_prompt_tokens_prefilled_total", "Prompt rows evaluated.", st->prompt_tokens_prefilled);
-    counter(f, "pinhole_image_cache_hits_total", "Picture embeddings found in the cache.", st->image_cache_hits);
-    counter(f, "pinhole_image_cache_misses_total", "Picture embeddings not in the cache.", st->image_cache_misses);
-    counter(f, "pinhole_image_cache_evictions_total", "Embeddings evicted from the cache.", st->image_cache_evictions);
-    counter(f, "pinhole_image_cache_disk_evictions_total", "Embedding files removed to keep --image-cache-dir within its budget.",
-            st->image_cache_disk_evictions);
-    counter(f, "pinhole_ram_cache_tokens_restored_total", "Prompt rows restored from RAM checkpoints (part of reused).",
-            st->prompt_tokens_from_ram);
-    counter(f, "pinhole_ram_cache_hits_total", "Turns that resumed a conversation from a RAM checkpoint.",
-            st->ram_cache_hits);
-    counter(f, "pinhole_ram_cache_saves_total", "Displaced conversations saved as RAM checkpoints.", st->ram_cache_saves);
-    counter(f, "pinhole_ram_cache_evictions_total", "RAM checkpoints dropped (budget, or held by a longer one).",
-            st->ram_cache_evictions);
-    counter(f, "pinhole_ram_cache_refused_total", "Checkpoints not taken because memory was short.",
-            st->ram_cache_refused);
-    counter(f, "pinhole_images_encoded_total", "Pictures run through the vision encoder.", st->images_encoded);
-    counter(f, "pinhole_encoder_loads_total", "Times the vision encoder was loaded on demand.", st->encoder_loads);
-    counter(f, "pinhole_encoder_unloads_total", "Times the idle vision encoder was released.", st->encoder_unloads);
-    gauge(f, "pinhole_image_cache_entries", "Embeddings held in memory.", st->image_cache_entries);
-    gauge(f, "pinhole_image_cache_bytes", "Bytes of embeddings held in memory.", st->image_cache_bytes);
-    gauge(f, "pinhole_image_cache_disk_bytes", "Bytes of embedding files in --image-cache-dir.",
-          st->image_cache_disk_bytes);
-    gauge(f, "pinhole_ram_cache_entries", "RAM checkpoints held.", st->ram_cache_entries);
-    gauge(f, "pinhole_ram_cache_bytes", "Bytes of RAM checkpoints held.", st->ram_cache_bytes);
+    for (size_t i = 0; i < sizeof engine_metrics / sizeof engine_metrics[0]; i++) {
+        const engine_metric *em = &engine_metrics[i];
+        metric(f, em->gauge ? "gauge" : "counter", em->name, em->help,
+               *(const uint64_t *)(const void *)((const char *)st + em->offset));
+    }
     gauge(f, "pinhole_encoder_loaded", "Whether the vision encoder is in memory.", st->encoder_loaded ? 1 : 0);
     if (fclose(f) != 0) {
         free(out);

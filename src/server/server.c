@@ -165,10 +165,11 @@ static void run_job(srv *s, job *j) {
     }
     const ph_turn_report *r = &j->rep;
     if (!rc) metrics_turn(&s->met, r);
-    PH_INFO("%s %s: prompt %d (reused %d%s, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
+    PH_INFO("%s%s %s: prompt %d (reused %d%s, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
             "generated %d, queued %.2f s, ttft %.2f s, %.1f tok/s%s%s",
-            j->api->endpoint, rc ? "failed" : r->finish == PH_FINISH_CANCELLED ? "cancelled" : "done", r->n_prompt,
-            r->n_reused, r->n_from_ram ? " from a RAM checkpoint" : "", r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache, r->pics_encoded,
+            j->api->endpoint, j->gen.auxiliary ? r->parked ? " (auxiliary; the conversation parked)" : " (auxiliary)" : "",
+            rc ? "failed" : r->finish == PH_FINISH_CANCELLED ? "cancelled" : "done", r->n_prompt,
+            r->n_reused, r->from_parked ? " from the parked conversation" : r->n_from_ram ? " from a RAM checkpoint" : "", r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache, r->pics_encoded,
             r->encoder_loaded ? ", encoder loaded" : "", r->n_generated, t0 - j->t_queued, r->ttft_s,
             r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, rc ? ": " : "", rc ? j->err.msg : "");
 }
@@ -313,6 +314,18 @@ static bool authorized(srv *s, struct MHD_Connection *c) {
     return a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, s->cfg.api_key);
 }
 
+/* An auxiliary request (DESIGN 7): "auxiliary": true in the body, or the
+ * header X-Pinhole-Auxiliary: 1 (true, yes; 0, false, no to say not). */
+static int parse_auxiliary(job *j, struct MHD_Connection *c, ph_err *err) {
+    if (get_bool(j->root, "auxiliary", &j->gen.auxiliary, err)) return -1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Pinhole-Auxiliary");
+    if (!h) return 0;
+    if (!strcasecmp(h, "1") || !strcasecmp(h, "true") || !strcasecmp(h, "yes")) j->gen.auxiliary = true;
+    else if (!strcasecmp(h, "0") || !strcasecmp(h, "false") || !strcasecmp(h, "no")) j->gen.auxiliary = false;
+    else return ph_err_setc(err, PH_ERR_INPUT, "the X-Pinhole-Auxiliary header must be 1 or 0, not '%s'", h);
+    return 0;
+}
+
 static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_kind *api, conn *cn) {
     json_error_t je;
     json_t *root = json_loadb(cn->body.p ? cn->body.p : "", cn->body.n, JSON_REJECT_DUPLICATES, &je);
@@ -329,7 +342,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
         return send_error(s, c, api->endpoint, api->anthropic, 500, "out of memory");
     }
     ph_err err = {0};
-    if (api->parse(j, &err) || enqueue(s, j)) {
+    if (api->parse(j, &err) || parse_auxiliary(j, c, &err) || enqueue(s, j)) {
         int status = err.msg[0] ? status_for(&err) : 503;
         const char *msg = err.msg[0] ? err.msg : "the server is shutting down";
         job_unref(j);

@@ -80,31 +80,39 @@ static void append(ram_tier *t, const ram_ckpt *c) {
     t->bytes += c->bytes;
 }
 
-void *ram_tier_put(ram_tier *t, const seq_state *seq, int32_t n, size_t kv_bytes) {
-    if (n <= 0 || n > seq->n_rows || !seq_complete(seq, n)) return NULL;
+int ram_ckpt_new(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, int64_t floor) {
+    memset(c, 0, sizeof *c);
+    if (n <= 0 || n > seq->n_rows || !seq_complete(seq, n)) return 1;
     const seq_state v = view(seq, n);
-    ram_ckpt c = {.bytes = kv_bytes + (size_t)n * (sizeof *seq->tok + sizeof *seq->pos_after) +
-                           (size_t)v.n_spans * sizeof(seq_span) + sizeof(ram_ckpt)};
-    if (c.bytes > t->budget) return NULL;
-    /* memory is checked before anything is evicted: a refusal loses nothing */
+    c->bytes = kv_bytes + (size_t)n * (sizeof *seq->tok + sizeof *seq->pos_after) +
+               (size_t)v.n_spans * sizeof(seq_span) + sizeof(ram_ckpt);
     const int64_t avail = ph_mem_available();
-    if (avail >= 0 && avail - (int64_t)c.bytes < t->floor) {
-        t->refused++;
+    if (avail >= 0 && avail - (int64_t)c->bytes < floor) return -1;
+    if (seq_init(&c->seq, n, NULL)) return -1;
+    if (seq_copy(&c->seq, &v, n, NULL) || !(c->kv = malloc(kv_bytes))) {
+        ram_ckpt_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+void *ram_tier_put(ram_tier *t, const seq_state *seq, int32_t n, size_t kv_bytes) {
+    if (kv_bytes > t->budget) return NULL;
+    /* made (its KV not yet touched, so not yet in memory) before anything is
+     * evicted: a refusal for want of memory loses nothing */
+    ram_ckpt c;
+    int rc = ram_ckpt_new(&c, seq, n, kv_bytes, t->floor);
+    if (rc) {
+        if (rc < 0) t->refused++;
         return NULL;
     }
-    if (!make_room(t, &v, c.bytes)) return NULL;
-    if (seq_init(&c.seq, n, NULL)) {
-        t->refused++;
-        return NULL;
-    }
-    if (seq_copy(&c.seq, &v, n, NULL) || !(c.kv = malloc(kv_bytes))) {
+    if (!make_room(t, &c.seq, c.bytes)) {
         ram_ckpt_free(&c);
-        t->refused++;
         return NULL;
     }
     append(t, &c);
     t->saves++;
-    return c.kv;
+    return t->v[t->n - 1].kv;
 }
 
 void ram_tier_take(ram_tier *t, int32_t i, ram_ckpt *out) {

@@ -64,6 +64,12 @@ void *ram_tier_put(ram_tier *t, const seq_state *seq, int32_t n, size_t kv_bytes
  * when none shares a row. */
 int32_t ram_tier_find(const ram_tier *t, const seq_state *want, int32_t *prefix);
 
+/* A checkpoint of seq's first n rows outside any tier, with a kv_bytes KV
+ * buffer (c->kv) for the caller to fill: 0; 1 when the rows are not
+ * complete; -1 when it would leave less than floor bytes of memory or
+ * memory ran out. *c is cleared on failure. */
+int ram_ckpt_new(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, int64_t floor);
+
 /* Takes checkpoint i out of the tier (counted as a hit): the caller owns
  * it and hands it back with ram_tier_return or frees it. */
 void ram_tier_take(ram_tier *t, int32_t i, ram_ckpt *out);

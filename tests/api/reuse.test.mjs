@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import zlib from 'node:zlib';
 
-import { metric, metrics, openai, picture, sleep, startServer, stopServer } from './helpers.mjs';
+import { anthropic, metric, metrics, openai, openaiError, picture, sleep, startServer, stopServer } from './helpers.mjs';
 
 const N = 6;
 
@@ -282,5 +282,43 @@ describe('embedding cache bounds and the elastic encoder', { timeout: 600_000 },
       assert.equal(d.d.encoded, 1, 'a corrupted entry is not used');
       assert.equal(d.text, a.text);
     } finally { rmSync(dir, { recursive: true, force: true }); }
+  });
+});
+
+describe('auxiliary requests (an agent\'s side calls)', { timeout: 600_000 }, () => {
+  test('side calls park the main conversation; the next main turn resumes it', async () => {
+    // the RAM tier is off: only the parked slot can bring the conversation back
+    const srv = await startServer({ extra: ['--cache-ram-mib', '0'] });
+    try {
+      const PARK = { parked: 'pinhole_conversations_parked_total', restored: 'pinhole_conversations_restored_total',
+                     dropped: 'pinhole_conversations_dropped_total', encoded: 'pinhole_images_encoded_total' };
+      const count = async () => {
+        const m = await metrics(srv);
+        return Object.fromEntries(Object.entries(PARK).map(([k, n]) => [k, metric(m, n)]));
+      };
+      const main = [{ role: 'user', content: [pic(gen(30)), text('What is in this picture?')] }];
+      const first = await openai(srv).chat.completions.create({ model: 'x', max_tokens: N, temperature: 0, messages: main });
+      // a title request through the header, a tool check through the body flag (Anthropic), a picture summary
+      await openai(srv).chat.completions.create({ model: 'x', max_tokens: 4, messages: [
+        { role: 'system', content: 'You write titles.' }, { role: 'user', content: 'Title this chat.' }] },
+        { headers: { 'X-Pinhole-Auxiliary': '1' } });
+      await anthropic(srv).messages.create({ model: 'x', max_tokens: 4, auxiliary: true,
+        messages: [{ role: 'user', content: 'Is `ls -la` safe to run?' }] });
+      await openai(srv).chat.completions.create({ model: 'x', max_tokens: 4, auxiliary: true, messages: [
+        { role: 'user', content: [text('Summarize:'), pic(gen(31))] }] });
+      let c = await count();
+      assert.equal(c.parked, 1, 'parked once, by the first side call');
+      main.push({ role: 'assistant', content: first.choices[0].message.content }, { role: 'user', content: 'And its colours?' });
+      const r = await openai(srv).chat.completions.create({ model: 'x', max_tokens: N, temperature: 0, messages: main });
+      c = await count();
+      assert.equal(c.restored, 1);
+      assert.equal(c.encoded, 2, 'the main picture was not encoded again');
+      assert.ok(r.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens,
+                `resumed ${r.usage.prompt_tokens_details.cached_tokens} of ${first.usage.prompt_tokens}`);
+      await openaiError(openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: main },
+        { headers: { 'X-Pinhole-Auxiliary': 'maybe' } }), 400, /X-Pinhole-Auxiliary/);
+      await openaiError(openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: main, auxiliary: 'yes' }),
+        400, /auxiliary/);
+    } finally { await stopServer(srv); }
   });
 });
