@@ -569,8 +569,10 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         if (r->from_parked) e->st.conversations_restored++;
         else e->st.conversations_dropped++;
     }
+    /* the live state is about to lose rows of its prompt (a just-parked
+     * primary conversation is held already) */
+    if (!pinned && (best > keep || keep < e->live_prompt)) park_live(e);
     if (best > keep) {
-        park_live(e);
         /* live.cap is the context size, which bounds every checkpoint */
         seq_copy(&e->live, &c.seq, best, NULL);
         session_kv_load(e->s, c.kv, c.seq.n_rows, best, seq_pos_at(&c.seq, best));
@@ -579,7 +581,6 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         keep = best;
         r->n_from_ram = best;
     } else {
-        if (keep < e->live_prompt && !pinned) park_live(e);
         seq_truncate(&e->live, keep);
         session_truncate(e->s, keep, seq_pos_at(&e->live, keep));
     }
