@@ -302,6 +302,7 @@ typedef struct ph_turn_report {
     ph_finish finish;
     int32_t stop_index;         /* which stop string ended the answer, or -1 */
     double encode_s, prefill_s, ttft_s, decode_s;
+    double checkpoint_s;        /* saving and restoring checkpoints (RAM tier, parked conversation) */
 } ph_turn_report;
 
 /* Runs one turn. An auxiliary turn (g->auxiliary) first parks the primary

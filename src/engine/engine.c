@@ -610,7 +610,9 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     if ((rc = build_want(&t, err)) != 0) goto out;
     r->n_prompt = t.want.n_rows;
 
+    const double tp = ph_now_s();
     int32_t keep = plan_reuse(e, &t.want, gp->auxiliary, r);
+    r->checkpoint_s = ph_now_s() - tp;
     r->n_reused = keep;
     r->n_prefilled = t.want.n_rows - keep;
 

@@ -165,13 +165,17 @@ static void run_job(srv *s, job *j) {
     }
     const ph_turn_report *r = &j->rep;
     if (!rc) metrics_turn(&s->met, r);
+    char from[96] = "";
+    if (r->n_from_ram)
+        snprintf(from, sizeof from, " from %s in %.0f ms",
+                 r->from_parked ? "the parked conversation" : "a RAM checkpoint", r->checkpoint_s * 1e3);
+    const char *aux = !j->gen.auxiliary ? "" : r->parked ? " (auxiliary; the conversation parked)" : " (auxiliary)";
     PH_INFO("%s%s %s: prompt %d (reused %d%s, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
             "generated %d, queued %.2f s, ttft %.2f s, %.1f tok/s%s%s",
-            j->api->endpoint, j->gen.auxiliary ? r->parked ? " (auxiliary; the conversation parked)" : " (auxiliary)" : "",
-            rc ? "failed" : r->finish == PH_FINISH_CANCELLED ? "cancelled" : "done", r->n_prompt,
-            r->n_reused, r->from_parked ? " from the parked conversation" : r->n_from_ram ? " from a RAM checkpoint" : "", r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache, r->pics_encoded,
-            r->encoder_loaded ? ", encoder loaded" : "", r->n_generated, t0 - j->t_queued, r->ttft_s,
-            r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, rc ? ": " : "", rc ? j->err.msg : "");
+            j->api->endpoint, aux, rc ? "failed" : r->finish == PH_FINISH_CANCELLED ? "cancelled" : "done",
+            r->n_prompt, r->n_reused, from, r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache,
+            r->pics_encoded, r->encoder_loaded ? ", encoder loaded" : "", r->n_generated, t0 - j->t_queued,
+            r->ttft_s, r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, rc ? ": " : "", rc ? j->err.msg : "");
 }
 
 static void *worker_main(void *arg) {
