@@ -187,22 +187,26 @@ static disk_file *index_find(const ph_embed_cache *c, const uint8_t key[32]) {
     return NULL;
 }
 
-/* Records key's file (size bytes, used at used_ns); an index that cannot
- * grow forgets the file (it still serves lookups, it is only not counted). */
-static void index_set(ph_embed_cache *c, const uint8_t key[32], uint64_t size, int64_t used_ns) {
-    disk_file *f = index_find(c, key);
-    if (!f) {
-        if (c->n_files == c->cap_files) {
-            size_t cap = c->cap_files ? c->cap_files * 2 : 64;
-            disk_file *v = realloc(c->files, cap * sizeof *v);
-            if (!v) return;
-            c->files = v;
-            c->cap_files = cap;
-        }
-        f = &c->files[c->n_files++];
-        memcpy(f->key, key, 32);
-        f->size = 0;
+/* Adds a file the index does not hold; NULL when the index cannot grow
+ * (the file still serves lookups, it is only not counted). */
+static disk_file *index_append(ph_embed_cache *c, const uint8_t key[32]) {
+    if (c->n_files == c->cap_files) {
+        size_t cap = c->cap_files ? c->cap_files * 2 : 64;
+        disk_file *v = realloc(c->files, cap * sizeof *v);
+        if (!v) return NULL;
+        c->files = v;
+        c->cap_files = cap;
     }
+    disk_file *f = &c->files[c->n_files++];
+    memcpy(f->key, key, 32);
+    f->size = 0;
+    return f;
+}
+
+/* Records key's file: size bytes, used at used_ns. */
+static void index_set(ph_embed_cache *c, const uint8_t key[32], uint64_t size, int64_t used_ns, bool known_new) {
+    disk_file *f = known_new ? NULL : index_find(c, key);
+    if (!f && !(f = index_append(c, key))) return;
     c->disk_bytes = c->disk_bytes - f->size + size;
     f->size = size;
     f->used_ns = used_ns;
@@ -215,25 +219,27 @@ static void index_remove(ph_embed_cache *c, const uint8_t key[32]) {
     *f = c->files[--c->n_files];
 }
 
-/* Removes the least recently used files until the folder fits its budget;
- * keep (the file just written, or NULL) goes last. */
-static void disk_enforce(ph_embed_cache *c, const uint8_t *keep) {
-    while (c->disk_bytes > c->disk_max && c->n_files) {
-        size_t lru = c->n_files;
-        for (size_t i = 0; i < c->n_files; i++)
-            if ((!keep || memcmp(c->files[i].key, keep, 32)) &&
-                (lru == c->n_files || c->files[i].used_ns < c->files[lru].used_ns))
-                lru = i;
-        if (lru == c->n_files) lru = 0; /* only keep is left */
-        uint8_t key[32];
-        memcpy(key, c->files[lru].key, 32);
-        char *path = file_path(c, key);
+static int by_use(const void *a, const void *b) {
+    const disk_file *x = a, *y = b;
+    return (x->used_ns > y->used_ns) - (x->used_ns < y->used_ns);
+}
+
+/* Removes the least recently used files until the folder fits its budget
+ * (the file just written is the most recent one, and fits by itself). */
+static void disk_enforce(ph_embed_cache *c) {
+    if (c->disk_bytes <= c->disk_max) return;
+    qsort(c->files, c->n_files, sizeof *c->files, by_use);
+    size_t k = 0;
+    for (; k < c->n_files && c->disk_bytes > c->disk_max; k++) {
+        char *path = file_path(c, c->files[k].key);
         if (path && unlink(path) != 0 && errno != ENOENT)
             PH_WARN("embedding cache: %s: cannot remove it: %s", path, strerror(errno));
         free(path);
-        index_remove(c, key);
+        c->disk_bytes -= c->files[k].size;
         c->st.disk_evictions++;
     }
+    memmove(c->files, c->files + k, (c->n_files - k) * sizeof *c->files);
+    c->n_files -= k;
 }
 
 /* Whether name is NAME.embd.tmp.PID.N of a process that no longer runs: a
@@ -266,7 +272,8 @@ static void disk_scan(ph_embed_cache *c) {
         if (strlen(name) != 64 + strlen(EMBD_SUFFIX) || strcmp(name + 64, EMBD_SUFFIX) || !ph_unhex(name, 32, key))
             continue;
         if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
-        index_set(c, key, (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
+        /* names in a folder are unique: no lookup (a folder may hold many files) */
+        index_set(c, key, (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, true);
     }
     closedir(d);
 }
@@ -289,8 +296,8 @@ static void disk_write(ph_embed_cache *c, const ph_embed *en) {
     ph_err e = {0};
     if (ph_file_write_atomic(path, parts, lens, 2, &e) == 0) {
         c->st.disk_writes++;
-        index_set(c, en->key, EMBD_HEADER + payload, now_ns());
-        disk_enforce(c, en->key);
+        index_set(c, en->key, EMBD_HEADER + payload, now_ns(), false);
+        disk_enforce(c);
     } else {
         PH_WARN("embedding cache: cannot save an embedding (it stays in memory): %s", e.msg);
     }
@@ -393,7 +400,7 @@ static entry *disk_load(ph_embed_cache *c, const uint8_t key[32]) {
         rows = NULL;
         /* used now: renew its mtime, so the order of use survives a restart */
         if (futimens(fd, NULL) != 0) PH_DEBUG("embedding cache: %s: cannot touch it: %s", path, strerror(errno));
-        index_set(c, key, (uint64_t)st.st_size, now_ns());
+        index_set(c, key, (uint64_t)st.st_size, now_ns(), false);
     }
 out:
     if (why) reject(c, key, path, why);
@@ -432,7 +439,7 @@ ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char
 
 void ph_embed_cache_set_disk_budget(ph_embed_cache *c, uint64_t bytes) {
     c->disk_max = bytes;
-    if (c->dir) disk_enforce(c, NULL);
+    if (c->dir) disk_enforce(c);
 }
 
 void ph_embed_cache_free(ph_embed_cache *c) {
