@@ -74,9 +74,13 @@ async function runLlama(model, mmproj, pics, sequence, threads) {
     const t0 = performance.now()
     const r = await ctx.completion({ prompt, media_paths: [pics[which]], n_predict: N_PREDICT, temperature: 0 })
     const total = performance.now() - t0
-    // llama.cpp's own prompt time is the time to its first token
+    // Time to first token: the call's wall time less the evaluation of the
+    // tokens after the first (llama.cpp's predicted_ms). Its prompt_ms is no
+    // measure of it: its clock starts at the first llama_decode, which comes
+    // after the picture is encoded when the text before the picture is reused.
     process.stdout.write(JSON.stringify({ engine: 'llama.cpp', sequence, turn: `${which}${k}`,
-                                          ttft_s: r.timings.prompt_ms / 1000, total_s: total / 1000,
+                                          ttft_s: (total - r.timings.predicted_ms) / 1000, total_s: total / 1000,
+                                          prompt_ms: r.timings.prompt_ms, predicted_ms: r.timings.predicted_ms,
                                           prompt_n: r.timings.prompt_n }) + '\n')
   }
   await ctx.release()
