@@ -50,15 +50,20 @@ int main(void) {
     CHECK(t.n == 1 && t.hits == 1);
     ram_tier_return(&t, &c);
     CHECK(t.n == 2 && c.kv == NULL);
-    /* a budget for about one: the least recently used goes */
+    /* a budget for one (KV plus its bookkeeping) but not two: the least
+     * recently used goes */
     ram_tier_free(&t);
-    ram_tier_init(&t, 1000);
     fill_seq(&a, 10, 100, true);
-    void *k1 = ram_tier_put(&t, &a, a.n_rows, 600);
+    ram_tier_init(&t, 1 << 20);
+    CHECK(ram_tier_put(&t, &a, a.n_rows, 4096) != NULL);
+    const size_t one = t.bytes;
+    ram_tier_free(&t);
+    ram_tier_init(&t, one * 3 / 2);
+    void *k1 = ram_tier_put(&t, &a, a.n_rows, 4096);
     fill_seq(&b, 10, 300, true);
-    void *k2 = ram_tier_put(&t, &b, b.n_rows, 600);
-    CHECK(k1 && k2 && t.n == 1 && t.v[0].seq.tok[5] == 300 && t.bytes <= 1000 && t.evictions == 1);
-    CHECK(ram_tier_put(&t, &a, a.n_rows, 2000) == NULL && t.n == 1); /* larger than the budget */
+    void *k2 = ram_tier_put(&t, &b, b.n_rows, 4096);
+    CHECK(k1 && k2 && t.n == 1 && t.v[0].seq.tok[5] == 300 && t.bytes <= one * 3 / 2 && t.evictions == 1);
+    CHECK(ram_tier_put(&t, &a, a.n_rows, one * 2) == NULL && t.n == 1); /* larger than the budget */
     t.floor = INT64_MAX / 2; /* memory short: nothing is taken, nothing lost */
     fill_seq(&a, 10, 400, true);
     CHECK(ram_tier_put(&t, &a, a.n_rows, 100) == NULL && t.n == 1 && t.refused == 1);

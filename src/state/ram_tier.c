@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bigbuf.h"
 #include "base/meminfo.h"
 
 void ram_tier_init(ram_tier *t, size_t budget) {
@@ -89,7 +90,8 @@ int ram_ckpt_new(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, 
     const int64_t avail = ph_mem_available();
     if (avail >= 0 && avail - (int64_t)c->bytes < floor) return -1;
     if (seq_init(&c->seq, n, NULL)) return -1;
-    if (seq_copy(&c->seq, &v, n, NULL) || !(c->kv = malloc(kv_bytes))) {
+    c->kv_bytes = kv_bytes;
+    if (seq_copy(&c->seq, &v, n, NULL) || !(c->kv = ph_big_alloc(kv_bytes))) {
         ram_ckpt_free(c);
         return -1;
     }
@@ -129,7 +131,7 @@ void ram_tier_return(ram_tier *t, ram_ckpt *c) {
 }
 
 void ram_ckpt_free(ram_ckpt *c) {
-    free(c->kv);
+    ph_big_free(c->kv, c->kv_bytes);
     seq_free(&c->seq);
     memset(c, 0, sizeof *c);
 }

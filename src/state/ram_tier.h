@@ -29,7 +29,8 @@
 
 typedef struct ram_ckpt {
     seq_state seq;     /* provenance of its rows; seq.n_rows is its frontier */
-    void *kv;          /* its KV cells, as the session wrote them */
+    void *kv;          /* its KV cells, as the session wrote them (ph_big_alloc) */
+    size_t kv_bytes;
     size_t bytes;      /* KV bytes plus bookkeeping */
     uint64_t used;     /* LRU clock */
 } ram_ckpt;

@@ -1,0 +1,16 @@
+/* Large buffers (KV checkpoints): mapped on their own and advised for
+ * transparent huge pages where the kernel offers them, so that filling and
+ * reading tens of megabytes takes few page faults and TLB misses (on a
+ * virtual machine a first touch of 4 KiB pages costs several times the
+ * copy itself). */
+#ifndef PH_BASE_BIGBUF_H
+#define PH_BASE_BIGBUF_H
+
+#include <stddef.h>
+
+/* n bytes (zeroed, page aligned), or NULL. */
+void *ph_big_alloc(size_t n);
+/* Frees what ph_big_alloc(n) returned (NULL is allowed). */
+void ph_big_free(void *p, size_t n);
+
+#endif
