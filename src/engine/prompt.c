@@ -3,17 +3,14 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/grow.h"
 #include "engine/prompt.h"
 #include "pinhole.h"
 
 ph_prompt_item *prompt_new_item(ph_prompt *p) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 8;
-        ph_prompt_item *items = realloc(p->items, cap * sizeof *items);
-        if (!items) return NULL;
-        p->items = items;
-        p->cap = cap;
-    }
+    ph_prompt_item *items = ph_grow(p->items, &p->cap, p->n, sizeof *items, 8);
+    if (!items) return NULL;
+    p->items = items;
     ph_prompt_item *it = &p->items[p->n++];
     memset(it, 0, sizeof *it);
     return it;

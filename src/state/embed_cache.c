@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "base/grow.h"
 #include "base/log.h"
 #include "base/sha256.h"
 
@@ -190,13 +191,9 @@ static disk_file *index_find(const ph_embed_cache *c, const uint8_t key[32]) {
 /* Adds a file the index does not hold; NULL when the index cannot grow
  * (the file still serves lookups, it is only not counted). */
 static disk_file *index_append(ph_embed_cache *c, const uint8_t key[32]) {
-    if (c->n_files == c->cap_files) {
-        size_t cap = c->cap_files ? c->cap_files * 2 : 64;
-        disk_file *v = realloc(c->files, cap * sizeof *v);
-        if (!v) return NULL;
-        c->files = v;
-        c->cap_files = cap;
-    }
+    disk_file *v = ph_grow(c->files, &c->cap_files, c->n_files, sizeof *v, 64);
+    if (!v) return NULL;
+    c->files = v;
     disk_file *f = &c->files[c->n_files++];
     memcpy(f->key, key, 32);
     f->size = 0;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/bigbuf.h"
+#include "base/grow.h"
 #include "base/meminfo.h"
 
 void ram_tier_init(ram_tier *t, size_t budget) {
@@ -64,13 +65,9 @@ static bool make_room(ram_tier *t, const seq_state *v, size_t bytes) {
         drop(t, lru);
         t->evictions++;
     }
-    if (t->n == t->cap) {
-        int32_t cap = t->cap ? t->cap * 2 : 8;
-        ram_ckpt *nv = realloc(t->v, (size_t)cap * sizeof *nv);
-        if (!nv) return false;
-        t->v = nv;
-        t->cap = cap;
-    }
+    ram_ckpt *grown = ph_grow(t->v, &t->cap, (size_t)t->n, sizeof *grown, 8);
+    if (!grown) return false;
+    t->v = grown;
     return true;
 }
 

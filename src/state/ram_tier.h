@@ -39,7 +39,8 @@ typedef struct ram_tier {
     size_t budget, bytes;
     int64_t floor;     /* memory to leave to the rest of the machine */
     ram_ckpt *v;
-    int32_t n, cap;
+    int32_t n;
+    size_t cap;
     uint64_t clock;
     uint64_t saves, hits, evictions;
     uint64_t refused;  /* not taken: memory below the floor, or out of memory */
