@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-#include "model/llm.h"
+#include "engine/session.h"
 
 int ph_tokenize(const ph_model *m, const char *text, size_t len, bool parse_special, ph_tokens *out,
                 ph_err *e) {

@@ -5,7 +5,7 @@
 
 #include "base/timeutil.h"
 #include "image/image.h"
-#include "model/llm.h"
+#include "engine/session.h"
 #include "model/vision.h"
 
 struct ph_picture {

@@ -501,8 +501,8 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
  * there already). */
 static void park_live(ph_engine *e) {
     const int32_t n = e->live.n_rows;
-    void *kv = ram_tier_put(&e->ram, &e->live, n, session_kv_bytes(e->s, n));
-    if (kv) session_kv_save(e->s, n, kv);
+    void *kv = ram_tier_put(&e->ram, &e->live, n, kv_cache_bytes(&e->s->kv, n));
+    if (kv) kv_cache_save(&e->s->kv, n, kv);
 }
 
 /* A prefix worth keeping for want: never all of it (the last prompt row is
@@ -516,13 +516,13 @@ static int32_t usable(const seq_state *want, int32_t n) {
  * over the budget, memory short). */
 static bool park_primary(ph_engine *e) {
     const int32_t n = e->live.n_rows;
-    const size_t kv = session_kv_bytes(e->s, n);
+    const size_t kv = kv_cache_bytes(&e->s->kv, n);
     if (kv > e->park_budget || ram_ckpt_new(&e->parked, &e->live, n, kv, e->ram.floor) != 0) return false;
     if (e->parked.bytes > e->park_budget) {
         ram_ckpt_free(&e->parked);
         return false;
     }
-    session_kv_save(e->s, n, e->parked.kv);
+    kv_cache_save(&e->s->kv, n, e->parked.kv);
     e->has_parked = true;
     e->st.conversations_parked++;
     return true;
@@ -575,7 +575,8 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     if (best > keep) {
         /* live.cap is the context size, which bounds every checkpoint */
         seq_copy(&e->live, &c.seq, best, NULL);
-        session_kv_load(e->s, c.kv, c.seq.n_rows, best, seq_pos_at(&c.seq, best));
+        kv_cache_load(&e->s->kv, c.kv, c.seq.n_rows, best);
+        e->s->next_pos = seq_pos_at(&c.seq, best);
         if (best < c.seq.n_rows) ram_tier_return(&e->ram, &c);
         else ram_ckpt_free(&c); /* the live state holds all of it now */
         keep = best;

@@ -6,7 +6,7 @@
 #include <pthread.h>
 
 #include "image/image.h"
-#include "model/llm.h"
+#include "engine/session.h"
 #include "pinhole.h"
 #include "state/embed_cache.h"
 #include "state/encoder.h"

@@ -43,45 +43,33 @@ struct ph_model {
     ph_model_info info;
 };
 
-/* The KV cache and forward state of one sequence. */
-struct ph_session {
-    ph_model *m;
+/* The KV rows the forward pass reads and appends to: per layer n_ctx cells
+ * of n_head_kv * head_dim F16 values for K and for V, the first n_rows in
+ * use (the attention mask is the cell order). The memory is owned by
+ * state/kv_cache, which also saves, restores and truncates it. */
+typedef struct llm_kv {
+    ph_f16 **k, **v;
     int32_t n_ctx;
-    int32_t n_rows;     /* KV cells in use */
-    int32_t next_pos;   /* position of the next text token */
-    ph_f16 **k, **v;    /* per layer: [n_ctx][n_head_kv * head_dim] */
-    float *logits;      /* n_vocab */
-    /* scratch for one chunk of up to chunk_cap rows */
-    int32_t chunk_cap;
+    int32_t n_rows;
+} llm_kv;
+
+/* The forward pass's working memory for one chunk of up to cap rows, and
+ * the logits of the last row it computed. */
+typedef struct llm_scratch {
+    int32_t cap;
     float *x, *h, *q, *kx, *vx, *att, *ga, *up, *rope_cs;
-    int32_t *pos;
-};
+    int32_t *pos;      /* [4][cap] positions for one chunk */
+    float *logits;     /* n_vocab */
+} llm_scratch;
 
-/* Evaluates n rows at the end of the session. Either tokens (ids) or embd
- * (n rows of n_embd_inp floats, e.g. picture rows) is given. pos is
+int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *e);
+void llm_scratch_free(llm_scratch *sc);
+
+/* Evaluates n rows (n <= sc->cap) at the end of kv. Either tokens (ids) or
+ * embd (n rows of n_embd_inp floats, e.g. picture rows) is given. pos is
  * section-major [4][n] (only [0][n] for non-M-RoPE models). Computes the
- * logits of the last row when want_logits. */
-int llm_forward(ph_session *s, const int32_t *tokens, const float *embd, int64_t n, const int32_t *pos,
-                bool want_logits, ph_err *e);
-
-/* Evaluates a picture's rows (grid_x * grid_y rows of n_embd_inp floats,
- * row-major over the merged grid) with M-RoPE positions; the next text
- * position advances by max(grid_x, grid_y) (spec D). Logits are computed
- * only when asked (a prompt rarely ends with a picture). */
-int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
-                            ph_err *e);
-
-/* Keeps the first n_rows KV cells (the attention mask is the cell order, so
- * later cells are simply overwritten) and sets the next position. */
-void session_truncate(ph_session *s, int32_t n_rows, int32_t next_pos);
-
-/* A copy of the first n KV cells (a checkpoint): session_kv_bytes(s, n)
- * bytes, per layer its n K cells then its n V cells. */
-size_t session_kv_bytes(const ph_session *s, int32_t n);
-void session_kv_save(const ph_session *s, int32_t n, void *dst);
-/* Makes the session the first n cells of a copy of src_rows cells (n <=
- * src_rows <= n_ctx) with next_pos the position after them. The logits are
- * not restored: evaluate at least one row before sampling. */
-void session_kv_load(ph_session *s, const void *src, int32_t src_rows, int32_t n, int32_t next_pos);
+ * logits of the last row (sc->logits) when want_logits. */
+int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *sc, const int32_t *tokens, const float *embd, int64_t n,
+                const int32_t *pos, bool want_logits, ph_err *e);
 
 #endif

@@ -229,15 +229,53 @@ static void add_rows(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-int llm_forward(ph_session *s, const int32_t *tokens, const float *embd, int64_t n, const int32_t *pos,
-                bool want_logits, ph_err *e) {
-    ph_model *m = s->m;
+int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *e) {
+    const llm_hparams *hp = &m->hp;
+    const size_t nkv = (size_t)hp->n_head_kv * hp->head_dim, nq = (size_t)hp->n_head * hp->head_dim;
+    const size_t C = (size_t)cap, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
+    memset(sc, 0, sizeof *sc);
+    sc->cap = cap;
+    sc->x = malloc(C * E * sizeof(float));
+    sc->h = malloc(C * E * sizeof(float));
+    sc->q = malloc(C * nq * sizeof(float));
+    sc->kx = malloc(C * nkv * sizeof(float));
+    sc->vx = malloc(C * nkv * sizeof(float));
+    sc->att = malloc(C * nq * sizeof(float));
+    sc->ga = malloc(C * F * sizeof(float));
+    sc->up = malloc(C * F * sizeof(float));
+    sc->rope_cs = malloc(C * (size_t)hp->head_dim * sizeof(float));
+    sc->pos = malloc(C * 4 * sizeof(int32_t));
+    sc->logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    if (sc->x && sc->h && sc->q && sc->kx && sc->vx && sc->att && sc->ga && sc->up && sc->rope_cs && sc->pos &&
+        sc->logits)
+        return 0;
+    llm_scratch_free(sc);
+    return ph_err_set(e, "out of memory for the forward pass's buffers");
+}
+
+void llm_scratch_free(llm_scratch *sc) {
+    free(sc->x);
+    free(sc->h);
+    free(sc->q);
+    free(sc->kx);
+    free(sc->vx);
+    free(sc->att);
+    free(sc->ga);
+    free(sc->up);
+    free(sc->rope_cs);
+    free(sc->pos);
+    free(sc->logits);
+    memset(sc, 0, sizeof *sc);
+}
+
+int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *tokens, const float *embd, int64_t n,
+                const int32_t *pos, bool want_logits, ph_err *e) {
     const llm_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
-    if (n <= 0 || n > s->chunk_cap) return ph_err_set(e, "internal: batch of %lld rows", (long long)n);
-    if (s->n_rows + n > s->n_ctx)
-        return ph_err_set(e, "the context is full (%d of %d rows used, %lld more needed)", s->n_rows, s->n_ctx,
+    if (n <= 0 || n > s->cap) return ph_err_set(e, "internal: batch of %lld rows", (long long)n);
+    if (kv->n_rows + n > kv->n_ctx)
+        return ph_err_set(e, "the context is full (%d of %d rows used, %lld more needed)", kv->n_rows, kv->n_ctx,
                           (long long)n);
 
     for (int64_t i = 0; i < n; i++) {
@@ -271,12 +309,12 @@ int llm_forward(ph_session *s, const int32_t *tokens, const float *embd, int64_t
                 ph_rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
                 ph_rope_apply(kh, hp->rope.n_dims, cs);
             }
-            ph_quantize_act_row(PH_TYPE_F16, s->kx + i * nkv, s->k[l] + (s->n_rows + i) * nkv, nkv);
-            ph_quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, s->v[l] + (s->n_rows + i) * nkv, nkv);
+            ph_quantize_act_row(PH_TYPE_F16, s->kx + i * nkv, kv->k[l] + (kv->n_rows + i) * nkv, nkv);
+            ph_quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, kv->v[l] + (kv->n_rows + i) * nkv, nkv);
         }
         ph_attn_args aa = {
-            .q = s->q, .q_stride = nq, .k = s->k[l], .v = s->v[l], .kv_stride = nkv,
-            .n_q = n, .n_kv = s->n_rows + n, .causal = true, .first_cell = s->n_rows,
+            .q = s->q, .q_stride = nq, .k = kv->k[l], .v = kv->v[l], .kv_stride = nkv,
+            .n_q = n, .n_kv = kv->n_rows + n, .causal = true, .first_cell = kv->n_rows,
             .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = (int)hd,
             .scale = scale, .out = s->att, .out_stride = nq,
         };
@@ -294,7 +332,7 @@ int llm_forward(ph_session *s, const int32_t *tokens, const float *embd, int64_t
         if (embd && l < hp->n_deepstack) /* deepstack slice l of each picture row (spec B.5) */
             for (int64_t i = 0; i < n; i++) add_rows(s->x + i * E, embd + i * hp->n_embd_inp + (l + 1) * E, E);
     }
-    s->n_rows += (int32_t)n;
+    kv->n_rows += (int32_t)n;
 
     if (want_logits) {
         ph_rmsnorm(s->h, s->x + (n - 1) * E, m->output_norm, E, hp->rms_eps);

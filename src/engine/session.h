@@ -1,0 +1,27 @@
+/* Sessions (the public ph_session): a model, the KV cache of one sequence
+ * (state/kv_cache) and the forward pass's scratch, with the entry points
+ * that feed them. */
+#ifndef PH_ENGINE_SESSION_H
+#define PH_ENGINE_SESSION_H
+
+#include "model/llm.h"
+#include "state/kv_cache.h"
+
+struct ph_session {
+    ph_model *m;
+    kv_cache kv;
+    llm_scratch sc;
+    int32_t next_pos;   /* position of the next text token */
+};
+
+/* Evaluates a picture's rows (grid_x * grid_y rows of n_embd_inp floats,
+ * row-major over the merged grid) with M-RoPE positions; the next text
+ * position advances by max(grid_x, grid_y) (spec D). Logits are computed
+ * only when asked (a prompt rarely ends with a picture). */
+int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
+                            ph_err *e);
+
+/* Keeps the first n_rows KV cells and sets the next position. */
+void session_truncate(ph_session *s, int32_t n_rows, int32_t next_pos);
+
+#endif

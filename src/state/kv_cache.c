@@ -1,0 +1,64 @@
+/* The KV cache of one sequence: per-layer cells, checkpoint copies. */
+#include "state/kv_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/bigbuf.h"
+
+static size_t layer_bytes(const kv_cache *c) { return (size_t)c->rows.n_ctx * c->row_bytes; }
+
+int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e) {
+    memset(c, 0, sizeof *c);
+    c->n_layer = m->hp.n_layer;
+    c->row_bytes = (size_t)m->hp.n_head_kv * m->hp.head_dim * sizeof(ph_f16);
+    c->rows.n_ctx = n_ctx;
+    c->rows.k = calloc((size_t)c->n_layer, sizeof *c->rows.k);
+    c->rows.v = calloc((size_t)c->n_layer, sizeof *c->rows.v);
+    int ok = c->rows.k && c->rows.v;
+    for (int l = 0; ok && l < c->n_layer; l++) {
+        c->rows.k[l] = ph_big_alloc(layer_bytes(c));
+        c->rows.v[l] = ph_big_alloc(layer_bytes(c));
+        ok = c->rows.k[l] && c->rows.v[l];
+    }
+    if (ok) return 0;
+    kv_cache_free(c);
+    return ph_err_set(e, "out of memory for a context of %d tokens", n_ctx);
+}
+
+void kv_cache_free(kv_cache *c) {
+    for (int l = 0; l < c->n_layer; l++) {
+        if (c->rows.k) ph_big_free(c->rows.k[l], layer_bytes(c));
+        if (c->rows.v) ph_big_free(c->rows.v[l], layer_bytes(c));
+    }
+    free(c->rows.k);
+    free(c->rows.v);
+    memset(c, 0, sizeof *c);
+}
+
+void kv_cache_truncate(kv_cache *c, int32_t n) {
+    if (n < c->rows.n_rows) c->rows.n_rows = n < 0 ? 0 : n;
+}
+
+size_t kv_cache_bytes(const kv_cache *c, int32_t n) { return 2 * (size_t)c->n_layer * (size_t)n * c->row_bytes; }
+
+void kv_cache_save(const kv_cache *c, int32_t n, void *dst) {
+    const size_t part = (size_t)n * c->row_bytes;
+    uint8_t *d = dst;
+    for (int l = 0; l < c->n_layer; l++) {
+        memcpy(d, c->rows.k[l], part);
+        memcpy(d + part, c->rows.v[l], part);
+        d += 2 * part;
+    }
+}
+
+void kv_cache_load(kv_cache *c, const void *src, int32_t src_rows, int32_t n) {
+    const size_t part = (size_t)src_rows * c->row_bytes, use = (size_t)n * c->row_bytes;
+    const uint8_t *p = src;
+    for (int l = 0; l < c->n_layer; l++) {
+        memcpy(c->rows.k[l], p, use);
+        memcpy(c->rows.v[l], p + part, use);
+        p += 2 * part;
+    }
+    c->rows.n_rows = n;
+}
