@@ -221,6 +221,9 @@ typedef struct ph_engine_params {
     const char *image_cache_dir;  /* also keep entries here (NULL: memory only) */
     uint64_t image_cache_disk_bytes; /* and at most this many bytes of files there (default 4 GiB) */
     double vision_idle_s;         /* > 0: load the encoder on demand, release it after this long idle */
+    const char *kv_disk_dir;      /* disk tier: checkpoints written here, found again after a restart (NULL: off) */
+    uint64_t kv_disk_bytes;       /* at most this many bytes of checkpoint files (default 16 GiB) */
+    int32_t checkpoint_every;     /* also checkpoint every N rows of a long prompt (default 4096; 0: never) */
     const char *id_cache_dir;     /* where file ids are remembered; NULL: $XDG_CACHE_HOME/pinhole */
     void (*progress)(void *ud, const char *what, double fraction); /* loading progress, may be NULL */
     void *progress_ud;
@@ -290,6 +293,7 @@ typedef struct ph_turn_report {
     int32_t n_prompt;           /* prompt rows (tokens and picture rows) */
     int32_t n_reused;           /* of which kept from the live state or a RAM checkpoint */
     int32_t n_from_ram;         /* of which restored from a RAM checkpoint or the parked conversation */
+    int32_t n_from_disk;        /* of which restored from a checkpoint file (disk tier) */
     bool from_parked;           /* restored the conversation parked before auxiliary requests */
     bool parked;                /* this auxiliary turn parked the primary conversation */
     int32_t n_prefilled;        /* of which evaluated now */
@@ -302,10 +306,13 @@ typedef struct ph_turn_report {
     ph_finish finish;
     int32_t stop_index;         /* which stop string ended the answer, or -1 */
     double encode_s, prefill_s, ttft_s, decode_s;
-    double checkpoint_s;        /* saving and restoring checkpoints (RAM tier, parked conversation) */
+    double checkpoint_s;        /* saving and restoring checkpoints (RAM tier, parked conversation, disk reads) */
 } ph_turn_report;
 
-/* Runs one turn. An auxiliary turn (g->auxiliary) first parks the primary
+/* Runs one turn. With a disk tier (kv_disk_dir), the sequence is saved as
+ * a checkpoint file at the end of its prompt, every checkpoint_every rows
+ * of a long prompt, at the end of the turn, and when the engine is freed;
+ * a writer thread writes them while the turn goes on. An auxiliary turn (g->auxiliary) first parks the primary
  * conversation (the live state, when a primary request made it and the
  * auxiliary one would drop any of its rows) in a slot of its own; later
  * auxiliary turns never displace it; the next primary turn restores it when
@@ -333,10 +340,38 @@ typedef struct ph_engine_stats {
     uint64_t ram_cache_refused;          /* checkpoints not taken: memory short */
     uint64_t conversations_parked, conversations_restored, conversations_dropped; /* auxiliary requests */
     uint64_t ram_cache_entries, ram_cache_bytes;
+    /* disk tier (--kv-disk-dir) */
+    uint64_t disk_cache_hits, disk_cache_misses, disk_cache_saves, disk_cache_skipped, disk_cache_evictions;
+    uint64_t disk_cache_rejected;        /* files that failed a check (removed) */
+    uint64_t disk_cache_tokens_restored; /* prompt rows restored from files (part of reused) */
+    uint64_t disk_cache_entries, disk_cache_bytes; /* files in the folder's index now */
+    uint64_t disk_cache_bytes_written, disk_cache_bytes_read;
+    double disk_cache_write_s, disk_cache_read_s;
     bool encoder_loaded;
 } ph_engine_stats;
 
 void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st);
+
+/* ---- the disk tier's folder (pinhole cache) --------------------------------- */
+typedef struct ph_kv_file {
+    const char *name;           /* the file in the folder */
+    const uint8_t *model_id;    /* 32 bytes: SHA-256 of the model file */
+    const char *format;         /* the format tag: what its KV bytes depend on */
+    int32_t n_rows, n_pictures;
+    uint64_t bytes;
+    int64_t last_use_ms, created_s; /* unix time */
+} ph_kv_file;
+
+/* Every checkpoint file in a --kv-disk-dir folder, most recently used
+ * first (the folder is opened as a server would: temporary files of dead
+ * writers are removed, unindexed files checked). cb returns non-zero to stop. */
+int ph_kv_disk_list(const char *dir, int (*cb)(void *ud, const ph_kv_file *f), void *ud, ph_err *err);
+/* Checks every file in full; bad ones are reported through bad (may be
+ * NULL) and removed. */
+int ph_kv_disk_verify(const char *dir, void (*bad)(void *ud, const char *name, const char *why), void *ud,
+                      uint64_t *n_ok, uint64_t *n_bad, ph_err *err);
+/* Removes the least recently used files until at most max_bytes remain. */
+int ph_kv_disk_prune(const char *dir, uint64_t max_bytes, uint64_t *n_removed, uint64_t *bytes_removed, ph_err *err);
 
 /* ---- misc ---------------------------------------------------------------------- */
 /* The SIMD level in use ("avx2", ...). */

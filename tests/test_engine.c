@@ -621,6 +621,141 @@ static void test_disk(file a) {
     rmdir(dir);
 }
 
+static ph_engine *engine_kv(const char *model, const char *dir) {
+    ph_engine_params p;
+    ph_engine_params_default(&p);
+    p.model_path = model;
+    p.mmproj_path = MMPROJ;
+    p.n_ctx = 2048;
+    p.n_threads = 2;
+    p.image_cache_entries = 0; /* pictures come from the checkpoint or the encoder */
+    p.id_cache_dir = idcache;
+    p.kv_disk_dir = dir;
+    ph_err err = {0};
+    ph_engine *e = ph_engine_new(&p, &err);
+    if (!e) fprintf(stderr, "engine: %s\n", err.msg);
+    return e;
+}
+
+/* A copy of the model file with another name inside (another model_id,
+ * the same shapes). */
+static void other_model_file(const char *to) {
+    file f = read_file(LLM);
+    uint8_t *p = memmem(f.p, f.n, "general.name", 12);
+    CHECK(p != NULL);
+    if (p) p[12 + 4 + 8] ^= 0x20; /* the first letter of its value (after type and length) */
+    FILE *o = fopen(to, "wb");
+    CHECK(o && fwrite(f.p, 1, f.n, o) == f.n);
+    if (o) fclose(o);
+    free(f.p);
+}
+
+/* The disk tier through the engine: a conversation resumes from a
+ * checkpoint file after a restart, nothing encoded, only its new rows
+ * evaluated, the same answer as a cold engine; never past another picture,
+ * never for another model. */
+static void test_kv_disk(void) {
+    char dir[] = "/tmp/ph-kv-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    file p1 = make_png(96, 64, 1), p2 = make_png(96, 64, 2);
+    ph_engine *e = engine_kv(LLM, dir);
+    ph_image_in *pics[2] = {pic(e, p1), pic(e, p2)};
+    conv c = {0};
+    msg(&c, 's', (const char *[]){"You are a careful assistant who describes pictures in detail."}, 1, pics);
+    msg(&c, 'u', (const char *[]){"Here is my photo:", "@0", "What is in this picture?"}, 3, pics);
+    result r1 = turn(e, &c);
+    CHECK(r1.r.pics_encoded == 1 && r1.r.n_from_disk == 0);
+    msg(&c, 'a', (const char *[]){"It is a picture."}, 1, pics);
+    msg(&c, 'u', (const char *[]){"Tell me more."}, 1, pics);
+    result r2 = turn(e, &c);
+    CHECK(r2.r.pics_encoded == 0 && r2.r.n_from_disk == 0);
+    ph_engine_free(e); /* a clean shutdown */
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+
+    e = engine_kv(LLM, dir);
+    c.parts[2].image = pics[0] = pic(e, p1);
+    pics[1] = pic(e, p2);
+    msg(&c, 'a', (const char *[]){"It has colours."}, 1, pics);
+    msg(&c, 'u', (const char *[]){"And the colours?"}, 1, pics);
+    result r3 = turn(e, &c);
+    CHECKF(r3.r.n_from_disk >= r2.r.n_prompt && r3.r.pics_encoded == 0 && r3.r.pics_from_kv == 1,
+           "after a restart: %d rows from disk (turn 2's prompt had %d), %d encoded", r3.r.n_from_disk, r2.r.n_prompt,
+           r3.r.pics_encoded);
+    CHECKF(r3.r.n_prefilled == r3.r.n_prompt - r3.r.n_from_disk, "prefilled %d of %d, %d from disk",
+           r3.r.n_prefilled, r3.r.n_prompt, r3.r.n_from_disk);
+    same_as_cold(&c, &r3, "turn 3 from disk after a restart");
+    ph_engine_stats st;
+    ph_engine_get_stats(e, &st);
+    CHECK(st.disk_cache_hits == 1 && st.disk_cache_tokens_restored == (uint64_t)r3.r.n_from_disk);
+    ph_engine_free(e);
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+
+    /* another picture of the same size in the same place: nothing past it */
+    e = engine_kv(LLM, dir);
+    pics[0] = pic(e, p1);
+    pics[1] = pic(e, p2);
+    c.parts[2].image = pics[1];
+    int32_t before = count_tokens(e, "<|im_start|>system\nYou are a careful assistant who describes pictures in "
+                                     "detail.<|im_end|>\n<|im_start|>user\nHere is my photo:<|vision_start|>");
+    result r4 = turn(e, &c);
+    CHECKF(r4.r.n_from_disk <= before && r4.r.pics_encoded == 1, "other picture: %d rows from disk (%d before it), "
+           "%d encoded", r4.r.n_from_disk, before, r4.r.pics_encoded);
+    same_as_cold(&c, &r4, "other picture after a restart");
+    ph_engine_free(e);
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+
+    /* the picture moved to another message, or gone */
+    e = engine_kv(LLM, dir);
+    pics[0] = pic(e, p1);
+    conv m = {0};
+    msg(&m, 's', (const char *[]){"You are a careful assistant who describes pictures in detail."}, 1, pics);
+    msg(&m, 'u', (const char *[]){"Here is my photo:", "What is in this picture?"}, 2, pics);
+    msg(&m, 'a', (const char *[]){"It is a picture."}, 1, pics);
+    msg(&m, 'u', (const char *[]){"@0", "Tell me more."}, 2, pics);
+    result r5 = turn(e, &m);
+    CHECKF(r5.r.n_from_disk <= before, "picture moved: %d rows from disk", r5.r.n_from_disk);
+    same_as_cold(&m, &r5, "picture moved after a restart");
+    ph_engine_free(e);
+    ph_image_in_free(pics[0]);
+
+    /* text only, and another model file with the same shapes */
+    e = engine_kv(LLM, dir);
+    conv t = {0};
+    msg(&t, 's', (const char *[]){"You are a storyteller. Your stories are long, calm and full of small details "
+                                  "about the sea, the weather, the light and the animals that live by the shore."},
+        1, pics);
+    msg(&t, 'u', (const char *[]){"Please write a long story about a lighthouse keeper who finds a message in a "
+                                  "bottle, with many details about the sea, the weather and the keeper's cat. The "
+                                  "story should take place over one whole winter, from the first storm to the "
+                                  "first warm day of spring."}, 1, pics);
+    result t1 = turn(e, &t);
+    msg(&t, 'a', (const char *[]){"Once upon a time."}, 1, pics);
+    msg(&t, 'u', (const char *[]){"Go on."}, 1, pics);
+    ph_engine_free(e);
+    char other[sizeof dir + 16];
+    snprintf(other, sizeof other, "%s.gguf", dir);
+    other_model_file(other);
+    e = engine_kv(other, dir);
+    result t2 = turn(e, &t);
+    CHECKF(t2.r.n_from_disk == 0, "another model file: %d rows from disk", t2.r.n_from_disk);
+    ph_engine_free(e);
+    e = engine_kv(LLM, dir);
+    t2 = turn(e, &t);
+    CHECKF(t1.r.n_prompt > 64 && t2.r.n_from_disk >= t1.r.n_prompt, "text only: %d rows from disk of %d", t2.r.n_from_disk,
+           t1.r.n_prompt);
+    same_as_cold(&t, &t2, "text-only conversation from disk");
+    ph_engine_free(e);
+    unlink(other);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    free(p1.p);
+    free(p2.p);
+}
+
 /* DESIGN 6.1 at the level of sequences: a prefix never ends inside a span. */
 static void test_back_off(void) {
     seq_state a, b;
@@ -675,6 +810,7 @@ int main(void) {
     test_ram_budget(a, b, s);
     test_auxiliary(a, b);
     test_disk(b);
+    test_kv_disk();
     free(a.p);
     free(b.p);
     free(s.p);

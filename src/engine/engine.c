@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,8 @@ void ph_engine_params_default(ph_engine_params *p) {
     p->ram_cache_bytes = (size_t)2 << 30;
     p->image_cache_disk_bytes = (uint64_t)4 << 30;
     p->conversation_cache_bytes = (size_t)2 << 30;
+    p->kv_disk_bytes = (uint64_t)16 << 30;
+    p->checkpoint_every = 4096;
 }
 
 void ph_gen_params_default(ph_gen_params *g) {
@@ -79,7 +82,12 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     if (!(e->s = ph_session_new(e->m, p->n_ctx, err))) goto fail;
     if (seq_init(&e->live, ph_session_n_ctx(e->s), err)) goto fail;
     memcpy(e->live.model_id, e->model_id, 32);
-    snprintf(e->format_tag, sizeof e->format_tag, "kv=f16;isa=%s;v1", ph_cpu_isa());
+    /* everything the KV bytes depend on (a checkpoint made otherwise is never loaded) */
+    const llm_hparams *hp = &e->m->hp;
+    snprintf(e->format_tag, sizeof e->format_tag, "kv=f16;arch=%s;L=%d;hkv=%d;hd=%d;rope=%d:%g:%d,%d,%d,%d;isa=%s;v2",
+             e->m->arch_name, hp->n_layer, hp->n_head_kv, hp->head_dim, (int)hp->rope.mode,
+             (double)hp->rope.freq_base, hp->rope.sections[0], hp->rope.sections[1], hp->rope.sections[2],
+             hp->rope.sections[3], ph_cpu_isa());
     snprintf(e->live.format, sizeof e->live.format, "%s", e->format_tag);
     e->fmt = chat_format_for(e->m);
     ram_tier_init(&e->ram, p->reuse ? p->ram_cache_bytes : 0);
@@ -87,6 +95,11 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
         goto fail;
     ph_embed_cache_set_disk_budget(e->cache, p->image_cache_disk_bytes);
+    if (p->kv_disk_dir) {
+        progress(p, "opening the checkpoint folder", 0.95);
+        if (!(e->disk = disk_tier_open(p->kv_disk_dir, p->kv_disk_bytes, err))) goto fail;
+        e->checkpoint_every = p->checkpoint_every > 0 ? p->checkpoint_every : 0;
+    }
     progress(p, "ready", 1.0);
     return e;
 fail:
@@ -96,6 +109,10 @@ fail:
 
 void ph_engine_free(ph_engine *e) {
     if (!e) return;
+    if (e->disk) { /* the live state too (a clean shutdown), then whatever is queued */
+        if (e->s) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv);
+        disk_tier_close(e->disk);
+    }
     ph_embed_cache_free(e->cache);
     ram_tier_free(&e->ram);
     ram_ckpt_free(&e->parked);
@@ -136,6 +153,22 @@ void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
     st->ram_cache_refused = e->ram.refused;
     st->ram_cache_entries = (uint64_t)e->ram.n;
     st->ram_cache_bytes = e->ram.bytes;
+    if (e->disk) {
+        disk_tier_stats ds;
+        disk_tier_get_stats(e->disk, &ds);
+        st->disk_cache_hits = ds.hits;
+        st->disk_cache_misses = ds.misses;
+        st->disk_cache_saves = ds.saves;
+        st->disk_cache_skipped = ds.skipped;
+        st->disk_cache_evictions = ds.evictions;
+        st->disk_cache_rejected = ds.rejected;
+        st->disk_cache_entries = ds.entries;
+        st->disk_cache_bytes = ds.bytes;
+        st->disk_cache_bytes_written = ds.bytes_written;
+        st->disk_cache_bytes_read = ds.bytes_read;
+        st->disk_cache_write_s = ds.write_s;
+        st->disk_cache_read_s = ds.read_s;
+    }
 }
 
 double ph_engine_tick(ph_engine *e) { return e->has_vision ? encoder_tick(&e->enc, ph_now_s()) : -1; }
@@ -464,16 +497,28 @@ static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *u
 
 /* ---- a turn -------------------------------------------------------------------- */
 
-/* Evaluates the request's rows from keep on, recording their provenance. */
+/* Queues a checkpoint of the live state on disk (the writer thread writes
+ * it while the turn goes on). */
+static void checkpoint(ph_engine *e) {
+    if (e->disk) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv);
+}
+
+/* Evaluates the request's rows from keep on, recording their provenance;
+ * with a disk tier, checkpoints every checkpoint_every rows on the way. */
 static int prefill(turn *t, int32_t keep, ph_err *err) {
     ph_engine *e = t->e;
     const seq_state *w = &t->want;
-    int32_t r = keep, span = 0;
+    const int32_t every = e->disk ? e->checkpoint_every : 0;
+    int32_t r = keep, span = 0, mark = every ? (keep / every + 1) * every : INT32_MAX;
     while (span < w->n_spans && w->spans[span].start < keep) span++;
     while (r < w->n_rows) {
+        if (r >= mark) {
+            checkpoint(e);
+            mark = (r / every + 1) * every;
+        }
         if (w->tok[r] != SEQ_ROW_PICTURE) {
             int32_t end = r;
-            while (end < w->n_rows && w->tok[end] != SEQ_ROW_PICTURE) end++;
+            while (end < w->n_rows && end < mark && w->tok[end] != SEQ_ROW_PICTURE) end++;
             int32_t pos = ph_session_next_pos(e->s);
             if (ph_session_eval_tokens(e->s, w->tok + r, (size_t)(end - r), err)) return -1;
             for (int32_t i = r; i < end; i++)
@@ -529,16 +574,19 @@ static bool park_primary(ph_engine *e) {
 }
 
 /* The plan (DESIGN 6, 7): the longest common prefix of the request with
- * the live state, the parked primary conversation (for a primary request)
- * or a RAM checkpoint. The live state is saved in the RAM tier before a
- * checkpoint replaces it, or before rows of its last prompt are dropped
- * (another conversation, or an edit): then the conversation it holds can
- * come back without a prefill. Dropping only the answer of the last turn
- * (a client that re-sends the conversation with the answer rendered
- * otherwise) saves nothing. Returns the rows kept; the session and the live
- * provenance hold exactly those. */
+ * the live state, the parked primary conversation (for a primary request),
+ * a RAM checkpoint or a checkpoint file. The live state is saved in the RAM
+ * tier before a checkpoint replaces it, or before rows of its last prompt
+ * are dropped (another conversation, or an edit): then the conversation it
+ * holds can come back without a prefill. Dropping only the answer of the
+ * last turn (a client that re-sends the conversation with the answer
+ * rendered otherwise) saves nothing. A checkpoint file that fails its
+ * checks on the way in leaves the live state empty (the prompt is then
+ * evaluated from the start). Returns the rows kept; the session and the
+ * live provenance hold exactly those. */
 static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_report *r) {
     int32_t keep = e->reuse ? usable(want, seq_common_prefix(&e->live, want)) : 0;
+    const int32_t most = usable(want, want->n_rows);
     bool pinned = false;
     if (aux && !e->live_is_aux && !e->has_parked && keep < e->live.n_rows) pinned = r->parked = park_primary(e);
     ram_ckpt c = {0};
@@ -557,13 +605,25 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         e->has_parked = false;
     }
     int32_t from_ram = 0;
-    const int32_t ck = e->reuse ? ram_tier_find(&e->ram, want, &from_ram) : -1;
+    const int32_t ck = e->reuse && best < most ? ram_tier_find(&e->ram, want, &from_ram) : -1;
     from_ram = usable(want, from_ram);
-    if (ck >= 0 && from_ram > best) {
-        ram_ckpt_free(&c); /* a parked conversation that a checkpoint beats */
-        ram_tier_take(&e->ram, ck, &c);
-        best = from_ram;
+    disk_match dm = {.fd = -1};
+    int32_t from_disk = 0;
+    if (e->disk && e->reuse && best < most && from_ram < most && disk_tier_find(e->disk, want, &dm))
+        from_disk = usable(want, dm.prefix);
+    const bool disk = from_disk > best && from_disk > from_ram;
+    if (disk) {
+        ram_ckpt_free(&c); /* a parked conversation that the file beats */
+        best = from_disk;
         r->from_parked = false;
+    } else {
+        if (dm.fd >= 0) disk_match_free(e->disk, &dm);
+        if (ck >= 0 && from_ram > best) {
+            ram_ckpt_free(&c); /* a parked conversation that a checkpoint beats */
+            ram_tier_take(&e->ram, ck, &c);
+            best = from_ram;
+            r->from_parked = false;
+        }
     }
     if (had_parked) {
         if (r->from_parked) e->st.conversations_restored++;
@@ -572,8 +632,23 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     /* the live state is about to lose rows of its prompt (a just-parked
      * primary conversation is held already) */
     if (!pinned && (best > keep || keep < e->live_prompt)) park_live(e);
-    if (best > keep) {
-        /* live.cap is the context size, which bounds every checkpoint */
+    /* the disk writer may still be reading cells that change now */
+    if (e->disk) disk_tier_release_rows(e->disk, best > keep ? 0 : keep);
+    if (disk) {
+        ph_err lerr = {0};
+        if (disk_tier_load(e->disk, &dm, &e->s->kv, best, &lerr) == 0) {
+            seq_copy(&e->live, &dm.seq, best, NULL); /* live.cap is the context size */
+            e->s->next_pos = seq_pos_at(&dm.seq, best);
+            keep = best;
+            r->n_from_disk = best;
+        } else {
+            PH_WARN("%s; the prompt is evaluated from the start", lerr.msg);
+            seq_clear(&e->live);
+            ph_session_reset(e->s);
+            keep = 0;
+        }
+        disk_match_free(e->disk, &dm);
+    } else if (best > keep) {
         seq_copy(&e->live, &c.seq, best, NULL);
         kv_cache_load(&e->s->kv, c.kv, c.seq.n_rows, best);
         e->s->next_pos = seq_pos_at(&c.seq, best);
@@ -628,7 +703,10 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     e->st.prompt_tokens_reused += (uint64_t)r->n_reused;
     e->st.prompt_tokens_prefilled += (uint64_t)r->n_prefilled;
     e->st.prompt_tokens_from_ram += (uint64_t)r->n_from_ram;
+    e->st.disk_cache_tokens_restored += (uint64_t)r->n_from_disk;
+    checkpoint(e); /* the prompt */
     if ((rc = generate(e, gp, cb, ud, r, t0, err)) != 0) goto reset;
+    checkpoint(e); /* the turn */
     goto out;
 reset:
     /* the KV may hold part of this turn: forget it rather than keep state

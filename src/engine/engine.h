@@ -8,6 +8,7 @@
 #include "image/image.h"
 #include "engine/session.h"
 #include "pinhole.h"
+#include "state/disk_tier.h"
 #include "state/embed_cache.h"
 #include "state/encoder.h"
 #include "state/ram_tier.h"
@@ -46,8 +47,10 @@ struct ph_engine {
     bool has_vision;
     ph_encoder enc;
     ph_embed_cache *cache;
+    disk_tier *disk;         /* checkpoint files (NULL: no disk tier) */
+    int32_t checkpoint_every;
     bool reuse;
-    char format_tag[64];
+    char format_tag[128];
     /* bytes_id -> image_id memo, shared by the HTTP threads */
     pthread_mutex_t memo_lock;
     image_memo_entry memo[ENGINE_MEMO];

@@ -30,7 +30,7 @@ typedef struct seq_span {
 
 typedef struct seq_state {
     uint8_t model_id[32];
-    char format[64];          /* state-format tag: KV type, kernels */
+    char format[128];         /* state-format tag: what the KV bytes depend on */
     int32_t n_rows, cap;
     int32_t *tok;             /* per row: token id, or SEQ_ROW_PICTURE */
     int32_t *pos_after;       /* per row: the next position after it */
