@@ -345,6 +345,7 @@ typedef struct ph_engine_stats {
     uint64_t disk_cache_rejected;        /* files that failed a check (removed) */
     uint64_t disk_cache_tokens_restored; /* prompt rows restored from files (part of reused) */
     uint64_t disk_cache_entries, disk_cache_bytes; /* files in the folder's index now */
+    uint64_t disk_cache_queued;          /* checkpoints waiting to be written */
     uint64_t disk_cache_bytes_written, disk_cache_bytes_read;
     double disk_cache_write_s, disk_cache_read_s;
     bool encoder_loaded;

@@ -35,6 +35,11 @@ static void serve_usage(FILE *out) {
             "  --conversation-cache-mib N  park the primary conversation for auxiliary requests\n"
             "                            (\"auxiliary\": true or X-Pinhole-Auxiliary: 1), at most N MiB\n"
             "                            (default 2048; 0: off)\n"
+            "  --kv-disk-dir DIR         save conversations' KV as checkpoint files here (at the end of\n"
+            "                            each prompt and turn, and at shutdown) and resume from them,\n"
+            "                            also after a restart (default: off)\n"
+            "  --kv-disk-space-mb N      at most N MiB of checkpoint files (default 16384)\n"
+            "  --checkpoint-every N      also checkpoint every N rows of a long prompt (default 4096; 0: never)\n"
             "  --no-reuse                evaluate every prompt from scratch (no live-state reuse)\n"
             "  --no-cache                no reuse and no embedding cache (a cold run, for comparisons)\n"
             "  -v, --verbose             log more\n"
@@ -81,6 +86,9 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--image-cache-disk-mib")) { if (arg_int(a, v, 1, 1 << 30, &l)) return 2; ep.image_cache_disk_bytes = (uint64_t)l << 20; }
         else if (!strcmp(a, "--conversation-cache-mib")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; ep.conversation_cache_bytes = (size_t)l << 20; }
         else if (!strcmp(a, "--cache-ram-mib")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; ep.ram_cache_bytes = (size_t)l << 20; }
+        else if (!strcmp(a, "--kv-disk-dir")) ep.kv_disk_dir = v;
+        else if (!strcmp(a, "--kv-disk-space-mb")) { if (arg_int(a, v, 1, 1L << 30, &l)) return 2; ep.kv_disk_bytes = (uint64_t)l << 20; }
+        else if (!strcmp(a, "--checkpoint-every")) { if (arg_int(a, v, 0, 1 << 22, &l)) return 2; ep.checkpoint_every = (int32_t)l; }
         else if (!strcmp(a, "--vision-idle-s")) { if (arg_float(a, v, 0.001, 1e9, &d)) return 2; ep.vision_idle_s = d; }
         else {
             fprintf(stderr, "pinhole serve: unknown option '%s' (see pinhole serve --help)\n", a);
@@ -89,6 +97,10 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!ep.model_path) {
         fprintf(stderr, "pinhole serve: -m MODEL is required (see pinhole serve --help)\n");
+        return 2;
+    }
+    if (ep.kv_disk_dir && !ep.reuse) {
+        fprintf(stderr, "pinhole serve: --kv-disk-dir saves state for reuse; it cannot go with --no-reuse or --no-cache\n");
         return 2;
     }
     /* the model's name: the file name without folder and .gguf */

@@ -164,6 +164,7 @@ void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
         st->disk_cache_rejected = ds.rejected;
         st->disk_cache_entries = ds.entries;
         st->disk_cache_bytes = ds.bytes;
+        st->disk_cache_queued = ds.queued;
         st->disk_cache_bytes_written = ds.bytes_written;
         st->disk_cache_bytes_read = ds.bytes_read;
         st->disk_cache_write_s = ds.write_s;

@@ -71,7 +71,7 @@ typedef struct engine_metric {
 
 #define EM(name, help, field, gauge) {name, help, offsetof(ph_engine_stats, field), gauge}
 static const engine_metric engine_metrics[] = {
-    EM("pinhole_prompt_tokens_reused_total", "Prompt rows kept from the live state or a RAM checkpoint.",
+    EM("pinhole_prompt_tokens_reused_total", "Prompt rows kept from the live state, a RAM checkpoint or a file.",
        prompt_tokens_reused, false),
     EM("pinhole_prompt_tokens_prefilled_total", "Prompt rows evaluated.", prompt_tokens_prefilled, false),
     EM("pinhole_image_cache_hits_total", "Picture embeddings found in the cache.", image_cache_hits, false),
@@ -101,6 +101,27 @@ static const engine_metric engine_metrics[] = {
     EM("pinhole_image_cache_bytes", "Bytes of embeddings held in memory.", image_cache_bytes, true),
     EM("pinhole_image_cache_disk_bytes", "Bytes of embedding files in --image-cache-dir.", image_cache_disk_bytes,
        true),
+    EM("pinhole_disk_cache_hits_total", "Turns that resumed a conversation from a checkpoint file.", disk_cache_hits,
+       false),
+    EM("pinhole_disk_cache_misses_total", "Lookups in the checkpoint folder that found nothing usable.",
+       disk_cache_misses, false),
+    EM("pinhole_disk_cache_saves_total", "Checkpoint files written.", disk_cache_saves, false),
+    EM("pinhole_disk_cache_skipped_total", "Checkpoints not written: a file held them already, or over the budget.",
+       disk_cache_skipped, false),
+    EM("pinhole_disk_cache_evictions_total", "Checkpoint files removed (budget, or extended by a newer one).",
+       disk_cache_evictions, false),
+    EM("pinhole_disk_cache_rejected_total", "Checkpoint files that failed a check (removed, never loaded).",
+       disk_cache_rejected, false),
+    EM("pinhole_disk_cache_tokens_restored_total", "Prompt rows restored from checkpoint files (part of reused).",
+       disk_cache_tokens_restored, false),
+    EM("pinhole_disk_cache_written_bytes_total", "Bytes of checkpoint files written.", disk_cache_bytes_written,
+       false),
+    EM("pinhole_disk_cache_read_bytes_total", "Bytes of KV read from checkpoint files.", disk_cache_bytes_read,
+       false),
+    EM("pinhole_disk_cache_entries", "Checkpoint files in --kv-disk-dir.", disk_cache_entries, true),
+    EM("pinhole_disk_cache_bytes", "Bytes of checkpoint files in --kv-disk-dir.", disk_cache_bytes, true),
+    EM("pinhole_disk_cache_writes_queued", "Checkpoints waiting for the writer thread (or being written).",
+       disk_cache_queued, true),
     EM("pinhole_ram_cache_entries", "RAM checkpoints held.", ram_cache_entries, true),
     EM("pinhole_ram_cache_bytes", "Bytes of RAM checkpoints held.", ram_cache_bytes, true),
 };
@@ -139,6 +160,11 @@ char *metrics_render(metrics *m, const ph_engine_stats *st) {
                *(const uint64_t *)(const void *)((const char *)st + em->offset));
     }
     gauge(f, "pinhole_encoder_loaded", "Whether the vision encoder is in memory.", st->encoder_loaded ? 1 : 0);
+    fprintf(f, "# HELP pinhole_disk_cache_write_seconds_total Time the writer thread spent writing checkpoint files.\n"
+               "# TYPE pinhole_disk_cache_write_seconds_total counter\npinhole_disk_cache_write_seconds_total %.6f\n"
+               "# HELP pinhole_disk_cache_read_seconds_total Time spent reading checkpoint files into the KV.\n"
+               "# TYPE pinhole_disk_cache_read_seconds_total counter\npinhole_disk_cache_read_seconds_total %.6f\n",
+            st->disk_cache_write_s, st->disk_cache_read_s);
     if (fclose(f) != 0) {
         free(out);
         return NULL;

@@ -169,6 +169,8 @@ static void run_job(srv *s, job *j) {
     if (r->n_from_ram)
         snprintf(from, sizeof from, " from %s in %.0f ms",
                  r->from_parked ? "the parked conversation" : "a RAM checkpoint", r->checkpoint_s * 1e3);
+    else if (r->n_from_disk)
+        snprintf(from, sizeof from, " from a checkpoint file in %.0f ms", r->checkpoint_s * 1e3);
     const char *aux = !j->gen.auxiliary ? "" : r->parked ? " (auxiliary; the conversation parked)" : " (auxiliary)";
     PH_INFO("%s%s %s: prompt %d (reused %d%s, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
             "generated %d, queued %.2f s, ttft %.2f s, %.1f tok/s%s%s",

@@ -1084,6 +1084,10 @@ void disk_tier_get_stats(disk_tier *t, disk_tier_stats *st) {
     refresh_totals(t);
     *st = t->st;
     pthread_mutex_unlock(&t->db_lock);
+    st->queued = 0;
+    pthread_mutex_lock(&t->q_lock);
+    for (const job *j = t->head; j; j = j->next) st->queued++;
+    pthread_mutex_unlock(&t->q_lock);
 }
 
 /* ---- administration ------------------------------------------------------------------ */

@@ -94,6 +94,7 @@ typedef struct disk_tier_stats {
     uint64_t evictions;     /* files removed for space or as prefixes of newer ones */
     uint64_t rejected;      /* files that failed a check (removed) */
     uint64_t entries, bytes;/* files in the index now (all processes) */
+    uint64_t queued;        /* checkpoints waiting for the writer (or being written) */
     uint64_t bytes_written, bytes_read;
     double write_s, read_s; /* time spent writing (writer thread) and reading */
 } disk_tier_stats;

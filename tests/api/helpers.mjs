@@ -570,3 +570,54 @@ export async function waitMetrics(srv, pred, timeoutMs = 30_000) {
     await sleep(100);
   }
 }
+
+// ---- reuse: a warm server's turn against a cold one's ----------------------
+
+const ASK_TOKENS = 6;
+
+export const COUNTERS = {
+  encoded: 'pinhole_images_encoded_total', hits: 'pinhole_image_cache_hits_total', misses: 'pinhole_image_cache_misses_total',
+  evictions: 'pinhole_image_cache_evictions_total', loads: 'pinhole_encoder_loads_total',
+  unloads: 'pinhole_encoder_unloads_total', reused: 'pinhole_prompt_tokens_reused_total',
+  ram: 'pinhole_ram_cache_tokens_restored_total', ram_hits: 'pinhole_ram_cache_hits_total',
+  ram_saves: 'pinhole_ram_cache_saves_total', disk: 'pinhole_disk_cache_tokens_restored_total',
+  disk_hits: 'pinhole_disk_cache_hits_total', disk_rejected: 'pinhole_disk_cache_rejected_total',
+};
+export async function counters(srv) {
+  const s = await metrics(srv);
+  return Object.fromEntries(Object.entries(COUNTERS).map(([k, n]) => [k, metric(s, n)]));
+}
+export const diff = (a, b) => Object.fromEntries(Object.keys(a).map((k) => [k, b[k] - a[k]]));
+
+export async function ask(srv, messages) {
+  const r = await openai(srv).chat.completions.create({
+    model: 'x', messages, max_tokens: ASK_TOKENS, temperature: 0, logprobs: true, top_logprobs: 5,
+  });
+  return {
+    text: r.choices[0].message.content, prompt: r.usage.prompt_tokens,
+    cached: r.usage.prompt_tokens_details.cached_tokens, lp: r.choices[0].logprobs.content,
+  };
+}
+
+// A turn on the warm server, checked against the cold one; returns the
+// turn's answer and what it cost.
+export async function turnVsCold(warm, cold, messages, what) {
+  const before = await counters(warm);
+  const w = await ask(warm, messages);
+  const d = diff(before, await counters(warm));
+  const c = await ask(cold, messages);
+  assert.equal(w.text, c.text, `${what}: the same answer as a cold server`);
+  assert.equal(w.prompt, c.prompt, `${what}: the same prompt`);
+  assert.equal(c.cached, 0, `${what}: the cold server reuses nothing`);
+  assert.equal(w.lp.length, c.lp.length);
+  for (let i = 0; i < w.lp.length; i++) {
+    assert.equal(w.lp[i].token, c.lp[i].token, `${what}: token ${i}`);
+    for (let k = 0; k < 5; k++) {
+      const a = w.lp[i].top_logprobs[k], b = c.lp[i].top_logprobs[k];
+      assert.ok(a.token === b.token || Math.abs(a.logprob - b.logprob) < 1e-3, `${what}: step ${i} top ${k}`);
+      assert.ok(Math.abs(a.logprob - b.logprob) < 2e-2, `${what}: step ${i} top ${k}: ${a.logprob} vs ${b.logprob}`);
+    }
+  }
+  return { ...w, d };
+}
+

@@ -1,0 +1,102 @@
+// The disk tier through the server (DESIGN 7): a picture conversation
+// survives a restart (SIGTERM, or kill -9 after its checkpoint was written)
+// and resumes from its checkpoint file: nothing encoded, only the new rows
+// evaluated, the same answer as a cold server (--no-cache). A damaged file
+// is refused, removed and counted, and the turn runs cold with the right
+// answer.
+import assert from 'node:assert/strict';
+import { mkdtempSync, readdirSync, rmSync, statSync, openSync, readSync, writeSync, closeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+
+import { metric, picture, startServer, stopServer, turnVsCold, waitMetrics } from './helpers.mjs';
+
+const pic = (name) => ({ type: 'image_url', image_url: { url: picture(name).url } });
+const text = (t) => ({ type: 'text', text: t });
+
+const files = (dir) => readdirSync(dir).filter((f) => f.endsWith('.phkv') && !f.startsWith('tmp.'));
+
+// Two turns of a picture chat on a server that saves to dir; returns the
+// conversation and turn 2's result.
+async function twoTurns(dir, cold) {
+  const srv = await startServer({ extra: ['--kv-disk-dir', dir] });
+  const msgs = [
+    { role: 'system', content: 'You are a careful assistant who describes pictures in detail.' },
+    { role: 'user', content: [text('Here is my photo:'), pic('grad.png'), text('What is in this picture?')] },
+  ];
+  const t1 = await turnVsCold(srv, cold, msgs, 'turn 1');
+  assert.equal(t1.d.encoded, 1);
+  msgs.push({ role: 'assistant', content: 'It is a picture.' }, { role: 'user', content: 'Tell me more.' });
+  const t2 = await turnVsCold(srv, cold, msgs, 'turn 2');
+  msgs.push({ role: 'assistant', content: 'It has colours.' }, { role: 'user', content: 'And the colours?' });
+  return { srv, msgs, t2 };
+}
+
+// Turn 3 on a fresh server over the same folder resumes from disk.
+async function resumes(dir, cold, msgs, t2, what) {
+  const srv = await startServer({ extra: ['--kv-disk-dir', dir] });
+  try {
+    const t3 = await turnVsCold(srv, cold, msgs, what);
+    assert.equal(t3.d.encoded, 0, `${what}: nothing encoded`);
+    assert.ok(t3.cached >= t2.prompt, `${what}: turn 2's prompt restored (${t3.cached} of ${t2.prompt})`);
+    assert.equal(t3.d.disk, t3.cached, `${what}: every reused row came from the file`);
+    assert.equal(t3.d.disk_hits, 1);
+    assert.match(srv.stderr, /from a checkpoint file/);
+  } finally {
+    await stopServer(srv);
+  }
+}
+
+describe('disk tier through the server', { timeout: 600_000 }, () => {
+  let cold;
+  const dirs = [];
+  const tmp = () => { const d = mkdtempSync(join(tmpdir(), 'ph-kv-')); dirs.push(d); return d; };
+  before(async () => { cold = await startServer({ extra: ['--no-cache'] }); });
+  after(async () => {
+    await stopServer(cold);
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+
+  test('a picture chat resumes from disk after SIGTERM', async () => {
+    const dir = tmp();
+    const { srv, msgs, t2 } = await twoTurns(dir, cold);
+    await stopServer(srv);
+    assert.ok(files(dir).length >= 1, 'a checkpoint file was written');
+    await resumes(dir, cold, msgs, t2, 'turn 3 after SIGTERM');
+  });
+
+  test('a picture chat resumes from disk after kill -9', async () => {
+    const dir = tmp();
+    const { srv, msgs, t2 } = await twoTurns(dir, cold);
+    // the end-of-turn checkpoint is written in the background: wait for it
+    await waitMetrics(srv, (s) => metric(s, 'pinhole_disk_cache_writes_queued') === 0);
+    const r = await srv.stop('SIGKILL');
+    assert.equal(r.signal, 'SIGKILL');
+    assert.equal(readdirSync(dir).filter((f) => f.startsWith('tmp.')).length, 0, 'no write was in flight');
+    await resumes(dir, cold, msgs, t2, 'turn 3 after kill -9');
+  });
+
+  test('a damaged checkpoint file is refused and the turn runs cold', async () => {
+    const dir = tmp();
+    const { srv, msgs } = await twoTurns(dir, cold);
+    await stopServer(srv);
+    for (const f of files(dir)) { // flip a byte of the KV in every file
+      const path = join(dir, f), fd = openSync(path, 'r+'), at = statSync(path).size - 100;
+      const b = Buffer.alloc(1);
+      readSync(fd, b, 0, 1, at);
+      b[0] ^= 0x10;
+      writeSync(fd, b, 0, 1, at);
+      closeSync(fd);
+    }
+    const again = await startServer({ extra: ['--kv-disk-dir', dir] });
+    try {
+      const t3 = await turnVsCold(again, cold, msgs, 'turn 3 over a damaged file');
+      assert.equal(t3.cached, 0, 'nothing restored');
+      assert.ok(t3.d.disk_rejected >= 1, 'the file was counted as rejected');
+      assert.match(again.stderr, /KV checksum mismatch/);
+    } finally {
+      await stopServer(again);
+    }
+  });
+});
