@@ -1,7 +1,6 @@
 /* POST /v1/messages (Anthropic Messages). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/error.h"
 #include "server/server_internal.h"
@@ -77,9 +76,10 @@ static int parse(job *j, ph_err *err) {
     json_t *mt = json_object_get(root, "max_tokens");
     if (!mt) return ph_err_setc(err, PH_ERR_INPUT, "'max_tokens' is required");
     double temp = 1.0, top_p = 1.0;
-    int64_t max_tokens = 0, top_k = 0;
+    int64_t max_tokens = 0, top_k = 0, seed = -1;
     if (get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) || get_number(root, "temperature", 0, 1, &temp, err) ||
         get_number(root, "top_p", 0, 1, &top_p, err) || get_int(root, "top_k", 0, INT32_MAX, &top_k, err) ||
+        get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) || /* an extension */
         get_bool(root, "stream", &j->stream, err) ||
         job_set_stop(j, json_object_get(root, "stop_sequences"), "stop_sequences", err))
         return -1;
@@ -89,7 +89,7 @@ static int parse(job *j, ph_err *err) {
     j->gen.sampler.temperature = (float)temp;
     j->gen.sampler.top_p = (float)top_p;
     j->gen.sampler.top_k = (int32_t)top_k;
-    j->gen.sampler.seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)j;
+    j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : random_seed();
     j->gen.max_tokens = (int32_t)max_tokens;
     make_id(j->id, sizeof j->id, "msg_");
     return 0;

@@ -109,4 +109,8 @@ int status_for(const ph_err *err);
 
 void make_id(char *out, size_t cap, const char *prefix);
 
+/* The sampling seed of a request that names none: from getrandom(2), or, if
+ * that fails, the clock's nanoseconds mixed with a counter. */
+uint64_t random_seed(void);
+
 #endif

@@ -1,10 +1,13 @@
 /* Helpers the API adapters share: buffers, SSE, building the conversation
  * from request fields, pictures from data: URIs, checked field readers and
  * error bodies. */
+#include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "base/error.h"
@@ -332,4 +335,25 @@ void make_id(char *out, size_t cap, const char *prefix) {
     }
     tail[24] = '\0';
     snprintf(out, cap, "%s%s", prefix, tail);
+}
+
+uint64_t random_seed(void) {
+    uint64_t seed;
+    for (;;) {
+        ssize_t got = getrandom(&seed, sizeof seed, GRND_NONBLOCK);
+        if (got == (ssize_t)sizeof seed) return seed;
+        if (got < 0 && errno == EINTR) continue;
+        break;
+    }
+    /* No kernel randomness (an old kernel, a seccomp filter, entropy not yet
+     * ready at boot): the clock's nanoseconds plus a counter (two requests in
+     * the same clock tick still differ), mixed by the splitmix64 finalizer. */
+    static atomic_uint_fast64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    z += (uint64_t)atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
 }

@@ -1,7 +1,6 @@
 /* POST /v1/chat/completions (OpenAI Chat Completions). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/error.h"
 #include "server/server_internal.h"
@@ -85,7 +84,7 @@ static int parse(job *j, ph_err *err) {
         return ph_err_setc(err, PH_ERR_INPUT, "'n' must be 1: this server makes one answer per request");
     j->gen.sampler.temperature = (float)temp;
     j->gen.sampler.top_p = (float)top_p;
-    j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)j;
+    j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : random_seed();
     j->gen.max_tokens = (int32_t)max_tokens;
     j->logprobs = logprobs;
     j->gen.top_logprobs = logprobs ? (int32_t)top_lp : 0;

@@ -1,7 +1,6 @@
 /* POST /v1/responses (OpenAI Responses). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/error.h"
 #include "server/server_internal.h"
@@ -79,14 +78,15 @@ static int parse(job *j, ph_err *err) {
                                               "(pinhole reuses its state on its own)");
     if (job_finish_msgs(j, err)) return -1;
     double temp = 1.0, top_p = 1.0;
-    int64_t max_tokens = 0;
+    int64_t max_tokens = 0, seed = -1;
     if (get_number(root, "temperature", 0, 2, &temp, err) || get_number(root, "top_p", 0, 1, &top_p, err) ||
         get_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, err) ||
+        get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) || /* an extension */
         get_bool(root, "stream", &j->stream, err))
         return -1;
     j->gen.sampler.temperature = (float)temp;
     j->gen.sampler.top_p = (float)top_p;
-    j->gen.sampler.seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)j;
+    j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : random_seed();
     j->gen.max_tokens = (int32_t)max_tokens;
     make_id(j->id, sizeof j->id, "resp_");
     return 0;
