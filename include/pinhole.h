@@ -352,6 +352,9 @@ typedef struct ph_engine_stats {
 } ph_engine_stats;
 
 void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st);
+/* Refreshes only the disk_cache_* fields (but disk_cache_tokens_restored);
+ * unlike ph_engine_get_stats, may be called from any thread at any time. */
+void ph_engine_get_disk_stats(const ph_engine *e, ph_engine_stats *st);
 
 /* ---- the disk tier's folder (pinhole cache) --------------------------------- */
 typedef struct ph_kv_file {

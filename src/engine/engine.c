@@ -153,23 +153,26 @@ void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
     st->ram_cache_refused = e->ram.refused;
     st->ram_cache_entries = (uint64_t)e->ram.n;
     st->ram_cache_bytes = e->ram.bytes;
-    if (e->disk) {
-        disk_tier_stats ds;
-        disk_tier_get_stats(e->disk, &ds);
-        st->disk_cache_hits = ds.hits;
-        st->disk_cache_misses = ds.misses;
-        st->disk_cache_saves = ds.saves;
-        st->disk_cache_skipped = ds.skipped;
-        st->disk_cache_evictions = ds.evictions;
-        st->disk_cache_rejected = ds.rejected;
-        st->disk_cache_entries = ds.entries;
-        st->disk_cache_bytes = ds.bytes;
-        st->disk_cache_queued = ds.queued;
-        st->disk_cache_bytes_written = ds.bytes_written;
-        st->disk_cache_bytes_read = ds.bytes_read;
-        st->disk_cache_write_s = ds.write_s;
-        st->disk_cache_read_s = ds.read_s;
-    }
+    ph_engine_get_disk_stats(e, st);
+}
+
+void ph_engine_get_disk_stats(const ph_engine *e, ph_engine_stats *st) {
+    if (!e->disk) return;
+    disk_tier_stats ds;
+    disk_tier_get_stats(e->disk, &ds);
+    st->disk_cache_hits = ds.hits;
+    st->disk_cache_misses = ds.misses;
+    st->disk_cache_saves = ds.saves;
+    st->disk_cache_skipped = ds.skipped;
+    st->disk_cache_evictions = ds.evictions;
+    st->disk_cache_rejected = ds.rejected;
+    st->disk_cache_entries = ds.entries;
+    st->disk_cache_bytes = ds.bytes;
+    st->disk_cache_queued = ds.queued;
+    st->disk_cache_bytes_written = ds.bytes_written;
+    st->disk_cache_bytes_read = ds.bytes_read;
+    st->disk_cache_write_s = ds.write_s;
+    st->disk_cache_read_s = ds.read_s;
 }
 
 double ph_engine_tick(ph_engine *e) { return e->has_vision ? encoder_tick(&e->enc, ph_now_s()) : -1; }

@@ -400,6 +400,7 @@ static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *
         pthread_mutex_lock(&s->mu);
         ph_engine_stats st = s->snap;
         pthread_mutex_unlock(&s->mu);
+        ph_engine_get_disk_stats(s->e, &st); /* the writer thread's work goes on between jobs */
         metrics_request(&s->met, "metrics", 200);
         char *text = metrics_render(&s->met, &st);
         if (!text) return send_bytes(c, 500, "text/plain", strdup("out of memory\n"), 14);
