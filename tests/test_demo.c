@@ -3,16 +3,17 @@
  * cleanly. Its per-turn rows must show each picture encoded once, a
  * follow-up reusing its conversation's prefix, a conversation displaced by
  * another resuming from a RAM checkpoint, and an old picture in a new
- * conversation served by the embedding cache. */
+ * conversation served by the embedding cache, and after a restart a
+ * conversation resuming from its checkpoint file. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
 #include "test.h"
 
-/* A turn's row: "A1   pics prompt reused ram cached prefill hit enc ttft_ms what". */
+/* A turn's row: "A1   pics prompt reused ram disk cached prefill hit enc ttft_ms what". */
 typedef struct row {
-    int pics, prompt, reused, ram, cached, prefill, hit, enc;
+    int pics, prompt, reused, ram, disk, cached, prefill, hit, enc;
     int found;
 } row;
 
@@ -21,8 +22,8 @@ static row find_row(const char *out, const char *label) {
     size_t n = strlen(label);
     for (const char *line = out; line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
         if (strncmp(line, label, n) || line[n] != ' ') continue;
-        r.found = sscanf(line + n, "%d %d %d %d %d %d %d %d", &r.pics, &r.prompt, &r.reused, &r.ram, &r.cached,
-                         &r.prefill, &r.hit, &r.enc) == 8;
+        r.found = sscanf(line + n, "%d %d %d %d %d %d %d %d %d", &r.pics, &r.prompt, &r.reused, &r.ram, &r.disk,
+                         &r.cached, &r.prefill, &r.hit, &r.enc) == 9;
         break;
     }
     return r;
@@ -44,9 +45,9 @@ int main(void) {
     CHECK(strstr(out, "RANDOM weights") != NULL);
     CHECK(strstr(out, "summary:") != NULL);
 
-    static const char *labels[] = {"A1", "A2", "B1", "A3", "B2", "C1"};
-    row rows[6];
-    for (int i = 0; i < 6; i++) {
+    static const char *labels[] = {"A1", "A2", "B1", "A3", "B2", "C1", "A4"};
+    row rows[7];
+    for (int i = 0; i < 7; i++) {
         rows[i] = find_row(out, labels[i]);
         CHECKF(rows[i].found, "no row for turn %s in:\n%s", labels[i], out);
         /* what the API reports as cached is what /metrics counts as reused */
@@ -78,6 +79,12 @@ int main(void) {
     CHECKF(c1->enc == 0 && c1->hit == 1, "C1: encoded %d, cache hits %d", c1->enc, c1->hit);
     /* C's text comes before the picture: at most the shared system prompt is reused */
     CHECKF(c1->reused < a1->prompt, "C1: reused %d", c1->reused);
+    /* after a restart, A resumes from the checkpoint file of its turn 3: nothing encoded */
+    const row *a4 = &rows[6];
+    CHECKF(a4->disk >= a3->prompt && a4->disk == a4->reused && a4->enc == 0 && a4->hit == 0,
+           "A4 after a restart: %d rows from disk, reused %d (A3's prompt: %d), encoded %d, hits %d", a4->disk,
+           a4->reused, a3->prompt, a4->enc, a4->hit);
+    for (int i = 0; i < 6; i++) CHECKF(rows[i].disk == 0, "%s: %d rows from disk", labels[i], rows[i].disk);
     free(out);
     TEST_END();
 }

@@ -262,10 +262,11 @@ static const char *describe_exit(int st, char *buf, size_t n) {
 static int server_start(server *s, const char *dir, const char *model, const char *mmproj, int port, long threads) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC)) return fail("pipe: %s", strerror(errno));
-    char port_s[16], threads_s[24], cache[1200];
+    char port_s[16], threads_s[24], cache[1200], kv[1200];
     snprintf(port_s, sizeof port_s, "%d", port);
     snprintf(threads_s, sizeof threads_s, "%ld", threads);
     snprintf(cache, sizeof cache, "%s/cache", dir);
+    snprintf(kv, sizeof kv, "%s/kv", dir);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
@@ -279,8 +280,8 @@ static int server_start(server *s, const char *dir, const char *model, const cha
         int null = open("/dev/null", O_WRONLY);
         if (null >= 0) dup2(null, STDOUT_FILENO);
         dup2(fds[1], STDERR_FILENO);
-        const char *argv[] = {"pinhole", "serve", "-m", model, "--mmproj", mmproj, "--port", port_s,
-                              threads > 0 ? "-t" : NULL, threads_s, NULL};
+        const char *argv[] = {"pinhole", "serve", "-m", model, "--mmproj", mmproj, "--kv-disk-dir", kv, "--port",
+                              port_s, threads > 0 ? "-t" : NULL, threads_s, NULL};
         execv("/proc/self/exe", (char *const *)argv);
         dprintf(STDERR_FILENO, "pinhole demo: cannot run /proc/self/exe: %s\n", strerror(errno));
         _exit(127);
@@ -288,11 +289,13 @@ static int server_start(server *s, const char *dir, const char *model, const cha
     close(fds[1]);
     s->pid = pid;
     s->err_fd = fds[0];
-    /* its stderr, until it says where it listens */
+    /* its stderr, until it says where it listens (the log may hold an
+     * earlier run's: look after it) */
     static const char ready[] = "pinhole: listening on http://127.0.0.1:";
     const double t_end = ph_now_s() + DEMO_START_TIMEOUT_S;
+    const size_t from = s->log.n;
     for (;;) {
-        char *at = s->log.p ? strstr(s->log.p, ready) : NULL;
+        char *at = s->log.n > from ? strstr(s->log.p + from, ready) : NULL;
         if (at && strchr(at, '\n')) {
             s->port = atoi(at + sizeof ready - 1);
             break;
@@ -517,9 +520,10 @@ static int http_request(int port, const char *method, const char *path, const ch
 
 /* ---- the counters of /metrics ---------------------------------------------------- */
 
-enum { M_REUSED, M_RAM, M_PREFILLED, M_HITS, M_ENCODED, M_COUNT };
+enum { M_REUSED, M_RAM, M_DISK, M_PREFILLED, M_HITS, M_ENCODED, M_COUNT };
 static const char *const metric_names[M_COUNT] = {
     "pinhole_prompt_tokens_reused_total", "pinhole_ram_cache_tokens_restored_total",
+    "pinhole_disk_cache_tokens_restored_total",
     "pinhole_prompt_tokens_prefilled_total", "pinhole_image_cache_hits_total", "pinhole_images_encoded_total"};
 
 static int read_metrics(int port, double v[M_COUNT]) {
@@ -630,15 +634,17 @@ typedef struct step {
     bool text_first;/* the text before the picture */
     const char *text;
     const char *what;
+    bool restart;   /* the server is stopped and started again before this turn */
 } step;
 
 static const step script[] = {
-    {"A1", 0, 0, false, "What is in this picture?", "conversation A, turn 1: picture A + a question"},
-    {"A2", 0, -1, false, "Which colours does it use?", "A, turn 2: a follow-up (the history re-sent)"},
-    {"B1", 1, 1, false, "Describe this picture.", "conversation B, turn 1: picture B + a question"},
-    {"A3", 0, -1, false, "Is there a circle in it?", "back to A, turn 3: a follow-up"},
-    {"B2", 1, -1, false, "What shape is in the middle?", "B, turn 2: a follow-up"},
-    {"C1", 2, 0, true, "Here is a picture again; describe its colours:", "conversation C, new: picture A sent again"},
+    {"A1", 0, 0, false, "What is in this picture?", "conversation A, turn 1: picture A + a question", false},
+    {"A2", 0, -1, false, "Which colours does it use?", "A, turn 2: a follow-up (the history re-sent)", false},
+    {"B1", 1, 1, false, "Describe this picture.", "conversation B, turn 1: picture B + a question", false},
+    {"A3", 0, -1, false, "Is there a circle in it?", "back to A, turn 3: a follow-up", false},
+    {"B2", 1, -1, false, "What shape is in the middle?", "B, turn 2: a follow-up", false},
+    {"C1", 2, 0, true, "Here is a picture again; describe its colours:", "conversation C, new: picture A sent again", false},
+    {"A4", 0, -1, false, "Anything else?", "the server restarted; A, turn 4: its KV from a checkpoint file", true},
 };
 #define N_STEPS (int)(sizeof script / sizeof script[0])
 #define N_CONVS 3
@@ -671,6 +677,8 @@ static void print_header(const char *shape) {
            "             prefix and prefills only what is new\n"
            "    ram      of those, restored from a RAM checkpoint: a conversation displaced by another\n"
            "             one resumes from memory instead of being read again\n"
+           "    disk     of those, restored from a checkpoint file (--kv-disk-dir): after a restart a\n"
+           "             conversation resumes from disk, its picture neither encoded nor read again\n"
            "    cached   the same, as the API reports it (usage.prompt_tokens_details.cached_tokens)\n"
            "    ttft_ms  time to first token, measured here: it drops when the prefix is reused\n"
            "\n",
@@ -681,9 +689,9 @@ static void print_row(const step *st, const row *rw) {
     char ttft[32];
     if (rw->tr.ttft_s >= 0) snprintf(ttft, sizeof ttft, "%.1f", rw->tr.ttft_s * 1e3);
     else snprintf(ttft, sizeof ttft, "-");
-    printf("%-4s %4d %6lld %6.0f %6.0f %6lld %7.0f %3.0f %3.0f %8s  %s\n", st->label, rw->pics, rw->tr.prompt,
-           rw->d[M_REUSED], rw->d[M_RAM], rw->tr.cached, rw->d[M_PREFILLED], rw->d[M_HITS], rw->d[M_ENCODED], ttft,
-           st->what);
+    printf("%-4s %4d %6lld %6.0f %6.0f %6.0f %6lld %7.0f %3.0f %3.0f %8s  %s\n", st->label, rw->pics, rw->tr.prompt,
+           rw->d[M_REUSED], rw->d[M_RAM], rw->d[M_DISK], rw->tr.cached, rw->d[M_PREFILLED], rw->d[M_HITS],
+           rw->d[M_ENCODED], ttft, st->what);
     printf("%-4s answer (%lld tokens): ", "", rw->tr.completion);
     print_clipped(rw->tr.answer.p, 60);
     putchar('\n');
@@ -704,29 +712,48 @@ static void print_summary(const row *rows, const picture *pics, int n_pics) {
     printf("\nsummary: %d turns sent %d pictures in all (%d distinct: ", N_STEPS, sent, n_pics);
     for (int i = 0; i < n_pics; i++) printf("%s%s %ux%u", i ? ", " : "", pics[i].name, pics[i].w, pics[i].h);
     printf(");\n  the encoder ran %.0f times, the embedding cache served %.0f, and %.0f of %lld prompt tokens\n"
-           "  (%.0f%%) were reused from the live state or a RAM checkpoint instead of being evaluated again.\n",
+           "  (%.0f%%) were reused from the live state, a RAM checkpoint or a checkpoint file instead of being\n"
+           "  evaluated again.\n",
            enc, hits, reused, prompt, prompt ? 100.0 * reused / (double)prompt : 0.0);
     /* conversation A's first turn against its follow-ups */
     if (rows[0].tr.ttft_s >= 0 && rows[1].tr.ttft_s >= 0)
         printf("  Time to first token: %.1f ms on A1 (everything new), %.1f ms on A2 (prefix reused).\n",
                rows[0].tr.ttft_s * 1e3, rows[1].tr.ttft_s * 1e3);
+    const row *a4 = &rows[N_STEPS - 1];
+    printf("  After the restart, A4 took %.0f rows from a checkpoint file and encoded %.0f pictures.\n",
+           a4->d[M_DISK], a4->d[M_ENCODED]);
     if (enc != n_pics)
         printf("  note: the encoder ran %.0f times for %d distinct pictures (expected once each).\n", enc, n_pics);
     printf("  The answers are noise: the weights are random.\n");
 }
 
-static int play(int port, picture *pics, const char *model_name, row *rows) {
+/* Where the server is started from, for a restart in the middle of the script. */
+typedef struct launch {
+    const char *dir, *model, *mmproj;
+    int port;
+    long threads;
+} launch;
+
+static int play(server *srv, const launch *l, picture *pics, const char *model_name, row *rows) {
     json_t *conv[N_CONVS];
     for (int c = 0; c < N_CONVS; c++)
         conv[c] = json_pack("[{s:s,s:s}]", "role", "system", "content",
                             "You are a helpful assistant. Answer briefly.");
     int n_pics_in[N_CONVS] = {0};
     int rc = 0;
-    printf("turn pics prompt reused    ram cached prefill hit enc  ttft_ms  what\n");
+    printf("turn pics prompt reused    ram   disk cached prefill hit enc  ttft_ms  what\n");
     for (int i = 0; i < N_STEPS && !rc; i++) {
         const step *st = &script[i];
         row *rw = &rows[i];
         g_turn = st->label;
+        if (st->restart) {
+            printf("---- the server stops (SIGINT: it writes its live state) and starts again ----\n");
+            fflush(stdout);
+            rc = server_stop(srv);
+            if (!rc) rc = server_start(srv, l->dir, l->model, l->mmproj, l->port, l->threads);
+            if (rc) break;
+        }
+        const int port = srv->port;
         json_array_append_new(conv[st->conv], user_message(st->picture >= 0 ? &pics[st->picture] : NULL, st->text, st->text_first));
         if (st->picture >= 0) n_pics_in[st->conv]++;
         rw->pics = n_pics_in[st->conv];
@@ -845,7 +872,8 @@ int cmd_demo(int argc, char **argv) {
                "            GET /metrics read before and after it\n\n",
                srv.port, ph_now_s() - t0, DEMO_SAMPLER_SEED, DEMO_MAX_TOKENS);
         fflush(stdout);
-        rc = play(srv.port, pics, model_name, rows);
+        const launch l = {dir, model, mmproj, (int)port, threads};
+        rc = play(&srv, &l, pics, model_name, rows);
         if (rc) srv.show_log = true;
     }
     if (server_stop(&srv)) rc = -1;
