@@ -21,5 +21,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 #endif

@@ -20,6 +20,8 @@ static void usage(FILE *out) {
             "  demo                         a scripted server session on a synthetic model (no download)\n"
             "  synth --shape tiny|2b ...    write a synthetic Qwen3-VL model (LLM + mmproj)\n"
             "  bench -m LLM.gguf            measure prefill and decode speed\n"
+            "  cache ls|stats|verify|prune DIR\n"
+            "                               look after a --kv-disk-dir checkpoint folder\n"
             "\n"
             "'pinhole COMMAND --help' lists a command's options.\n");
 }
@@ -37,6 +39,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cache")) return cmd_cache(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;
