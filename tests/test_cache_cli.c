@@ -17,29 +17,13 @@
 
 #include "pinhole.h"
 #include "test.h"
+#include "test_util.h"
 
 #define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
 #define MMPROJ PH_ORACLE_DIR "/models/tiny-f16-mmproj.gguf"
 #define MIB 1048576.0
 
 static char idcache[64];
-
-/* Runs a shell command; returns its exit status and stdout (malloc'd). */
-static int run(const char *cmd, char **out) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while ((r = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += r;
-        if (cap - n < 4096) buf = realloc(buf, cap *= 2);
-    }
-    buf[n] = '\0';
-    int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* `pinhole cache ARGS` with stdout in *out (stderr to /dev/null, or into
  * *out too with err). */
@@ -51,7 +35,7 @@ static int cache(char **out, bool err, const char *fmt, ...) {
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     snprintf(cmd, sizeof cmd, "%s cache %s %s", PH_PINHOLE_BIN, args, err ? "2>&1" : "2>/dev/null");
-    return run(cmd, out);
+    return t_run(cmd, out);
 }
 
 static bool exists(const char *path) {
@@ -221,7 +205,7 @@ static void check_refusals(const char *dir) {
     }
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s --help", PH_PINHOLE_BIN);
-    CHECK(run(cmd, &out) == 0 && strstr(out, "cache ls|stats|verify|prune"));
+    CHECK(t_run(cmd, &out) == 0 && strstr(out, "cache ls|stats|verify|prune"));
     free(out);
     /* a folder without checkpoints is empty, and is left untouched */
     char empty[600];
@@ -363,15 +347,7 @@ int main(void) {
     /* verify: b damaged near its end (in its KV bytes) */
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name_b);
-    FILE *f = fopen(path, "r+b");
-    CHECK(f != NULL);
-    if (f) {
-        fseek(f, -16, SEEK_END);
-        int c = fgetc(f);
-        fseek(f, -16, SEEK_END);
-        fputc(c ^ 0x40, f);
-        fclose(f);
-    }
+    CHECK(t_flip_byte_from_end(path, 16) == 0);
     rc = cache(&out, false, "verify %s", dir);
     printf("%s", out);
     snprintf(want, sizeof want, "bad  %s: ", name_b);

@@ -7,23 +7,7 @@
 
 #include "oracle.h"
 #include "test.h"
-
-/* Runs a shell command; returns its exit status and stdout (malloc'd). */
-static int run(const char *cmd, char **out) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while ((r = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += r;
-        if (cap - n < 4096) buf = realloc(buf, cap *= 2);
-    }
-    buf[n] = '\0';
-    int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+#include "test_util.h"
 
 static void check_case(const char *model, const char *id, const char *images) {
     json_t *ref = oracle_ref(model, id);
@@ -47,7 +31,7 @@ static void check_case(const char *model, const char *id, const char *images) {
              "--force-tokens %s -t 2 2>/dev/null",
              pfile, PH_PINHOLE_BIN, PH_ORACLE_DIR, model, PH_ORACLE_DIR, model, images, forced);
     char *out = NULL;
-    int rc = run(cmd, &out);
+    int rc = t_run(cmd, &out);
     unlink(pfile);
     CHECKF(rc == 0, "%s/%s: exit %d", model, id, rc);
     json_error_t jerr;
@@ -119,7 +103,7 @@ static void check_case(const char *model, const char *id, const char *images) {
 static void check_refusal(const char *args, const char *want) {
     char cmd[4096], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/null", PH_PINHOLE_BIN, args);
-    int rc = run(cmd, &out);
+    int rc = t_run(cmd, &out);
     CHECKF(rc != 0 && strstr(out, want), "'pinhole %s' gave exit %d and '%s', wanted '%s'", args, rc, out, want);
     free(out);
 }

@@ -14,6 +14,7 @@
 #include "pinhole.h"
 #include "state/seq_state.h"
 #include "test.h"
+#include "test_util.h"
 
 #define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
 #define MMPROJ PH_ORACLE_DIR "/models/tiny-f16-mmproj.gguf"
@@ -602,15 +603,7 @@ static void test_disk(file a) {
     ph_image_in_free(im);
     ph_engine_free(e);
     /* the re-encoded entry was written again; corrupt one byte of its rows */
-    FILE *f = fopen(path, "r+b");
-    CHECK(f != NULL);
-    if (f) {
-        fseek(f, -5, SEEK_END);
-        int ch = fgetc(f);
-        fseek(f, -5, SEEK_END);
-        fputc(ch ^ 0x40, f);
-        fclose(f);
-    }
+    CHECK(t_flip_byte_from_end(path, 5) == 0);
     e = engine(true, 32, 128u << 20, dir, 0);
     c.parts[0].image = im = pic(e, a);
     r = turn(e, &c);
