@@ -577,10 +577,12 @@ static void rows_read(disk_tier *t, job *j) {
 }
 
 /* Whether a stored file already holds j's rows (then it is made most recent). */
-static bool held(disk_tier *t, const job *j, const key_point *k, int32_t nk) {
-    cand c[MAX_CANDIDATES];
-    /* a file holding j's rows has j's last key among its own */
+static bool held(disk_tier *t, const job *j, const key_point *k, int32_t nk, int32_t nat) {
+    cand c[2 * MAX_CANDIDATES];
+    /* a file holding j's rows has j's last natural key among its own, and
+     * j's end key too only when it ends where j does: look for both */
     int n = candidates(t, k[nk - 1].h, false, c, MAX_CANDIDATES);
+    if (nk > nat && nat > 0) n += candidates(t, k[nat - 1].h, false, c + n, MAX_CANDIDATES);
     for (int i = 0; i < n; i++) {
         if (c[i].n_rows < j->seq.n_rows) continue;
         opened o;
@@ -642,7 +644,7 @@ static void write_job(disk_tier *t, job *j) {
         memcpy(h.key, k[nk - 1].h, 32);
         key_name(h.key, name);
         pthread_mutex_lock(&t->db_lock);
-        skip = skip || held(t, j, k, nk);
+        skip = skip || held(t, j, k, nk, nat);
         if (skip) t->st.skipped++;
         pthread_mutex_unlock(&t->db_lock);
     }
@@ -652,12 +654,19 @@ static void write_job(disk_tier *t, job *j) {
         return;
     }
     const double t0 = ph_now_s();
-    snprintf(tmp, sizeof tmp, "tmp.%ld.%u%s", (long)getpid(), __atomic_add_fetch(&t->counter, 1, __ATOMIC_RELAXED),
-             SUFFIX);
-    char *tpath = path_of(t, tmp), *fpath = path_of(t, name);
+    /* a name taken already (left by a dead process that had this pid, as a
+     * restarted container's server has) is skipped, not a failure */
+    char *tpath = NULL, *fpath = path_of(t, name);
+    int fd = -1;
+    for (int tries = 0; tries < 1000; tries++) {
+        snprintf(tmp, sizeof tmp, "tmp.%ld.%u%s", (long)getpid(),
+                 __atomic_add_fetch(&t->counter, 1, __ATOMIC_RELAXED), SUFFIX);
+        free(tpath);
+        if (!(tpath = path_of(t, tmp))) break;
+        if ((fd = open(tpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) >= 0 || errno != EEXIST) break;
+    }
     uint8_t *prov = prov_encode(s, n, s->n_spans);
     XXH3_state_t *x = XXH3_createState();
-    int fd = tpath ? open(tpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
     int rc = fd >= 0 && fpath && prov && x ? 0 : -1;
     uint8_t b[HDR] = {0};
     if (rc == 0) rc = write_all(fd, b, HDR) || write_all(fd, prov, np);
@@ -692,7 +701,7 @@ static void write_job(disk_tier *t, job *j) {
         kill_here(t, FAULT_BEFORE_INDEX);
     } else {
         PH_WARN("disk cache: cannot write a checkpoint of %d rows to %s: %s", n, t->dir, strerror(errno));
-        if (tpath) unlink(tpath);
+        if (fd >= 0) unlink(tpath); /* ours only: not one whose name was taken */
     }
     const double secs = ph_now_s() - t0;
     pthread_mutex_lock(&t->db_lock);
