@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -536,15 +537,24 @@ static void recovery(void) {
     make_dir(dir, sizeof dir, "recover");
     one_file(dir, name);
     snprintf(stale, sizeof stale, "tmp.%ld.1.phkv", (long)dead_pid());
-    snprintf(live, sizeof live, "tmp.%ld.77.phkv", (long)getpid()); /* a live writer's: kept */
+    snprintf(live, sizeof live, "tmp.%ld.77.phkv", (long)getpid()); /* a live writer's (locked): kept */
     write_file(dir, stale, 5000);
     write_file(dir, live, 5000);
+    /* a dead write whose pid is ours now (a restarted container's server): removed */
+    char same_pid[64];
+    snprintf(same_pid, sizeof same_pid, "tmp.%ld.78.phkv", (long)getpid());
+    write_file(dir, same_pid, 5000);
+    char lp[512];
+    path_in(lp, sizeof lp, dir, live);
+    int live_fd = open(lp, O_RDONLY);
+    CHECK(live_fd >= 0 && flock(live_fd, LOCK_EX) == 0);
     memset(junk, 'a', 64);
     snprintf(junk + 64, sizeof junk - 64, ".phkv");
     write_file(dir, junk, 70000);
     forget_index(dir);
     disk_tier *t = open_tier(dir, BIG);
-    CHECK(!exists(dir, stale) && exists(dir, live));
+    CHECK(!exists(dir, stale) && exists(dir, live) && !exists(dir, same_pid));
+    close(live_fd);
     CHECK(!exists(dir, junk) && stats(t).rejected == 1);
     listing l = list(t);
     CHECK(l.n == 1 && !strcmp(l.v[0].name, name) && l.v[0].n_rows == CONV_ROWS && l.v[0].n_pictures == 2);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -655,7 +656,8 @@ static void write_job(disk_tier *t, job *j) {
     }
     const double t0 = ph_now_s();
     /* a name taken already (left by a dead process that had this pid, as a
-     * restarted container's server has) is skipped, not a failure */
+     * restarted container's server has, until the next open removes it) is
+     * skipped, not a failure */
     char *tpath = NULL, *fpath = path_of(t, name);
     int fd = -1;
     for (int tries = 0; tries < 1000; tries++) {
@@ -665,6 +667,7 @@ static void write_job(disk_tier *t, job *j) {
         if (!(tpath = path_of(t, tmp))) break;
         if ((fd = open(tpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) >= 0 || errno != EEXIST) break;
     }
+    if (fd >= 0) flock(fd, LOCK_EX); /* "being written": see stale_temp */
     uint8_t *prov = prov_encode(s, n, s->n_spans);
     XXH3_state_t *x = XXH3_createState();
     int rc = fd >= 0 && fpath && prov && x ? 0 : -1;
@@ -816,10 +819,16 @@ void disk_tier_flush(disk_tier *t) {
 
 /* ---- open and recovery ------------------------------------------------------------- */
 
-static bool stale_temp(const char *name) {
+/* Whether a temporary file is a dead write's: its writer holds a lock on
+ * it while it writes (the kernel drops the lock when the writer dies, even
+ * if a new process has its pid now). */
+static bool stale_temp(int dir_fd, const char *name) {
     if (strncmp(name, "tmp.", 4)) return false;
-    long pid = strtol(name + 4, NULL, 10);
-    return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return false;
+    bool stale = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    close(fd);
+    return stale;
 }
 
 static bool is_ckpt_name(const char *name) {
@@ -867,7 +876,7 @@ static void recover(disk_tier *t) {
     struct dirent *de;
     while ((de = readdir(d))) {
         const char *name = de->d_name;
-        if (stale_temp(name)) {
+        if (stale_temp(dirfd(d), name)) {
             if (unlinkat(dirfd(d), name, 0) == 0) PH_INFO("disk cache: removed %s, left by a write that died", name);
             continue;
         }
@@ -975,6 +984,35 @@ static void reading_remove(disk_tier *t, const char *name) {
         }
 }
 
+/* Opens and checks candidate files (bad ones are removed), keeping in *best
+ * the one that shares the most rows with want (*best_prefix, its name in
+ * name). */
+static void pick(disk_tier *t, const seq_state *want, const cand *c, int n, opened *best, int32_t *best_prefix,
+                 char name[DISK_NAME_LEN]) {
+    for (int i = 0; i < n; i++) {
+        opened o;
+        char why[128];
+        int rc = open_checked(t, c[i].name, &o, why, sizeof why);
+        if (rc == -1) reject(t, c[i].name, why);
+        if (rc == -2) index_delete(t, c[i].name);
+        if (rc) {
+            opened_close(&o);
+            continue;
+        }
+        int32_t p = !memcmp(o.h.model_id, want->model_id, 32) && !strcmp(o.h.format, want->format)
+                        ? seq_common_prefix(&o.seq, want)
+                        : 0;
+        if (p > *best_prefix) {
+            opened_close(best);
+            *best = o;
+            *best_prefix = p;
+            copy_name(name, c[i].name);
+        } else {
+            opened_close(&o);
+        }
+    }
+}
+
 int disk_tier_find(disk_tier *t, const seq_state *want, disk_match *m) {
     memset(m, 0, sizeof *m);
     m->fd = -1;
@@ -991,8 +1029,10 @@ int disk_tier_find(disk_tier *t, const seq_state *want, disk_match *m) {
      * search over the natural ones (a file that holds a boundary holds
      * every earlier one) */
     cand c[MAX_CANDIDATES];
-    int n = nk > nat ? candidates(t, k[nk - 1].h, false, c, MAX_CANDIDATES) : 0;
-    if (n == 0) {
+    opened bestf = {.fd = -1};
+    int32_t best_prefix = 0;
+    if (nk > nat) pick(t, want, c, candidates(t, k[nk - 1].h, false, c, MAX_CANDIDATES), &bestf, &best_prefix, m->name);
+    if (best_prefix == 0) {
         int32_t lo = 0, hi = nat - 1, best = -1;
         while (lo <= hi) {
             int32_t mid = (lo + hi) / 2;
@@ -1004,31 +1044,8 @@ int disk_tier_find(disk_tier *t, const seq_state *want, disk_match *m) {
                 hi = mid - 1;
             }
         }
-        if (best >= 0) n = candidates(t, k[best].h, false, c, MAX_CANDIDATES);
-    }
-    opened bestf = {.fd = -1};
-    int32_t best_prefix = 0;
-    for (int i = 0; i < n; i++) {
-        opened o;
-        char why[128];
-        int rc = open_checked(t, c[i].name, &o, why, sizeof why);
-        if (rc == -1) reject(t, c[i].name, why);
-        if (rc == -2) index_delete(t, c[i].name);
-        if (rc) {
-            opened_close(&o);
-            continue;
-        }
-        int32_t p = !memcmp(o.h.model_id, want->model_id, 32) && !strcmp(o.h.format, want->format)
-                        ? seq_common_prefix(&o.seq, want)
-                        : 0;
-        if (p > best_prefix) {
-            opened_close(&bestf);
-            bestf = o;
-            best_prefix = p;
-            copy_name(m->name, c[i].name);
-        } else {
-            opened_close(&o);
-        }
+        if (best >= 0)
+            pick(t, want, c, candidates(t, k[best].h, false, c, MAX_CANDIDATES), &bestf, &best_prefix, m->name);
     }
     free(k);
     if (best_prefix == 0) {

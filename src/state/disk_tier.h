@@ -59,7 +59,8 @@
  * prefixes of a new one are removed once it is stored. Each write goes to
  * a temporary file (tmp.<pid>.<n>.phkv), is fsynced, renamed, the folder
  * fsynced, and only then indexed, so a kill at any moment leaves complete
- * files only: at open, temporary files of dead writers are removed, index
+ * files only: at open, temporary files of dead writers (a writer holds a
+ * lock on its temporary file while it writes) are removed, index
  * rows without a file deleted, and files without a row indexed after a
  * full check (or removed).
  *
