@@ -700,7 +700,19 @@ static void test_kv_disk(void) {
     ph_image_in_free(pics[0]);
     ph_image_in_free(pics[1]);
 
-    /* the picture moved to another message, or gone */
+    /* the picture gone from the conversation */
+    e = engine_kv(LLM, dir);
+    conv g = {0};
+    msg(&g, 's', (const char *[]){"You are a careful assistant who describes pictures in detail."}, 1, pics);
+    msg(&g, 'u', (const char *[]){"Here is my photo:", "What is in this picture?"}, 2, pics);
+    msg(&g, 'a', (const char *[]){"It is a picture."}, 1, pics);
+    msg(&g, 'u', (const char *[]){"Tell me more."}, 1, pics);
+    result r6 = turn(e, &g);
+    CHECKF(r6.r.n_from_disk <= before, "picture gone: %d rows from disk", r6.r.n_from_disk);
+    same_as_cold(&g, &r6, "picture gone after a restart");
+    ph_engine_free(e);
+
+    /* the picture moved to a later message: the files above share its text, never its picture */
     e = engine_kv(LLM, dir);
     pics[0] = pic(e, p1);
     conv m = {0};
@@ -709,7 +721,8 @@ static void test_kv_disk(void) {
     msg(&m, 'a', (const char *[]){"It is a picture."}, 1, pics);
     msg(&m, 'u', (const char *[]){"@0", "Tell me more."}, 2, pics);
     result r5 = turn(e, &m);
-    CHECKF(r5.r.n_from_disk <= before, "picture moved: %d rows from disk", r5.r.n_from_disk);
+    CHECKF(r5.r.pics_from_kv == 0 && r5.r.pics_encoded == 1, "picture moved: %d rows from disk, %d pictures with them, "
+           "%d encoded", r5.r.n_from_disk, r5.r.pics_from_kv, r5.r.pics_encoded);
     same_as_cold(&m, &r5, "picture moved after a restart");
     ph_engine_free(e);
     ph_image_in_free(pics[0]);
