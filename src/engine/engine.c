@@ -81,6 +81,13 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     progress(p, "allocating the context", 0.9);
     if (!(e->s = ph_session_new(e->m, p->n_ctx, err))) goto fail;
     if (seq_init(&e->live, ph_session_n_ctx(e->s), err)) goto fail;
+    /* one token through every weight, so that the first request does not
+     * wait for the mapped model file to be paged in (a server resuming a
+     * conversation from disk answers that request in about a second) */
+    progress(p, "warming up", 0.92);
+    const int32_t warm = 0;
+    if (ph_session_eval_tokens(e->s, &warm, 1, err)) goto fail;
+    ph_session_reset(e->s);
     memcpy(e->live.model_id, e->model_id, 32);
     /* everything the KV bytes depend on (a checkpoint made otherwise is never loaded) */
     const llm_hparams *hp = &e->m->hp;
