@@ -898,6 +898,30 @@ static void recover(disk_tier *t) {
     closedir(d);
 }
 
+/* WAL mode and the tables. Switching to WAL needs the database to itself,
+ * which the busy handler does not wait for: another process setting up the
+ * same new folder at the same moment makes it fail with SQLITE_BUSY, so the
+ * setup is tried again for up to 10 s. */
+static int setup_index(disk_tier *t) {
+    static const char sql[] =
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+        "CREATE TABLE IF NOT EXISTS files(name TEXT PRIMARY KEY, model_id BLOB, format TEXT, n_rows INTEGER, "
+        "n_pictures INTEGER, bytes INTEGER, last_use INTEGER, created INTEGER);"
+        "CREATE TABLE IF NOT EXISTS keys(hash BLOB, name TEXT, row INTEGER, tail INTEGER);"
+        "CREATE INDEX IF NOT EXISTS keys_hash ON keys(hash);"
+        "CREATE INDEX IF NOT EXISTS keys_name ON keys(name);"
+        "CREATE INDEX IF NOT EXISTS files_used ON files(last_use);";
+    const double t_end = ph_now_s() + 10.0;
+    for (;;) {
+        int rc = sqlite3_exec(t->db, sql, NULL, NULL, NULL);
+        if (rc == SQLITE_OK) return 0;
+        rc &= 0xff; /* the primary code */
+        if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || ph_now_s() > t_end) return -1;
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *e) {
     if (ph_mkdir_p(dir, e)) return NULL;
     disk_tier *t = calloc(1, sizeof *t);
@@ -929,13 +953,7 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *e) {
         return NULL;
     }
     sqlite3_busy_timeout(t->db, 10000);
-    if (exec(t, "PRAGMA journal_mode=WAL") || exec(t, "PRAGMA synchronous=NORMAL") ||
-        exec(t, "CREATE TABLE IF NOT EXISTS files(name TEXT PRIMARY KEY, model_id BLOB, format TEXT, "
-                "n_rows INTEGER, n_pictures INTEGER, bytes INTEGER, last_use INTEGER, created INTEGER)") ||
-        exec(t, "CREATE TABLE IF NOT EXISTS keys(hash BLOB, name TEXT, row INTEGER, tail INTEGER)") ||
-        exec(t, "CREATE INDEX IF NOT EXISTS keys_hash ON keys(hash)") ||
-        exec(t, "CREATE INDEX IF NOT EXISTS keys_name ON keys(name)") ||
-        exec(t, "CREATE INDEX IF NOT EXISTS files_used ON files(last_use)")) {
+    if (setup_index(t)) {
         ph_err_set(e, "%s: cannot set up the checkpoint index: %s", dir, sqlite3_errmsg(t->db));
         disk_tier_close(t);
         return NULL;
