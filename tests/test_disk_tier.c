@@ -696,6 +696,23 @@ static void budget(void) {
     CHECK(list(t).n == 1 && list(t).v[0].n_rows == CONV_ROWS && count_files(dir, NULL) == 1);
     disk_tier_close(t);
 
+    /* a short conversation (no key boundary yet): its prompt's file is
+     * replaced by its turn's, which the writer knows extends it */
+    make_dir(dir, sizeof dir, "short");
+    t = open_tier(dir, BIG);
+    seq_state sh;
+    if (seq_init(&sh, 64, NULL)) die("out of memory");
+    seq_begin(&sh, MODEL, FMT);
+    add_text(&sh, 9, 34);
+    kv_fill(&kvA, 9, 34);
+    CHECK(save_flush(t, &sh, 30, &kvA));
+    CHECK(save_flush(t, &sh, 34, &kvA));
+    CHECKF(list(t).n == 1 && list(t).v[0].n_rows == 34 && count_files(dir, NULL) == 1,
+           "short conversation: %d files", list(t).n);
+    RESTORES(t, &sh, &sh, &kvA, 34);
+    seq_free(&sh);
+    disk_tier_close(t);
+
     /* a longer checkpoint replaces the stored prefix, wherever it ends */
     const int32_t firsts[] = {200, 192, 250, 134};
     for (int i = 0; i < 4; i++) {

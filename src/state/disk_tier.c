@@ -57,6 +57,8 @@ struct disk_tier {
     char (*reading)[DISK_NAME_LEN]; /* files open for a load: never evicted */
     int n_reading, cap_reading;
     unsigned counter;
+    seq_state last;            /* the writer's last file (its provenance), named last_name */
+    char last_name[DISK_NAME_LEN];
     fault fault;
     disk_tier_stats st;
 };
@@ -558,6 +560,8 @@ static void enforce(disk_tier *t, uint64_t max, uint64_t *n_removed, uint64_t *b
 
 /* ---- the writer ---------------------------------------------------------------- */
 
+static bool indexed(disk_tier *t, const char *name);
+
 static int write_all(int fd, const void *p, size_t n) {
     const uint8_t *b = p;
     while (n) {
@@ -621,9 +625,26 @@ static void drop_prefixes(disk_tier *t, const job *j, const char *name, const ke
     }
 }
 
+/* Removes the writer's previous file when j's file extends it: the keys
+ * cannot find a prefix that ends before the first boundary (a short
+ * conversation's prompt, then its turn), but the writer remembers what it
+ * wrote last. j's provenance becomes the one remembered. */
+static void drop_last_if_prefix(disk_tier *t, job *j, const char *name) {
+    if (t->last.n_rows && strcmp(t->last_name, name) && !is_reading(t, t->last_name) &&
+        !memcmp(t->last.model_id, j->seq.model_id, 32) && !strcmp(t->last.format, j->seq.format) &&
+        seq_common_prefix(&t->last, &j->seq) == t->last.n_rows && indexed(t, t->last_name)) {
+        remove_file(t, t->last_name);
+        t->st.evictions++;
+    }
+    seq_state keep = t->last;
+    t->last = j->seq;
+    j->seq = keep; /* freed with the job */
+    copy_name(t->last_name, name);
+}
+
 /* Writes one checkpoint. */
 static void write_job(disk_tier *t, job *j) {
-    const seq_state *s = &j->seq;
+    const seq_state *s = &j->seq; /* (moved to t->last once the file is stored) */
     const kv_cache *kv = j->kv;
     const int32_t n = s->n_rows;
     int32_t nk, nat;
@@ -713,8 +734,9 @@ static void write_job(disk_tier *t, job *j) {
         t->st.bytes_written += bytes;
         t->st.write_s += secs;
         drop_prefixes(t, j, name, k, nk);
+        drop_last_if_prefix(t, j, name);
         enforce(t, t->budget, NULL, NULL);
-        PH_DEBUG("disk cache: wrote %s (%d rows, %d pictures, %.1f MB) in %.3f s", name, n, s->n_spans,
+        PH_DEBUG("disk cache: wrote %s (%d rows, %d pictures, %.1f MB) in %.3f s", name, n, h.n_spans,
                  (double)bytes / 1e6, secs);
     } else if (rc == 0) {
         remove_file(t, name); /* not indexed: not kept */
@@ -973,6 +995,7 @@ void disk_tier_close(disk_tier *t) {
     pthread_mutex_unlock(&t->q_lock);
     if (t->started) pthread_join(t->thread, NULL);
     if (t->db) sqlite3_close(t->db);
+    seq_free(&t->last);
     pthread_mutex_destroy(&t->db_lock);
     pthread_mutex_destroy(&t->q_lock);
     pthread_cond_destroy(&t->q_cv);
