@@ -177,7 +177,7 @@ static disk_tier_stats stats(disk_tier *t) {
 
 /* Saves and waits until it is written. */
 static bool save_flush(disk_tier *t, const seq_state *s, int32_t n, const kv_cache *kv) {
-    bool ok = disk_tier_save(t, s, n, kv);
+    bool ok = disk_tier_save(t, s, n, kv, 0);
     disk_tier_flush(t);
     return ok;
 }
@@ -396,10 +396,10 @@ static void not_matched(void) {
     disk_tier_stats st = stats(t);
     CHECK(st.misses == 3 && st.rejected == 0 && st.entries == 1);
     /* incomplete state is not saved: a picture cut, or without cond_hash */
-    CHECK(!disk_tier_save(t, &A, 100, &kvA));
+    CHECK(!disk_tier_save(t, &A, 100, &kvA, 0));
     conv_seq(&R, 1, false);
-    CHECK(!disk_tier_save(t, &R, R.n_rows, &kvA));
-    CHECK(!disk_tier_save(t, &A, 0, &kvA));
+    CHECK(!disk_tier_save(t, &R, R.n_rows, &kvA, 0));
+    CHECK(!disk_tier_save(t, &A, 0, &kvA, 0));
     disk_tier_close(t);
 }
 
@@ -596,7 +596,7 @@ static void killed(void) {
             ph_err e = {0};
             disk_tier *c = disk_tier_open(dir, BIG, &e);
             if (!c) _exit(2);
-            disk_tier_save(c, &B, B.n_rows, &kvB);
+            disk_tier_save(c, &B, B.n_rows, &kvB, 0);
             disk_tier_flush(c);
             disk_tier_close(c);
             _exit(3); /* not killed */
@@ -713,6 +713,29 @@ static void budget(void) {
     seq_free(&sh);
     disk_tier_close(t);
 
+    /* a delayed checkpoint (a prompt's) that a newer one extends before
+     * its time is never written; one left alone is written when due */
+    make_dir(dir, sizeof dir, "delayed");
+    t = open_tier(dir, BIG);
+    conv_seq(&A, 1, true);
+    kv_fill(&kvA, 1, CONV_ROWS);
+    CHECK(disk_tier_save(t, &A, 200, &kvA, 30.0));
+    CHECK(disk_tier_save(t, &A, CONV_ROWS, &kvA, 0));
+    disk_tier_flush(t);
+    st = stats(t);
+    CHECKF(st.saves == 1 && st.evictions == 0 && list(t).n == 1 && list(t).v[0].n_rows == CONV_ROWS,
+           "superseded delayed checkpoint: %llu saves, %llu evictions", (unsigned long long)st.saves,
+           (unsigned long long)st.evictions);
+    conv_seq(&B, 2, true);
+    kv_fill(&kvB, 2, CONV_ROWS);
+    CHECK(disk_tier_save(t, &B, CONV_ROWS, &kvB, 0.2));
+    CHECK(stats(t).queued == 1 && stats(t).saves == 1); /* not yet */
+    for (int i = 0; i < 200 && stats(t).saves < 2; i++) sleep_ms(10);
+    CHECKF(stats(t).saves == 2 && stats(t).queued == 0, "delayed checkpoint written when due: %llu saves",
+           (unsigned long long)stats(t).saves);
+    RESTORES(t, &B, &B, &kvB, CONV_ROWS);
+    disk_tier_close(t);
+
     /* a longer checkpoint replaces the stored prefix, wherever it ends */
     const int32_t firsts[] = {200, 192, 250, 134};
     for (int i = 0; i < 4; i++) {
@@ -745,7 +768,7 @@ static void queued(void) {
     conv_seq(&A, 1, true);
     kv_fill(&kvA, 1, CONV_ROWS);
     const int32_t ends[] = {134, 192, 200, 250, CONV_ROWS};
-    for (int i = 0; i < 5; i++) CHECK(disk_tier_save(t, &A, ends[i], &kvA));
+    for (int i = 0; i < 5; i++) CHECK(disk_tier_save(t, &A, ends[i], &kvA, 0));
     disk_tier_flush(t);
     listing l = list(t);
     CHECK(l.n == 1 && l.v[0].n_rows == CONV_ROWS && count_files(dir, NULL) == 1);
@@ -775,7 +798,7 @@ static void release(void) {
         conv_seq(&A, 30 + (uint32_t)round, true);
         kv_fill(&kvA, 30 + (uint32_t)round, CONV_ROWS);
         kv_fill(&kvX, 30 + (uint32_t)round, CONV_ROWS); /* the live cells */
-        CHECK(disk_tier_save(t, &A, A.n_rows, &kvX));
+        CHECK(disk_tier_save(t, &A, A.n_rows, &kvX, 0));
         disk_tier_release_rows(t, 0);
         kv_fill(&kvX, 0xbad, NCTX); /* the next prompt overwrites them */
         disk_tier_flush(t);
@@ -784,7 +807,7 @@ static void release(void) {
     /* releasing rows past the queued ones does not wait for the write */
     conv_seq(&A, 40, true);
     kv_fill(&kvX, 40, CONV_ROWS);
-    CHECK(disk_tier_save(t, &A, A.n_rows, &kvX));
+    CHECK(disk_tier_save(t, &A, A.n_rows, &kvX, 0));
     disk_tier_release_rows(t, CONV_ROWS);
     disk_tier_flush(t);
     kv_fill(&kvA, 40, CONV_ROWS);
@@ -825,7 +848,7 @@ static void two_processes(void) {
                 disk_tier_release_rows(t, 0); /* the writer is done with the cells */
                 conv2_seq(&A, conv2_id(c, k));
                 kv_fill(&kvX, conv2_id(c, k), A.n_rows);
-                bad |= !disk_tier_save(t, &A, A.n_rows, &kvX);
+                bad |= !disk_tier_save(t, &A, A.n_rows, &kvX, 0);
             }
             disk_tier_flush(t);
             disk_tier_close(t);

@@ -117,7 +117,7 @@ fail:
 void ph_engine_free(ph_engine *e) {
     if (!e) return;
     if (e->disk) { /* the live state too (a clean shutdown), then whatever is queued */
-        if (e->s) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv);
+        if (e->s) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv, 0);
         disk_tier_close(e->disk);
     }
     ph_embed_cache_free(e->cache);
@@ -508,10 +508,15 @@ static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *u
 
 /* ---- a turn -------------------------------------------------------------------- */
 
-/* Queues a checkpoint of the live state on disk (the writer thread writes
- * it while the turn goes on). */
-static void checkpoint(ph_engine *e) {
-    if (e->disk) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv);
+/* A prompt's checkpoint (and one in the middle of a long prompt) waits
+ * this long for the one that extends it (the turn's, the next one): a turn
+ * that ends sooner writes its KV once, not twice. */
+#define CHECKPOINT_GRACE_S 5.0
+
+/* Queues a checkpoint of the live state on disk, written after delay_s
+ * (the writer thread writes it while the turn goes on). */
+static void checkpoint(ph_engine *e, double delay_s) {
+    if (e->disk) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv, delay_s);
 }
 
 /* Evaluates the request's rows from keep on, recording their provenance;
@@ -524,7 +529,7 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
     while (span < w->n_spans && w->spans[span].start < keep) span++;
     while (r < w->n_rows) {
         if (r >= mark) {
-            checkpoint(e);
+            checkpoint(e, CHECKPOINT_GRACE_S);
             mark = (r / every + 1) * every;
         }
         if (w->tok[r] != SEQ_ROW_PICTURE) {
@@ -715,9 +720,9 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     e->st.prompt_tokens_prefilled += (uint64_t)r->n_prefilled;
     e->st.prompt_tokens_from_ram += (uint64_t)r->n_from_ram;
     e->st.disk_cache_tokens_restored += (uint64_t)r->n_from_disk;
-    checkpoint(e); /* the prompt */
+    checkpoint(e, CHECKPOINT_GRACE_S); /* the prompt */
     if ((rc = generate(e, gp, cb, ud, r, t0, err)) != 0) goto reset;
-    checkpoint(e); /* the turn */
+    checkpoint(e, 0); /* the turn */
     goto out;
 reset:
     /* the KV may hold part of this turn: forget it rather than keep state

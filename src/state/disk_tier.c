@@ -32,6 +32,7 @@ typedef struct job {
     seq_state seq;           /* provenance of its rows (seq.n_rows = n) */
     const kv_cache *kv;      /* the live cells it reads */
     bool reading;            /* taken by the writer, KV not yet read */
+    double due;              /* not written before this (ph_now_s); 0: at once */
     struct job *next;
 } job;
 
@@ -761,6 +762,16 @@ static void *writer(void *arg) {
         while (!t->head && !t->stop) pthread_cond_wait(&t->q_cv, &t->q_lock);
         if (!t->head) break;
         job *j = t->head;
+        const double now = ph_now_s();
+        if (!t->stop && j->due > now) { /* a newer checkpoint may make it needless meanwhile */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            const double at = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (j->due - now);
+            ts.tv_sec = (time_t)at;
+            ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+            pthread_cond_timedwait(&t->q_cv, &t->q_lock, &ts);
+            continue;
+        }
         j->reading = true;
         t->busy = j;
         pthread_mutex_unlock(&t->q_lock);
@@ -775,7 +786,13 @@ static void *writer(void *arg) {
     return NULL;
 }
 
-bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cache *kv) {
+/* Makes every queued checkpoint due now (q_lock held). */
+static void all_due(disk_tier *t) {
+    for (job *j = t->head; j; j = j->next) j->due = 0;
+    pthread_cond_broadcast(&t->q_cv);
+}
+
+bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cache *kv, double delay_s) {
     if (n <= 0 || n > seq->n_rows || !seq_complete(seq, n)) return false;
     job *j = calloc(1, sizeof *j);
     if (!j || seq_init(&j->seq, n, NULL) || seq_copy(&j->seq, seq, n, NULL)) {
@@ -783,6 +800,7 @@ bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cach
         return false;
     }
     j->kv = kv;
+    j->due = delay_s > 0 ? ph_now_s() + delay_s : 0;
     pthread_mutex_lock(&t->q_lock);
     /* a queued checkpoint that this one extends is not written; one that
      * extends this one makes it needless */
@@ -823,6 +841,7 @@ bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cach
 
 void disk_tier_release_rows(disk_tier *t, int32_t n) {
     pthread_mutex_lock(&t->q_lock);
+    all_due(t);
     for (;;) {
         bool wait = false;
         for (job *j = t->head; j && !wait; j = j->next)
@@ -835,6 +854,7 @@ void disk_tier_release_rows(disk_tier *t, int32_t n) {
 
 void disk_tier_flush(disk_tier *t) {
     pthread_mutex_lock(&t->q_lock);
+    all_due(t);
     while (t->head) pthread_cond_wait(&t->q_cv, &t->q_lock);
     pthread_mutex_unlock(&t->q_lock);
 }
@@ -955,7 +975,11 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *e) {
     t->budget = budget;
     pthread_mutex_init(&t->db_lock, NULL);
     pthread_mutex_init(&t->q_lock, NULL);
-    pthread_cond_init(&t->q_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the writer waits for due times */
+    pthread_cond_init(&t->q_cv, &ca);
+    pthread_condattr_destroy(&ca);
     const char *f = getenv("PINHOLE_TEST_DISK_KILL"); /* set by tests only */
     if (f && *f) {
         t->fault = !strcmp(f, "before-fsync")   ? FAULT_BEFORE_FSYNC

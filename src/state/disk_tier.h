@@ -53,8 +53,8 @@
  * own writes it from the live KV cells themselves (no copy): the caller
  * keeps those cells unchanged until disk_tier_release_rows says the writer
  * is done reading them (which is as soon as the bytes are in the kernel,
- * before fsync). A queued checkpoint that a newer one of the same sequence
- * extends is dropped unwritten; one that is a prefix of a file already
+ * before fsync). A checkpoint may be queued with a delay; a queued one
+ * that a newer one of the same sequence extends is dropped unwritten; one that is a prefix of a file already
  * stored is not written (that file is made most recent); files that are
  * prefixes of a new one are removed once it is stored. Each write goes to
  * a temporary file (tmp.<pid>.<n>.phkv), is fsynced, renamed, the folder
@@ -107,13 +107,17 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *e);
 void disk_tier_close(disk_tier *t);
 
 /* Queues a checkpoint of seq's first n rows, whose KV cells are kv's
- * first n. false when nothing is queued: the rows are not complete (a
- * picture cut or without cond_hash) or n is 0. */
-bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cache *kv);
+ * first n, to be written after delay_s seconds (0: at once) unless a newer
+ * checkpoint that extends it is queued meanwhile (then it is dropped
+ * unwritten): a prompt's checkpoint waits a little for its turn's. false
+ * when nothing is queued: the rows are not complete (a picture cut or
+ * without cond_hash) or n is 0. */
+bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cache *kv, double delay_s);
 /* Waits until no queued or running write still has to read KV cells at or
- * past row n (call it before those cells change; 0: before any change). */
+ * past row n (call it before those cells change; 0: before any change).
+ * Every queued checkpoint is due at once from then on. */
 void disk_tier_release_rows(disk_tier *t, int32_t n);
-/* Waits until everything queued is written. */
+/* Writes everything queued (delays end) and waits for it. */
 void disk_tier_flush(disk_tier *t);
 
 /* A stored checkpoint that matches a request, open for reading. */
