@@ -9,6 +9,13 @@
 #include "pinhole.h"
 #include "server/server.h"
 
+/* The default token limit of an answer when the request gives none: a
+ * bound on a model that loops or never emits its end token, which would
+ * otherwise generate until the context is full (minutes on a long
+ * context, with the single worker busy), and far more than a normal
+ * answer, reasoning included, needs. */
+#define PH_SERVE_MAX_TOKENS 4096
+
 static void serve_usage(FILE *out) {
     fprintf(out,
             "usage: pinhole serve -m LLM.gguf [--mmproj MMPROJ.gguf] [options]\n"
@@ -22,6 +29,13 @@ static void serve_usage(FILE *out) {
             "  --max-body-mb N           largest request body in MiB (default 64)\n"
             "  --api-key KEY             require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
             "  --alias NAME              the model's name in /v1/models (default: the file name)\n"
+            "  --temp F                  default temperature, 0..2; 0 is greedy (default 1)\n"
+            "  --top-p F                 default top-p, above 0 and at most 1 (default 1: off)\n"
+            "  --top-k N                 default top-k (default 0: off)\n"
+            "  --max-tokens N            default token limit of an answer (default 4096; 0: until the\n"
+            "                            context is full)\n"
+            "                            These four apply to requests that leave the field out; a field\n"
+            "                            in the request always wins.\n"
             "  --image-min-tokens N      least merged tokens per picture (default 8)\n"
             "  --image-max-tokens N      most merged tokens per picture (default 4096)\n"
             "  --image-cache-entries N   picture embeddings kept in memory (default 32; 0: none)\n"
@@ -55,7 +69,8 @@ static void on_progress(void *ud, const char *what, double f) {
 int cmd_serve(int argc, char **argv) {
     ph_engine_params ep;
     ph_engine_params_default(&ep);
-    srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_body = (size_t)64 << 20};
+    srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_body = (size_t)64 << 20,
+                      .temperature = 1.0, .top_p = 1.0, .top_k = 0, .max_tokens = PH_SERVE_MAX_TOKENS};
     long l;
     double d;
     for (int i = 1; i < argc; i++) {
@@ -78,6 +93,14 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-body-mb")) { if (arg_int(a, v, 1, 1 << 20, &l)) return 2; cfg.max_body = (size_t)l << 20; }
         else if (!strcmp(a, "--api-key")) cfg.api_key = v;
         else if (!strcmp(a, "--alias")) cfg.model_name = v;
+        else if (!strcmp(a, "--temp")) { if (arg_float(a, v, 0, 2, &d)) return 2; cfg.temperature = d; }
+        else if (!strcmp(a, "--top-p")) {
+            if (arg_float(a, v, 0, 1, &d)) return 2;
+            if (!(d > 0)) { fprintf(stderr, "pinhole: %s: '%s' must be above 0 (at most 1)\n", a, v); return 2; }
+            cfg.top_p = d;
+        }
+        else if (!strcmp(a, "--top-k")) { if (arg_int(a, v, 0, INT32_MAX, &l)) return 2; cfg.top_k = (int)l; }
+        else if (!strcmp(a, "--max-tokens")) { if (arg_int(a, v, 0, INT32_MAX, &l)) return 2; cfg.max_tokens = (int)l; }
         else if (!strcmp(a, "--image-min-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.image_min_tokens = (int)l; }
         else if (!strcmp(a, "--image-max-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.image_max_tokens = (int)l; }
         else if (!strcmp(a, "--image-cache-entries")) { if (arg_int(a, v, 0, 1 << 20, &l)) return 2; ep.image_cache_entries = (int)l; }

@@ -75,8 +75,8 @@ static int parse(job *j, ph_err *err) {
     if (job_finish_msgs(j, err)) return -1;
     json_t *mt = json_object_get(root, "max_tokens");
     if (!mt) return ph_err_setc(err, PH_ERR_INPUT, "'max_tokens' is required");
-    double temp = 1.0, top_p = 1.0;
-    int64_t max_tokens = 0, top_k = 0, seed = -1;
+    double temp = j->gen.sampler.temperature, top_p = j->gen.sampler.top_p; /* the server's defaults */
+    int64_t max_tokens = j->gen.max_tokens, top_k = j->gen.sampler.top_k, seed = -1;
     if (get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) || get_number(root, "temperature", 0, 1, &temp, err) ||
         get_number(root, "top_p", 0, 1, &top_p, err) || get_int(root, "top_k", 0, INT32_MAX, &top_k, err) ||
         get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) || /* an extension */

@@ -64,8 +64,8 @@ static int parse(job *j, ph_err *err) {
         if (job_begin_msg(j, r, err) || parse_content(j, content, mi, err)) return -1;
     }
     if (job_finish_msgs(j, err)) return -1;
-    double temp = 1.0, top_p = 1.0;
-    int64_t max_tokens = 0, seed = -1, top_lp = 0;
+    double temp = j->gen.sampler.temperature, top_p = j->gen.sampler.top_p; /* the server's defaults */
+    int64_t max_tokens = j->gen.max_tokens, seed = -1, top_lp = 0;
     bool logprobs = false;
     if (get_number(root, "temperature", 0, 2, &temp, err) || get_number(root, "top_p", 0, 1, &top_p, err) ||
         get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||

@@ -77,8 +77,8 @@ static int parse(job *j, ph_err *err) {
         return ph_err_setc(err, PH_ERR_INPUT, "'previous_response_id' is not supported: send the whole conversation "
                                               "(pinhole reuses its state on its own)");
     if (job_finish_msgs(j, err)) return -1;
-    double temp = 1.0, top_p = 1.0;
-    int64_t max_tokens = 0, seed = -1;
+    double temp = j->gen.sampler.temperature, top_p = j->gen.sampler.top_p; /* the server's defaults */
+    int64_t max_tokens = j->gen.max_tokens, seed = -1;
     if (get_number(root, "temperature", 0, 2, &temp, err) || get_number(root, "top_p", 0, 1, &top_p, err) ||
         get_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, err) ||
         get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) || /* an extension */

@@ -57,6 +57,11 @@ static job *job_new(srv *s, const api_kind *api, json_t *root) {
     j->open_kind = -1;
     j->refs = 1;
     ph_gen_params_default(&j->gen);
+    /* the server's defaults; each API's parser overwrites them with the fields the request has */
+    j->gen.sampler.temperature = (float)s->cfg.temperature;
+    j->gen.sampler.top_p = (float)s->cfg.top_p;
+    j->gen.sampler.top_k = s->cfg.top_k;
+    j->gen.max_tokens = s->cfg.max_tokens;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     return j;

@@ -16,6 +16,12 @@ typedef struct srv_config {
     size_t max_body;           /* bytes */
     const char *api_key;       /* NULL: no key needed */
     const char *model_name;    /* the id in /v1/models and responses */
+    /* sampling defaults for requests that leave these fields out (--temp,
+     * --top-p, --top-k, --max-tokens); a field in the request always wins */
+    double temperature;        /* >= 0; 0: greedy */
+    double top_p;              /* (0, 1] */
+    int top_k;                 /* 0: off */
+    int max_tokens;            /* 0: until the context is full */
 } srv_config;
 
 /* Serves until SIGINT or SIGTERM. Prints "pinhole: listening on URL" on
