@@ -28,7 +28,11 @@ static void serve_usage(FILE *out) {
             "  --max-images N            most pictures per request (default 16)\n"
             "  --max-body-mb N           largest request body in MiB (default 64)\n"
             "  --api-key KEY             require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
-            "  --alias NAME              the model's name in /v1/models (default: the file name)\n"
+            "  --alias NAME              the model's name in /v1/models (default: the file name); may be\n"
+            "                            given more than once: the first is listed, all are accepted\n"
+            "                            as a request's \"model\"\n"
+            "  --any-model               accept any \"model\" in requests (default: only the served\n"
+            "                            name and its aliases; any other gets 404)\n"
             "  --temp F                  default temperature, 0..2; 0 is greedy (default 1)\n"
             "  --top-p F                 default top-p, above 0 and at most 1 (default 1: off)\n"
             "  --top-k N                 default top-k (default 0: off)\n"
@@ -66,7 +70,8 @@ static void on_progress(void *ud, const char *what, double f) {
     fprintf(stderr, "pinhole: [%3.0f%%] %s\n", f * 100.0, what);
 }
 
-int cmd_serve(int argc, char **argv) {
+/* aliases: room for argc names (the --alias values). */
+static int serve_main(int argc, char **argv, const char **aliases) {
     ph_engine_params ep;
     ph_engine_params_default(&ep);
     srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_body = (size_t)64 << 20,
@@ -79,6 +84,7 @@ int cmd_serve(int argc, char **argv) {
             serve_usage(stdout);
             return 0;
         }
+        if (!strcmp(a, "--any-model")) { cfg.any_model = true; continue; }
         if (!strcmp(a, "--no-reuse")) { ep.reuse = false; continue; }
         if (!strcmp(a, "--no-cache")) { ep.reuse = false; ep.image_cache_entries = 0; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { ph_log_set_level(PH_LOG_DEBUG); continue; }
@@ -92,7 +98,10 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-images")) { if (arg_int(a, v, 0, 4096, &l)) return 2; cfg.max_images = (int)l; }
         else if (!strcmp(a, "--max-body-mb")) { if (arg_int(a, v, 1, 1 << 20, &l)) return 2; cfg.max_body = (size_t)l << 20; }
         else if (!strcmp(a, "--api-key")) cfg.api_key = v;
-        else if (!strcmp(a, "--alias")) cfg.model_name = v;
+        else if (!strcmp(a, "--alias")) {
+            if (!*v) { fprintf(stderr, "pinhole serve: --alias needs a name\n"); return 2; }
+            aliases[cfg.n_aliases++] = v;
+        }
         else if (!strcmp(a, "--temp")) { if (arg_float(a, v, 0, 2, &d)) return 2; cfg.temperature = d; }
         else if (!strcmp(a, "--top-p")) {
             if (arg_float(a, v, 0, 1, &d)) return 2;
@@ -128,7 +137,9 @@ int cmd_serve(int argc, char **argv) {
     }
     /* the model's name: the file name without folder and .gguf */
     char name[256];
-    if (!cfg.model_name) {
+    cfg.aliases = aliases;
+    if (cfg.n_aliases) cfg.model_name = aliases[0];
+    else {
         const char *base = strrchr(ep.model_path, '/');
         base = base ? base + 1 : ep.model_path;
         snprintf(name, sizeof name, "%s", base);
@@ -150,5 +161,16 @@ int cmd_serve(int argc, char **argv) {
             ph_cpu_isa());
     int rc = server_run(e, &cfg);
     ph_engine_free(e);
+    return rc;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char **aliases = calloc(argc > 0 ? (size_t)argc : 1, sizeof *aliases);
+    if (!aliases) {
+        fprintf(stderr, "pinhole: out of memory\n");
+        return 1;
+    }
+    int rc = serve_main(argc, argv, aliases);
+    free(aliases);
     return rc;
 }

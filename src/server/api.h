@@ -105,6 +105,8 @@ json_t *json_text(const char *s, size_t n);
 /* Error bodies in each API's shape. */
 json_t *openai_error_body(int status, const char *msg);
 json_t *anthropic_error_body(int status, const char *msg);
+/* OpenAI's shape with error.param and error.code set (NULL: null). */
+json_t *openai_error_body_code(int status, const char *msg, const char *param, const char *code);
 int status_for(const ph_err *err);
 
 void make_id(char *out, size_t cap, const char *prefix);

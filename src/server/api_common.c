@@ -308,7 +308,12 @@ static const char *openai_type(int status) {
 }
 
 json_t *openai_error_body(int status, const char *msg) {
-    return json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type", openai_type(status), "param", "code");
+    return openai_error_body_code(status, msg, NULL, NULL);
+}
+
+json_t *openai_error_body_code(int status, const char *msg, const char *param, const char *code) {
+    return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", openai_type(status), "param",
+                     param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
 }
 
 json_t *anthropic_error_body(int status, const char *msg) {

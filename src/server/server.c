@@ -276,6 +276,49 @@ static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, const char *
     return send_json(c, status, anthropic ? anthropic_error_body(status, msg) : openai_error_body(status, msg));
 }
 
+/* Whether a request may name this model: the served name or an alias. */
+static bool model_served(const srv *s, const char *name) {
+    if (!strcmp(name, s->cfg.model_name)) return true;
+    for (size_t i = 0; i < s->cfg.n_aliases; i++)
+        if (!strcmp(name, s->cfg.aliases[i])) return true;
+    return false;
+}
+
+/* The request's "model" (unless --any-model): absent or null is accepted
+ * (as before this check), a string must name the served model or an alias
+ * (404 otherwise, OpenAI's model_not_found / Anthropic's not_found_error),
+ * anything else is a 400. Returns MHD_YES with *sent false when it passes. */
+static enum MHD_Result check_model(srv *s, struct MHD_Connection *c, const api_kind *api, json_t *root, bool *sent) {
+    *sent = false;
+    json_t *m = json_object_get(root, "model");
+    if (s->cfg.any_model || !m || json_is_null(m)) return MHD_YES;
+    *sent = true;
+    char msg[700];
+    int status;
+    if (!json_is_string(m)) {
+        status = 400;
+        snprintf(msg, sizeof msg, "the field 'model' must be a string");
+    } else {
+        const char *name = json_string_value(m);
+        if (model_served(s, name)) { /* (json_loadb refuses \u0000 in strings) */
+            *sent = false;
+            return MHD_YES;
+        }
+        status = 404;
+        int n = snprintf(msg, sizeof msg, "the model '%.200s' is not served here: this server serves '%.200s'", name,
+                         s->cfg.model_name);
+        for (size_t i = 1; i < s->cfg.n_aliases && n > 0 && (size_t)n < sizeof msg; i++)
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "%s'%.60s'", i == 1 ? " (or its alias " : ", ",
+                          s->cfg.aliases[i]);
+        if (s->cfg.n_aliases > 1 && n > 0 && (size_t)n < sizeof msg) n += snprintf(msg + n, sizeof msg - (size_t)n, ")");
+        if (n > 0 && (size_t)n < sizeof msg)
+            snprintf(msg + n, sizeof msg - (size_t)n, "; start it with --any-model to accept any name");
+    }
+    metrics_request(&s->met, api->endpoint, status);
+    if (api->anthropic) return send_json(c, status, anthropic_error_body(status, msg));
+    return send_json(c, status, openai_error_body_code(status, msg, "model", status == 404 ? "model_not_found" : NULL));
+}
+
 /* Streams a job's SSE bytes as the worker writes them. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
@@ -347,6 +390,12 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
         json_decref(root);
         return send_error(s, c, api->endpoint, api->anthropic, 400, msg);
     }
+    bool sent;
+    enum MHD_Result mr = check_model(s, c, api, root, &sent);
+    if (sent) {
+        json_decref(root);
+        return mr;
+    }
     job *j = job_new(s, api, root);
     if (!j) {
         json_decref(root);
@@ -415,7 +464,7 @@ static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *
         if (!authorized(s, c)) return send_error(s, c, "models", false, 401, "a valid API key is required");
         json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->cfg.model_name, "object", "model", "created", (json_int_t)0,
                               "owned_by", "pinhole");
-        if (url[10] == '/' && strcmp(url + 11, s->cfg.model_name) != 0) {
+        if (url[10] == '/' && !model_served(s, url + 11)) {
             json_decref(m);
             return send_error(s, c, "models", false, 404, "no such model");
         }

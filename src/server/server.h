@@ -5,6 +5,7 @@
 #ifndef PH_SERVER_SERVER_H
 #define PH_SERVER_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "pinhole.h"
@@ -16,6 +17,11 @@ typedef struct srv_config {
     size_t max_body;           /* bytes */
     const char *api_key;       /* NULL: no key needed */
     const char *model_name;    /* the id in /v1/models and responses */
+    /* the names a request's "model" may give: model_name and these (the
+     * --alias names; model_name is the first of them when there are any) */
+    const char *const *aliases;
+    size_t n_aliases;
+    bool any_model;            /* --any-model: accept any "model" */
     /* sampling defaults for requests that leave these fields out (--temp,
      * --top-p, --top-k, --max-tokens); a field in the request always wins */
     double temperature;        /* >= 0; 0: greedy */

@@ -591,7 +591,7 @@ export const diff = (a, b) => Object.fromEntries(Object.keys(a).map((k) => [k, b
 
 export async function ask(srv, messages) {
   const r = await openai(srv).chat.completions.create({
-    model: 'x', messages, max_tokens: ASK_TOKENS, temperature: 0, logprobs: true, top_logprobs: 5,
+    model: MODEL_ID, messages, max_tokens: ASK_TOKENS, temperature: 0, logprobs: true, top_logprobs: 5,
   });
   return {
     text: r.choices[0].message.content, prompt: r.usage.prompt_tokens,

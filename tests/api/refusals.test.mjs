@@ -53,7 +53,7 @@ function bigPost(srv, path, size) {
     req.on('continue', () => {
       req.bodySent = true;
       const body = Buffer.alloc(size, 0x20);
-      body.write('{"model":"x","messages":[{"role":"user","content":"');
+      body.write(`{"model":"${MODEL_ID}","messages":[{"role":"user","content":"`);
       req.end(body);
     });
     req.on('error', (e) => { if (!res) reject(new Error(`${path}: no response before the connection failed: ${e.message}`)); });

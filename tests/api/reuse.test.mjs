@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import zlib from 'node:zlib';
 
 import {
-  anthropic, counters, diff, metric, metrics, openai, openaiError, picture, sleep, startServer, stopServer, turnVsCold as turn,
+  anthropic, counters, diff, metric, metrics, MODEL_ID, openai, openaiError, picture, sleep, startServer, stopServer, turnVsCold as turn,
 } from './helpers.mjs';
 
 const N = 6;
@@ -149,7 +149,7 @@ describe('embedding cache bounds and the elastic encoder', { timeout: 600_000 },
     try {
       const before = await counters(srv);
       for (const u of [gen(5), gen(6), gen(5)])
-        await openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: [{ role: 'user', content: [pic(u), text('New chat.')] }] });
+        await openai(srv).chat.completions.create({ model: MODEL_ID, max_tokens: 1, messages: [{ role: 'user', content: [pic(u), text('New chat.')] }] });
       const d = diff(before, await counters(srv));
       assert.equal(d.encoded, 3, 'the evicted picture is encoded again');
       assert.equal(d.evictions, 2);
@@ -162,7 +162,7 @@ describe('embedding cache bounds and the elastic encoder', { timeout: 600_000 },
     try {
       const before = await counters(srv);
       for (let s = 10; s < 50; s++)
-        await openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: [{ role: 'user', content: [pic(gen(s)), text('Hi.')] }] });
+        await openai(srv).chat.completions.create({ model: MODEL_ID, max_tokens: 1, messages: [{ role: 'user', content: [pic(gen(s)), text('Hi.')] }] });
       const d = diff(before, await counters(srv));
       const held = metric(await metrics(srv), 'pinhole_image_cache_bytes');
       assert.ok(held <= 1 << 20, `${held} bytes held`);
@@ -175,7 +175,7 @@ describe('embedding cache bounds and the elastic encoder', { timeout: 600_000 },
     const srv = await startServer({ extra: ['--image-cache-dir', dir, '--image-cache-disk-mib', '1'] });
     try {
       for (let s = 60; s < 100; s++)
-        await openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: [{ role: 'user', content: [pic(gen(s)), text('Hi.')] }] });
+        await openai(srv).chat.completions.create({ model: MODEL_ID, max_tokens: 1, messages: [{ role: 'user', content: [pic(gen(s)), text('Hi.')] }] });
       const m = await metrics(srv);
       const files = readdirSync(dir).filter((f) => f.endsWith('.embd'));
       const bytes = files.reduce((n, f) => n + readFileSync(join(dir, f)).length, 0);
@@ -188,7 +188,7 @@ describe('embedding cache bounds and the elastic encoder', { timeout: 600_000 },
   test('--vision-idle-s 1: cached pictures do not load the encoder; a new one loads it once', async () => {
     const srv = await startServer({ extra: ['--vision-idle-s', '1'] });
     try {
-      const ask1 = (content) => openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: [{ role: 'user', content }] });
+      const ask1 = (content) => openai(srv).chat.completions.create({ model: MODEL_ID, max_tokens: 1, messages: [{ role: 'user', content }] });
       let m = await counters(srv);
       assert.equal(m.loads, 0, 'not loaded at start');
       await ask1([pic(gen(7)), text('One.')]);
@@ -215,7 +215,7 @@ describe('embedding cache bounds and the elastic encoder', { timeout: 600_000 },
       const srv = await startServer({ extra: ['--image-cache-dir', dir] });
       try {
         const before = await counters(srv);
-        const r = await openai(srv).chat.completions.create({ model: 'x', max_tokens: N, temperature: 0, messages: msgs });
+        const r = await openai(srv).chat.completions.create({ model: MODEL_ID, max_tokens: N, temperature: 0, messages: msgs });
         return { text: r.choices[0].message.content, d: diff(before, await counters(srv)) };
       } finally { await stopServer(srv); }
     };
@@ -245,7 +245,8 @@ describe('embedding cache bounds and the elastic encoder', { timeout: 600_000 },
 describe('auxiliary requests (an agent\'s side calls)', { timeout: 600_000 }, () => {
   test('side calls park the main conversation; the next main turn resumes it', async () => {
     // the RAM tier is off: only the parked slot can bring the conversation back
-    const srv = await startServer({ extra: ['--cache-ram-mib', '0'] });
+    // --any-model on purpose: this server is asked for model 'x' (a client that hard-codes a name)
+    const srv = await startServer({ extra: ['--cache-ram-mib', '0', '--any-model'] });
     try {
       const PARK = { parked: 'pinhole_conversations_parked_total', restored: 'pinhole_conversations_restored_total',
                      dropped: 'pinhole_conversations_dropped_total', encoded: 'pinhole_images_encoded_total' };
