@@ -232,7 +232,7 @@ static bool exists(const char *dir, const char *name) {
 static void restores_at(int line, disk_tier *t, const seq_state *want, const seq_state *saved, const kv_cache *saved_kv,
                         int32_t prefix) {
     disk_match m;
-    int found = disk_tier_find(t, want, &m);
+    int found = disk_tier_find(t, want, 0, &m);
     if (prefix == 0) {
         CHECKF(found == 0, "line %d: found %s (%d rows)", line, m.name, m.prefix);
         if (found) disk_match_free(t, &m);
@@ -257,7 +257,7 @@ static void restores_at(int line, disk_tier *t, const seq_state *want, const seq
 static void name_of(disk_tier *t, const seq_state *s, char name[DISK_NAME_LEN]) {
     disk_match m;
     name[0] = '\0';
-    if (disk_tier_find(t, s, &m)) {
+    if (disk_tier_find(t, s, 0, &m)) {
         memcpy(name, m.name, DISK_NAME_LEN);
         disk_match_free(t, &m);
     }
@@ -419,7 +419,7 @@ static void one_file(const char *dir, char name[DISK_NAME_LEN]) {
 static void refused_at(int line, const char *dir, const char *name, bool find_ok) {
     disk_tier *t = open_tier(dir, BIG);
     disk_match m;
-    int found = disk_tier_find(t, &A, &m);
+    int found = disk_tier_find(t, &A, 0, &m);
     CHECKF(found == find_ok, "line %d: find %d", line, found);
     if (found) {
         kv_cache got;
@@ -659,7 +659,7 @@ static void budget(void) {
     /* a file open for a load is never evicted: c[2] is the least recently
      * used now, but held by a match, so c[0] goes for a new one */
     disk_match m;
-    CHECK(disk_tier_find(t, &c[2], &m) == 1);
+    CHECK(disk_tier_find(t, &c[2], 0, &m) == 1);
     sleep_ms(5);
     conv_seq(&B, 14, true);
     kv_fill(&kvB, 14, CONV_ROWS);

@@ -625,7 +625,8 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     from_ram = usable(want, from_ram);
     disk_match dm = {.fd = -1};
     int32_t from_disk = 0;
-    if (e->disk && e->reuse && best < most && from_ram < most && disk_tier_find(e->disk, want, &dm))
+    if (e->disk && e->reuse && best < most && from_ram < most &&
+        disk_tier_find(e->disk, want, best > from_ram ? best : from_ram, &dm))
         from_disk = usable(want, dm.prefix);
     const bool disk = from_disk > best && from_disk > from_ram;
     if (disk) {

@@ -1050,11 +1050,13 @@ static void reading_remove(disk_tier *t, const char *name) {
 }
 
 /* Opens and checks candidate files (bad ones are removed), keeping in *best
- * the one that shares the most rows with want (*best_prefix, its name in
- * name). */
+ * the one that shares the most rows with want, more than *best_prefix (then
+ * updated; its name in name). A file no longer than *best_prefix cannot
+ * share more: it is not opened. */
 static void pick(disk_tier *t, const seq_state *want, const cand *c, int n, opened *best, int32_t *best_prefix,
                  char name[DISK_NAME_LEN]) {
     for (int i = 0; i < n; i++) {
+        if (c[i].n_rows <= *best_prefix) continue;
         opened o;
         char why[128];
         int rc = open_checked(t, c[i].name, &o, why, sizeof why);
@@ -1078,7 +1080,7 @@ static void pick(disk_tier *t, const seq_state *want, const cand *c, int n, open
     }
 }
 
-int disk_tier_find(disk_tier *t, const seq_state *want, disk_match *m) {
+int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match *m) {
     memset(m, 0, sizeof *m);
     m->fd = -1;
     int32_t nk, nat;
@@ -1095,9 +1097,10 @@ int disk_tier_find(disk_tier *t, const seq_state *want, disk_match *m) {
      * every earlier one) */
     cand c[MAX_CANDIDATES];
     opened bestf = {.fd = -1};
-    int32_t best_prefix = 0;
+    const int32_t floor = beat > 0 ? beat : 0;
+    int32_t best_prefix = floor;
     if (nk > nat) pick(t, want, c, candidates(t, k[nk - 1].h, false, c, MAX_CANDIDATES), &bestf, &best_prefix, m->name);
-    if (best_prefix == 0) {
+    if (best_prefix == floor) {
         int32_t lo = 0, hi = nat - 1, best = -1;
         while (lo <= hi) {
             int32_t mid = (lo + hi) / 2;
@@ -1113,7 +1116,7 @@ int disk_tier_find(disk_tier *t, const seq_state *want, disk_match *m) {
             pick(t, want, c, candidates(t, k[best].h, false, c, MAX_CANDIDATES), &bestf, &best_prefix, m->name);
     }
     free(k);
-    if (best_prefix == 0) {
+    if (best_prefix == floor) {
         t->st.misses++;
         pthread_mutex_unlock(&t->db_lock);
         return 0;

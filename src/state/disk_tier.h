@@ -133,9 +133,10 @@ typedef struct disk_match {
 
 /* The stored checkpoint with the longest common prefix with want (same
  * model_id and format tag), read and checked: 1 with *m filled (release
- * it with disk_match_free), 0 when none shares a row. Bad files met on the
- * way are removed and counted. */
-int disk_tier_find(disk_tier *t, const seq_state *want, disk_match *m);
+ * it with disk_match_free), 0 when none shares more than beat rows (what
+ * the caller has already; files no longer than that are not even opened).
+ * Bad files met on the way are removed and counted. */
+int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match *m);
 /* Reads m's KV cells into kv (which holds the model's layers and at least
  * m->seq.n_rows cells) and keeps the first n (n <= m->seq.n_rows), after
  * checking the checksum: 0; -1 when the file is bad (it is removed and
