@@ -155,20 +155,38 @@ int ph_prompt_from_raw(const ph_model *m, const char *raw, const char *marker, p
 void ph_prompt_free(ph_prompt *p);
 
 /* ---- sampling -------------------------------------------------------------- */
+typedef struct ph_logit_bias {
+    int32_t id;
+    float bias;        /* added to the token's logit; -INFINITY bans it */
+} ph_logit_bias;
+
 typedef struct ph_sampler_params {
     float temperature; /* <= 0: greedy */
     int32_t top_k;     /* <= 0: off */
     float top_p;       /* >= 1: off */
     float min_p;       /* <= 0: off */
     uint64_t seed;
+    /* penalties over the tokens accepted so far (the answer), applied to
+     * the logits before everything else, in this order: */
+    float repetition_penalty; /* 1: off; > 1 divides a positive logit (multiplies a negative one) of a seen token */
+    float frequency_penalty;  /* 0: off; subtracted once per occurrence */
+    float presence_penalty;   /* 0: off; subtracted once if seen */
+    int32_t penalty_last_n;   /* window of accepted tokens (0: all) */
+    const ph_logit_bias *logit_bias; /* added after the penalties (copied by ph_sampler_new) */
+    size_t n_logit_bias;
 } ph_sampler_params;
 
-ph_sampler_params ph_sampler_defaults(void); /* greedy */
+ph_sampler_params ph_sampler_defaults(void); /* greedy, no penalties */
 
 typedef struct ph_sampler ph_sampler;
 ph_sampler *ph_sampler_new(const ph_sampler_params *p);
 void ph_sampler_free(ph_sampler *s);
 int32_t ph_sampler_sample(ph_sampler *s, const float *logits, int32_t n_vocab);
+/* Samples among the tokens whose bit is set in allowed (bit i of word
+ * i / 64), with the same chain; -1 if none is allowed. */
+int32_t ph_sampler_sample_allowed(ph_sampler *s, const float *logits, int32_t n_vocab, const uint64_t *allowed);
+/* Records a token of the answer (for the penalties). */
+void ph_sampler_accept(ph_sampler *s, int32_t id);
 
 /* log-sum-exp of logits, and the k largest (id, logit) sorted descending. */
 double ph_logits_lse(const float *logits, int32_t n);
@@ -242,7 +260,7 @@ typedef struct ph_image_in ph_image_in;
 ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const char *label, ph_err *err);
 void ph_image_in_free(ph_image_in *im);
 
-typedef enum ph_role { PH_ROLE_SYSTEM, PH_ROLE_USER, PH_ROLE_ASSISTANT } ph_role;
+typedef enum ph_role { PH_ROLE_SYSTEM, PH_ROLE_USER, PH_ROLE_ASSISTANT, PH_ROLE_TOOL } ph_role;
 
 typedef struct ph_chat_part {
     const char *text;   /* a text part (len bytes, UTF-8), or */
@@ -250,11 +268,54 @@ typedef struct ph_chat_part {
     ph_image_in *image; /* a picture (text NULL) */
 } ph_chat_part;
 
+/* A tool call in an assistant turn of the history. */
+typedef struct ph_tool_call {
+    const char *id;             /* the client's id (may be NULL; the templates match results by order) */
+    const char *name;
+    const char *arguments;      /* JSON text of the arguments object, as the client sent it */
+    size_t arguments_len;
+} ph_tool_call;
+
+/* A message. A tool message (PH_ROLE_TOOL) is one tool result: its parts
+ * (text and pictures) are rendered inside <tool_response> in place;
+ * results are matched to calls by their order. */
 typedef struct ph_chat_msg {
     ph_role role;
     const ph_chat_part *parts;
     size_t n_parts;
+    const char *reasoning;      /* assistant: its reasoning, where the template renders it back (may be NULL) */
+    size_t reasoning_len;
+    const ph_tool_call *tool_calls; /* assistant: the calls it made */
+    size_t n_tool_calls;
 } ph_chat_msg;
+
+/* A function the model may call: the schema is JSON text (NULL: {}). */
+typedef struct ph_tool {
+    const char *name;
+    const char *description;    /* NULL: "" */
+    const char *parameters;     /* a JSON schema of the arguments object */
+} ph_tool;
+
+typedef enum ph_tool_choice {
+    PH_TOOL_AUTO,               /* the model decides */
+    PH_TOOL_NONE,               /* tools are shown but no call is made (calls are not parsed; <tool_call> banned) */
+    PH_TOOL_REQUIRED,           /* at least one call */
+    PH_TOOL_NAMED,              /* at least one call, to tool_name */
+} ph_tool_choice;
+
+typedef enum ph_response_format {
+    PH_FORMAT_TEXT,
+    PH_FORMAT_JSON_OBJECT,      /* any JSON object */
+    PH_FORMAT_JSON_SCHEMA,      /* a JSON value valid against response_schema */
+} ph_response_format;
+
+/* Checks that a JSON schema is within what the constraint supports
+ * (objects with properties/required/additionalProperties, arrays with
+ * items/minItems/maxItems, enum, const, string (minLength, maxLength),
+ * number, integer, boolean, null, anyOf/oneOf, type lists, local $ref;
+ * annotations such as title and description are ignored). Errors:
+ * PH_ERR_INPUT naming the first keyword outside it and where it is. */
+int ph_schema_check(const char *schema, size_t len, ph_err *err);
 
 typedef struct ph_gen_params {
     ph_sampler_params sampler;
@@ -264,18 +325,43 @@ typedef struct ph_gen_params {
     int32_t top_logprobs;       /* alternatives per token in events (0..20) */
     bool auxiliary;             /* a side call (an agent's title, summary, tool check...): the primary
                                    conversation's state is parked first and never displaced by it */
+    /* tools: shown in the prompt as the model's template does; calls in the
+     * answer are parsed out (events PH_DELTA_TOOL_*) and their arguments
+     * constrained to the tool's schema */
+    const ph_tool *tools;
+    size_t n_tools;
+    ph_tool_choice tool_choice;
+    const char *tool_name;      /* PH_TOOL_NAMED */
+    bool parallel_tool_calls;   /* default true; false: the answer ends after its first call */
+    /* structured output: the content is constrained to JSON */
+    ph_response_format format;
+    const char *response_schema;/* PH_FORMAT_JSON_SCHEMA: JSON text */
+    int thinking;               /* -1: the template's default; 0: off; 1: on (where the template can switch) */
+    /* a test switch: these tokens (text, special tokens parsed) are the
+     * model's output instead of sampled ones, through the normal parse and
+     * stream path; then the answer ends */
+    const char *forced_output;
+    size_t forced_len;
 } ph_gen_params;
 
 void ph_gen_params_default(ph_gen_params *g);
 
-typedef enum ph_delta_kind { PH_DELTA_CONTENT, PH_DELTA_REASONING } ph_delta_kind;
+typedef enum ph_delta_kind {
+    PH_DELTA_CONTENT,
+    PH_DELTA_REASONING,
+    PH_DELTA_TOOL_CALL,         /* a call begins: text is its name, call_index its index */
+    PH_DELTA_TOOL_ARGS,         /* a piece of call call_index's arguments (JSON text as it grows) */
+} ph_delta_kind;
 
 /* One generated token and the text it released (may be empty: text is held
- * back while it could still be a stop string or an unfinished character). */
+ * back while it could still be a stop string, an unfinished character or
+ * the start of a tool call). The argument pieces of a call, concatenated,
+ * are its arguments. */
 typedef struct ph_gen_event {
     ph_delta_kind kind;
     const char *text;
     size_t len;
+    int32_t call_index;         /* PH_DELTA_TOOL_*: 0, 1, ... in the answer */
     int32_t token;
     float logprob;              /* log-probability of token */
     int32_t n_top;              /* top_logprobs alternatives */
@@ -298,6 +384,7 @@ typedef struct ph_turn_report {
     bool parked;                /* this auxiliary turn parked the primary conversation */
     int32_t n_prefilled;        /* of which evaluated now */
     int32_t n_generated;
+    int32_t n_tool_calls;       /* calls in the answer */
     int32_t n_pictures;
     int32_t pics_from_kv;       /* pictures kept in the reused prefix */
     int32_t pics_from_cache;    /* taken from the embedding cache */

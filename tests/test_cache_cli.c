@@ -99,7 +99,7 @@ static int one_turn(const char *dir, const char *system, const char *user, const
     }
     ph_chat_part sp = {.text = system, .len = strlen(system)};
     ph_chat_part up[2] = {{.image = im}, {.text = user, .len = strlen(user)}};
-    ph_chat_msg msgs[2] = {{PH_ROLE_SYSTEM, &sp, 1}, {PH_ROLE_USER, im ? up : up + 1, im ? 2u : 1u}};
+    ph_chat_msg msgs[2] = {{.role = PH_ROLE_SYSTEM, .parts = &sp, .n_parts = 1}, {.role = PH_ROLE_USER, .parts = im ? up : up + 1, .n_parts = im ? 2u : 1u}};
     ph_gen_params g;
     ph_gen_params_default(&g);
     g.max_tokens = 1;

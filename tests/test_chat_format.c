@@ -25,8 +25,10 @@ static void test_render(const ph_model *m) {
     ph_chat_part user[] = {{.text = "Look: ", .len = 6}, {.image = fake}, {.text = "What is it?", .len = 11}};
     ph_chat_part asst[] = {{.text = "<think>\nhm</think>\n\nA cat.", .len = 26}};
     ph_chat_part user2[] = {{.text = "Sure?", .len = 5}};
-    ph_chat_msg msgs[] = {{PH_ROLE_SYSTEM, sys, 1}, {PH_ROLE_USER, user, 3}, {PH_ROLE_ASSISTANT, asst, 1},
-                          {PH_ROLE_USER, user2, 1}};
+    ph_chat_msg msgs[] = {{.role = PH_ROLE_SYSTEM, .parts = sys, .n_parts = 1},
+                          {.role = PH_ROLE_USER, .parts = user, .n_parts = 3},
+                          {.role = PH_ROLE_ASSISTANT, .parts = asst, .n_parts = 1},
+                          {.role = PH_ROLE_USER, .parts = user2, .n_parts = 1}};
     ph_prompt p;
     ph_image_in **pics;
     ph_err err = {0};
@@ -51,7 +53,7 @@ static void test_render(const ph_model *m) {
     /* refusals */
     CHECK(chat_format_render(&f, m, msgs, 0, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
     ph_chat_part bad[] = {{.image = fake}};
-    ph_chat_msg badm = {PH_ROLE_ASSISTANT, bad, 1};
+    ph_chat_msg badm = {.role = PH_ROLE_ASSISTANT, .parts = bad, .n_parts = 1};
     CHECK(chat_format_render(&f, m, &badm, 1, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
     /* no system message unless one is given; no chat template -> plain ChatML */
     CHECK(!chat_format_for(m).think);

@@ -29,6 +29,8 @@ void ph_engine_params_default(ph_engine_params *p) {
 void ph_gen_params_default(ph_gen_params *g) {
     memset(g, 0, sizeof *g);
     g->sampler = ph_sampler_defaults();
+    g->parallel_tool_calls = true;
+    g->thinking = -1;
 }
 
 static void progress(const ph_engine_params *p, const char *what, double f) {

@@ -90,6 +90,7 @@ static const char *role_name(ph_role role) {
     case PH_ROLE_SYSTEM: return "system";
     case PH_ROLE_USER: return "user";
     case PH_ROLE_ASSISTANT: return "assistant";
+    case PH_ROLE_TOOL: return "tool";
     }
     return "user";
 }
