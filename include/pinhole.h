@@ -409,6 +409,12 @@ typedef struct ph_turn_report {
 int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *g, ph_gen_cb cb,
                    void *ud, ph_turn_report *r, ph_err *err);
 
+/* Renders a conversation (with g's tools and thinking switch) as
+ * ph_engine_chat would and counts its prompt rows, tokens and picture rows,
+ * without running the model or encoding a picture. */
+int ph_engine_count(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *g, int32_t *n_rows,
+                    ph_err *err);
+
 /* Housekeeping between requests: releases an idle encoder. Returns the
  * seconds until it wants to be called again (or a negative number: never). */
 double ph_engine_tick(ph_engine *e);

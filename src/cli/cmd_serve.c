@@ -33,6 +33,9 @@ static void serve_usage(FILE *out) {
             "                            as a request's \"model\"\n"
             "  --any-model               accept any \"model\" in requests (default: only the served\n"
             "                            name and its aliases; any other gets 404)\n"
+            "  --allow-forced-output     a test switch: the body field \"forced_output\": \"TEXT\" makes TEXT\n"
+            "                            the model's output (its tokens go through the normal decode,\n"
+            "                            parse and stream path); refused with 400 without this flag\n"
             "  --temp F                  default temperature, 0..2; 0 is greedy (default 1)\n"
             "  --top-p F                 default top-p, above 0 and at most 1 (default 1: off)\n"
             "  --top-k N                 default top-k (default 0: off)\n"
@@ -61,7 +64,8 @@ static void serve_usage(FILE *out) {
             "  --no-reuse                evaluate every prompt from scratch (no live-state reuse)\n"
             "  --no-cache                no reuse and no embedding cache (a cold run, for comparisons)\n"
             "  -v, --verbose             log more\n"
-            "Endpoints: POST /v1/chat/completions, /v1/responses, /v1/messages; GET /v1/models,\n"
+            "Endpoints: POST /v1/chat/completions, /v1/responses, /v1/messages,\n"
+            "/v1/messages/count_tokens; GET /v1/models,\n"
             "/health, /metrics. Pictures only as data: URIs (PNG, JPEG, WebP, GIF).\n");
 }
 
@@ -85,6 +89,7 @@ static int serve_main(int argc, char **argv, const char **aliases) {
             return 0;
         }
         if (!strcmp(a, "--any-model")) { cfg.any_model = true; continue; }
+        if (!strcmp(a, "--allow-forced-output")) { cfg.allow_forced_output = true; continue; }
         if (!strcmp(a, "--no-reuse")) { ep.reuse = false; continue; }
         if (!strcmp(a, "--no-cache")) { ep.reuse = false; ep.image_cache_entries = 0; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { ph_log_set_level(PH_LOG_DEBUG); continue; }

@@ -15,7 +15,6 @@ static int add_block(job *j, json_t *b, const char *where, size_t mi, size_t bi,
             return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].text must be a string", where, mi, bi);
         return job_add_text(j, json_string_value(t), json_string_length(t), err);
     }
-    if (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking")) return 0; /* not sent back to the model */
     if (!strcmp(type, "image")) {
         json_t *src = json_object_get(b, "source");
         const char *st = json_string_value(json_object_get(src, "type"));
@@ -36,8 +35,8 @@ static int add_block(job *j, json_t *b, const char *where, size_t mi, size_t bi,
         return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu]: image source type '%s' is not supported; only "
                                               "data: URIs and base64 sources are accepted", where, mi, bi, st);
     }
-    return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu]: block type '%s' is not supported (text, image)",
-                       where, mi, bi, type);
+    return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu]: block type '%s' is not supported here (text, image, "
+                                          "and in turns thinking, tool_use, tool_result)", where, mi, bi, type);
 }
 
 static int add_content(job *j, json_t *c, const char *where, size_t mi, ph_err *err) {
@@ -50,47 +49,232 @@ static int add_content(job *j, json_t *c, const char *where, size_t mi, ph_err *
     return 0;
 }
 
+static const char *block_type(json_t *b) { return json_string_value(json_object_get(b, "type")); }
+
+/* An assistant turn: thinking (its reasoning), text, tool_use (its calls). */
+static int add_assistant(job *j, json_t *c, size_t mi, ph_err *err) {
+    if (job_begin_msg(j, PH_ROLE_ASSISTANT, err)) return -1;
+    if (!json_is_array(c)) return add_content(j, c, "messages", mi, err);
+    size_t bi;
+    json_t *b;
+    json_array_foreach(c, bi, b) {
+        const char *type = block_type(b);
+        if (type && !strcmp(type, "thinking")) {
+            json_t *t = json_object_get(b, "thinking");
+            if (json_is_string(t)) job_set_reasoning(j, json_string_value(t), json_string_length(t));
+        } else if (type && !strcmp(type, "redacted_thinking")) {
+            /* opaque: nothing to render */
+        } else if (type && !strcmp(type, "tool_use")) {
+            char where[96];
+            snprintf(where, sizeof where, "messages[%zu].content[%zu]", mi, bi);
+            json_t *input = json_object_get(b, "input");
+            if (!json_is_object(input)) return ph_err_setc(err, PH_ERR_INPUT, "%s.input must be an object", where);
+            char *args = job_own(j, json_dumps(input, JSON_COMPACT));
+            if (!args) return ph_err_set(err, "out of memory");
+            if (job_add_call(j, json_string_value(json_object_get(b, "id")), json_string_value(json_object_get(b, "name")),
+                             args, strlen(args), where, err))
+                return -1;
+        } else if (add_block(j, b, "messages", mi, bi, err)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A user turn: its tool_result blocks become tool messages (in their order,
+ * first), the rest of its blocks a user message after them. */
+static int add_user(job *j, json_t *c, size_t mi, ph_err *err) {
+    if (!json_is_array(c)) return job_begin_msg(j, PH_ROLE_USER, err) || add_content(j, c, "messages", mi, err) ? -1 : 0;
+    size_t bi, n_other = 0;
+    json_t *b;
+    json_array_foreach(c, bi, b) {
+        const char *type = block_type(b);
+        if (!type || strcmp(type, "tool_result")) {
+            n_other++;
+            continue;
+        }
+        if (job_begin_msg(j, PH_ROLE_TOOL, err)) return -1;
+        json_t *is_err = json_object_get(b, "is_error");
+        if (json_is_true(is_err) && job_add_text(j, "Error: ", 7, err)) return -1;
+        json_t *rc = json_object_get(b, "content");
+        if (rc && !json_is_null(rc)) {
+            char where[96];
+            snprintf(where, sizeof where, "messages[%zu].content[%zu].content", mi, bi);
+            if (json_is_string(rc)) {
+                if (job_add_text(j, json_string_value(rc), json_string_length(rc), err)) return -1;
+            } else if (json_is_array(rc)) {
+                size_t k;
+                json_t *x;
+                json_array_foreach(rc, k, x) if (add_block(j, x, where, 0, k, err)) return -1;
+            } else {
+                return ph_err_setc(err, PH_ERR_INPUT, "%s must be a string or an array of blocks", where);
+            }
+        }
+    }
+    if (!n_other) return 0;
+    if (job_begin_msg(j, PH_ROLE_USER, err)) return -1;
+    json_array_foreach(c, bi, b) {
+        const char *type = block_type(b);
+        if (type && !strcmp(type, "tool_result")) continue;
+        if (add_block(j, b, "messages", mi, bi, err)) return -1;
+    }
+    return 0;
+}
+
+/* The system text: the 'system' field, then every role "system" entry of
+ * messages, in one system message where the template puts system text. */
+static int add_system(job *j, json_t *root, json_t *msgs, ph_err *err) {
+    json_t *sys = json_object_get(root, "system");
+    bool any = sys && !json_is_null(sys);
+    if (any && !json_is_string(sys) && !json_is_array(sys))
+        return ph_err_setc(err, PH_ERR_INPUT, "'system' must be a string or an array of text blocks");
+    size_t mi;
+    json_t *m;
+    json_array_foreach(msgs, mi, m) any |= json_is_object(m) && json_is_string(json_object_get(m, "role")) &&
+                                           !strcmp(json_string_value(json_object_get(m, "role")), "system");
+    if (!any) return 0;
+    if (job_begin_msg(j, PH_ROLE_SYSTEM, err)) return -1;
+    bool first = true;
+    if (sys && !json_is_null(sys)) {
+        if (add_content(j, sys, "system", 0, err)) return -1;
+        first = false;
+    }
+    json_array_foreach(msgs, mi, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!json_is_object(m) || !role || strcmp(role, "system")) continue;
+        if (!first && job_add_text(j, "\n\n", 2, err)) return -1;
+        if (add_content(j, json_object_get(m, "content"), "messages", mi, err)) return -1;
+        first = false;
+    }
+    return 0;
+}
+
+static int parse_tools(job *j, json_t *root, ph_err *err) {
+    json_t *tools = json_object_get(root, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) return ph_err_setc(err, PH_ERR_INPUT, "'tools' must be an array");
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            char where[64];
+            snprintf(where, sizeof where, "tools[%zu]", i);
+            const char *type = json_string_value(json_object_get(t, "type"));
+            if (type && strcmp(type, "custom"))
+                return ph_err_setc(err, PH_ERR_INPUT, "tools[%zu]: tool type '%s' is not supported (this server has "
+                                                      "no built-in tools; declare client tools with input_schema)", i,
+                                   type);
+            if (job_add_tool(j, json_object_get(t, "name"), json_object_get(t, "description"),
+                             json_object_get(t, "input_schema"), where, err))
+                return -1;
+        }
+    }
+    json_t *tc = json_object_get(root, "tool_choice");
+    if (!tc || json_is_null(tc)) return 0;
+    const char *type = json_string_value(json_object_get(tc, "type"));
+    if (!json_is_object(tc) || !type)
+        return ph_err_setc(err, PH_ERR_INPUT, "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
+    bool one = false;
+    if (get_bool(tc, "disable_parallel_tool_use", &one, err)) return -1;
+    if (one) j->gen.parallel_tool_calls = false;
+    if (!strcmp(type, "auto")) return job_set_tool_choice(j, PH_TOOL_AUTO, NULL, "tool_choice", err);
+    if (!strcmp(type, "none")) return job_set_tool_choice(j, PH_TOOL_NONE, NULL, "tool_choice", err);
+    if (!strcmp(type, "any")) return job_set_tool_choice(j, PH_TOOL_REQUIRED, NULL, "tool_choice", err);
+    if (!strcmp(type, "tool"))
+        return job_set_tool_choice(j, PH_TOOL_NAMED, json_string_value(json_object_get(tc, "name")), "tool_choice", err);
+    return ph_err_setc(err, PH_ERR_INPUT, "'tool_choice.type' must be auto, any, tool or none, not '%s'", type);
+}
+
+/* thinking: {"type": "enabled", "budget_tokens": N} | {"type": "disabled"} | {"type": "adaptive"}. */
+static int parse_thinking(job *j, json_t *root, ph_err *err) {
+    json_t *t = json_object_get(root, "thinking");
+    if (!t || json_is_null(t)) return 0;
+    const char *type = json_string_value(json_object_get(t, "type"));
+    if (!json_is_object(t) || !type)
+        return ph_err_setc(err, PH_ERR_INPUT, "'thinking' must be an object with a 'type' (enabled, disabled, adaptive)");
+    if (!strcmp(type, "enabled")) j->gen.thinking = 1;
+    else if (!strcmp(type, "disabled")) j->gen.thinking = 0;
+    else if (!strcmp(type, "adaptive")) j->gen.thinking = -1; /* the model's own default */
+    else return ph_err_setc(err, PH_ERR_INPUT, "'thinking.type' must be enabled, disabled or adaptive, not '%s'", type);
+    return 0;
+}
+
+/* output_config: {"effort": ..., "format": {"type": "json_schema", "schema": ...}}. */
+static int parse_output_config(job *j, json_t *root, ph_err *err) {
+    static const char *const keys[] = {"output_config", "output_format"};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *oc = json_object_get(root, keys[i]);
+        if (!oc || json_is_null(oc)) continue;
+        if (!json_is_object(oc)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be an object", keys[i]);
+        json_t *f = i == 0 ? json_object_get(oc, "format") : oc;
+        if (i == 0) {
+            const char *k;
+            json_t *v;
+            json_object_foreach(oc, k, v) if (strcmp(k, "format") && strcmp(k, "effort"))
+                return ph_err_setc(err, PH_ERR_INPUT, "'output_config.%.32s' is not supported (effort, format are)", k);
+            json_t *effort = json_object_get(oc, "effort");
+            if (effort && !json_is_null(effort) && !json_is_string(effort))
+                return ph_err_setc(err, PH_ERR_INPUT, "'output_config.effort' must be a string");
+        }
+        if (f && !json_is_null(f)) {
+            if (!json_is_object(f)) return ph_err_setc(err, PH_ERR_INPUT, "the output format must be an object");
+            if (job_set_format(j, json_string_value(json_object_get(f, "type")), json_object_get(f, "schema"), keys[i],
+                               err))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static const field_rule FIELDS[] = {
+    {"model", F_USE, NULL}, {"messages", F_USE, NULL}, {"system", F_USE, NULL}, {"max_tokens", F_USE, NULL},
+    {"stream", F_USE, NULL}, {"temperature", F_USE, NULL}, {"top_p", F_USE, NULL}, {"top_k", F_USE, NULL},
+    {"min_p", F_USE, NULL}, {"seed", F_USE, NULL}, {"presence_penalty", F_USE, NULL},
+    {"frequency_penalty", F_USE, NULL}, {"repetition_penalty", F_USE, NULL}, {"logit_bias", F_USE, NULL},
+    {"stop_sequences", F_USE, NULL}, {"tools", F_USE, NULL}, {"tool_choice", F_USE, NULL},
+    {"thinking", F_USE, NULL}, {"output_config", F_USE, NULL}, {"output_format", F_USE, NULL},
+    {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL},
+    {"metadata", F_IGNORE, NULL}, {"service_tier", F_IGNORE, NULL}, {"context_management", F_IGNORE, NULL},
+    {"inference_geo", F_IGNORE, NULL},
+    {"container", F_REFUSE, "this server runs no code containers"},
+    {"mcp_servers", F_REFUSE, "this server connects to no MCP servers; declare the tools in 'tools'"},
+};
+
 static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
-    json_t *sys = json_object_get(root, "system");
-    if (sys && !json_is_null(sys)) {
-        if (!json_is_string(sys) && !json_is_array(sys))
-            return ph_err_setc(err, PH_ERR_INPUT, "'system' must be a string or an array of text blocks");
-        if (job_begin_msg(j, PH_ROLE_SYSTEM, err) || add_content(j, sys, "system", 0, err)) return -1;
-    }
+    if (check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Messages API", err)) return -1;
     json_t *msgs = json_object_get(root, "messages");
     if (!json_is_array(msgs)) return ph_err_setc(err, PH_ERR_INPUT, "'messages' must be an array");
+    if (parse_tools(j, root, err) || add_system(j, root, msgs, err)) return -1;
     size_t mi;
     json_t *m;
     json_array_foreach(msgs, mi, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!json_is_object(m) || !role)
             return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu] must be an object with a 'role'", mi);
-        ph_role r;
-        if (!strcmp(role, "user")) r = PH_ROLE_USER;
-        else if (!strcmp(role, "assistant")) r = PH_ROLE_ASSISTANT;
-        else return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (user, assistant)", mi, role);
-        if (job_begin_msg(j, r, err) || add_content(j, json_object_get(m, "content"), "messages", mi, err)) return -1;
+        json_t *c = json_object_get(m, "content");
+        if (!strcmp(role, "system")) continue; /* in the system message */
+        if (!strcmp(role, "user")) {
+            if (add_user(j, c, mi, err)) return -1;
+        } else if (!strcmp(role, "assistant")) {
+            if (add_assistant(j, c, mi, err)) return -1;
+        } else {
+            return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (user, assistant, system)",
+                               mi, role);
+        }
     }
     if (job_finish_msgs(j, err)) return -1;
     json_t *mt = json_object_get(root, "max_tokens");
-    if (!mt) return ph_err_setc(err, PH_ERR_INPUT, "'max_tokens' is required");
-    double temp = j->gen.sampler.temperature, top_p = j->gen.sampler.top_p; /* the server's defaults */
-    int64_t max_tokens = j->gen.max_tokens, top_k = j->gen.sampler.top_k, seed = -1;
-    if (get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) || get_number(root, "temperature", 0, 1, &temp, err) ||
-        get_number(root, "top_p", 0, 1, &top_p, err) || get_int(root, "top_k", 0, INT32_MAX, &top_k, err) ||
-        get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) || /* an extension */
-        get_bool(root, "stream", &j->stream, err) ||
+    if (!mt && !j->count_only) return ph_err_setc(err, PH_ERR_INPUT, "'max_tokens' is required");
+    int64_t max_tokens = j->gen.max_tokens;
+    if (job_sampling(j, 1, err) || get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
+        get_bool(root, "stream", &j->stream, err) || parse_thinking(j, root, err) || parse_output_config(j, root, err) ||
         job_set_stop(j, json_object_get(root, "stop_sequences"), "stop_sequences", err))
         return -1;
     json_t *ss = json_object_get(root, "stop_sequences");
     if (ss && !json_is_null(ss) && !json_is_array(ss))
         return ph_err_setc(err, PH_ERR_INPUT, "'stop_sequences' must be an array of strings");
-    j->gen.sampler.temperature = (float)temp;
-    j->gen.sampler.top_p = (float)top_p;
-    j->gen.sampler.top_k = (int32_t)top_k;
-    j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : random_seed();
     j->gen.max_tokens = (int32_t)max_tokens;
+    if (j->count_only) j->stream = false;
     make_id(j->id, sizeof j->id, "msg_");
     return 0;
 }
@@ -105,6 +289,7 @@ static json_t *usage(const job *j, bool start) {
 static json_t *stop_reason(const job *j) {
     if (j->rep.finish == PH_FINISH_LENGTH) return json_string("max_tokens");
     if (j->rep.stop_index >= 0) return json_string("stop_sequence");
+    if (j->n_out_calls) return json_string("tool_use");
     return json_string("end_turn");
 }
 
@@ -133,12 +318,21 @@ static void close_block(job *j) {
     j->open_kind = -1;
 }
 
-static void open_block(job *j, ph_delta_kind kind) {
-    json_t *b = kind == PH_DELTA_REASONING ? json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "")
-                                           : json_pack("{s:s,s:s}", "type", "text", "text", "");
+static void open_block(job *j, ph_delta_kind kind, int32_t call) {
+    json_t *b;
+    if (kind == PH_DELTA_TOOL_CALL) {
+        const out_call *oc = &j->out_calls[call];
+        b = json_pack("{s:s,s:s,s:o,s:{}}", "type", "tool_use", "id", oc->id, "name",
+                      json_text(oc->name.p ? oc->name.p : "", oc->name.n), "input");
+    } else if (kind == PH_DELTA_REASONING) {
+        b = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "");
+    } else {
+        b = json_pack("{s:s,s:s}", "type", "text", "text", "");
+    }
     ev(j, "content_block_start", json_pack("{s:i,s:o}", "index", j->n_blocks, "content_block", b));
     j->n_blocks++;
     j->open_kind = (int)kind;
+    j->open_call = call;
 }
 
 static void stream_start(job *j) {
@@ -148,21 +342,33 @@ static void stream_start(job *j) {
 }
 
 static void stream_event(job *j, const ph_gen_event *e) {
-    if (!e->len) return;
-    if (j->open_kind != (int)e->kind) {
+    if (e->kind == PH_DELTA_TOOL_CALL) {
         close_block(j);
-        open_block(j, e->kind);
+        open_block(j, PH_DELTA_TOOL_CALL, e->call_index);
+        return;
     }
-    json_t *d = e->kind == PH_DELTA_REASONING
-                    ? json_pack("{s:s,s:s%}", "type", "thinking_delta", "thinking", e->text, e->len)
-                    : json_pack("{s:s,s:s%}", "type", "text_delta", "text", e->text, e->len);
+    if (!e->len) return;
+    json_t *d;
+    if (e->kind == PH_DELTA_TOOL_ARGS) {
+        if (j->open_kind != (int)PH_DELTA_TOOL_CALL || j->open_call != e->call_index) return; /* cannot happen */
+        d = json_pack("{s:s,s:o}", "type", "input_json_delta", "partial_json", json_text(e->text, e->len));
+    } else {
+        if (j->open_kind != (int)e->kind) {
+            close_block(j);
+            open_block(j, e->kind, -1);
+        }
+        d = e->kind == PH_DELTA_REASONING
+                ? json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", json_text(e->text, e->len))
+                : json_pack("{s:s,s:o}", "type", "text_delta", "text", json_text(e->text, e->len));
+    }
     ev(j, "content_block_delta", json_pack("{s:i,s:o}", "index", j->n_blocks - 1, "delta", d));
 }
 
 static void stream_end(job *j) {
-    if (j->open_kind != (int)PH_DELTA_CONTENT) {
+    /* an answer without calls always has a text block, even an empty one */
+    if (!j->n_out_calls && j->open_kind != (int)PH_DELTA_CONTENT) {
         close_block(j);
-        open_block(j, PH_DELTA_CONTENT);
+        open_block(j, PH_DELTA_CONTENT, -1);
     }
     close_block(j);
     ev(j, "message_delta", json_pack("{s:{s:o,s:o},s:o}", "delta", "stop_reason", stop_reason(j), "stop_sequence",
@@ -175,16 +381,29 @@ static void stream_error(job *j, const char *msg) { job_sse(j, "error", anthropi
 static json_t *result(job *j) {
     json_t *content = json_array();
     if (j->reasoning.n)
-        json_array_append_new(content, json_pack("{s:s,s:s%,s:s}", "type", "thinking", "thinking", j->reasoning.p,
-                                                 j->reasoning.n, "signature", ""));
-    json_array_append_new(content, json_pack("{s:s,s:s%}", "type", "text", "text", j->content.p ? j->content.p : "",
-                                             j->content.n));
+        json_array_append_new(content, json_pack("{s:s,s:o,s:s}", "type", "thinking", "thinking",
+                                                 json_text(j->reasoning.p, j->reasoning.n), "signature", ""));
+    if (j->content.n || !j->n_out_calls)
+        json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text",
+                                                 json_text(j->content.p ? j->content.p : "", j->content.n)));
+    for (size_t i = 0; i < j->n_out_calls; i++) {
+        const out_call *oc = &j->out_calls[i];
+        /* the arguments of a call cut short by max_tokens do not parse: {} */
+        json_t *input = json_loadb(oc->args.p ? oc->args.p : "", oc->args.n, 0, NULL);
+        if (!json_is_object(input)) {
+            json_decref(input);
+            input = json_object();
+        }
+        json_array_append_new(content, json_pack("{s:s,s:s,s:o,s:o}", "type", "tool_use", "id", oc->id, "name",
+                                                 json_text(oc->name.p ? oc->name.p : "", oc->name.n), "input", input));
+    }
     return message(j, content, false);
 }
 
 const api_kind api_anthropic_messages = {
     .endpoint = "messages",
     .anthropic = true,
+    .call_prefix = "toolu_",
     .parse = parse,
     .stream_start = stream_start,
     .stream_event = stream_event,

@@ -22,9 +22,17 @@ void sb_free(strbuf *b);
 typedef struct srv srv;
 typedef struct job job;
 
+/* A tool call in the answer: its ids in the API's shape, name, arguments. */
+typedef struct out_call {
+    char id[40];                  /* call_... / toolu_... / fc_... */
+    char call_id[40];             /* responses: call_... */
+    strbuf name, args;
+} out_call;
+
 typedef struct api_kind {
     const char *endpoint;  /* metrics label: chat_completions, responses, messages */
     bool anthropic;        /* error shape */
+    const char *call_prefix; /* the ids of tool calls in the answer: call_, toolu_, fc_ */
     /* Fills the job from j->root; on failure err says why (code PH_ERR_INPUT). */
     int (*parse)(job *j, ph_err *err);
     /* Streaming: the opening events, one per generated piece, the closing
@@ -52,16 +60,28 @@ struct job {
     ph_chat_part *parts;
     size_t n_parts, cap_parts;
     size_t *msg_first;            /* first part of each message */
+    size_t *msg_calls;            /* first tool call (calls) of each message */
     ph_image_in **images;
     size_t n_images, cap_images;
     int max_images;
     ph_gen_params gen;
+    /* tools (the schema texts are owned) and the calls of history turns */
+    ph_tool *tools;
+    size_t n_tools, cap_tools;
+    ph_tool_call *calls;
+    size_t n_calls, cap_calls;
+    char **owned;                 /* strings made while parsing, freed with the job */
+    size_t n_owned, cap_owned;
+    bool count_only;              /* POST /v1/messages/count_tokens: render and count, no turn */
     const char **stop;
     bool stream, include_usage, logprobs;
     char id[40], item_id[40];
     int64_t created;
     /* the answer (written by the worker) */
     strbuf content, reasoning;
+    out_call *out_calls;          /* the calls in the answer */
+    size_t n_out_calls;
+    int32_t n_counted;            /* count_only: the prompt's rows */
     json_t *lp;                   /* logprobs entries (chat completions) */
     ph_turn_report rep;
     ph_err err;
@@ -70,6 +90,7 @@ struct job {
     int seq;                      /* responses: sequence_number */
     int n_blocks;                 /* blocks/items opened so far */
     int open_kind;                /* -1 none, else ph_delta_kind of the open block */
+    int32_t open_call;            /* the call of an open PH_DELTA_TOOL_CALL block */
     /* the channel between worker and HTTP thread */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -92,6 +113,43 @@ int job_add_image_url(job *j, const char *url, ph_err *err);
 /* A picture given as base64 (Anthropic's source). */
 int job_add_image_b64(job *j, const char *media_type, const char *b64, ph_err *err);
 int job_finish_msgs(job *j, ph_err *err);
+/* The last message's reasoning (an assistant turn of the history). */
+void job_set_reasoning(job *j, const char *text, size_t len);
+/* A call of the last message (an assistant turn): args is the JSON text of
+ * an object (checked; PH_ERR_INPUT naming where otherwise). */
+int job_add_call(job *j, const char *id, const char *name, const char *args, size_t len, const char *where,
+                 ph_err *err);
+/* Keeps a malloc'd string until the job ends; returns it (NULL: out of memory, s freed). */
+char *job_own(job *j, char *s);
+/* Adds a declared tool (name, description may be NULL, parameters a JSON
+ * schema object or NULL). where names the field in errors. */
+int job_add_tool(job *j, json_t *name, json_t *description, json_t *parameters, const char *where, ph_err *err);
+/* After the tools: checks tool_choice's name against them and fills the
+ * tool fields of j->gen. */
+int job_set_tool_choice(job *j, ph_tool_choice choice, const char *name, const char *where, ph_err *err);
+/* A response format: "text", "json_object" or "json_schema" with schema. */
+int job_set_format(job *j, const char *type, json_t *schema, const char *where, ph_err *err);
+/* Thinking switched by an effort word (none, minimal: off; low, medium,
+ * high, xhigh: on) or a bool. */
+int job_set_effort(job *j, json_t *v, const char *where, ph_err *err);
+/* The sampling fields every API takes (extensions where the API has none):
+ * temperature (max temp_max), top_p, top_k, min_p, seed, presence_penalty,
+ * frequency_penalty, repetition_penalty, logit_bias, forced_output. */
+int job_sampling(job *j, double temp_max, ph_err *err);
+
+/* The fields a request may have: each is used by the adapter, accepted and
+ * ignored by design (documented), or refused with a reason unless it is
+ * null or one of the values that ask for nothing. Any other field is refused. */
+typedef enum field_how { F_USE, F_IGNORE, F_REFUSE } field_how;
+typedef struct field_rule {
+    const char *name;
+    field_how how;
+    const char *why;              /* F_REFUSE: the reason shown */
+} field_rule;
+int check_fields(json_t *root, const field_rule *rules, size_t n, const char *where, ph_err *err);
+
+/* Collecting the answer's calls (server.c's event handler). */
+out_call *job_out_call(job *j, int32_t index, const char *id_prefix);
 /* The stop strings: a string or an array of strings (or null). */
 int job_set_stop(job *j, json_t *v, const char *field, ph_err *err);
 /* Reads common fields with type and range checks. absent: leaves *out. */

@@ -76,12 +76,14 @@ static int grow(void **arr, size_t *cap, size_t need, size_t el) {
 }
 
 int job_begin_msg(job *j, ph_role role, ph_err *err) {
-    size_t cap = j->cap_msgs;
+    size_t cap = j->cap_msgs, cap2 = j->cap_msgs;
     if (grow((void **)&j->msgs, &j->cap_msgs, j->n_msgs + 1, sizeof *j->msgs) ||
-        grow((void **)&j->msg_first, &cap, j->n_msgs + 1, sizeof *j->msg_first))
+        grow((void **)&j->msg_first, &cap, j->n_msgs + 1, sizeof *j->msg_first) ||
+        grow((void **)&j->msg_calls, &cap2, j->n_msgs + 1, sizeof *j->msg_calls))
         return ph_err_set(err, "out of memory");
     j->msgs[j->n_msgs] = (ph_chat_msg){.role = role};
     j->msg_first[j->n_msgs] = j->n_parts;
+    j->msg_calls[j->n_msgs] = j->n_calls;
     j->n_msgs++;
     return 0;
 }
@@ -213,6 +215,9 @@ int job_finish_msgs(job *j, ph_err *err) {
         size_t end = i + 1 < j->n_msgs ? j->msg_first[i + 1] : j->n_parts;
         j->msgs[i].parts = j->parts + j->msg_first[i];
         j->msgs[i].n_parts = end - j->msg_first[i];
+        size_t cend = i + 1 < j->n_msgs ? j->msg_calls[i + 1] : j->n_calls;
+        j->msgs[i].tool_calls = j->calls + j->msg_calls[i];
+        j->msgs[i].n_tool_calls = cend - j->msg_calls[i];
     }
     return 0;
 }

@@ -9,6 +9,7 @@ static int role_of(const char *r, ph_role *out) {
     if (!strcmp(r, "system") || !strcmp(r, "developer")) *out = PH_ROLE_SYSTEM;
     else if (!strcmp(r, "user")) *out = PH_ROLE_USER;
     else if (!strcmp(r, "assistant")) *out = PH_ROLE_ASSISTANT;
+    else if (!strcmp(r, "tool")) *out = PH_ROLE_TOOL;
     else return -1;
     return 0;
 }
@@ -36,16 +37,127 @@ static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
                 return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].image_url.url must be a string", mi,
                                    pi);
             if (job_add_image_url(j, url, err)) return -1;
+        } else if (!strcmp(type, "refusal")) {
+            json_t *t = json_object_get(part, "refusal");
+            if (!json_is_string(t))
+                return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].refusal must be a string", mi, pi);
+            if (job_add_text(j, json_string_value(t), json_string_length(t), err)) return -1;
         } else {
             return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu]: part type '%s' is not supported "
-                                                  "(text and image_url are)", mi, pi, type);
+                                                  "(text, image_url, refusal are)", mi, pi, type);
         }
     }
     return 0;
 }
 
+/* An assistant turn's tool_calls: [{id, type: "function", function: {name, arguments: "<json>"}}]. */
+static int parse_calls(job *j, json_t *calls, size_t mi, ph_err *err) {
+    if (!calls || json_is_null(calls)) return 0;
+    if (!json_is_array(calls)) return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].tool_calls must be an array", mi);
+    size_t ci;
+    json_t *c;
+    json_array_foreach(calls, ci, c) {
+        char where[64];
+        snprintf(where, sizeof where, "messages[%zu].tool_calls[%zu]", mi, ci);
+        json_t *fn = json_object_get(c, "function");
+        const char *type = json_string_value(json_object_get(c, "type"));
+        if (!json_is_object(fn) || (type && strcmp(type, "function")))
+            return ph_err_setc(err, PH_ERR_INPUT, "%s must be a function call with a 'function' object", where);
+        json_t *args = json_object_get(fn, "arguments");
+        const char *text;
+        size_t len;
+        if (json_is_string(args)) {
+            text = json_string_value(args);
+            len = json_string_length(args);
+        } else if (json_is_object(args)) { /* some clients send the object itself */
+            if (!(text = job_own(j, json_dumps(args, JSON_COMPACT)))) return ph_err_set(err, "out of memory");
+            len = strlen(text);
+        } else {
+            return ph_err_setc(err, PH_ERR_INPUT, "%s.function.arguments must be a JSON string", where);
+        }
+        if (job_add_call(j, json_string_value(json_object_get(c, "id")), json_string_value(json_object_get(fn, "name")),
+                         text, len, where, err))
+            return -1;
+    }
+    return 0;
+}
+
+static int parse_tools(job *j, json_t *root, ph_err *err) {
+    json_t *tools = json_object_get(root, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) return ph_err_setc(err, PH_ERR_INPUT, "'tools' must be an array");
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            char where[96];
+            snprintf(where, sizeof where, "tools[%zu].function", i);
+            const char *type = json_string_value(json_object_get(t, "type"));
+            json_t *fn = json_object_get(t, "function");
+            if (!type || strcmp(type, "function") || !json_is_object(fn))
+                return ph_err_setc(err, PH_ERR_INPUT, "tools[%zu]: only tools of type 'function' with a 'function' "
+                                                      "object are supported", i);
+            if (job_add_tool(j, json_object_get(fn, "name"), json_object_get(fn, "description"),
+                             json_object_get(fn, "parameters"), where, err))
+                return -1;
+        }
+    }
+    json_t *tc = json_object_get(root, "tool_choice");
+    if (tc && !json_is_null(tc)) {
+        const char *s = json_string_value(tc);
+        if (s && !strcmp(s, "auto")) return job_set_tool_choice(j, PH_TOOL_AUTO, NULL, "tool_choice", err);
+        if (s && !strcmp(s, "none")) return job_set_tool_choice(j, PH_TOOL_NONE, NULL, "tool_choice", err);
+        if (s && !strcmp(s, "required")) return job_set_tool_choice(j, PH_TOOL_REQUIRED, NULL, "tool_choice", err);
+        const char *type = json_string_value(json_object_get(tc, "type"));
+        const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (type && !strcmp(type, "function") && name)
+            return job_set_tool_choice(j, PH_TOOL_NAMED, name, "tool_choice", err);
+        return ph_err_setc(err, PH_ERR_INPUT, "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                              "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    return 0;
+}
+
+static int parse_format(job *j, json_t *root, ph_err *err) {
+    json_t *rf = json_object_get(root, "response_format");
+    if (!rf || json_is_null(rf)) return 0;
+    if (!json_is_object(rf)) return ph_err_setc(err, PH_ERR_INPUT, "'response_format' must be an object");
+    json_t *js = json_object_get(rf, "json_schema");
+    return job_set_format(j, json_string_value(json_object_get(rf, "type")), json_object_get(js, "schema"),
+                          "response_format", err);
+}
+
+static const field_rule FIELDS[] = {
+    {"model", F_USE, NULL}, {"messages", F_USE, NULL}, {"stream", F_USE, NULL}, {"stream_options", F_USE, NULL},
+    {"temperature", F_USE, NULL}, {"top_p", F_USE, NULL}, {"top_k", F_USE, NULL}, {"min_p", F_USE, NULL},
+    {"seed", F_USE, NULL}, {"presence_penalty", F_USE, NULL}, {"frequency_penalty", F_USE, NULL},
+    {"repetition_penalty", F_USE, NULL}, {"logit_bias", F_USE, NULL}, {"max_tokens", F_USE, NULL},
+    {"max_completion_tokens", F_USE, NULL}, {"stop", F_USE, NULL}, {"n", F_USE, NULL}, {"logprobs", F_USE, NULL},
+    {"top_logprobs", F_USE, NULL}, {"tools", F_USE, NULL}, {"tool_choice", F_USE, NULL},
+    {"parallel_tool_calls", F_USE, NULL}, {"response_format", F_USE, NULL}, {"reasoning_effort", F_USE, NULL},
+    {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL},
+    {"user", F_IGNORE, NULL}, {"metadata", F_IGNORE, NULL}, {"safety_identifier", F_IGNORE, NULL},
+    {"prompt_cache_key", F_IGNORE, NULL}, {"service_tier", F_IGNORE, NULL}, {"verbosity", F_IGNORE, NULL},
+    {"store", F_REFUSE, "nothing is stored: completions cannot be retrieved later"},
+    {"modalities", F_USE, NULL},
+    {"audio", F_REFUSE, "this server answers with text only"},
+    {"prediction", F_REFUSE, "predicted outputs are not supported"},
+    {"web_search_options", F_REFUSE, "this server has no web search"},
+    {"functions", F_REFUSE, "use 'tools' (the deprecated 'functions' form is not supported)"},
+    {"function_call", F_REFUSE, "use 'tool_choice' (the deprecated 'function_call' form is not supported)"},
+};
+
 static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
+    if (check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "Chat Completions", err)) return -1;
+    json_t *mod = json_object_get(root, "modalities");
+    if (mod && !json_is_null(mod)) {
+        bool ok = json_is_array(mod);
+        size_t i;
+        json_t *x;
+        json_array_foreach(mod, i, x) ok &= json_is_string(x) && !strcmp(json_string_value(x), "text");
+        if (!ok) return ph_err_setc(err, PH_ERR_INPUT, "'modalities' may only be [\"text\"]: this server answers with text");
+    }
+    if (parse_tools(j, root, err)) return -1;
     json_t *msgs = json_object_get(root, "messages");
     if (!json_is_array(msgs)) return ph_err_setc(err, PH_ERR_INPUT, "'messages' must be an array");
     size_t mi;
@@ -57,34 +169,40 @@ static int parse(job *j, ph_err *err) {
             return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu] must be an object with a 'role'", mi);
         if (role_of(role, &r))
             return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (system, developer, "
-                                                  "user, assistant)", mi, role);
+                                                  "user, assistant, tool)", mi, role);
         json_t *content = json_object_get(m, "content");
         if (r != PH_ROLE_ASSISTANT && !json_is_string(content) && !json_is_array(content))
             return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content must be a string or an array of parts", mi);
         if (job_begin_msg(j, r, err) || parse_content(j, content, mi, err)) return -1;
+        if (r == PH_ROLE_ASSISTANT) {
+            json_t *rc = json_object_get(m, "reasoning_content");
+            if (json_is_string(rc)) job_set_reasoning(j, json_string_value(rc), json_string_length(rc));
+            if (parse_calls(j, json_object_get(m, "tool_calls"), mi, err)) return -1;
+        }
     }
     if (job_finish_msgs(j, err)) return -1;
-    double temp = j->gen.sampler.temperature, top_p = j->gen.sampler.top_p; /* the server's defaults */
-    int64_t max_tokens = j->gen.max_tokens, seed = -1, top_lp = 0;
+    int64_t max_tokens = j->gen.max_tokens, top_lp = 0;
     bool logprobs = false;
-    if (get_number(root, "temperature", 0, 2, &temp, err) || get_number(root, "top_p", 0, 1, &top_p, err) ||
-        get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
+    if (job_sampling(j, 2, err) || get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
         get_int(root, "max_completion_tokens", 1, INT32_MAX, &max_tokens, err) ||
-        get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) || get_bool(root, "stream", &j->stream, err) ||
-        get_bool(root, "logprobs", &logprobs, err) || get_int(root, "top_logprobs", 0, 20, &top_lp, err) ||
+        get_bool(root, "stream", &j->stream, err) || get_bool(root, "logprobs", &logprobs, err) ||
+        get_int(root, "top_logprobs", 0, 20, &top_lp, err) ||
+        get_bool(root, "parallel_tool_calls", &j->gen.parallel_tool_calls, err) || parse_format(j, root, err) ||
+        job_set_effort(j, json_object_get(root, "reasoning_effort"), "reasoning_effort", err) ||
         job_set_stop(j, json_object_get(root, "stop"), "stop", err))
         return -1;
     json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return ph_err_setc(err, PH_ERR_INPUT, "'stream_options' must be an object");
+        const char *k;
+        json_t *v;
+        json_object_foreach(so, k, v) if (strcmp(k, "include_usage") && strcmp(k, "include_obfuscation"))
+            return ph_err_setc(err, PH_ERR_INPUT, "'stream_options.%.32s' is not supported (include_usage is)", k);
         if (get_bool(so, "include_usage", &j->include_usage, err)) return -1;
     }
     json_t *n = json_object_get(root, "n");
     if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
         return ph_err_setc(err, PH_ERR_INPUT, "'n' must be 1: this server makes one answer per request");
-    j->gen.sampler.temperature = (float)temp;
-    j->gen.sampler.top_p = (float)top_p;
-    j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : random_seed();
     j->gen.max_tokens = (int32_t)max_tokens;
     j->logprobs = logprobs;
     j->gen.top_logprobs = logprobs ? (int32_t)top_lp : 0;
@@ -99,7 +217,10 @@ static json_t *usage(const job *j) {
                      "cached_tokens", r->n_reused, "completion_tokens_details", "reasoning_tokens", 0);
 }
 
-static const char *finish_reason(const job *j) { return j->rep.finish == PH_FINISH_LENGTH ? "length" : "stop"; }
+static const char *finish_reason(const job *j) {
+    if (j->rep.finish == PH_FINISH_LENGTH) return "length";
+    return j->n_out_calls ? "tool_calls" : "stop";
+}
 
 static json_t *chunk(const job *j, json_t *delta, json_t *logprobs, const char *finish) {
     json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[{s:i,s:o,s:o,s:o}]}", "id", j->id, "object",
@@ -134,13 +255,30 @@ static void stream_start(job *j) {
     job_sse(j, NULL, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL));
 }
 
+/* A call's delta: its first carries id, type and name (arguments ""), later
+ * ones argument pieces. */
+static json_t *call_delta(job *j, const ph_gen_event *ev) {
+    const out_call *oc = &j->out_calls[ev->call_index];
+    json_t *c = ev->kind == PH_DELTA_TOOL_CALL
+                    ? json_pack("{s:i,s:s,s:s,s:{s:s%,s:s}}", "index", ev->call_index, "id", oc->id, "type", "function",
+                                "function", "name", ev->text, ev->len, "arguments", "")
+                    : json_pack("{s:i,s:{s:o}}", "index", ev->call_index, "function", "arguments",
+                                json_text(ev->text, ev->len));
+    return json_pack("{s:[o]}", "tool_calls", c);
+}
+
 static void stream_event(job *j, const ph_gen_event *ev) {
     json_t *lp = NULL;
     if (j->logprobs && ev->token >= 0) lp = json_pack("{s:[o]}", "content", lp_entry(j, ev));
-    if (!ev->len && !lp) return;
-    json_t *delta = ev->len ? json_pack("{s:s%}", ev->kind == PH_DELTA_REASONING ? "reasoning_content" : "content",
-                                        ev->text, ev->len)
-                            : json_object();
+    if (!ev->len && !lp && ev->kind != PH_DELTA_TOOL_CALL) return;
+    json_t *delta;
+    if (ev->kind == PH_DELTA_TOOL_CALL || (ev->kind == PH_DELTA_TOOL_ARGS && ev->len))
+        delta = call_delta(j, ev);
+    else if (ev->len && ev->kind != PH_DELTA_TOOL_ARGS)
+        delta = json_pack("{s:o}", ev->kind == PH_DELTA_REASONING ? "reasoning_content" : "content",
+                          json_text(ev->text, ev->len));
+    else
+        delta = json_object();
     job_sse(j, NULL, chunk(j, delta, lp, NULL));
 }
 
@@ -166,9 +304,22 @@ static void collect_logprobs(job *j, const ph_gen_event *ev) {
 }
 
 static json_t *result(job *j) {
-    json_t *msg = json_pack("{s:s,s:s%,s:n}", "role", "assistant", "content", j->content.p ? j->content.p : "",
-                            j->content.n, "refusal");
-    if (j->reasoning.n) json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p, j->reasoning.n));
+    /* content is null for an answer made only of calls */
+    json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content",
+                            j->n_out_calls && !j->content.n ? json_null() : json_text(j->content.p ? j->content.p : "",
+                                                                                    j->content.n),
+                            "refusal");
+    if (j->reasoning.n) json_object_set_new(msg, "reasoning_content", json_text(j->reasoning.p, j->reasoning.n));
+    if (j->n_out_calls) {
+        json_t *calls = json_array();
+        for (size_t i = 0; i < j->n_out_calls; i++) {
+            const out_call *oc = &j->out_calls[i];
+            json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", oc->id, "type", "function",
+                                                   "function", "name", json_text(oc->name.p ? oc->name.p : "", oc->name.n),
+                                                   "arguments", json_text(oc->args.p ? oc->args.p : "", oc->args.n)));
+        }
+        json_object_set_new(msg, "tool_calls", calls);
+    }
     json_t *lp = j->logprobs ? json_pack("{s:o}", "content", j->lp ? json_incref(j->lp) : json_array()) : json_null();
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
                      "created", (json_int_t)j->created, "model", j->model_name, "system_fingerprint",
@@ -178,6 +329,7 @@ static json_t *result(job *j) {
 
 const api_kind api_openai_chat = {
     .endpoint = "chat_completions",
+    .call_prefix = "call_",
     .parse = parse,
     .stream_start = stream_start,
     .stream_event = stream_event,

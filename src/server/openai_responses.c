@@ -5,14 +5,14 @@
 #include "base/error.h"
 #include "server/server_internal.h"
 
-static int add_part(job *j, json_t *part, size_t mi, size_t pi, ph_err *err) {
+static int add_part(job *j, json_t *part, const char *where, size_t mi, size_t pi, ph_err *err) {
     const char *type = json_string_value(json_object_get(part, "type"));
     if (!json_is_object(part) || !type)
-        return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].content[%zu] must be an object with a 'type'", mi, pi);
+        return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu] must be an object with a 'type'", mi, where, pi);
     if (!strcmp(type, "input_text") || !strcmp(type, "output_text") || !strcmp(type, "text")) {
         json_t *t = json_object_get(part, "text");
         if (!json_is_string(t))
-            return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].content[%zu].text must be a string", mi, pi);
+            return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].text must be a string", mi, where, pi);
         return job_add_text(j, json_string_value(t), json_string_length(t), err);
     }
     if (!strcmp(type, "input_image")) {
@@ -20,18 +20,176 @@ static int add_part(job *j, json_t *part, size_t mi, size_t pi, ph_err *err) {
         if (json_is_object(u)) u = json_object_get(u, "url");
         if (!json_is_string(u)) {
             if (json_object_get(part, "file_id"))
-                return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].content[%zu]: file_id pictures are not supported; "
-                                                      "only data: URIs are accepted", mi, pi);
-            return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].content[%zu].image_url must be a string", mi, pi);
+                return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu]: file_id pictures are not supported; "
+                                                      "only data: URIs are accepted", mi, where, pi);
+            return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].image_url must be a string", mi, where, pi);
         }
         return job_add_image_url(j, json_string_value(u), err);
     }
-    return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].content[%zu]: type '%s' is not supported (input_text, "
-                                          "input_image, output_text are)", mi, pi, type);
+    if (!strcmp(type, "refusal")) {
+        json_t *t = json_object_get(part, "refusal");
+        if (!json_is_string(t))
+            return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].refusal must be a string", mi, where, pi);
+        return job_add_text(j, json_string_value(t), json_string_length(t), err);
+    }
+    return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu]: type '%s' is not supported (input_text, "
+                                          "input_image, output_text, refusal are)", mi, where, pi, type);
 }
+
+static int add_parts(job *j, json_t *content, const char *where, size_t mi, ph_err *err) {
+    if (json_is_string(content)) return job_add_text(j, json_string_value(content), json_string_length(content), err);
+    if (!json_is_array(content))
+        return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s must be a string or an array", mi, where);
+    size_t pi;
+    json_t *part;
+    json_array_foreach(content, pi, part) if (add_part(j, part, where, mi, pi, err)) return -1;
+    return 0;
+}
+
+typedef struct input_state {
+    bool open;             /* the last message is an assistant turn that function calls join */
+    json_t *reasoning;     /* a reasoning item's text waiting for its assistant turn */
+} input_state;
+
+/* Opens an assistant turn (taking the reasoning that came before it). */
+static int begin_assistant(job *j, input_state *st, ph_err *err) {
+    if (job_begin_msg(j, PH_ROLE_ASSISTANT, err)) return -1;
+    if (st->reasoning) job_set_reasoning(j, json_string_value(st->reasoning), json_string_length(st->reasoning));
+    st->reasoning = NULL;
+    st->open = true;
+    return 0;
+}
+
+static int parse_input(job *j, json_t *input, ph_err *err) {
+    size_t mi;
+    json_t *item;
+    input_state st = {0};
+    json_array_foreach(input, mi, item) {
+        const char *type = json_string_value(json_object_get(item, "type"));
+        if (!json_is_object(item)) return ph_err_setc(err, PH_ERR_INPUT, "input[%zu] must be an object", mi);
+        if (!type || !strcmp(type, "message")) {
+            const char *role = json_string_value(json_object_get(item, "role"));
+            if (!role) return ph_err_setc(err, PH_ERR_INPUT, "input[%zu] must be a message with a 'role'", mi);
+            if (!strcmp(role, "assistant")) {
+                if (begin_assistant(j, &st, err)) return -1;
+            } else {
+                ph_role r;
+                if (!strcmp(role, "user")) r = PH_ROLE_USER;
+                else if (!strcmp(role, "system") || !strcmp(role, "developer")) r = PH_ROLE_SYSTEM;
+                else return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].role '%s' is not supported", mi, role);
+                if (job_begin_msg(j, r, err)) return -1;
+                st.open = false;
+            }
+            if (add_parts(j, json_object_get(item, "content"), "content", mi, err)) return -1;
+        } else if (!strcmp(type, "function_call")) {
+            char where[64];
+            snprintf(where, sizeof where, "input[%zu]", mi);
+            json_t *args = json_object_get(item, "arguments");
+            if (!json_is_string(args))
+                return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].arguments must be a JSON string", mi);
+            if ((!st.open || st.reasoning) && begin_assistant(j, &st, err)) return -1;
+            if (job_add_call(j, json_string_value(json_object_get(item, "call_id")),
+                             json_string_value(json_object_get(item, "name")), json_string_value(args),
+                             json_string_length(args), where, err))
+                return -1;
+        } else if (!strcmp(type, "function_call_output")) {
+            if (job_begin_msg(j, PH_ROLE_TOOL, err) || add_parts(j, json_object_get(item, "output"), "output", mi, err))
+                return -1;
+            st.open = false;
+        } else if (!strcmp(type, "reasoning")) {
+            /* its text goes back with the next assistant turn, where the template renders reasoning */
+            json_t *c = json_object_get(item, "content");
+            if (!json_is_array(c) || !json_array_size(c)) c = json_object_get(item, "summary");
+            json_t *t = json_object_get(json_array_get(c, 0), "text");
+            st.reasoning = json_is_string(t) ? t : NULL;
+            st.open = false;
+        } else {
+            return ph_err_setc(err, PH_ERR_INPUT, "input[%zu]: item type '%s' is not supported (message, "
+                                                  "function_call, function_call_output, reasoning are)", mi, type);
+        }
+    }
+    return 0;
+}
+
+static int parse_tools(job *j, json_t *root, ph_err *err) {
+    json_t *tools = json_object_get(root, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) return ph_err_setc(err, PH_ERR_INPUT, "'tools' must be an array");
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            char where[64];
+            snprintf(where, sizeof where, "tools[%zu]", i);
+            const char *type = json_string_value(json_object_get(t, "type"));
+            if (!type || strcmp(type, "function"))
+                return ph_err_setc(err, PH_ERR_INPUT, "tools[%zu]: only tools of type 'function' are supported "
+                                                      "(this server has no built-in tools), not '%s'", i,
+                                   type ? type : "?");
+            if (job_add_tool(j, json_object_get(t, "name"), json_object_get(t, "description"),
+                             json_object_get(t, "parameters"), where, err))
+                return -1;
+        }
+    }
+    json_t *tc = json_object_get(root, "tool_choice");
+    if (tc && !json_is_null(tc)) {
+        const char *s = json_string_value(tc);
+        if (s && !strcmp(s, "auto")) return job_set_tool_choice(j, PH_TOOL_AUTO, NULL, "tool_choice", err);
+        if (s && !strcmp(s, "none")) return job_set_tool_choice(j, PH_TOOL_NONE, NULL, "tool_choice", err);
+        if (s && !strcmp(s, "required")) return job_set_tool_choice(j, PH_TOOL_REQUIRED, NULL, "tool_choice", err);
+        const char *type = json_string_value(json_object_get(tc, "type"));
+        const char *name = json_string_value(json_object_get(tc, "name"));
+        if (type && !strcmp(type, "function") && name)
+            return job_set_tool_choice(j, PH_TOOL_NAMED, name, "tool_choice", err);
+        return ph_err_setc(err, PH_ERR_INPUT, "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                              "{\"type\": \"function\", \"name\": ...}");
+    }
+    return 0;
+}
+
+static int parse_text(job *j, json_t *root, ph_err *err) {
+    json_t *text = json_object_get(root, "text");
+    if (!text || json_is_null(text)) return 0;
+    if (!json_is_object(text)) return ph_err_setc(err, PH_ERR_INPUT, "'text' must be an object");
+    const char *k;
+    json_t *v;
+    json_object_foreach(text, k, v) if (strcmp(k, "format") && strcmp(k, "verbosity"))
+        return ph_err_setc(err, PH_ERR_INPUT, "'text.%.32s' is not supported (format, verbosity are)", k);
+    json_t *f = json_object_get(text, "format");
+    if (!f || json_is_null(f)) return 0;
+    if (!json_is_object(f)) return ph_err_setc(err, PH_ERR_INPUT, "'text.format' must be an object");
+    return job_set_format(j, json_string_value(json_object_get(f, "type")), json_object_get(f, "schema"),
+                          "text.format", err);
+}
+
+static const field_rule FIELDS[] = {
+    {"model", F_USE, NULL}, {"input", F_USE, NULL}, {"instructions", F_USE, NULL}, {"stream", F_USE, NULL},
+    {"temperature", F_USE, NULL}, {"top_p", F_USE, NULL}, {"top_k", F_USE, NULL}, {"min_p", F_USE, NULL},
+    {"seed", F_USE, NULL}, {"presence_penalty", F_USE, NULL}, {"frequency_penalty", F_USE, NULL},
+    {"repetition_penalty", F_USE, NULL}, {"logit_bias", F_USE, NULL}, {"max_output_tokens", F_USE, NULL},
+    {"tools", F_USE, NULL}, {"tool_choice", F_USE, NULL}, {"parallel_tool_calls", F_USE, NULL},
+    {"text", F_USE, NULL}, {"reasoning", F_USE, NULL}, {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL},
+    {"user", F_IGNORE, NULL}, {"metadata", F_IGNORE, NULL}, {"safety_identifier", F_IGNORE, NULL},
+    {"prompt_cache_key", F_IGNORE, NULL}, {"service_tier", F_IGNORE, NULL}, {"store", F_IGNORE, NULL},
+    {"truncation", F_USE, NULL}, {"stream_options", F_IGNORE, NULL}, {"include", F_USE, NULL},
+    {"previous_response_id", F_REFUSE, "send the whole conversation in 'input' (nothing is stored; pinhole "
+                                       "reuses its state on its own)"},
+    {"conversation", F_REFUSE, "send the whole conversation in 'input' (nothing is stored)"},
+    {"background", F_REFUSE, "background responses are not supported"},
+    {"prompt", F_REFUSE, "stored prompts are not supported"},
+    {"max_tool_calls", F_REFUSE, "not supported; use parallel_tool_calls: false for one call"},
+    {"top_logprobs", F_REFUSE, "log-probabilities are given by /v1/chat/completions only"},
+};
 
 static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
+    if (check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Responses API", err)) return -1;
+    json_t *tr = json_object_get(root, "truncation");
+    if (tr && !json_is_null(tr) && !(json_is_string(tr) && !strcmp(json_string_value(tr), "disabled")))
+        return ph_err_setc(err, PH_ERR_INPUT, "'truncation' may only be \"disabled\": a conversation that does not "
+                                              "fit is refused, never cut");
+    json_t *inc = json_object_get(root, "include");
+    if (inc && !json_is_null(inc) && !(json_is_array(inc) && json_array_size(inc) == 0))
+        return ph_err_setc(err, PH_ERR_INPUT, "'include' is not supported: the output already has everything there is");
     json_t *instr = json_object_get(root, "instructions");
     if (instr && !json_is_null(instr)) {
         if (!json_is_string(instr)) return ph_err_setc(err, PH_ERR_INPUT, "'instructions' must be a string");
@@ -39,54 +197,27 @@ static int parse(job *j, ph_err *err) {
             job_add_text(j, json_string_value(instr), json_string_length(instr), err))
             return -1;
     }
+    if (parse_tools(j, root, err)) return -1;
     json_t *input = json_object_get(root, "input");
     if (json_is_string(input)) {
         if (job_begin_msg(j, PH_ROLE_USER, err) ||
             job_add_text(j, json_string_value(input), json_string_length(input), err))
             return -1;
     } else if (json_is_array(input)) {
-        size_t mi;
-        json_t *item;
-        json_array_foreach(input, mi, item) {
-            const char *type = json_string_value(json_object_get(item, "type"));
-            const char *role = json_string_value(json_object_get(item, "role"));
-            if (!json_is_object(item) || (type && strcmp(type, "message") != 0) || !role)
-                return ph_err_setc(err, PH_ERR_INPUT, "input[%zu] must be a message with a 'role' (item type '%s' "
-                                                      "is not supported)", mi, type ? type : "?");
-            ph_role r;
-            if (!strcmp(role, "user")) r = PH_ROLE_USER;
-            else if (!strcmp(role, "assistant")) r = PH_ROLE_ASSISTANT;
-            else if (!strcmp(role, "system") || !strcmp(role, "developer")) r = PH_ROLE_SYSTEM;
-            else return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].role '%s' is not supported", mi, role);
-            if (job_begin_msg(j, r, err)) return -1;
-            json_t *content = json_object_get(item, "content");
-            if (json_is_string(content)) {
-                if (job_add_text(j, json_string_value(content), json_string_length(content), err)) return -1;
-            } else if (json_is_array(content)) {
-                size_t pi;
-                json_t *part;
-                json_array_foreach(content, pi, part) if (add_part(j, part, mi, pi, err)) return -1;
-            } else {
-                return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].content must be a string or an array", mi);
-            }
-        }
+        if (parse_input(j, input, err)) return -1;
     } else {
-        return ph_err_setc(err, PH_ERR_INPUT, "'input' must be a string or an array of messages");
+        return ph_err_setc(err, PH_ERR_INPUT, "'input' must be a string or an array of items");
     }
-    if (json_object_get(root, "previous_response_id") && !json_is_null(json_object_get(root, "previous_response_id")))
-        return ph_err_setc(err, PH_ERR_INPUT, "'previous_response_id' is not supported: send the whole conversation "
-                                              "(pinhole reuses its state on its own)");
     if (job_finish_msgs(j, err)) return -1;
-    double temp = j->gen.sampler.temperature, top_p = j->gen.sampler.top_p; /* the server's defaults */
-    int64_t max_tokens = j->gen.max_tokens, seed = -1;
-    if (get_number(root, "temperature", 0, 2, &temp, err) || get_number(root, "top_p", 0, 1, &top_p, err) ||
-        get_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, err) ||
-        get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) || /* an extension */
-        get_bool(root, "stream", &j->stream, err))
+    int64_t max_tokens = j->gen.max_tokens;
+    json_t *rs = json_object_get(root, "reasoning");
+    if (rs && !json_is_null(rs) && !json_is_object(rs))
+        return ph_err_setc(err, PH_ERR_INPUT, "'reasoning' must be an object");
+    if (job_sampling(j, 2, err) || get_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, err) ||
+        get_bool(root, "stream", &j->stream, err) ||
+        get_bool(root, "parallel_tool_calls", &j->gen.parallel_tool_calls, err) || parse_text(j, root, err) ||
+        job_set_effort(j, json_object_get(rs, "effort"), "reasoning.effort", err))
         return -1;
-    j->gen.sampler.temperature = (float)temp;
-    j->gen.sampler.top_p = (float)top_p;
-    j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : random_seed();
     j->gen.max_tokens = (int32_t)max_tokens;
     make_id(j->id, sizeof j->id, "resp_");
     return 0;
@@ -99,8 +230,15 @@ static json_t *usage(const job *j) {
                      "reasoning_tokens", 0, "total_tokens", r->n_prompt + r->n_generated);
 }
 
-/* An output item: reasoning or message, in progress or done. */
-static json_t *item(const job *j, ph_delta_kind kind, int idx, bool done) {
+/* An output item: reasoning, message or function call, in progress or done. */
+static json_t *item(const job *j, ph_delta_kind kind, int idx, int32_t call, bool done) {
+    if (kind == PH_DELTA_TOOL_CALL) {
+        const out_call *oc = &j->out_calls[call];
+        return json_pack("{s:s,s:s,s:s,s:o,s:o,s:s}", "type", "function_call", "id", oc->id, "call_id", oc->call_id,
+                         "name", json_text(oc->name.p ? oc->name.p : "", oc->name.n), "arguments",
+                         done ? json_text(oc->args.p ? oc->args.p : "", oc->args.n) : json_string(""), "status",
+                         done ? "completed" : "in_progress");
+    }
     char id[64];
     snprintf(id, sizeof id, "%s_%d", j->item_id, idx);
     const strbuf *b = kind == PH_DELTA_REASONING ? &j->reasoning : &j->content;
@@ -108,9 +246,9 @@ static json_t *item(const job *j, ph_delta_kind kind, int idx, bool done) {
     if (done)
         json_array_append_new(content, kind == PH_DELTA_REASONING
                                            ? json_pack("{s:s,s:o}", "type", "reasoning_text", "text",
-                                                       json_stringn(b->p ? b->p : "", b->n))
+                                                       json_text(b->p ? b->p : "", b->n))
                                            : json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text",
-                                                       json_stringn(b->p ? b->p : "", b->n), "annotations",
+                                                       json_text(b->p ? b->p : "", b->n), "annotations",
                                                        "logprobs"));
     if (kind == PH_DELTA_REASONING)
         return json_pack("{s:s,s:s,s:[],s:o,s:s}", "type", "reasoning", "id", id, "summary", "content", content,
@@ -119,21 +257,35 @@ static json_t *item(const job *j, ph_delta_kind kind, int idx, bool done) {
                      done ? "completed" : "in_progress", "role", "assistant", "content", content);
 }
 
+/* The request's settings as the response echoes them. */
+static json_t *echo(const job *j, const char *key, json_t *dflt) {
+    json_t *v = json_object_get(j->root, key);
+    if (!v || json_is_null(v)) return dflt;
+    json_decref(dflt);
+    return json_incref(v);
+}
+
 static json_t *response(job *j, const char *status) {
     json_t *out = json_array();
     bool final = !strcmp(status, "completed") || !strcmp(status, "incomplete");
     if (final) {
         int idx = 0;
-        if (j->reasoning.n) json_array_append_new(out, item(j, PH_DELTA_REASONING, idx++, true));
-        json_array_append_new(out, item(j, PH_DELTA_CONTENT, idx, true));
+        if (j->reasoning.n) json_array_append_new(out, item(j, PH_DELTA_REASONING, idx++, -1, true));
+        if (j->content.n || !j->n_out_calls) json_array_append_new(out, item(j, PH_DELTA_CONTENT, idx++, -1, true));
+        for (size_t i = 0; i < j->n_out_calls; i++)
+            json_array_append_new(out, item(j, PH_DELTA_TOOL_CALL, idx++, (int32_t)i, true));
     }
-    json_t *r = json_pack("{s:s,s:s,s:I,s:s,s:n,s:n,s:s,s:o,s:b,s:n,s:f,s:f,s:{s:{s:s}},s:s,s:[],s:s,s:{},s:o}",
+    json_t *text = json_pack("{s:{s:s}}", "format", "type", "text");
+    json_t *fmt = json_object_get(json_object_get(j->root, "text"), "format");
+    if (json_is_object(fmt)) json_object_set(text, "format", fmt);
+    json_t *r = json_pack("{s:s,s:s,s:I,s:s,s:n,s:n,s:s,s:o,s:b,s:n,s:f,s:f,s:o,s:o,s:o,s:s,s:{},s:o}",
                           "id", j->id, "object", "response", "created_at", (json_int_t)j->created, "status", status,
                           "error", "incomplete_details", "model", j->model_name, "output", out,
-                          "parallel_tool_calls", 0, "previous_response_id", "temperature",
-                          (double)j->gen.sampler.temperature, "top_p", (double)j->gen.sampler.top_p, "text",
-                          "format", "type", "text", "tool_choice", "none", "tools", "truncation", "disabled",
-                          "metadata", "usage", final ? usage(j) : json_null());
+                          "parallel_tool_calls", j->gen.parallel_tool_calls, "previous_response_id", "temperature",
+                          (double)j->gen.sampler.temperature, "top_p", (double)j->gen.sampler.top_p, "text", text,
+                          "tool_choice", echo(j, "tool_choice", json_string("auto")), "tools",
+                          echo(j, "tools", json_array()), "truncation", "disabled", "metadata", "usage",
+                          final ? usage(j) : json_null());
     if (!strcmp(status, "incomplete"))
         json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
     json_object_set_new(r, "max_output_tokens",
@@ -149,16 +301,19 @@ static void event(job *j, const char *type, json_t *body) {
     job_sse(j, type, body);
 }
 
-static void open_item(job *j, ph_delta_kind kind) {
+static void open_item(job *j, ph_delta_kind kind, int32_t call) {
     int idx = j->n_blocks++;
     j->open_kind = (int)kind;
-    char id[64];
-    snprintf(id, sizeof id, "%s_%d", j->item_id, idx);
-    event(j, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", idx, "item", item(j, kind, idx, false)));
-    if (kind == PH_DELTA_CONTENT)
+    j->open_call = call;
+    event(j, "response.output_item.added",
+          json_pack("{s:i,s:o}", "output_index", idx, "item", item(j, kind, idx, call, false)));
+    if (kind == PH_DELTA_CONTENT) {
+        char id[64];
+        snprintf(id, sizeof id, "%s_%d", j->item_id, idx);
         event(j, "response.content_part.added",
               json_pack("{s:s,s:i,s:i,s:{s:s,s:s,s:[],s:[]}}", "item_id", id, "output_index", idx, "content_index", 0,
                         "part", "type", "output_text", "text", "", "annotations", "logprobs"));
+    }
 }
 
 static void close_item(job *j) {
@@ -168,18 +323,24 @@ static void close_item(job *j) {
     char id[64];
     snprintf(id, sizeof id, "%s_%d", j->item_id, idx);
     if (kind == PH_DELTA_CONTENT) {
-        json_t *text = json_stringn(j->content.p ? j->content.p : "", j->content.n);
+        json_t *text = json_text(j->content.p ? j->content.p : "", j->content.n);
         event(j, "response.output_text.done", json_pack("{s:s,s:i,s:i,s:O,s:[]}", "item_id", id, "output_index", idx,
                                                         "content_index", 0, "text", text, "logprobs"));
         event(j, "response.content_part.done",
               json_pack("{s:s,s:i,s:i,s:{s:s,s:o,s:[],s:[]}}", "item_id", id, "output_index", idx, "content_index", 0,
                         "part", "type", "output_text", "text", text, "annotations", "logprobs"));
-    } else {
+    } else if (kind == PH_DELTA_REASONING) {
         event(j, "response.reasoning_text.done",
               json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", idx, "content_index", 0, "text",
-                        json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n)));
+                        json_text(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n)));
+    } else {
+        const out_call *oc = &j->out_calls[j->open_call];
+        event(j, "response.function_call_arguments.done",
+              json_pack("{s:s,s:i,s:o}", "item_id", oc->id, "output_index", idx, "arguments",
+                        json_text(oc->args.p ? oc->args.p : "", oc->args.n)));
     }
-    event(j, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", idx, "item", item(j, kind, idx, true)));
+    event(j, "response.output_item.done",
+          json_pack("{s:i,s:o}", "output_index", idx, "item", item(j, kind, idx, j->open_call, true)));
     j->open_kind = -1;
 }
 
@@ -191,26 +352,41 @@ static void stream_start(job *j) {
 }
 
 static void stream_event(job *j, const ph_gen_event *ev) {
+    if (ev->kind == PH_DELTA_TOOL_CALL) {
+        close_item(j);
+        open_item(j, PH_DELTA_TOOL_CALL, ev->call_index);
+        return;
+    }
     if (!ev->len) return;
+    int idx = j->n_blocks - 1;
+    if (ev->kind == PH_DELTA_TOOL_ARGS) {
+        if (j->open_kind != (int)PH_DELTA_TOOL_CALL || j->open_call != ev->call_index) return; /* cannot happen */
+        event(j, "response.function_call_arguments.delta",
+              json_pack("{s:s,s:i,s:o}", "item_id", j->out_calls[ev->call_index].id, "output_index", idx, "delta",
+                        json_text(ev->text, ev->len)));
+        return;
+    }
     if (j->open_kind != (int)ev->kind) {
         close_item(j);
-        open_item(j, ev->kind);
+        open_item(j, ev->kind, -1);
+        idx = j->n_blocks - 1;
     }
-    int idx = j->n_blocks - 1;
     char id[64];
     snprintf(id, sizeof id, "%s_%d", j->item_id, idx);
     if (ev->kind == PH_DELTA_CONTENT)
-        event(j, "response.output_text.delta", json_pack("{s:s,s:i,s:i,s:s%,s:[]}", "item_id", id, "output_index", idx,
-                                                         "content_index", 0, "delta", ev->text, ev->len, "logprobs"));
+        event(j, "response.output_text.delta", json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", id, "output_index", idx,
+                                                         "content_index", 0, "delta", json_text(ev->text, ev->len),
+                                                         "logprobs"));
     else
-        event(j, "response.reasoning_text.delta", json_pack("{s:s,s:i,s:i,s:s%}", "item_id", id, "output_index", idx,
-                                                            "content_index", 0, "delta", ev->text, ev->len));
+        event(j, "response.reasoning_text.delta", json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", idx,
+                                                            "content_index", 0, "delta", json_text(ev->text, ev->len)));
 }
 
 static void stream_end(job *j) {
-    if (j->open_kind != (int)PH_DELTA_CONTENT) { /* always end with a message, even an empty one */
+    /* an answer without calls always ends with a message, even an empty one */
+    if (!j->n_out_calls && j->open_kind != (int)PH_DELTA_CONTENT) {
         close_item(j);
-        open_item(j, PH_DELTA_CONTENT);
+        open_item(j, PH_DELTA_CONTENT, -1);
     }
     close_item(j);
     const char *st = final_status(j);
@@ -231,6 +407,7 @@ static json_t *result(job *j) {
 
 const api_kind api_openai_responses = {
     .endpoint = "responses",
+    .call_prefix = "fc_",
     .parse = parse,
     .stream_start = stream_start,
     .stream_event = stream_event,

@@ -39,6 +39,8 @@ struct srv {
 
 ph_engine *srv_engine(srv *s) { return s->e; }
 
+bool srv_allow_forced(const srv *s) { return s->cfg.allow_forced_output; }
+
 ph_image_in *srv_decode_image(srv *s, const void *data, size_t len, const char *label, ph_err *err) {
     return ph_engine_image(s->e, data, len, label, err);
 }
@@ -77,6 +79,16 @@ static void job_unref(job *j) {
     free(j->msgs);
     free(j->msg_first);
     free(j->parts);
+    free(j->msg_calls);
+    free(j->calls);
+    free(j->tools);
+    for (size_t i = 0; i < j->n_owned; i++) free(j->owned[i]);
+    free(j->owned);
+    for (size_t i = 0; i < j->n_out_calls; i++) {
+        sb_free(&j->out_calls[i].name);
+        sb_free(&j->out_calls[i].args);
+    }
+    free(j->out_calls);
     free(j->stop);
     sb_free(&j->content);
     sb_free(&j->reasoning);
@@ -147,7 +159,13 @@ typedef struct run_ctx {
 static int on_gen(void *ud, const ph_gen_event *ev) {
     run_ctx *c = ud;
     job *j = c->j;
-    if (ev->len) sb_put(ev->kind == PH_DELTA_REASONING ? &j->reasoning : &j->content, ev->text, ev->len);
+    if (ev->kind == PH_DELTA_TOOL_CALL || ev->kind == PH_DELTA_TOOL_ARGS) {
+        out_call *oc = job_out_call(j, ev->call_index, j->api->call_prefix);
+        if (!oc) return 1; /* out of memory: stop */
+        sb_put(ev->kind == PH_DELTA_TOOL_CALL ? &oc->name : &oc->args, ev->text, ev->len);
+    } else if (ev->len) {
+        sb_put(ev->kind == PH_DELTA_REASONING ? &j->reasoning : &j->content, ev->text, ev->len);
+    }
     if (j->stream) {
         start_stream(j, &c->started);
         j->api->stream_event(j, ev);
@@ -160,6 +178,12 @@ static int on_gen(void *ud, const ph_gen_event *ev) {
 static void run_job(srv *s, job *j) {
     run_ctx c = {.j = j};
     const double t0 = ph_now_s();
+    if (j->count_only) {
+        j->failed = ph_engine_count(s->e, j->msgs, j->n_msgs, &j->gen, &j->n_counted, &j->err) != 0;
+        PH_INFO("%s count_tokens: %d%s%s", j->api->endpoint, j->n_counted, j->failed ? ": " : "",
+                j->failed ? j->err.msg : "");
+        return;
+    }
     int rc = ph_engine_chat(s->e, j->msgs, j->n_msgs, &j->gen, on_gen, &c, &j->rep, &j->err);
     if (rc) {
         j->failed = true;
@@ -380,7 +404,7 @@ static int parse_auxiliary(job *j, struct MHD_Connection *c, ph_err *err) {
     return 0;
 }
 
-static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_kind *api, conn *cn) {
+static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_kind *api, bool count_only, conn *cn) {
     json_error_t je;
     json_t *root = json_loadb(cn->body.p ? cn->body.p : "", cn->body.n, JSON_REJECT_DUPLICATES, &je);
     if (!root || !json_is_object(root)) {
@@ -402,6 +426,8 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
         return send_error(s, c, api->endpoint, api->anthropic, 500, "out of memory");
     }
     ph_err err = {0};
+    j->count_only = count_only;
+    if (count_only) j->stream = false;
     if (api->parse(j, &err) || parse_auxiliary(j, c, &err) || enqueue(s, j)) {
         int status = err.msg[0] ? status_for(&err) : 503;
         const char *msg = err.msg[0] ? err.msg : "the server is shutting down";
@@ -438,7 +464,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     if (j->failed) ok = send_error(s, c, api->endpoint, api->anthropic, j->rep.finish == PH_FINISH_CANCELLED ? 503 : status_for(&j->err), j->err.msg);
     else {
         metrics_request(&s->met, api->endpoint, 200);
-        ok = send_json(c, 200, api->result(j));
+        ok = send_json(c, 200, count_only ? json_pack("{s:i}", "input_tokens", j->n_counted) : api->result(j));
     }
     job_unref(j);
     return ok;
@@ -475,10 +501,15 @@ static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *
     return send_error(s, c, "other", false, 404, "no such endpoint");
 }
 
+static bool is_count_tokens(const char *url) {
+    return !strcmp(url, "/v1/messages/count_tokens") || !strcmp(url, "/messages/count_tokens");
+}
+
 static const api_kind *api_for(const char *url) {
     if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")) return &api_openai_chat;
     if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses")) return &api_openai_responses;
-    if (!strcmp(url, "/v1/messages") || !strcmp(url, "/messages")) return &api_anthropic_messages;
+    if (!strcmp(url, "/v1/messages") || !strcmp(url, "/messages") || is_count_tokens(url))
+        return &api_anthropic_messages;
     return NULL;
 }
 
@@ -538,7 +569,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!strcmp(method, "GET")) return handle_get(s, c, url);
     if (!strcmp(method, "POST") && api) {
         if (cn->body.oom) return send_error(s, c, api->endpoint, api->anthropic, 500, "out of memory");
-        return handle_api(s, c, api, cn);
+        return handle_api(s, c, api, is_count_tokens(url), cn);
     }
     if (api) return send_error(s, c, api->endpoint, api->anthropic, 405, "use POST");
     return send_error(s, c, "other", false, 404, "no such endpoint");

@@ -9,5 +9,7 @@
 ph_image_in *srv_decode_image(srv *s, const void *data, size_t len, const char *label, ph_err *err);
 
 ph_engine *srv_engine(srv *s);
+/* --allow-forced-output: the body field "forced_output" is accepted. */
+bool srv_allow_forced(const srv *s);
 
 #endif

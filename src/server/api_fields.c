@@ -1,0 +1,228 @@
+/* What the three adapters share beyond the conversation: tools and tool
+ * calls, tool_choice, response formats, thinking switches, the sampling
+ * fields, and the table of fields each API accepts (none dropped silently). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/grow.h"
+#include "server/api.h"
+#include "server/server_internal.h"
+
+char *job_own(job *j, char *s) {
+    if (!s) return NULL;
+    char **o = ph_grow(j->owned, &j->cap_owned, j->n_owned, sizeof *o, 8);
+    if (!o) {
+        free(s);
+        return NULL;
+    }
+    j->owned = o;
+    j->owned[j->n_owned++] = s;
+    return s;
+}
+
+void job_set_reasoning(job *j, const char *text, size_t len) {
+    if (!j->n_msgs) return;
+    j->msgs[j->n_msgs - 1].reasoning = text;
+    j->msgs[j->n_msgs - 1].reasoning_len = len;
+}
+
+int job_add_call(job *j, const char *id, const char *name, const char *args, size_t len, const char *where,
+                 ph_err *err) {
+    if (!j->n_msgs || j->msgs[j->n_msgs - 1].role != PH_ROLE_ASSISTANT)
+        return ph_err_setc(err, PH_ERR_INPUT, "%s: a tool call must be part of an assistant turn", where);
+    if (!name || !*name) return ph_err_setc(err, PH_ERR_INPUT, "%s: the call has no function name", where);
+    json_error_t je;
+    json_t *v = json_loadb(args ? args : "", args ? len : 0, JSON_DECODE_ANY, &je);
+    bool obj = json_is_object(v);
+    json_decref(v);
+    if (!obj)
+        return ph_err_setc(err, PH_ERR_INPUT, "%s: the call's arguments must be the JSON text of an object%s%s", where,
+                           v ? "" : ": ", v ? "" : je.text);
+    ph_tool_call *c = ph_grow(j->calls, &j->cap_calls, j->n_calls, sizeof *c, 8);
+    if (!c) return ph_err_set(err, "out of memory");
+    j->calls = c;
+    j->calls[j->n_calls++] = (ph_tool_call){.id = id, .name = name, .arguments = args, .arguments_len = len};
+    return 0;
+}
+
+int job_add_tool(job *j, json_t *name, json_t *description, json_t *parameters, const char *where, ph_err *err) {
+    if (!json_is_string(name) || !json_string_length(name))
+        return ph_err_setc(err, PH_ERR_INPUT, "%s.name must be a non-empty string", where);
+    const char *n = json_string_value(name);
+    for (const char *p = n; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
+              *p == '-' || *p == '.'))
+            return ph_err_setc(err, PH_ERR_INPUT, "%s.name '%.64s' may only contain letters, digits, '_', '-' and '.'",
+                               where, n);
+    for (size_t i = 0; i < j->n_tools; i++)
+        if (!strcmp(j->tools[i].name, n))
+            return ph_err_setc(err, PH_ERR_INPUT, "%s: the tool '%.64s' is declared twice", where, n);
+    if (description && !json_is_null(description) && !json_is_string(description))
+        return ph_err_setc(err, PH_ERR_INPUT, "%s.description must be a string", where);
+    if (parameters && !json_is_null(parameters) && !json_is_object(parameters))
+        return ph_err_setc(err, PH_ERR_INPUT, "%s: the parameters schema must be an object", where);
+    char *params = NULL;
+    if (parameters && json_is_object(parameters) &&
+        !(params = job_own(j, json_dumps(parameters, JSON_COMPACT | JSON_ENCODE_ANY))))
+        return ph_err_set(err, "out of memory");
+    ph_tool *t = ph_grow(j->tools, &j->cap_tools, j->n_tools, sizeof *t, 8);
+    if (!t) return ph_err_set(err, "out of memory");
+    j->tools = t;
+    j->tools[j->n_tools++] = (ph_tool){.name = n, .description = json_string_value(description), .parameters = params};
+    j->gen.tools = j->tools;
+    j->gen.n_tools = j->n_tools;
+    return 0;
+}
+
+int job_set_tool_choice(job *j, ph_tool_choice choice, const char *name, const char *where, ph_err *err) {
+    if ((choice == PH_TOOL_REQUIRED || choice == PH_TOOL_NAMED) && j->n_tools == 0)
+        return ph_err_setc(err, PH_ERR_INPUT, "'%s' asks for a tool call but the request declares no tools", where);
+    if (choice == PH_TOOL_NAMED) {
+        size_t i = 0;
+        while (i < j->n_tools && strcmp(j->tools[i].name, name ? name : "")) i++;
+        if (i == j->n_tools)
+            return ph_err_setc(err, PH_ERR_INPUT, "'%s' names the tool '%.64s', which the request does not declare",
+                               where, name ? name : "");
+        j->gen.tool_name = j->tools[i].name;
+    }
+    j->gen.tool_choice = choice;
+    return 0;
+}
+
+int job_set_format(job *j, const char *type, json_t *schema, const char *where, ph_err *err) {
+    if (!type) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must have a 'type'", where);
+    if (!strcmp(type, "text")) {
+        j->gen.format = PH_FORMAT_TEXT;
+        return 0;
+    }
+    if (!strcmp(type, "json_object")) {
+        j->gen.format = PH_FORMAT_JSON_OBJECT;
+        return 0;
+    }
+    if (strcmp(type, "json_schema") != 0)
+        return ph_err_setc(err, PH_ERR_INPUT, "'%s': type '%s' is not supported (text, json_object, json_schema)",
+                           where, type);
+    if (!json_is_object(schema) && !json_is_true(schema))
+        return ph_err_setc(err, PH_ERR_INPUT, "'%s' of type json_schema needs a schema object", where);
+    char *text = job_own(j, json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY));
+    if (!text) return ph_err_set(err, "out of memory");
+    ph_err se = {0};
+    if (ph_schema_check(text, strlen(text), &se))
+        return ph_err_setc(err, PH_ERR_INPUT, "'%s': %s", where, se.msg);
+    j->gen.format = PH_FORMAT_JSON_SCHEMA;
+    j->gen.response_schema = text;
+    return 0;
+}
+
+int job_set_effort(job *j, json_t *v, const char *where, ph_err *err) {
+    if (!v || json_is_null(v)) return 0;
+    static const char *const off[] = {"none", "minimal"}, *const on[] = {"low", "medium", "high", "xhigh", "max"};
+    const char *s = json_string_value(v);
+    if (s) {
+        for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+            if (!strcmp(s, off[i])) return j->gen.thinking = 0, 0;
+        for (size_t i = 0; i < sizeof on / sizeof *on; i++)
+            if (!strcmp(s, on[i])) return j->gen.thinking = 1, 0;
+    }
+    return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be one of none, minimal, low, medium, high, xhigh, max", where);
+}
+
+/* "logit_bias": {"token id": bias (-100..100)}. */
+static int logit_bias(job *j, json_t *v, ph_err *err) {
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v)) return ph_err_setc(err, PH_ERR_INPUT, "'logit_bias' must be an object of token id: bias");
+    size_t n = json_object_size(v);
+    if (n > 1024) return ph_err_setc(err, PH_ERR_INPUT, "'logit_bias' has %zu entries; at most 1024", n);
+    ph_logit_bias *b = n ? calloc(n, sizeof *b) : NULL;
+    if (n && !(b = (ph_logit_bias *)job_own(j, (char *)b))) return ph_err_set(err, "out of memory");
+    const int32_t n_vocab = ph_engine_model_info(srv_engine(j->s))->n_vocab;
+    const char *key;
+    json_t *val;
+    size_t k = 0;
+    json_object_foreach(v, key, val) {
+        char *end;
+        long id = strtol(key, &end, 10);
+        if (!*key || *end || id < 0 || id >= n_vocab)
+            return ph_err_setc(err, PH_ERR_INPUT, "'logit_bias': '%.32s' is not a token id of this model (0 to %d)",
+                               key, n_vocab - 1);
+        if (!json_is_number(val) || !(json_number_value(val) >= -100 && json_number_value(val) <= 100))
+            return ph_err_setc(err, PH_ERR_INPUT, "'logit_bias': the bias of token %ld must be a number from -100 to 100",
+                               id);
+        double d = json_number_value(val);
+        b[k++] = (ph_logit_bias){.id = (int32_t)id, .bias = d <= -100 ? -INFINITY : (float)d};
+    }
+    j->gen.sampler.logit_bias = b;
+    j->gen.sampler.n_logit_bias = k;
+    return 0;
+}
+
+int job_sampling(job *j, double temp_max, ph_err *err) {
+    json_t *root = j->root;
+    double temp = j->gen.sampler.temperature, top_p = j->gen.sampler.top_p; /* the server's defaults */
+    double min_p = j->gen.sampler.min_p, pres = 0, freq = 0, rep = 1;
+    int64_t top_k = j->gen.sampler.top_k, seed = -1;
+    if (get_number(root, "temperature", 0, temp_max, &temp, err) || get_number(root, "top_p", 0, 1, &top_p, err) ||
+        get_int(root, "top_k", 0, INT32_MAX, &top_k, err) || get_number(root, "min_p", 0, 1, &min_p, err) ||
+        get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) ||
+        get_number(root, "presence_penalty", -2, 2, &pres, err) ||
+        get_number(root, "frequency_penalty", -2, 2, &freq, err) ||
+        get_number(root, "repetition_penalty", 0.01, 10, &rep, err) || logit_bias(j, json_object_get(root, "logit_bias"), err))
+        return -1;
+    j->gen.sampler.temperature = (float)temp;
+    j->gen.sampler.top_p = (float)top_p;
+    j->gen.sampler.top_k = (int32_t)top_k;
+    j->gen.sampler.min_p = (float)min_p;
+    j->gen.sampler.presence_penalty = (float)pres;
+    j->gen.sampler.frequency_penalty = (float)freq;
+    j->gen.sampler.repetition_penalty = (float)rep;
+    j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : random_seed();
+    json_t *fo = json_object_get(root, "forced_output");
+    if (fo && !json_is_null(fo)) {
+        if (!srv_allow_forced(j->s))
+            return ph_err_setc(err, PH_ERR_INPUT, "'forced_output' is a test switch: start the server with "
+                                                  "--allow-forced-output to use it");
+        if (!json_is_string(fo)) return ph_err_setc(err, PH_ERR_INPUT, "'forced_output' must be a string");
+        j->gen.forced_output = json_string_value(fo);
+        j->gen.forced_len = json_string_length(fo);
+    }
+    return 0;
+}
+
+/* Values of a refused field that ask for nothing. */
+static bool asks_nothing(json_t *v) {
+    return json_is_null(v) || json_is_false(v) || (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0);
+}
+
+int check_fields(json_t *root, const field_rule *rules, size_t n, const char *where, ph_err *err) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        size_t i = 0;
+        while (i < n && strcmp(rules[i].name, key)) i++;
+        if (i == n)
+            return ph_err_setc(err, PH_ERR_INPUT, "the field '%.64s' is not supported by %s (pinhole never ignores a "
+                                                  "field silently; see the README for the fields it takes)",
+                               key, where);
+        if (rules[i].how == F_REFUSE && !asks_nothing(v))
+            return ph_err_setc(err, PH_ERR_INPUT, "the field '%s' is not supported: %s", key, rules[i].why);
+    }
+    return 0;
+}
+
+out_call *job_out_call(job *j, int32_t index, const char *id_prefix) {
+    if (index < 0) return NULL;
+    if ((size_t)index < j->n_out_calls) return &j->out_calls[index];
+    if ((size_t)index != j->n_out_calls) return NULL;
+    out_call *c = realloc(j->out_calls, (j->n_out_calls + 1) * sizeof *c);
+    if (!c) return NULL;
+    j->out_calls = c;
+    c = &j->out_calls[j->n_out_calls++];
+    memset(c, 0, sizeof *c);
+    make_id(c->id, sizeof c->id, id_prefix);
+    make_id(c->call_id, sizeof c->call_id, "call_");
+    return c;
+}
