@@ -168,22 +168,25 @@ typedef struct ph_sampler_params {
     uint64_t seed;
     /* penalties over the tokens accepted so far (the answer), applied to
      * the logits before everything else, in this order: */
-    float repetition_penalty; /* 1: off; > 1 divides a positive logit (multiplies a negative one) of a seen token */
+    float repetition_penalty; /* 1 (or <= 0): off; > 1 divides a positive logit (multiplies a negative one) of a seen token */
     float frequency_penalty;  /* 0: off; subtracted once per occurrence */
     float presence_penalty;   /* 0: off; subtracted once if seen */
-    int32_t penalty_last_n;   /* window of accepted tokens (0: all) */
-    const ph_logit_bias *logit_bias; /* added after the penalties (copied by ph_sampler_new) */
+    int32_t penalty_last_n;   /* window of accepted tokens (default 64; <= 0: all) */
+    const ph_logit_bias *logit_bias; /* added after the penalties (copied by ph_sampler_new; ids out of range ignored) */
     size_t n_logit_bias;
 } ph_sampler_params;
 
-ph_sampler_params ph_sampler_defaults(void); /* greedy, no penalties */
+ph_sampler_params ph_sampler_defaults(void); /* greedy, no penalties, no bias */
 
 typedef struct ph_sampler ph_sampler;
 ph_sampler *ph_sampler_new(const ph_sampler_params *p);
 void ph_sampler_free(ph_sampler *s);
+/* A token whose biased logit is -inf is never picked (unless the biases ban
+ * every token: they are ignored then). */
 int32_t ph_sampler_sample(ph_sampler *s, const float *logits, int32_t n_vocab);
 /* Samples among the tokens whose bit is set in allowed (bit i of word
- * i / 64), with the same chain; -1 if none is allowed. */
+ * i / 64; (n_vocab + 63) / 64 words), with the same chain; -1 if none is
+ * allowed (or every allowed one is banned). */
 int32_t ph_sampler_sample_allowed(ph_sampler *s, const float *logits, int32_t n_vocab, const uint64_t *allowed);
 /* Records a token of the answer (for the penalties). */
 void ph_sampler_accept(ph_sampler *s, int32_t id);
