@@ -7,6 +7,7 @@
 #include "model/llm.h"
 #include "test.h"
 #include "text/chat_format.h"
+#include "text/output_parser.h"
 
 #define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
 
@@ -32,7 +33,7 @@ static void test_render(const ph_model *m) {
     ph_prompt p;
     ph_image_in **pics;
     ph_err err = {0};
-    CHECK(chat_format_render(&f, m, msgs, 4, &p, &pics, &err) == 0);
+    CHECK(chat_format_render(&f, m, msgs, 4, NULL, 0, NULL, &p, &pics, &err) == 0);
     CHECKF(p.n == 3 && p.n_pictures == 1, "%zu items, %d pictures", p.n, p.n_pictures);
     if (p.n == 3) {
         CHECK(same_tokens(m, &p.items[0], "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nLook: "
@@ -46,15 +47,15 @@ static void test_render(const ph_model *m) {
     free(pics);
     /* the thinking variant opens the answer with <think> */
     ph_chat_format think = {.name = "chatml-think", .think = true};
-    CHECK(chat_format_render(&think, m, &msgs[3], 1, &p, &pics, &err) == 0);
+    CHECK(chat_format_render(&think, m, &msgs[3], 1, NULL, 0, NULL, &p, &pics, &err) == 0);
     CHECK(p.n == 1 && same_tokens(m, &p.items[0], "<|im_start|>user\nSure?<|im_end|>\n<|im_start|>assistant\n<think>\n"));
     ph_prompt_free(&p);
     free(pics);
     /* refusals */
-    CHECK(chat_format_render(&f, m, msgs, 0, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
+    CHECK(chat_format_render(&f, m, msgs, 0, NULL, 0, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
     ph_chat_part bad[] = {{.image = fake}};
     ph_chat_msg badm = {.role = PH_ROLE_ASSISTANT, .parts = bad, .n_parts = 1};
-    CHECK(chat_format_render(&f, m, &badm, 1, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
+    CHECK(chat_format_render(&f, m, &badm, 1, NULL, 0, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
     /* no system message unless one is given; no chat template -> plain ChatML */
     CHECK(!chat_format_for(m).think);
 }
@@ -64,8 +65,9 @@ typedef struct split_out {
     size_t n[2];
 } split_out;
 
-static void on_piece(void *ud, ph_delta_kind kind, const char *t, size_t n) {
+static void on_piece(void *ud, out_kind kind, int32_t call, const char *t, size_t n) {
     split_out *o = ud;
+    (void)call;
     memcpy(o->text[kind] + o->n[kind], t, n);
     o->n[kind] += n;
     o->text[kind][o->n[kind]] = '\0';
@@ -75,14 +77,15 @@ static void on_piece(void *ud, ph_delta_kind kind, const char *t, size_t n) {
 static void split_case(bool think, const char *s, const char *reasoning, const char *content) {
     for (size_t step = 1; step <= strlen(s); step++) {
         ph_chat_format f = {.think = think};
-        chat_splitter sp;
-        chat_splitter_init(&sp, &f);
+        out_parser sp;
+        out_parser_init(&sp, &(out_parser_cfg){.fmt = &f, .in_reasoning = think}, NULL);
         split_out o = {0};
         for (size_t i = 0; i < strlen(s); i += step) {
             size_t n = strlen(s) - i < step ? strlen(s) - i : step;
-            chat_splitter_feed(&sp, s + i, n, on_piece, &o);
+            out_parser_feed(&sp, s + i, n, on_piece, &o);
         }
-        chat_splitter_finish(&sp, on_piece, &o);
+        out_parser_finish(&sp, on_piece, &o);
+        out_parser_free(&sp);
         CHECKF(!strcmp(o.text[PH_DELTA_REASONING], reasoning) && !strcmp(o.text[PH_DELTA_CONTENT], content),
                "'%s' in steps of %zu: reasoning '%s' content '%s'", s, step, o.text[0 + PH_DELTA_REASONING],
                o.text[PH_DELTA_CONTENT]);

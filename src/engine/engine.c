@@ -13,6 +13,7 @@
 #include "base/sha256.h"
 #include "base/timeutil.h"
 #include "state/file_id.h"
+#include "text/output_parser.h"
 
 void ph_engine_params_default(ph_engine_params *p) {
     memset(p, 0, sizeof *p);
@@ -343,7 +344,7 @@ typedef struct gen {
     const ph_gen_params *g;
     ph_gen_cb cb;
     void *ud;
-    chat_splitter split;
+    out_parser split;          /* reasoning, content and tool calls */
     char *pend;                /* released text not yet passed on (stop strings) */
     size_t n_pend, cap_pend;
     bool stopped;              /* a stop string was found */
@@ -353,15 +354,16 @@ typedef struct gen {
     bool ev_sent;
 } gen;
 
-static void on_piece(void *ud, ph_delta_kind kind, const char *text, size_t len) {
+static void on_piece(void *ud, out_kind kind, int32_t call, const char *text, size_t len) {
     gen *g = ud;
-    if (g->cancelled) return;
+    if (g->cancelled || kind == OUT_CALL_END) return;
     ph_gen_event ev = g->ev;
     if (g->ev_sent) { /* further pieces of the same token carry no token data */
         ev.token = -1;
         ev.n_top = 0;
     }
-    ev.kind = kind;
+    ev.kind = (ph_delta_kind)kind;
+    ev.call_index = call < 0 ? 0 : call;
     ev.text = text;
     ev.len = len;
     g->ev_sent = true;
@@ -387,7 +389,7 @@ static size_t stop_holdback(const gen *g, const char *s, size_t n) {
  * string and cutting at a whole one. */
 static int release(gen *g, const char *text, size_t len, bool final) {
     if (g->g->n_stop == 0) {
-        chat_splitter_feed(&g->split, text, len, on_piece, g);
+        out_parser_feed(&g->split, text, len, on_piece, g);
         return 0;
     }
     if (g->n_pend + len + 1 > g->cap_pend) {
@@ -412,12 +414,12 @@ static int release(gen *g, const char *text, size_t len, bool final) {
     }
     if (cut < g->n_pend) {
         g->stopped = true;
-        chat_splitter_feed(&g->split, g->pend, cut, on_piece, g);
+        out_parser_feed(&g->split, g->pend, cut, on_piece, g);
         g->n_pend = 0;
         return 0;
     }
     size_t hold = final ? 0 : stop_holdback(g, g->pend, g->n_pend);
-    chat_splitter_feed(&g->split, g->pend, g->n_pend - hold, on_piece, g);
+    out_parser_feed(&g->split, g->pend, g->n_pend - hold, on_piece, g);
     memmove(g->pend, g->pend + g->n_pend - hold, hold);
     g->n_pend = hold;
     return 0;
@@ -429,7 +431,16 @@ static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *u
     ph_sampler *smp = ph_sampler_new(&gp->sampler);
     if (!smp) return ph_err_set(err, "out of memory");
     gen g = {.e = e, .g = gp, .cb = cb, .ud = ud, .stop_index = -1};
-    chat_splitter_init(&g.split, &e->fmt);
+    const chat_render_opts ro = {.thinking = gp->thinking};
+    const out_parser_cfg pc = {.fmt = &e->fmt,
+                               .in_reasoning = chat_format_opens_think(&e->fmt, &ro),
+                               .parse_calls = gp->tool_choice != PH_TOOL_NONE,
+                               .tools = gp->tools,
+                               .n_tools = gp->n_tools};
+    if (out_parser_init(&g.split, &pc, err)) {
+        ph_sampler_free(smp);
+        return -1;
+    }
     int32_t top_ids[20];
     float top_vals[20];
     const int32_t n_top = gp->top_logprobs < 0 ? 0 : gp->top_logprobs > 20 ? 20 : gp->top_logprobs;
@@ -438,6 +449,7 @@ static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *u
     char *piece = malloc(piece_cap);
     if (!piece) {
         ph_sampler_free(smp);
+        out_parser_free(&g.split);
         return ph_err_set(err, "out of memory");
     }
     int rc = 0;
@@ -473,7 +485,8 @@ static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *u
             rc = ph_err_set(err, "out of memory");
             break;
         }
-        if (!g.ev_sent && !g.cancelled) on_piece(&g, g.split.in_think ? PH_DELTA_REASONING : PH_DELTA_CONTENT, "", 0);
+        if (!g.ev_sent && !g.cancelled)
+            on_piece(&g, out_parser_in_reasoning(&g.split) ? OUT_REASONING : OUT_CONTENT, -1, "", 0);
         if (g.cancelled) {
             r->finish = PH_FINISH_CANCELLED;
             break;
@@ -496,10 +509,12 @@ static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *u
     if (rc == 0 && !g.cancelled) {
         g.ev = (ph_gen_event){.token = -1};
         g.ev_sent = true;
-        chat_splitter_finish(&g.split, on_piece, &g);
+        out_parser_finish(&g.split, on_piece, &g);
         if (g.cancelled) r->finish = PH_FINISH_CANCELLED;
     }
     r->stop_index = g.stopped ? g.stop_index : -1;
+    r->n_tool_calls = out_parser_n_calls(&g.split);
+    out_parser_free(&g.split);
     r->decode_s = t_first > 0 ? ph_now_s() - t_first : 0;
     e->st.tokens_generated += (uint64_t)r->n_generated;
     free(g.pend);
@@ -694,7 +709,8 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     memset(r, 0, sizeof *r);
     const double t0 = ph_now_s();
     turn t = {.e = e};
-    int rc = chat_format_render(&e->fmt, e->m, msgs, n_msgs, &t.prompt, &t.pics, err);
+    const chat_render_opts ro = {.thinking = gp->thinking};
+    int rc = chat_format_render(&e->fmt, e->m, msgs, n_msgs, gp->tools, gp->n_tools, &ro, &t.prompt, &t.pics, err);
     if (rc) return -1;
     r->n_pictures = t.prompt.n_pictures;
     if (t.prompt.n_pictures && !e->has_vision) {
