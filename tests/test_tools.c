@@ -579,6 +579,18 @@ static const pcase cases[] = {
     {"less-than in content", .text = "a < b and <tool> <tool_calls", .content = "a < b and <tool> <tool_calls",
      .reasoning = ""},
     {"plain think", .text = "Plain <think> text", .content = "Plain <think> text", .reasoning = ""},
+    /* the template's separator between text and a first call is not content
+     * (sent back, the turn renders to the bytes the model wrote); other
+     * whitespace is */
+    {"separator before a call", .text = "Let me check.\n" SF, .content = "Let me check.", .reasoning = "",
+     .n_calls = 1, {"special_function"}, {"{\"arg1\": 1}"}},
+    {"more than the separator", .text = "Let me check. \n\n" SF, .content = "Let me check. \n", .reasoning = "",
+     .n_calls = 1, {"special_function"}, {"{\"arg1\": 1}"}},
+    {"trailing whitespace kept", .text = "Done.\n\n", .content = "Done.\n\n", .reasoning = ""},
+    {"separator before a broken call", .text = "Hi\n<tool_call>\nnot json\n</tool_call>",
+     .content = "Hi\n<tool_call>\nnot json\n</tool_call>", .reasoning = ""},
+    {"xml separator", .xml = true, .text = "Let me check.\n\n" X_PARIS, .content = "Let me check.", .reasoning = "",
+     .n_calls = 1, {"get_weather"}, {"{\"city\": \"Paris\"}"}},
     /* xml (tools.md 2.3, 5.3) */
     {"xml single", .xml = true, .text = "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>",
      .content = "", .reasoning = "", .n_calls = 1, {"special_function"}, {"{\"arg1\": 1}"}},

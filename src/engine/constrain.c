@@ -163,8 +163,11 @@ static bool allowed_now(constraint *c, int32_t tok) {
 
 int32_t constraint_sample(constraint *c, ph_sampler *smp, const float *logits) {
     int32_t tok = ph_sampler_sample(smp, logits, c->n_vocab);
-    if (allowed_now(c, tok)) return tok;
     const double t0 = ph_now_s();
+    if (allowed_now(c, tok)) {
+        c->check_s += ph_now_s() - t0;
+        return tok;
+    }
     const size_t words = ((size_t)c->n_vocab + 63) / 64;
     if (c->active) {
         jc_matcher_mask(c->active, c->v, c->allowed);
@@ -177,15 +180,20 @@ int32_t constraint_sample(constraint *c, ph_sampler *smp, const float *logits) {
     const bool eog = end_ok(c);
     for (int32_t i = 0; i < c->n_eog; i++) set_bit(c->allowed, c->eog[i], eog);
     tok = ph_sampler_sample_allowed(smp, logits, c->n_vocab, c->allowed);
-    c->mask_s += ph_now_s() - t0;
+    const double dt = ph_now_s() - t0;
+    c->mask_s += dt;
+    c->check_s += dt;
     c->n_masked++;
     return tok;
 }
 
 bool constraint_accept(constraint *c, int32_t tok) {
     if (!c->active || ph_token_is_eog(c->m, tok)) return false;
+    const double t0 = ph_now_s();
     size_t n = token_text(c, tok);
-    if (jc_matcher_feed(c->active, c->text, n)) { /* a forced token outside the constraint */
+    const int rc = jc_matcher_feed(c->active, c->text, n);
+    c->check_s += ph_now_s() - t0;
+    if (rc) { /* a forced token outside the constraint */
         jc_matcher_free(c->active);
         c->active = NULL;
         return false;

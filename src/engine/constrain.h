@@ -31,7 +31,8 @@ typedef struct constraint {
     uint64_t *allowed;          /* a vocabulary bitmap */
     char *text;                 /* a token's text */
     size_t text_cap;
-    double mask_s;              /* time spent masking (for the log) */
+    double mask_s;              /* time spent masking and sampling among the allowed (for the log) */
+    double check_s;             /* all the time the constraint took (checks, masks, feeding) */
     int32_t n_masked;
 } constraint;
 

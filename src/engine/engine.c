@@ -13,6 +13,7 @@
 #include "base/sha256.h"
 #include "base/timeutil.h"
 #include "state/file_id.h"
+#include "engine/constrain.h"
 #include "text/output_parser.h"
 
 void ph_engine_params_default(ph_engine_params *p) {
@@ -124,6 +125,7 @@ void ph_engine_free(ph_engine *e) {
         disk_tier_close(e->disk);
     }
     ph_embed_cache_free(e->cache);
+    jc_vocab_free(e->jv);
     ram_tier_free(&e->ram);
     ram_ckpt_free(&e->parked);
     seq_free(&e->live);
@@ -210,8 +212,8 @@ static void turn_free(turn *t) {
 }
 
 /* Lays the prompt stream out as rows with their positions. */
-static int build_want(turn *t, ph_err *err) {
-    ph_engine *e = t->e;
+/* The rows of a prompt stream: its tokens and its pictures' rows. */
+static size_t prompt_rows(const turn *t) {
     size_t rows = 0;
     for (size_t i = 0; i < t->prompt.n; i++) {
         const ph_prompt_item *it = &t->prompt.items[i];
@@ -220,10 +222,16 @@ static int build_want(turn *t, ph_err *err) {
         } else {
             int32_t gx, gy;
             uint8_t key[32];
-            engine_embed_key(e, t->pics[it->picture], key, &gx, &gy);
+            engine_embed_key(t->e, t->pics[it->picture], key, &gx, &gy);
             rows += (size_t)gx * gy;
         }
     }
+    return rows;
+}
+
+static int build_want(turn *t, ph_err *err) {
+    ph_engine *e = t->e;
+    const size_t rows = prompt_rows(t);
     const int32_t n_ctx = ph_session_n_ctx(e->s);
     if (rows + 1 > (size_t)n_ctx)
         return ph_err_setc(err, PH_ERR_TOO_LONG,
@@ -425,19 +433,37 @@ static int release(gen *g, const char *text, size_t len, bool final) {
     return 0;
 }
 
-static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *ud, ph_turn_report *r, double t_start,
-                    ph_err *err) {
+/* The tokens of a forced answer (ph_gen_params.forced_output). */
+static int forced_tokens(const ph_engine *e, const ph_gen_params *gp, ph_tokens *out, ph_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!gp->forced_output) return 0;
+    return ph_tokenize(e->m, gp->forced_output, gp->forced_len, true, out, err);
+}
+
+/* Whether a turn's sampling is constrained (and needs the vocabulary's
+ * precomputed tables). */
+static bool constrained(const ph_gen_params *gp) {
+    return gp->format != PH_FORMAT_TEXT || (gp->n_tools && gp->tool_choice != PH_TOOL_NONE);
+}
+
+static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, const ph_tokens *forced, ph_gen_cb cb,
+                    void *ud, ph_turn_report *r, double t_start, ph_err *err) {
     const int32_t n_vocab = e->m->hp.n_vocab;
-    ph_sampler *smp = ph_sampler_new(&gp->sampler);
-    if (!smp) return ph_err_set(err, "out of memory");
     gen g = {.e = e, .g = gp, .cb = cb, .ud = ud, .stop_index = -1};
     const chat_render_opts ro = {.thinking = gp->thinking};
     const out_parser_cfg pc = {.fmt = &e->fmt,
                                .in_reasoning = chat_format_opens_think(&e->fmt, &ro),
-                               .parse_calls = gp->tool_choice != PH_TOOL_NONE,
+                               .parse_calls = gp->tool_choice != PH_TOOL_NONE && gp->format == PH_FORMAT_TEXT,
                                .tools = gp->tools,
                                .n_tools = gp->n_tools};
-    if (out_parser_init(&g.split, &pc, err)) {
+    ph_sampler *smp = ph_sampler_new(&gp->sampler);
+    const size_t piece_cap = 3 * (ph_vocab_max_token_len(e->m->vocab) + 3) + 1;
+    char *piece = malloc(piece_cap);
+    int rc = 0;
+    if (!smp || !piece) rc = ph_err_set(err, "out of memory");
+    else if (out_parser_init(&g.split, &pc, err)) rc = -1;
+    if (rc) {
+        free(piece);
         ph_sampler_free(smp);
         return -1;
     }
@@ -445,31 +471,30 @@ static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *u
     float top_vals[20];
     const int32_t n_top = gp->top_logprobs < 0 ? 0 : gp->top_logprobs > 20 ? 20 : gp->top_logprobs;
     ph_detok dt = {0};
-    const size_t piece_cap = 3 * (ph_vocab_max_token_len(e->m->vocab) + 3) + 1;
-    char *piece = malloc(piece_cap);
-    if (!piece) {
-        ph_sampler_free(smp);
-        out_parser_free(&g.split);
-        return ph_err_set(err, "out of memory");
-    }
-    int rc = 0;
     r->finish = PH_FINISH_LENGTH;
     const int32_t n_ctx = ph_session_n_ctx(e->s);
     double t_first = 0;
+    bool in_call = false;
     for (;;) {
         if (gp->max_tokens > 0 && r->n_generated >= gp->max_tokens) break;
         if (ph_session_n_rows(e->s) >= n_ctx) break;
         const float *logits = ph_session_logits(e->s);
-        int32_t tok = ph_sampler_sample(smp, logits, n_vocab);
+        int32_t tok;
+        if (gp->forced_output) /* the test switch: the given text, then the end */
+            tok = (size_t)r->n_generated < forced->n ? forced->ids[r->n_generated] : -1;
+        else
+            tok = constraint_sample(con, smp, logits);
         if (r->n_generated == 0) {
             t_first = ph_now_s();
             r->ttft_s = t_first - t_start;
         }
-        if (ph_token_is_eog(e->m, tok)) {
+        if (tok < 0 || ph_token_is_eog(e->m, tok)) {
             r->finish = PH_FINISH_STOP;
             break;
         }
         r->n_generated++;
+        ph_sampler_accept(smp, tok);
+        const bool call_done = constraint_accept(con, tok);
         double lse = ph_logits_lse(logits, n_vocab);
         g.ev = (ph_gen_event){.token = tok, .logprob = (float)((double)logits[tok] - lse)};
         if (n_top) {
@@ -491,10 +516,17 @@ static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *u
             r->finish = PH_FINISH_CANCELLED;
             break;
         }
-        if (g.stopped) {
+        if (g.stopped || call_done) { /* a stop string; the one call allowed is complete */
             r->finish = PH_FINISH_STOP;
             break;
         }
+        /* where the answer is now decides what the next token may be */
+        if (!out_parser_in_reasoning(&g.split)) constraint_content(con);
+        const char *body;
+        size_t body_len;
+        const bool now_in_call = out_parser_in_call(&g.split, &body, &body_len);
+        if (now_in_call && !in_call) constraint_call_open(con, body, body_len);
+        in_call = now_in_call;
         if (gp->max_tokens > 0 && r->n_generated >= gp->max_tokens) break; /* no need to evaluate it */
         int32_t pos = ph_session_next_pos(e->s);
         if ((rc = ph_session_eval_tokens(e->s, &tok, 1, err)) != 0) break;
@@ -514,6 +546,10 @@ static int generate(ph_engine *e, const ph_gen_params *gp, ph_gen_cb cb, void *u
     }
     r->stop_index = g.stopped ? g.stop_index : -1;
     r->n_tool_calls = out_parser_n_calls(&g.split);
+    if (con->check_s > 0)
+        PH_DEBUG("constraint: %d masks, %.2f ms each; %.3f ms per token in all", con->n_masked,
+                 con->n_masked ? con->mask_s * 1e3 / con->n_masked : 0.0,
+                 r->n_generated ? con->check_s * 1e3 / r->n_generated : 0.0);
     out_parser_free(&g.split);
     r->decode_s = t_first > 0 ? ph_now_s() - t_first : 0;
     e->st.tokens_generated += (uint64_t)r->n_generated;
@@ -704,20 +740,46 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     return keep;
 }
 
+/* Renders a turn's prompt stream; pictures need the vision encoder. */
+static int render(turn *t, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_err *err) {
+    ph_engine *e = t->e;
+    const chat_render_opts ro = {.thinking = gp->thinking};
+    if (chat_format_render(&e->fmt, e->m, msgs, n_msgs, gp->tools, gp->n_tools, &ro, &t->prompt, &t->pics, err))
+        return -1;
+    if (t->prompt.n_pictures && !e->has_vision)
+        return ph_err_setc(err, PH_ERR_NO_VISION,
+                           "this server has no vision encoder (start it with --mmproj) and cannot read pictures");
+    return 0;
+}
+
+int ph_engine_count(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, int32_t *n_rows,
+                    ph_err *err) {
+    turn t = {.e = e};
+    int rc = render(&t, msgs, n_msgs, gp, err);
+    *n_rows = rc ? 0 : (int32_t)prompt_rows(&t);
+    turn_free(&t);
+    return rc;
+}
+
 int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_gen_cb cb,
                    void *ud, ph_turn_report *r, ph_err *err) {
     memset(r, 0, sizeof *r);
     const double t0 = ph_now_s();
     turn t = {.e = e};
-    const chat_render_opts ro = {.thinking = gp->thinking};
-    int rc = chat_format_render(&e->fmt, e->m, msgs, n_msgs, gp->tools, gp->n_tools, &ro, &t.prompt, &t.pics, err);
-    if (rc) return -1;
+    constraint con = {.call_token = -1};
+    ph_tokens forced = {0};
+    int rc = render(&t, msgs, n_msgs, gp, err);
     r->n_pictures = t.prompt.n_pictures;
-    if (t.prompt.n_pictures && !e->has_vision) {
-        rc = ph_err_setc(err, PH_ERR_NO_VISION,
-                         "this server has no vision encoder (start it with --mmproj) and cannot read pictures");
+    if (rc) goto out;
+    /* what the answer may be, settled before any work */
+    if (constrained(gp) && !e->jv && !(e->jv = jc_vocab_new(e->m->hp.n_vocab, constraint_token_text, e->m, err))) {
+        rc = -1;
         goto out;
     }
+    const chat_render_opts ro = {.thinking = gp->thinking};
+    if ((rc = constraint_init(&con, e->m, e->jv, gp, chat_format_opens_think(&e->fmt, &ro), err)) != 0 ||
+        (rc = forced_tokens(e, gp, &forced, err)) != 0)
+        goto out;
     if ((rc = build_want(&t, err)) != 0) goto out;
     r->n_prompt = t.want.n_rows;
 
@@ -740,7 +802,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     e->st.prompt_tokens_from_ram += (uint64_t)r->n_from_ram;
     e->st.disk_cache_tokens_restored += (uint64_t)r->n_from_disk;
     checkpoint(e, CHECKPOINT_GRACE_S); /* the prompt */
-    if ((rc = generate(e, gp, cb, ud, r, t0, err)) != 0) goto reset;
+    if ((rc = generate(e, gp, &con, &forced, cb, ud, r, t0, err)) != 0) goto reset;
     checkpoint(e, 0); /* the turn */
     goto out;
 reset:
@@ -750,6 +812,8 @@ reset:
     ph_session_reset(e->s);
     e->live_prompt = 0;
 out:
+    constraint_free(&con);
+    ph_tokens_free(&forced);
     turn_free(&t);
     return rc;
 }

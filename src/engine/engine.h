@@ -14,6 +14,7 @@
 #include "state/ram_tier.h"
 #include "state/seq_state.h"
 #include "text/chat_format.h"
+#include "text/json_constraint.h"
 
 struct ph_image_in {
     uint8_t bytes_id[32], image_id[32];
@@ -56,6 +57,7 @@ struct ph_engine {
     image_memo_entry memo[ENGINE_MEMO];
     uint64_t memo_clock;
     ph_engine_stats st;
+    jc_vocab *jv;            /* the constraint's tables over the vocabulary, built on first use */
 };
 
 /* The embed_key of a picture of w x h with this encoder (DESIGN 4), and

@@ -31,6 +31,7 @@ typedef struct chat_family {
     const char *archs[4];            /* else: the architectures that use it (NULL-terminated) */
     chat_call_syntax calls;
     bool reasoning_ends_at_call;     /* a <tool_call> inside reasoning ends it (else it stays reasoning text) */
+    const char *call_sep;            /* what the template writes between an assistant's text and its first call */
     bool trim;                       /* message contents are trimmed (Jinja |trim) */
     /* the system turn with the tools, given the first message if it is a system one */
     int (*system_with_tools)(struct chat_render *r, const ph_chat_msg *sys, const ph_tool *tools, size_t n_tools);

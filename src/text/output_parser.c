@@ -261,6 +261,20 @@ static void emit_hold(out_parser *p, out_kind k) {
 
 /* ---- calls ------------------------------------------------------------------- */
 
+/* A call opens after content: the held whitespace is content but for the
+ * template's separator at its end, which waits with the call (dropped when
+ * its name comes out, given back if it breaks first). */
+static void keep_separator(out_parser *p) {
+    const size_t k = strlen(p->sep);
+    if (p->ws.n < k || memcmp(p->ws.p + p->ws.n - k, p->sep, k) != 0) {
+        emit_txt(p, OUT_CONTENT, &p->ws);
+        return;
+    }
+    if (p->ws.n > k) emit(p, OUT_CONTENT, p->ws.p, p->ws.n - k);
+    memmove(p->ws.p, p->ws.p + p->ws.n - k, k);
+    p->ws.n = k;
+}
+
 static void begin_call(out_parser *p) {
     p->call_in_reasoning = p->st == P_REASON;
     p->st = P_CALL;
@@ -772,16 +786,24 @@ static bool step(out_parser *p, char c) {
             t = hold_step(p, c, T_CALL, NULL);
             if (!t) return true;
             if (t == T_CALL) {
+                keep_separator(p);
                 begin_call(p);
                 return true;
             }
+            emit_txt(p, OUT_CONTENT, &p->ws);
             emit_hold(p, OUT_CONTENT);
             return false;
         }
         if (p->skip_ws && is_ws(c)) return true;
         p->skip_ws = false;
-        if (c == '<' && p->calls) hold_start(p, c);
-        else emit(p, OUT_CONTENT, &c, 1);
+        if (p->calls && is_ws(c)) { /* perhaps the separator before a call */
+            txt_putc(&p->ws, c);
+        } else if (c == '<' && p->calls) {
+            hold_start(p, c);
+        } else {
+            emit_txt(p, OUT_CONTENT, &p->ws);
+            emit(p, OUT_CONTENT, &c, 1);
+        }
         return true;
     case P_AFTER_CALL: /* whitespace between calls is dropped */
         if (p->n_hold) {
@@ -849,6 +871,7 @@ int out_parser_init(out_parser *p, const out_parser_cfg *cfg, ph_err *e) {
     const chat_family *fam = chat_format_family(cfg->fmt);
     p->syntax = fam->calls;
     p->ends_at_call = fam->reasoning_ends_at_call;
+    p->sep = fam->call_sep ? fam->call_sep : "";
     p->calls = cfg->parse_calls && cfg->n_tools > 0;
     p->tools = cfg->tools;
     p->n_tools = cfg->n_tools;
@@ -900,8 +923,8 @@ void out_parser_finish(out_parser *p, out_fn fn, void *ud) {
         }
     }
     switch (p->st) {
-    case P_START: emit_txt(p, OUT_CONTENT, &p->ws); /* fall through */
-    case P_CONTENT:
+    case P_START: /* fall through */
+    case P_CONTENT: emit_txt(p, OUT_CONTENT, &p->ws); /* fall through */
     case P_AFTER_CALL: emit_hold(p, OUT_CONTENT); break;
     case P_REASON: emit_hold(p, OUT_REASONING); break;
     }

@@ -10,7 +10,11 @@
  *   (hermes: no, it stays reasoning text; xml: yes).
  * - Content comes out as it arrives, except a suffix that could be the
  *   start of <tool_call>, held until it is told apart: no piece of a real
- *   call's markup reaches content.
+ *   call's markup reaches content; and trailing whitespace, held until
+ *   more text comes: before a call, the separator the template writes
+ *   between an assistant's text and its first call (the family's
+ *   call_sep) is not content, so the turn sent back renders to the bytes
+ *   the model wrote and its KV is reused.
  * - Calls: OUT_CALL (the name) as soon as the name is complete and is a
  *   declared tool's, then OUT_ARGS pieces as the arguments grow, then
  *   OUT_CALL_END at </tool_call>. The pieces of a call, concatenated, are
@@ -84,6 +88,7 @@ typedef struct out_parser {
     /* configuration */
     chat_call_syntax syntax;
     bool ends_at_call, calls;
+    const char *sep;         /* the family's separator between text and a first call */
     const ph_tool *tools;
     size_t n_tools;
     json_t **schemas;        /* xml: each tool's parameters (NULL if none) */

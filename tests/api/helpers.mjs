@@ -225,6 +225,7 @@ export function toMessages(conv) {
 }
 
 export function toRaw(conv) {
+  if (conv.raw !== undefined) return { prompt: conv.raw, images: conv.images ?? [] }; // a prompt rendered by the caller
   let prompt = '';
   const images = [];
   if (conv.system !== undefined) prompt += `<|im_start|>system\n${conv.system}<|im_end|>\n`;

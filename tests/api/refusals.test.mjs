@@ -202,7 +202,7 @@ describe('refusals', { timeout: 300_000 }, () => {
       'max_tokens missing (required)': { max_tokens: undefined },
       'temperature 1.5 (range 0..1)': { temperature: 1.5 },
       'stop_sequences a string': { stop_sequences: 'x' },
-      'a system role message': { messages: [{ role: 'system', content: 'hi' }] },
+      'a developer role message': { messages: [{ role: 'developer', content: 'hi' }] },
     };
     for (const [what, o] of Object.entries(msg)) {
       await anthropicError(an.messages.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, ...o }), 400, 'invalid_request_error')
