@@ -1,8 +1,9 @@
 // Decode speed with and without a sampling constraint (src/engine/constrain.h):
 // the same server, the same synthetic model, requests in turns:
-//   plain        no tools, no format: the unconstrained decode
-//   tools auto   tools declared, the model writes no call: the answer parser's
-//                holding back, no mask
+//   plain        tools shown, tool_choice none: the unconstrained decode (only
+//                the <tool_call> token is banned, checked on the sampled token)
+//   tools auto   tool_choice auto, the model writes no call: the answer
+//                parser's holding back, no mask
 //   tool call    tool_choice required (one call): every token of the answer is
 //                under the call's constraint (framing, name, arguments' schema)
 //   json_schema  response_format json_schema: every token under the schema
@@ -37,11 +38,14 @@ const SEARCH = { type: 'function', function: { name: 'search', description: 'Sea
 const RESULT = { type: 'object', properties: { answer: { type: 'string' }, score: { type: 'number' }, ok: { type: 'boolean' },
   tags: { type: 'array', items: { type: 'string' } } }, required: ['answer', 'score', 'ok', 'tags'] };
 
+// Every mode declares the same tools, so every prompt is the same (a longer
+// KV makes each decoded token cost more; the modes must not differ in that).
+const TOOLS = [WEATHER, SEARCH];
 const MODES = {
-  plain: {},
-  'tools auto': { tools: [WEATHER, SEARCH] },
-  'tool call': { tools: [WEATHER, SEARCH], tool_choice: 'required', parallel_tool_calls: false },
-  json_schema: { response_format: { type: 'json_schema', json_schema: { name: 'result', schema: RESULT } } },
+  plain: { tools: TOOLS, tool_choice: 'none' },
+  'tools auto': { tools: TOOLS },
+  'tool call': { tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false },
+  json_schema: { tools: TOOLS, tool_choice: 'none', response_format: { type: 'json_schema', json_schema: { name: 'result', schema: RESULT } } },
 };
 
 const log = [];

@@ -314,10 +314,12 @@ typedef enum ph_response_format {
 
 /* Checks that a JSON schema is within what the constraint supports
  * (objects with properties/required/additionalProperties, arrays with
- * items/minItems/maxItems, enum, const, string (minLength, maxLength),
- * number, integer, boolean, null, anyOf/oneOf, type lists, local $ref;
- * annotations such as title and description are ignored). Errors:
- * PH_ERR_INPUT naming the first keyword outside it and where it is. */
+ * items/prefixItems/minItems/maxItems, enum, const, string (minLength,
+ * maxLength), number and integer (minimum, maximum, exclusiveMinimum,
+ * exclusiveMaximum), boolean, null, anyOf/oneOf, allOf of one schema, type
+ * lists, local $ref; annotations such as title and description are
+ * ignored) and that some value satisfies it. Errors: PH_ERR_INPUT naming
+ * the first keyword outside it and where it is. */
 int ph_schema_check(const char *schema, size_t len, ph_err *err);
 
 typedef struct ph_gen_params {

@@ -130,7 +130,7 @@ int job_set_tool_choice(job *j, ph_tool_choice choice, const char *name, const c
 /* A response format: "text", "json_object" or "json_schema" with schema. */
 int job_set_format(job *j, const char *type, json_t *schema, const char *where, ph_err *err);
 /* Thinking switched by an effort word (none, minimal: off; low, medium,
- * high, xhigh: on) or a bool. */
+ * high, xhigh, max: on). */
 int job_set_effort(job *j, json_t *v, const char *where, ph_err *err);
 /* The sampling fields every API takes (extensions where the API has none):
  * temperature (max temp_max), top_p, top_k, min_p, seed, presence_penalty,

@@ -121,12 +121,16 @@ int job_set_effort(job *j, json_t *v, const char *where, ph_err *err) {
     if (!v || json_is_null(v)) return 0;
     static const char *const off[] = {"none", "minimal"}, *const on[] = {"low", "medium", "high", "xhigh", "max"};
     const char *s = json_string_value(v);
-    if (s) {
-        for (size_t i = 0; i < sizeof off / sizeof *off; i++)
-            if (!strcmp(s, off[i])) return j->gen.thinking = 0, 0;
-        for (size_t i = 0; i < sizeof on / sizeof *on; i++)
-            if (!strcmp(s, on[i])) return j->gen.thinking = 1, 0;
-    }
+    for (size_t i = 0; s && i < sizeof off / sizeof *off; i++)
+        if (!strcmp(s, off[i])) {
+            j->gen.thinking = 0;
+            return 0;
+        }
+    for (size_t i = 0; s && i < sizeof on / sizeof *on; i++)
+        if (!strcmp(s, on[i])) {
+            j->gen.thinking = 1;
+            return 0;
+        }
     return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be one of none, minimal, low, medium, high, xhigh, max", where);
 }
 

@@ -426,8 +426,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
         return send_error(s, c, api->endpoint, api->anthropic, 500, "out of memory");
     }
     ph_err err = {0};
-    j->count_only = count_only;
-    if (count_only) j->stream = false;
+    j->count_only = count_only; /* the Messages parser then takes no stream and no max_tokens */
     if (api->parse(j, &err) || parse_auxiliary(j, c, &err) || enqueue(s, j)) {
         int status = err.msg[0] ? status_for(&err) : 503;
         const char *msg = err.msg[0] ? err.msg : "the server is shutting down";
