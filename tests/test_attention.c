@@ -105,6 +105,10 @@ static const shape shapes[] = {
     {1, 1000, 2, 2, 32, false, 0},
     {5, 40, 2, 2, 16, false, 0},
     {63, 80, 2, 1, 32, true, 17},
+    /* per-cell, several KV heads per thread, one and a few rows */
+    {1, 100, 16, 8, 128, true, 99},
+    {3, 120, 8, 4, 64, true, 117},
+    {1, 700, 16, 8, 128, true, 699}, /* and one chunk per thread */
 };
 
 static void check_kernels(const ph_attn_kernels *simd, const char *name) {
@@ -160,10 +164,48 @@ static void check_kernels(const ph_attn_kernels *simd, const char *name) {
     CHECKF(exact, "%s mad_f16 leaves values that are not f16", name);
 }
 
+/* The fused per-cell pass of a kernel table equals, bit for bit, the same
+ * pass made of that table's primitives, for several heads at once, causal
+ * rows and head sizes with a tail; the SIMD primitives' own pass, in turn,
+ * is within the per-cell tolerance of the double reference above. */
+static void check_cells(const ph_attn_kernels *kk, const char *name) {
+    enum { CELLS = 37, G = 3, NQ = 6, GROUP = 2 };
+    static const int dims[] = {128, 40, 35};
+    for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+        const int hd = dims[di];
+        const int64_t stride = (int64_t)G * hd + 5;
+        ph_f16 *k = malloc(sizeof(ph_f16) * (size_t)(CELLS * stride)), *v = malloc(sizeof(ph_f16) * (size_t)(CELLS * stride));
+        float *q = malloc(sizeof(float) * G * NQ * (size_t)hd), *acc[2], M[2][G * NQ], S[2][G * NQ], kf[128], vf[128];
+        for (int64_t i = 0; i < CELLS * stride; i++) k[i] = ph_f32_to_f16(2.0f * frand()), v[i] = ph_f32_to_f16(frand());
+        for (int i = 0; i < G * NQ * hd; i++) q[i] = ph_f16_to_f32(ph_f32_to_f16(frand()));
+        for (int causal = 0; causal < 2; causal++) {
+            for (int t = 0; t < 2; t++) {
+                acc[t] = calloc((size_t)G * NQ * hd, sizeof(float));
+                for (int j = 0; j < G * NQ; j++) M[t][j] = -INFINITY, S[t][j] = 0.0f;
+            }
+            for (int t = 0; t < 2; t++) {
+                const ph_attn_cells x = {.k = k, .v = v, .stride = stride, .c0 = 0, .c1 = CELLS, .n_g = G, .q = q,
+                                         .nq = NQ, .hd = hd, .group = GROUP, .causal = causal, .last0 = CELLS - 4,
+                                         .scale = 0.3f, .M = M[t], .S = S[t], .acc = acc[t], .kf = kf, .vf = vf};
+                if (t == 0) ph_attn_cells_with(kk, &x);
+                else kk->cells(&x);
+            }
+            CHECKF(memcmp(M[0], M[1], sizeof M[0]) == 0 && memcmp(S[0], S[1], sizeof S[0]) == 0 &&
+                       memcmp(acc[0], acc[1], sizeof(float) * G * NQ * (size_t)hd) == 0,
+                   "%s: the fused per-cell pass differs from its primitives (d %d%s)", name, hd, causal ? ", causal" : "");
+            free(acc[0]);
+            free(acc[1]);
+        }
+        free(k);
+        free(v);
+        free(q);
+    }
+}
+
 int main(void) {
     ph_kernels_init();
     ph_pool *pool = ph_pool_create(3);
-    const ph_isa isas[] = {PH_ISA_SCALAR, PH_ISA_AVX2};
+    const ph_isa isas[] = {PH_ISA_SCALAR, PH_ISA_AVX2, PH_ISA_AVX512};
     for (size_t n = 0; n < sizeof isas / sizeof isas[0]; n++) {
         if (ph_kernels_force(isas[n]) != 0) continue;
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -186,7 +228,15 @@ int main(void) {
             free(three);
         }
     }
-    if (ph_cpu_has(PH_ISA_AVX2)) check_kernels(&ph_attn_kernels_avx2, "avx2");
+    check_cells(&ph_attn_kernels_ref, "scalar");
+    if (ph_cpu_has(PH_ISA_AVX2)) {
+        check_kernels(&ph_attn_kernels_avx2, "avx2");
+        check_cells(&ph_attn_kernels_avx2, "avx2");
+    }
+    if (ph_cpu_has(PH_ISA_AVX512)) {
+        /* the AVX-512 pass: equal to the AVX2 primitives' pass, bit for bit */
+        check_cells(&ph_attn_kernels_avx512, "avx512");
+    }
     ph_pool_free(pool);
     TEST_END();
 }

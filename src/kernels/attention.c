@@ -68,7 +68,42 @@ static void ref_pv_tile(const float *p, int nk, const float *v, int d, const flo
         }
 }
 
-const ph_attn_kernels ph_attn_kernels_ref = {ref_f16_to_f32, ref_dot, ref_scale_f16, ref_mad_f16,
+/* The per-cell pass from the primitives (the reference's, and the
+ * definition the fused SIMD versions are checked against). */
+static void cells_with(const ph_attn_kernels *kk, const ph_attn_cells *x) {
+    const int hd = x->hd;
+    for (int64_t c = x->c0; c < x->c1; c++)
+        for (int g = 0; g < x->n_g; g++) {
+            kk->f16_to_f32(x->k + c * x->stride + (int64_t)g * hd, x->kf, hd);
+            int v_ready = 0;
+            for (int j = 0; j < x->nq; j++) {
+                if (x->causal && c > x->last0 + j / x->group) continue;
+                const int64_t jj = (int64_t)g * x->nq + j;
+                float s = kk->dot(x->q + jj * hd, x->kf, hd) * x->scale;
+                if (!v_ready) {
+                    kk->f16_to_f32(x->v + c * x->stride + (int64_t)g * hd, x->vf, hd);
+                    v_ready = 1;
+                }
+                float *o = x->acc + jj * hd;
+                float ms = 1.0f, vs = 1.0f;
+                if (s > x->M[jj]) {
+                    ms = expf(x->M[jj] - s); /* 0 for the first cell */
+                    kk->scale_f16(o, ms, hd);
+                    x->M[jj] = s;
+                } else {
+                    vs = expf(s - x->M[jj]);
+                }
+                kk->mad_f16(o, x->vf, vs, hd);
+                x->S[jj] = x->S[jj] * ms + vs;
+            }
+        }
+}
+
+void ph_attn_cells_with(const ph_attn_kernels *kk, const ph_attn_cells *x) { cells_with(kk, x); }
+
+static void ref_cells(const ph_attn_cells *x) { cells_with(&ph_attn_kernels_ref, x); }
+
+const ph_attn_kernels ph_attn_kernels_ref = {ref_cells, ref_f16_to_f32, ref_dot, ref_scale_f16, ref_mad_f16,
                                              ref_qk_tile, ref_softmax_tile, ref_pv_tile};
 
 typedef struct {
@@ -99,86 +134,95 @@ static attn_work attn_work_at(float *buf, int hd, int64_t nq) {
 
 static size_t attn_work_floats(int hd, int64_t nq) { return (size_t)(2 * hd + nq * (2 * hd + 2)); }
 
-/* The per-cell pass of KV head g: query rows [q0, q1) (all query heads of
- * g's group) against the visible cells among [c0, c1). Leaves in w, per
- * query j = (i - q0) * group + r, the running max M[j], sum S[j] and f16 sum
- * of p * v acc[j]. */
-static void cell_pass(const ph_attn_args *a, const ph_attn_kernels *kk, int g, int64_t q0, int64_t q1, int64_t c0,
-                      int64_t c1, const attn_work *w) {
+/* The per-cell pass of KV heads [g0, g1): query rows [q0, q1) (all query
+ * heads of each head's group) against the visible cells among [c0, c1).
+ * Leaves in w, per query jj = (g - g0) * nq + (i - q0) * group + r (nq =
+ * (q1 - q0) * group), the running max M[jj], sum S[jj] and f16 sum of
+ * p * v acc[jj]. With several heads, each cell's row is read once, in
+ * order through memory. */
+static void cell_pass(const ph_attn_args *a, const ph_attn_kernels *kk, int g0, int g1, int64_t q0, int64_t q1,
+                      int64_t c0, int64_t c1, const attn_work *w) {
     const int hd = a->head_dim;
     const int group = a->n_head / a->n_head_kv;
-    memset(w->acc, 0, (size_t)((q1 - q0) * group * hd) * sizeof(float));
-    for (int64_t i = q0; i < q1; i++)
-        for (int r = 0; r < group; r++) {
-            const int64_t j = (i - q0) * group + r;
-            const float *q = a->q + i * a->q_stride + (int64_t)(g * group + r) * hd;
-            for (int t = 0; t < hd; t++) w->qf[j * hd + t] = round_f16(q[t]);
-            w->M[j] = -INFINITY;
-            w->S[j] = 0.0f;
-        }
+    const int64_t nq = (q1 - q0) * group;
+    memset(w->acc, 0, (size_t)((g1 - g0) * nq * hd) * sizeof(float));
+    for (int g = g0; g < g1; g++)
+        for (int64_t i = q0; i < q1; i++)
+            for (int r = 0; r < group; r++) {
+                const int64_t jj = (g - g0) * nq + (i - q0) * group + r;
+                const float *q = a->q + i * a->q_stride + (int64_t)(g * group + r) * hd;
+                for (int t = 0; t < hd; t++) w->qf[jj * hd + t] = round_f16(q[t]);
+                w->M[jj] = -INFINITY;
+                w->S[jj] = 0.0f;
+            }
     int64_t last = a->causal ? a->first_cell + q1 : a->n_kv; /* cells [0, last) */
     if (last > a->n_kv) last = a->n_kv;
     if (c1 > last) c1 = last;
-    for (int64_t c = c0; c < c1; c++) {
-        kk->f16_to_f32(a->k + c * a->kv_stride + (int64_t)g * hd, w->kf, hd);
-        int v_ready = 0;
-        for (int64_t i = q0; i < q1; i++) {
-            if (a->causal && c > a->first_cell + i) continue;
-            for (int r = 0; r < group; r++) {
-                const int64_t j = (i - q0) * group + r;
-                float s = kk->dot(w->qf + j * hd, w->kf, hd) * a->scale;
-                if (!v_ready) {
-                    kk->f16_to_f32(a->v + c * a->kv_stride + (int64_t)g * hd, w->vf, hd);
-                    v_ready = 1;
-                }
-                float *o = w->acc + j * hd;
-                float ms = 1.0f, vs = 1.0f;
-                if (s > w->M[j]) {
-                    ms = expf(w->M[j] - s); /* 0 for the first cell */
-                    kk->scale_f16(o, ms, hd);
-                    w->M[j] = s;
-                } else {
-                    vs = expf(s - w->M[j]);
-                }
-                kk->mad_f16(o, w->vf, vs, hd);
-                w->S[j] = w->S[j] * ms + vs;
-            }
-        }
-    }
+    const ph_attn_cells x = {.k = a->k + (int64_t)g0 * hd,
+                             .v = a->v + (int64_t)g0 * hd,
+                             .stride = a->kv_stride,
+                             .c0 = c0,
+                             .c1 = c1,
+                             .n_g = g1 - g0,
+                             .q = w->qf,
+                             .nq = (int)nq,
+                             .hd = hd,
+                             .group = group,
+                             .causal = a->causal,
+                             .last0 = a->first_cell + q0,
+                             .scale = a->scale,
+                             .M = w->M,
+                             .S = w->S,
+                             .acc = w->acc,
+                             .kf = w->kf,
+                             .vf = w->vf};
+    if (c0 < c1) kk->cells(&x);
 }
 
-/* One task: KV head g, query rows [q0, q1), all query heads of g's group. */
-static void attn_task(const attn_job *job, int g, int64_t q0, int64_t q1, const attn_work *w) {
+/* KV heads [g0, g1), query rows [q0, q1), all query heads of each group. */
+static void attn_task(const attn_job *job, int g0, int g1, int64_t q0, int64_t q1, const attn_work *w) {
     const ph_attn_args *a = job->a;
     const int hd = a->head_dim;
     const int group = a->n_head / a->n_head_kv;
-    cell_pass(a, job->k, g, q0, q1, 0, a->n_kv, w);
-    for (int64_t i = q0; i < q1; i++) {
-        for (int r = 0; r < group; r++) {
-            const int h = g * group + r;
-            const int64_t j = (i - q0) * group + r;
-            float *out = a->out + i * a->out_stride + (int64_t)h * hd;
-            const float inv = w->S[j] > 0.0f ? 1.0f / w->S[j] : 0.0f;
-            for (int d = 0; d < hd; d++) out[d] = w->acc[j * hd + d] * inv;
-        }
-    }
+    const int64_t nq = (q1 - q0) * group;
+    cell_pass(a, job->k, g0, g1, q0, q1, 0, a->n_kv, w);
+    for (int g = g0; g < g1; g++)
+        for (int64_t i = q0; i < q1; i++)
+            for (int r = 0; r < group; r++) {
+                const int h = g * group + r;
+                const int64_t j = (g - g0) * nq + (i - q0) * group + r;
+                float *out = a->out + i * a->out_stride + (int64_t)h * hd;
+                const float inv = w->S[j] > 0.0f ? 1.0f / w->S[j] : 0.0f;
+                for (int d = 0; d < hd; d++) out[d] = w->acc[j * hd + d] * inv;
+            }
 }
+
+/* Up to this many query rows, a thread's consecutive KV heads go through
+ * the cells together (one read of each cell's row); with more, the rows of
+ * a block already share each read. */
+#define ATTN_ROWS_HEADS_TOGETHER 4
 
 static void attn_worker(void *ctx, int ith, int nth) {
     const attn_job *job = ctx;
     const ph_attn_args *a = job->a;
     const int group = a->n_head / a->n_head_kv;
-    float *buf = malloc(attn_work_floats(a->head_dim, (int64_t)ATTN_QBLOCK * group) * sizeof(float));
-    if (!buf) abort(); /* a few KiB; nothing sensible to do without it */
-    const attn_work w = attn_work_at(buf, a->head_dim, (int64_t)ATTN_QBLOCK * group);
+    const bool together = a->n_q <= ATTN_ROWS_HEADS_TOGETHER;
+    const int64_t most = together ? (int64_t)a->n_head_kv * a->n_q * group : (int64_t)ATTN_QBLOCK * group;
+    float *buf = malloc(attn_work_floats(a->head_dim, most) * sizeof(float));
+    if (!buf) abort(); /* tens of KiB; nothing sensible to do without it */
+    const attn_work w = attn_work_at(buf, a->head_dim, most);
     long lo, hi;
     ph_split_range((long)job->n_tasks, ith, nth, &lo, &hi);
-    for (long t = lo; t < hi; t++) {
+    for (long t = lo; t < hi;) {
         int g = (int)(t % a->n_head_kv);
         int64_t b = t / a->n_head_kv;
+        int g1 = g + 1; /* together: the run of this block's heads in [t, hi) */
+        if (together)
+            while (g1 < a->n_head_kv && t + (g1 - g) < hi) g1++;
         int64_t q0 = b * ATTN_QBLOCK, q1 = q0 + ATTN_QBLOCK;
         if (q1 > a->n_q) q1 = a->n_q;
-        attn_task(job, g, q0, q1, &w);
+        attn_task(job, g, g1, q0, q1, &w);
+        t += g1 - g;
     }
     free(buf);
 }
@@ -204,18 +248,17 @@ static void split_worker(void *ctx, int ith, int nth) {
     (void)nth;
     const split_job *job = ctx;
     const ph_attn_args *a = job->a;
-    const int hd = a->head_dim, group = a->n_head / a->n_head_kv;
-    float *buf = malloc(attn_work_floats(hd, group) * sizeof(float));
-    if (!buf) abort(); /* a few KiB; nothing sensible to do without it */
-    const attn_work w = attn_work_at(buf, hd, group);
-    for (int g = 0; g < a->n_head_kv; g++) {
-        cell_pass(a, job->k, g, 0, 1, ith * job->chunk, (ith + 1) * job->chunk, &w);
-        for (int r = 0; r < group; r++) {
-            float *p = job->part + ((size_t)ith * a->n_head + (size_t)(g * group + r)) * (size_t)(hd + 2);
-            p[0] = w.M[r];
-            p[1] = w.S[r];
-            memcpy(p + 2, w.acc + (size_t)r * hd, (size_t)hd * sizeof(float));
-        }
+    const int hd = a->head_dim;
+    float *buf = malloc(attn_work_floats(hd, a->n_head) * sizeof(float));
+    if (!buf) abort(); /* a few tens of KiB; nothing sensible to do without it */
+    const attn_work w = attn_work_at(buf, hd, a->n_head);
+    /* every head at once: the query of head h is h = g * group + r */
+    cell_pass(a, job->k, 0, a->n_head_kv, 0, 1, ith * job->chunk, (ith + 1) * job->chunk, &w);
+    for (int h = 0; h < a->n_head; h++) {
+        float *p = job->part + ((size_t)ith * a->n_head + (size_t)h) * (size_t)(hd + 2);
+        p[0] = w.M[h];
+        p[1] = w.S[h];
+        memcpy(p + 2, w.acc + (size_t)h * hd, (size_t)hd * sizeof(float));
     }
     free(buf);
 }
@@ -346,7 +389,9 @@ static void tiled_worker(void *ctx, int ith, int nth) {
 }
 
 void ph_attention(ph_pool *pool, const ph_attn_args *a) {
-    const ph_attn_kernels *k = ph_kernels_isa() >= PH_ISA_AVX2 ? &ph_attn_kernels_avx2 : &ph_attn_kernels_ref;
+    const ph_attn_kernels *k = ph_kernels_isa() >= PH_ISA_AVX512   ? &ph_attn_kernels_avx512
+                               : ph_kernels_isa() >= PH_ISA_AVX2 ? &ph_attn_kernels_avx2
+                                                                 : &ph_attn_kernels_ref;
     if (a->n_q >= PH_ATTN_TILE_Q) {
         tiled_job job = {.a = a, .k = k};
         job.n_groups = (a->n_q + ATTN_GROUP * PH_ATTN_TILE_Q - 1) / (ATTN_GROUP * PH_ATTN_TILE_Q);

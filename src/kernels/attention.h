@@ -40,8 +40,33 @@ void ph_attention(ph_pool *pool, const ph_attn_args *a);
 #define PH_ATTN_TILE_Q 64
 #define PH_ATTN_TILE_KV 64
 
+/* The per-cell pass of one KV head over cells [c0, c1), for nq queries
+ * (query j is row j / group of the pass). Each query keeps
+ * a running max M[j], sum S[j] and f16 sum of p * v acc[j][hd]; per cell
+ * and query: s = (q . k) * scale; if s > M: acc = f16(acc * exp(M - s)),
+ * M = s, w = 1; else w = exp(s - M); acc = f16(acc + v * w);
+ * S = S * exp(M_old - M) + w. */
+typedef struct ph_attn_cells {
+    const ph_f16 *k, *v;   /* the first head's row of cell c at k + c * stride */
+    int64_t stride;
+    int64_t c0, c1;
+    int n_g;               /* KV heads done together, cell by cell: head g's row is at + g * hd, its
+                              queries and states are those of index g * nq + j (one pass over each
+                              cell's row, in order through memory) */
+    const float *q;        /* [n_g][nq][hd] the queries rounded to f16 */
+    int nq, hd, group;
+    bool causal;           /* query j sees cells c <= last0 + j / group */
+    int64_t last0;
+    float scale;
+    float *M, *S, *acc;    /* [n_g][nq], [n_g][nq], [n_g][nq][hd] */
+    float *kf, *vf;        /* [hd] scratch */
+} ph_attn_cells;
+
 /* The primitives, exposed for the SIMD/reference comparison test. */
 typedef struct ph_attn_kernels {
+    /* the per-cell pass, whole (the SIMD versions fuse the steps below and
+     * give the same results bit for bit) */
+    void (*cells)(const ph_attn_cells *x);
     /* per-cell path (fewer than PH_ATTN_TILE_Q query rows) */
     void (*f16_to_f32)(const ph_f16 *src, float *dst, int n);
     float (*dot)(const float *a, const float *b, int n);
@@ -66,5 +91,13 @@ typedef struct ph_attn_kernels {
 
 extern const ph_attn_kernels ph_attn_kernels_ref;
 extern const ph_attn_kernels ph_attn_kernels_avx2;
+extern const ph_attn_kernels ph_attn_kernels_avx512;
+
+/* The SIMD per-cell passes (attention_avx2.c, attention_avx512.c). */
+void ph_attn_cells_avx2(const ph_attn_cells *x);
+void ph_attn_cells_avx512(const ph_attn_cells *x);
+
+/* The per-cell pass made of kk's primitives (what kk->cells must equal). */
+void ph_attn_cells_with(const ph_attn_kernels *kk, const ph_attn_cells *x);
 
 #endif

@@ -52,6 +52,40 @@ static void avx2_mad_f16(float *acc, const float *v, float b, int n) {
     for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(fmaf(v[i], b, acc[i]), _MM_FROUND_TO_NEAREST_INT));
 }
 
+/* q . row of f16 values, in avx2_dot's order (the row widened on the way):
+ * the same sum as avx2_dot(q, f32(row)) bit for bit. */
+static inline float dot_f16row(const float *q, const ph_f16 *k, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8))),
+                             s1);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), s0);
+    float s = hsum256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += q[i] * _cvtsh_ss(k[i]);
+    return s;
+}
+
+/* acc = f16(acc + f32(v) * b): avx2_mad_f16 with the row widened on the way. */
+static inline void mad_f16row(float *acc, const ph_f16 *v, float b, int n) {
+    const __m256 vb = _mm256_set1_ps(b);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 y = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))), vb,
+                                   _mm256_loadu_ps(acc + i));
+        _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT)));
+    }
+    for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(fmaf(_cvtsh_ss(v[i]), b, acc[i]), _MM_FROUND_TO_NEAREST_INT));
+}
+
+#define scale_f16row avx2_scale_f16
+#define ATTN_CELLS_NAME ph_attn_cells_avx2
+#include "kernels/attention_cells.h"
+#undef scale_f16row
+
 /* ---- tiled path ------------------------------------------------------------ */
 
 #define TQ PH_ATTN_TILE_Q
@@ -207,5 +241,10 @@ static void avx2_pv_tile(const float *p, int nk, const float *v, int d, const fl
     }
 }
 
-const ph_attn_kernels ph_attn_kernels_avx2 = {avx2_f16_to_f32, avx2_dot, avx2_scale_f16, avx2_mad_f16,
-                                              avx2_qk_tile, avx2_softmax_tile, avx2_pv_tile};
+const ph_attn_kernels ph_attn_kernels_avx2 = {ph_attn_cells_avx2,   avx2_f16_to_f32, avx2_dot,          avx2_scale_f16,
+                                              avx2_mad_f16, avx2_qk_tile,    avx2_softmax_tile, avx2_pv_tile};
+
+/* AVX-512: its own per-cell pass (attention_avx512.c), the AVX2 tiles. */
+const ph_attn_kernels ph_attn_kernels_avx512 = {ph_attn_cells_avx512, avx2_f16_to_f32, avx2_dot,
+                                                avx2_scale_f16,       avx2_mad_f16,    avx2_qk_tile,
+                                                avx2_softmax_tile,    avx2_pv_tile};
