@@ -75,8 +75,7 @@ md.push(`- machine: ${cpuModel}, ${cores}${hyper}; ${fmt(memGiB, 1)} GiB memory;
 md.push(`- load average during the runs: ${fmt(Math.min(...loads))} to ${fmt(Math.max(...loads))} (1-minute; the machine has ${os.cpus().length} CPUs, so anything above 0 means other work shared it)`)
 md.push(`- reproduce: \`${args.command}\` (from the repository root; \`bash bench/run.sh\` with the defaults)`)
 md.push(`- pinhole: \`${args.pinhole}\` (source tree at ${gitRev} when the run started), kernels \`${phInfo.isa ?? '?'}\`: \`pinhole bench -m MODEL -p ${args.pp} -n ${args.tg} -r ${args.reps} -t ${args.threads}\``)
-md.push(`- llama.cpp: @fugood/llama.node ${llInfo.llama_node ?? '?'} (llama.cpp build ${llInfo.llama_cpp_build ?? '?'}), prebuilt CPU package @fugood/node-llama-linux-x64, threads ${llInfo.threads}/${llInfo.threads_batch} (decode/batch), flash_attn ${llInfo.flash_attn}, n_ubatch ${llInfo.n_ubatch}: \`node bench/llama_bench.mjs MODEL --pp ${args.pp} --tg ${args.tg} --reps ${args.reps} --threads ${args.threads}\``)
-md.push(`- llama.cpp's system_info: \`${llInfo.system_info ?? '?'}\``)
+md.push(`- llama.cpp: built natively for this CPU by \`../shared/tools/llama-peer.sh\` (${args.peer}), build ${llInfo.build ?? '?'}, its own \`llama-bench\` with flash attention ${llInfo.flash_attn ? 'on' : 'off'}, n_ubatch ${llInfo.n_ubatch}, KV ${llInfo.type_k}: \`node bench/llama_native.mjs MODEL --peer DIR --pp ${args.pp} --tg ${args.tg} --reps ${args.reps} --threads ${args.threads}\``)
 md.push('- models: `pinhole synth --shape 2b --type TYPE` (Qwen3-VL-2B-Instruct\'s LLM shapes, random weights, tied embedding), in bench/models/')
 md.push('')
 md.push(`## Speed (tokens/s, ${args.threads} threads)`)
@@ -111,21 +110,25 @@ for (const s of samples) {
 md.push('')
 md.push('## Read this before quoting the numbers')
 md.push('')
-md.push('- **The llama.cpp side is a portable x86-64 build without AVX.** The prebuilt `@fugood/node-llama-linux-x64` 1.7.15')
-md.push('  binary contains no AVX/AVX2/FMA instructions at all (`objdump -d index.node | grep -c ymm` gives 0; its system_info')
-md.push('  lists no AVX/AVX2/FMA/F16C), so ggml runs its SSE fallback kernels. A llama.cpp built natively for this CPU')
-md.push('  (`-DGGML_NATIVE=ON`, AVX2) is several times faster, especially at prefill; these ratios compare pinhole with')
-md.push('  *this* build, not with llama.cpp at its best. The `cuda` and `vulkan` linux-x64 packages are the same in this respect.')
+md.push('- **The llama.cpp side is llama.cpp at its best on this CPU**: built with the native flags (AVX2 / AVX-512 as the')
+md.push('  CPU has them, its repacked weight layouts and its own tiled kernels), measured by its own llama-bench, interleaved')
+md.push('  with pinhole run by run. Earlier tables compared against @fugood/llama.node, a portable build without AVX; those')
+md.push('  ratios (7-34x) said nothing about llama.cpp proper and are gone.')
 md.push('- Both engines: prefill = one batch of PP tokens into an empty KV cache; decode = TG single-token steps starting')
-md.push('  from an (almost) empty cache (pinhole from position 0, llama.cpp from position 1, after a 1-token prompt);')
-md.push('  token ids are arbitrary (fixed for pinhole, `rand()` for llama.cpp); the weights are random, so the output is')
-md.push('  meaningless and only the speed counts. Model loading and one warm-up pass are untimed in both.')
+md.push('  from an empty cache; token ids are arbitrary (fixed for pinhole, random for llama-bench); the weights are')
+md.push('  random, so the output is meaningless and only the speed counts. Model loading and one warm-up pass are untimed')
+md.push('  in both.')
 md.push(`- The machine may be shared: runs are interleaved so that background load hits both engines alike; check the load column.`)
 md.push('')
-// keep the picture section that bench/encode.sh writes
+// keep the sections the other benchmarks write: everything from the first
+// section after this report's own ones (pictures, chat, restart, ...) on
 let kept = ''
 if (fs.existsSync(args.out)) {
-  const m = fs.readFileSync(args.out, 'utf8').match(/<!-- encode:begin -->[\s\S]*<!-- encode:end -->/)
-  if (m) kept = '\n' + m[0] + '\n'
+  const old = fs.readFileSync(args.out, 'utf8')
+  const own = /^## (Speed|Decode against the memory-bandwidth bound|Every sample|Read this before quoting the numbers)\b/
+  const lines = old.split('\n')
+  let i = lines.findIndex((l, k) => k > 0 && l.startsWith('## ') && !own.test(l))
+  if (i > 0 && /^<!-- \w+:begin -->$/.test(lines[i - 1])) i-- // a section another script replaces by its markers
+  if (i >= 0) kept = '\n' + lines.slice(i).join('\n')
 }
 fs.writeFileSync(args.out, md.join('\n') + kept)

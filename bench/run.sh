@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark: pinhole vs llama.cpp (@fugood/llama.node) on the same
-# synthetic Qwen3-VL 2B GGUF models. Builds nothing. Not part of CI.
+# Side-by-side benchmark: pinhole vs llama.cpp built natively for this CPU (the
+# peer of ../shared/tools/llama-peer.sh, its llama-bench) on the same synthetic
+# Qwen3-VL 2B GGUF models. Builds nothing. Not part of CI.
 #
 #   bash bench/run.sh [PINHOLE_BINARY]          (default: build/pinhole)
 #
@@ -12,6 +13,7 @@
 #   REPS    [1]              repetitions inside each engine invocation (-r / --reps)
 #   VOCAB   [../shared/oracle/models/tiny-f16.gguf]  tokenizer source for `pinhole synth`
 #   OUT     [bench/RESULTS.md]
+#   PEER    [the llama.cpp bin folder that llama-peer.sh prints]
 # Each engine gets ROUNDS*REPS samples per model; the report gives their median.
 set -euo pipefail
 
@@ -32,12 +34,13 @@ MODELS=bench/models
 die() { echo "run.sh: $*" >&2; exit 1; }
 
 [ -x "$PINHOLE" ] || die "no pinhole binary at '$PINHOLE' (build it: cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2)"
-command -v node >/dev/null || die "node is required (for llama.node and the report)"
+command -v node >/dev/null || die "node is required (for the llama-bench wrapper and the report)"
 command -v cc >/dev/null || die "a C compiler (cc) is required for bench/membw.c"
-if [ ! -d bench/node_modules/@fugood/llama.node ] || [ ! -d bench/node_modules/@fugood/node-llama-linux-x64 ]; then
-    echo "== installing @fugood/llama.node from bench/package-lock.json (npm ci, optional GPU packages omitted)"
-    (cd bench && npm ci --omit=optional --no-audit --no-fund) >&2
+if [ -z "${PEER:-}" ]; then
+    PEER=$(PEER_ONLY_EXISTING=1 bash "$ROOT/../shared/tools/llama-peer.sh" 2>/dev/null) ||
+        die "the native llama.cpp peer is not built: bash ../shared/tools/llama-peer.sh (10-40 minutes)"
 fi
+[ -x "$PEER/llama-bench" ] || die "no llama-bench in $PEER"
 
 # the source state the binary presumably comes from, taken now (commits may land during a long run)
 GITREV=$(git rev-parse --short HEAD 2>/dev/null || echo "no commit")
@@ -86,8 +89,8 @@ for t in $TYPES; do
                 "$PINHOLE" bench -m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" >"$log.json" 2>"$log" ||
                     die "pinhole bench failed, see $log"
             else
-                node bench/llama_bench.mjs "$model" --pp "$PP" --tg "$TG" --reps "$REPS" --threads "$THREADS" \
-                    >"$log.json" 2>"$log" || die "llama_bench failed, see $log"
+                node bench/llama_native.mjs "$model" --peer "$PEER" --pp "$PP" --tg "$TG" --reps "$REPS" \
+                    --threads "$THREADS" >"$log.json" 2>"$log" || die "llama-bench failed, see $log"
             fi
             json=$(grep '^{' "$log.json" | tail -n 1)
             [ -n "$json" ] || die "$engine printed no JSON, see $log"
@@ -111,5 +114,5 @@ for v in TYPES THREADS PP TG ROUNDS REPS; do
     esac
 done
 node bench/report.mjs --logdir "$LOGDIR" --types "$TYPES" --threads "$THREADS" --pp "$PP" --tg "$TG" \
-    --rounds "$ROUNDS" --reps "$REPS" --pinhole "$PINHOLE" --git "$GITREV" --command "$CMD" --out "$OUT"
+    --rounds "$ROUNDS" --reps "$REPS" --pinhole "$PINHOLE" --git "$GITREV" --command "$CMD" --out "$OUT" --peer "$PEER"
 echo "== wrote $OUT"
