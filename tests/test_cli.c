@@ -108,8 +108,41 @@ static void check_refusal(const char *args, const char *want) {
     free(out);
 }
 
+/* pinhole bench with a picture: one JSON line whose picture turn is the
+ * picture's rows (the oracle's grid for it) inside a prompt of more rows,
+ * with an encode time inside the time to first token. */
+static void check_bench_picture(void) {
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd,
+             "%s bench -m %s/models/tiny-f16.gguf --mmproj %s/models/tiny-f16-mmproj.gguf --image %s/img/wide.png "
+             "-p 8 -n 4 -r 1 -t 2 2>/dev/null",
+             PH_PINHOLE_BIN, PH_ORACLE_DIR, PH_ORACLE_DIR, PH_ORACLE_DIR);
+    int rc = t_run(cmd, &out);
+    CHECKF(rc == 0, "pinhole bench with a picture: exit %d", rc);
+    json_t *js = json_loads(out ? out : "", 0, NULL);
+    free(out);
+    json_t *pic = json_object_get(js, "picture");
+    CHECKF(json_is_object(pic), "pinhole bench printed no picture turn");
+    /* wide.png's picture in the oracle (img_two): its n_tokens */
+    json_t *ref = oracle_ref("tiny-f16", "img_two");
+    int64_t want = -1;
+    json_t *chunks = json_object_get(ref, "chunks");
+    for (size_t i = 0; i < json_array_size(chunks) && want < 0; i++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(chunks, i), "type")), "image"))
+            want = json_integer_value(json_object_get(json_array_get(chunks, i), "n_tokens"));
+    const int64_t rows = json_integer_value(json_object_get(pic, "rows"));
+    CHECKF(rows == want, "bench picture rows %lld, the oracle's %lld", (long long)rows, (long long)want);
+    CHECK(json_integer_value(json_object_get(pic, "prompt_rows")) > rows);
+    const double enc = json_number_value(json_object_get(pic, "encode_s")), ttft = json_number_value(json_object_get(pic, "ttft_s"));
+    CHECKF(enc >= 0 && ttft > 0 && enc <= ttft, "encode %g s, time to first token %g s", enc, ttft);
+    CHECK(json_integer_value(json_object_get(pic, "width")) > json_integer_value(json_object_get(pic, "height")));
+    json_decref(ref);
+    json_decref(js);
+}
+
 int main(void) {
     char images[2048];
+    check_bench_picture();
     check_case("tiny-f16", "text_hello", "");
     snprintf(images, sizeof images, "--image %s/img/wide.png --image %s/img/tall.png", PH_ORACLE_DIR, PH_ORACLE_DIR);
     check_case("tiny-f16", "img_two", images);
@@ -136,5 +169,7 @@ int main(void) {
     snprintf(args, sizeof args, "run -m %s/models/tiny-f16.gguf --mmproj %s/models/mid-q8-mmproj.gguf --raw hi",
              PH_ORACLE_DIR, PH_ORACLE_DIR);
     check_refusal(args, "not a pair");
+    snprintf(args, sizeof args, "bench -m %s/models/tiny-f16.gguf --image %s/img/grad.png", PH_ORACLE_DIR, PH_ORACLE_DIR);
+    check_refusal(args, "--mmproj and --image go together");
     TEST_END();
 }

@@ -1,7 +1,9 @@
 /* pinhole bench: prefill and decode speed on a model, measured the way
  * llama.cpp's bench does (prefill of P tokens into a context holding D
  * tokens; decode of N tokens one at a time after D tokens; D = 0: an empty
- * context, as llama-bench -d), median of R runs. */
+ * context, as llama-bench -d), median of R runs; with --mmproj and --image,
+ * also a cold picture turn: the picture's encode and the time to the first
+ * token of a chat prompt holding it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +22,68 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+typedef struct picture_turn {
+    int w, h;
+    int32_t rows, prompt_rows;  /* the picture's rows; the whole prompt's */
+    double encode_s, ttft_s;    /* medians */
+} picture_turn;
+
+/* A cold picture turn, as a chat client's first request: the prompt
+ * (ChatML with the picture in the user turn) evaluated from an empty
+ * context, the picture encoded on the way, until the first token is
+ * chosen; median of reps runs. */
+static int picture_bench(ph_model *m, ph_session *s, const char *mmproj, const char *image, long reps,
+                         picture_turn *out, ph_err *err) {
+    static const char prompt[] = "<|im_start|>user\n<__image__>What is in this picture?<|im_end|>\n"
+                                 "<|im_start|>assistant\n";
+    int rc = -1;
+    ph_mmproj *v = ph_mmproj_open(m, mmproj, err);
+    ph_picture *pic = v ? ph_picture_load(image, err) : NULL;
+    ph_prompt p = {0};
+    double *enc = calloc((size_t)reps, sizeof(double)), *ttft = calloc((size_t)reps, sizeof(double));
+    if (!pic || !enc || !ttft) {
+        if (pic) snprintf(err->msg, sizeof err->msg, "out of memory");
+        goto out;
+    }
+    if (ph_prompt_from_raw(m, prompt, "<__image__>", &p, err)) goto out;
+    ph_picture_size(pic, &out->w, &out->h);
+    for (long r = 0; r < reps; r++) {
+        ph_session_reset(s);
+        const double t0 = ph_now_s();
+        for (size_t i = 0; i < p.n; i++) {
+            const ph_prompt_item *it = &p.items[i];
+            if (!it->is_picture) {
+                if (ph_session_eval_tokens(s, it->tokens.ids, it->tokens.n, err)) goto out;
+                continue;
+            }
+            ph_picture_chunk ch;
+            if (ph_session_eval_picture(s, v, pic, &ch, NULL, err)) goto out;
+            enc[r] = ch.encode_s;
+            out->rows = ch.n_tokens;
+        }
+        const ph_model_info *info = ph_model_get_info(m);
+        int32_t top;
+        float val;
+        ph_logits_top(ph_session_logits(s), info->n_vocab, 1, &top, &val); /* the first token, greedy */
+        ttft[r] = ph_now_s() - t0;
+        out->prompt_rows = ph_session_n_rows(s);
+        fprintf(stderr, "pinhole bench: picture run %ld: encode %.3f s, time to first token %.3f s\n", r + 1, enc[r],
+                ttft[r]);
+    }
+    out->encode_s = median(enc, (int)reps);
+    out->ttft_s = median(ttft, (int)reps);
+    rc = 0;
+out:
+    free(enc);
+    free(ttft);
+    ph_prompt_free(&p);
+    ph_picture_free(pic);
+    ph_mmproj_close(v);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *mmproj = NULL, *image = NULL;
     long pp = 512, tg = 128, reps = 3, threads = 0, depth = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -30,6 +92,7 @@ int cmd_bench(int argc, char **argv) {
                    "  -p N   prompt tokens to prefill (0: skip)\n"
                    "  -n N   tokens to decode one at a time (0: skip)\n"
                    "  -d N   the context already holds N tokens when prefill and decode start (untimed)\n"
+                   "  --mmproj FILE --image FILE   also a cold picture turn: encode, and time to first token\n"
                    "  -r N   repetitions; the median is reported\n"
                    "  prints one JSON object with tokens per second\n");
             return 0;
@@ -39,6 +102,8 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-p")) { if (arg_int(a, v, 0, 1 << 20, &pp)) return 2; }
         else if (!strcmp(a, "-n")) { if (arg_int(a, v, 0, 1 << 20, &tg)) return 2; }
         else if (!strcmp(a, "-d")) { if (arg_int(a, v, 0, 1 << 20, &depth)) return 2; }
+        else if (!strcmp(a, "--mmproj")) mmproj = v;
+        else if (!strcmp(a, "--image")) image = v;
         else if (!strcmp(a, "-r")) { if (arg_int(a, v, 1, 1000, &reps)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &threads)) return 2; }
         else {
@@ -50,6 +115,10 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "pinhole bench: -m MODEL is required\n");
         return 2;
     }
+    if (!mmproj != !image) {
+        fprintf(stderr, "pinhole bench: --mmproj and --image go together\n");
+        return 2;
+    }
     ph_err err;
     ph_model *m = ph_model_load(model, (int)threads, &err);
     if (!m) {
@@ -58,6 +127,7 @@ int cmd_bench(int argc, char **argv) {
     }
     const ph_model_info *info = ph_model_get_info(m);
     long n_ctx = depth + (pp > tg ? pp : tg) + 1;
+    if (image && n_ctx < 8192) n_ctx = 8192; /* a picture's rows (at most 4096 by default) and its prompt */
     ph_session *s = ph_session_new(m, (int32_t)n_ctx, &err);
     const long n_ids = (pp > depth ? pp : depth) > 0 ? (pp > depth ? pp : depth) : 1;
     int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
@@ -95,10 +165,17 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "pinhole bench: run %ld: prefill %.2f tok/s, decode %.2f tok/s\n", r + 1, pp_tps[r],
                 tg_tps[r]);
     }
+    picture_turn pt = {0};
+    if (image && picture_bench(m, s, mmproj, image, reps, &pt, &err)) goto fail;
     printf("{\"model\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"pp\":%ld,\"tg\":%ld,\"depth\":%ld,\"reps\":%ld,"
-           "\"prefill_tps\":%.3f,\"decode_tps\":%.3f}\n",
+           "\"prefill_tps\":%.3f,\"decode_tps\":%.3f",
            info->name, threads > 0 ? (int)threads : 0, ph_cpu_isa(), pp, tg, depth, reps, median(pp_tps, (int)reps),
            median(tg_tps, (int)reps));
+    if (image)
+        printf(",\"picture\":{\"width\":%d,\"height\":%d,\"rows\":%d,\"prompt_rows\":%d,\"encode_s\":%.4f,"
+               "\"ttft_s\":%.4f}",
+               pt.w, pt.h, pt.rows, pt.prompt_rows, pt.encode_s, pt.ttft_s);
+    printf("}\n");
     rc = 0;
     goto done;
 fail:
