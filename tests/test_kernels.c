@@ -377,6 +377,77 @@ static void test_tiles(void) {
     ph_kernels_force(PH_ISA_SCALAR);
 }
 
+/* ---- packed matrices ------------------------------------------------------------------ */
+
+/* A packed matrix multiplies to the scalar reference's numbers bit for bit,
+ * whatever the number of rows (decode or prefill tiles, tails) and threads;
+ * weights random or at the quant extremes (raw bytes 0xff). */
+static void test_packed(void) {
+    ph_pool *pool2 = ph_pool_create(2);
+    CHECK(pool2 != NULL);
+    const int ptypes[] = {PH_TYPE_Q8_0, PH_TYPE_Q4_K, PH_TYPE_Q6_K};
+    const struct { int64_t n_in_blocks, n_out, n_rows; } shapes[] = {
+        {1, 1, 1}, {2, 16, 1}, {3, 37, 1}, {2, 16, 4}, {1, 33, 5}, {2, 130, 9}, {1, 48, 37}, {2, 100, 260}};
+    int n_packed = 0;
+    for (int isa = 0; isa < 3; isa++) {
+        if (ph_kernels_force((ph_isa)isa)) continue;
+        for (size_t k = 0; k < sizeof ptypes / sizeof ptypes[0]; k++)
+            for (int extreme = 0; extreme < 2; extreme++)
+                for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                    int wt = ptypes[k];
+                    const ph_type_info *ti = ph_type_get(wt);
+                    int64_t n_in = shapes[s].n_in_blocks * ti->block_elems, n_out = shapes[s].n_out,
+                            n_rows = shapes[s].n_rows;
+                    size_t rb = ph_row_bytes(wt, n_in);
+                    uint8_t *w = malloc(rb * (size_t)n_out);
+                    float *wf = malloc(sizeof(float) * (size_t)n_in), *x = malloc(sizeof(float) * (size_t)(n_in * n_rows));
+                    for (int64_t o = 0; o < n_out; o++) {
+                        for (int64_t i = 0; i < n_in; i++) wf[i] = rnd_f();
+                        ph_quantize_weight_row(wt, wf, w + o * rb, n_in);
+                    }
+                    if (extreme) /* every quant at its largest, scales kept sane */
+                        for (int64_t b = 0; b < n_out * shapes[s].n_in_blocks; b++) {
+                            uint8_t *blk = w + b * ti->block_bytes;
+                            ph_f16 one = 0x3c00;
+                            size_t d_at = wt == PH_TYPE_Q6_K ? 208 : 0;
+                            memset(blk, 0xff, (size_t)ti->block_bytes);
+                            memcpy(blk + d_at, &one, 2);
+                            if (wt == PH_TYPE_Q4_K) memcpy(blk + 2, &one, 2);
+                        }
+                    for (int64_t i = 0; i < n_in * n_rows; i++) x[i] = extreme ? (i & 1 ? -3.f : 3.f) : rnd_act();
+                    size_t ny = sizeof(float) * (size_t)(n_out * n_rows);
+                    float *want = malloc(ny), *got = malloc(ny), *got2 = malloc(ny);
+                    ph_mat m = {.type = wt, .n_in = n_in, .n_out = n_out, .data = w, .row_bytes = rb};
+                    size_t pbytes = ph_mat_pack_size(&m);
+                    if (isa == PH_ISA_SCALAR) CHECK(pbytes == 0);
+                    if (pbytes) {
+                        ph_isa cur = ph_kernels_isa();
+                        ph_kernels_force(PH_ISA_SCALAR);
+                        ph_matmul(NULL, &m, x, n_rows, want);
+                        ph_kernels_force(cur);
+                        void *pk = aligned_alloc(64, (pbytes + 63) / 64 * 64);
+                        ph_mat_pack(&m, pk);
+                        ph_matmul(NULL, &m, x, n_rows, got);
+                        ph_matmul(pool2, &m, x, n_rows, got2);
+                        int bad = 0;
+                        for (int64_t i = 0; i < n_out * n_rows; i++) bad += f_bits(got[i]) != f_bits(want[i]);
+                        CHECKF(bad == 0, "%s packed %s %lldx%lld, %lld rows%s: %d of %lld differ from the reference",
+                               ph_isa_name((ph_isa)isa), ti->name, (long long)n_out, (long long)n_in,
+                               (long long)n_rows, extreme ? " (extreme)" : "", bad, (long long)(n_out * n_rows));
+                        CHECKF(memcmp(got, got2, ny) == 0, "%s packed %s: threads change the result",
+                               ph_isa_name((ph_isa)isa), ti->name);
+                        free(pk);
+                        n_packed++;
+                    }
+                    free(w), free(wf), free(x), free(want), free(got), free(got2);
+                }
+    }
+    /* this CPU has a packed kernel: the test ran it */
+    if (ph_cpu_has(PH_ISA_AVX512)) CHECK(n_packed > 0);
+    ph_kernels_force(PH_ISA_SCALAR);
+    ph_pool_free(pool2);
+}
+
 /* ---- matmul ------------------------------------------------------------------------- */
 
 static void test_matmul(void) {
@@ -546,6 +617,7 @@ int main(int argc, char **argv) {
     test_dot_extremes();
     test_tiles();
     test_matmul();
+    test_packed();
     test_ops();
     test_dispatch(argc > 0 ? argv[0] : "");
     TEST_END();

@@ -107,6 +107,22 @@ static int table_ok(const ph_kernel_table *t, const ph_kernel_table *ref) {
                 for (int o = 0; o < p->mw; o++)
                     if (fabsf(got[r][o] - want[r][o]) > tol) return 0;
         }
+        const ph_pk_plan *pk = &t->pk[w];
+        if (pk->tile) {
+            /* packed kernels are the reference bit for bit */
+            static _Alignas(64) uint8_t wp[PH_PK_Q8_0_BYTES * N / 32], xp[NR][N * 2];
+            size_t pb = ph_pk_act_bytes(w, N);
+            ph_pk_pack(w, wq[0], sizeof wq[0], N, 2, wp);
+            for (int r = 0; r < NR; r++) {
+                ref->act[dt](xf[r], xp[r], N);
+                ph_pk_act_extras(w, xp[r], N);
+            }
+            float got[NR][2];
+            pk->tile(N, wp, xp[0], sizeof xp[0], NR < pk->mx ? NR : pk->mx, &got[0][0], 2, 2);
+            for (int r = 0; r < NR && r < pk->mx; r++)
+                for (int o = 0; o < 2; o++)
+                    if (got[r][o] != want[r][o] || pb > sizeof xp[0]) return 0;
+        }
     }
     return 1;
 }

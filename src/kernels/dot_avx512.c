@@ -268,4 +268,5 @@ void ph_fill_avx512(ph_kernel_table *t) {
     t->mm[PH_TYPE_Q4_K].dot = dot_q4_K, t->mm[PH_TYPE_Q4_K].tile = tile_q4_K;
     t->mm[PH_TYPE_Q5_K].dot = dot_q5_K, t->mm[PH_TYPE_Q5_K].tile = tile_q5_K;
     t->mm[PH_TYPE_Q6_K].dot = dot_q6_K, t->mm[PH_TYPE_Q6_K].tile = tile_q6_K;
+    ph_fill_packed_avx512(t);
 }

@@ -47,8 +47,7 @@ float ph_dot_q4_0_ref(int64_t n, const void *w, const void *x) {
     return s;
 }
 
-/* Unpacks the eight 6-bit scales and mins of a Q4_K / Q5_K block. */
-static void unpack_k4_scales(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
+void ph_k4_scales_ref(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
     for (int j = 0; j < 4; j++) {
         sc[j] = s[j] & 63;
         mn[j] = s[j + 4] & 63;
@@ -60,7 +59,7 @@ static void unpack_k4_scales(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
 /* Shared tail of Q4_K / Q5_K: q[256] holds the unsigned weight quants. */
 static float k4_block(const uint8_t *q, const uint8_t *scales, float d, float dmin, const ph_block_q8_K *b) {
     uint8_t sc[8], mn[8];
-    unpack_k4_scales(scales, sc, mn);
+    ph_k4_scales_ref(scales, sc, mn);
     int sumi = 0, summ = 0;
     for (int j = 0; j < 8; j++) {
         int s = 0;

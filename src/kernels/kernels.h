@@ -50,7 +50,18 @@ typedef struct ph_mat {
     int64_t n_in, n_out;
     const void *data;
     size_t row_bytes;
+    const void *packed; /* NULL, or the same weights repacked by ph_mat_pack */
 } ph_mat;
+
+/* Weights can be repacked for the kernels in use: groups of 16 output rows
+ * interleaved so that one vector holds the same few inputs of 16 rows (the
+ * layout of the int8 dot instructions), scales unpacked. ph_matmul then
+ * reads `packed` instead of `data`; the results are the scalar reference's,
+ * bit for bit, whichever path computes them. ph_mat_pack_size is 0 when
+ * there is nothing to gain (type without a packed kernel, scalar kernels). */
+size_t ph_mat_pack_size(const ph_mat *m);
+/* Fills dst (ph_mat_pack_size bytes, 64-byte aligned) and sets m->packed. */
+void ph_mat_pack(ph_mat *m, void *dst);
 
 /* y[r][o] = W[o] . x[r] for r < n_rows (x rows n_in wide, y rows n_out wide,
  * both contiguous). Activations are converted to the dot type first. One

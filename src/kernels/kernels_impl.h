@@ -28,11 +28,44 @@ typedef struct ph_mm_plan {
     int mw, mx;        /* tile shape */
 } ph_mm_plan;
 
+/* Packed weights (pack.c): groups of PH_PK_ROWS output rows; per block of
+ * the type along the inputs, one group block of ph_pk_block_bytes(type):
+ *   Q8_0 (32 inputs):  f16 d[16] | u8 q[8 steps][16 rows][4]  (q = w + 128)
+ *   Q4_K (256 inputs): f16 d[16] | f16 dmin[16] | u8 sc[8][16] |
+ *                      u8 mn[4][16][2] (mins 2m, 2m+1 of a row side by side) |
+ *                      u8 q[8 sub-blocks][4][16 rows][4]: byte b of vector v
+ *                      holds inputs 32j+8v+b (low nibble) and 32j+8v+4+b (high)
+ *   Q6_K (256 inputs): f16 d[16] | i8 sc[8][16][2] (scales 2m, 2m+1) |
+ *                      u8 ql[16 sub-blocks][2][16][4]: vector v of sub-block k,
+ *                      byte b: inputs 16k+8v+b (low nibble), 16k+8v+4+b (high) |
+ *                      u8 qh[16][16][4]: bits 2i..2i+1 of byte b are bits 4-5
+ *                      of input 16k+4i+b (q + 32, 0..63)
+ * Activations for packed weights are the dot type's rows followed by
+ * per-block extras (ph_pk_act_extras):
+ *   Q8_0: {f32 d, i32 128·Σq} per block;  Q8_K: i16 Σq over each 32 inputs [8]. */
+#define PH_PK_ROWS 16
+enum { PH_PK_Q8_0_BYTES = 32 + 512, PH_PK_Q4_K_BYTES = 64 + 128 + 128 + 2048, PH_PK_Q6_K_BYTES = 32 + 256 + 2048 + 1024 };
+size_t ph_pk_block_bytes(int type); /* 0: no packed layout */
+/* Packs n_out rows (row_bytes apart) into ceil(n_out/16) groups at dst. */
+void ph_pk_pack(int type, const void *data, size_t row_bytes, int64_t n_in, int64_t n_out, void *dst);
+size_t ph_pk_act_bytes(int type, int64_t n);
+void ph_pk_act_extras(int type, void *row, int64_t n);
+
+/* nr (1 .. the plan's mx) activation rows times one packed group of 16
+ * weight rows: y[r*ldy + o] for o < no. Bit for bit the reference dot. */
+typedef void (*ph_pk_tile_fn)(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy,
+                              int no);
+typedef struct ph_pk_plan {
+    ph_pk_tile_fn tile; /* NULL: no packed kernel for this type */
+    int mx;             /* activation rows per call in prefill */
+} ph_pk_plan;
+
 typedef struct ph_kernel_table {
     ph_isa isa;
     ph_dot_fn dot[PH_TYPE_COUNT];   /* public ph_vec_dot, by weight type */
     ph_act_fn act[PH_TYPE_COUNT];   /* public ph_quantize_act_row, by dot type */
     ph_mm_plan mm[PH_TYPE_COUNT];   /* by weight type */
+    ph_pk_plan pk[PH_TYPE_COUNT];   /* by weight type, for packed matrices */
 } ph_kernel_table;
 
 /* The table in use (installed by ph_kernels_init / ph_kernels_force). */
@@ -42,6 +75,7 @@ const ph_kernel_table *ph_kt(void);
 void ph_fill_ref(ph_kernel_table *t);
 void ph_fill_avx2(ph_kernel_table *t);
 void ph_fill_avx512(ph_kernel_table *t);
+void ph_fill_packed_avx512(ph_kernel_table *t);
 
 /* ---- scalar references (dot_ref.c, quant_ref.c, convert.c) ---------------- */
 float ph_dot_f32_ref(int64_t n, const void *w, const void *x);
@@ -52,6 +86,9 @@ float ph_dot_q4_0_ref(int64_t n, const void *w, const void *x);
 float ph_dot_q4_K_ref(int64_t n, const void *w, const void *x);
 float ph_dot_q5_K_ref(int64_t n, const void *w, const void *x);
 float ph_dot_q6_K_ref(int64_t n, const void *w, const void *x);
+
+/* The eight 6-bit scales and mins of a Q4_K / Q5_K block. */
+void ph_k4_scales_ref(const uint8_t *s, uint8_t *sc, uint8_t *mn);
 
 void ph_act_f16_ref(const float *src, void *dst, int64_t n);
 void ph_act_bf16_ref(const float *src, void *dst, int64_t n);

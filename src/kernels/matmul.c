@@ -7,7 +7,11 @@
  * activation rows. Inside a tile, each group of mx activation rows (a few KB,
  * held in L1) meets every weight row of the tile (bo rows, sized to stay in
  * L2) through the plan's mw x mx tile kernel, so the weights come from memory
- * about once per bx rows rather than once per row. */
+ * about once per bx rows rather than once per row.
+ *
+ * Packed matrices (ph_mat_pack) go the same two ways with groups of 16
+ * weight rows as the unit: the plan's tile takes one group and up to mx
+ * activation rows, and decode is that tile with one row. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,8 @@
 
 typedef struct mm_ctx {
     const ph_mm_plan *p;
+    const ph_pk_plan *pk; /* packed matrix: its plan (p is then unused) */
+    size_t gb;            /* packed: bytes of one group of 16 weight rows */
     const ph_mat *w;
     const float *x;
     int64_t n_rows;
@@ -34,15 +40,37 @@ typedef struct mm_ctx {
     atomic_long next;    /* next item to take (a late thread's share goes to the others) */
 } mm_ctx;
 
+static void convert_row(const mm_ctx *c, int64_t r) {
+    const ph_mat *w = c->w;
+    if (c->pk) {
+        ph_kt()->act[ph_type_get(w->type)->dot_type](c->x + r * w->n_in, c->xbuf + r * c->xb, w->n_in);
+        ph_pk_act_extras(w->type, c->xbuf + r * c->xb, w->n_in);
+    } else {
+        c->p->act(c->x + r * w->n_in, c->xbuf + r * c->xb, w->n_in);
+    }
+}
+
 static void convert_rows(void *vctx, int ith, int nth) {
     mm_ctx *c = vctx;
     long lo, hi;
     ph_split_range((long)c->n_rows, ith, nth, &lo, &hi);
-    for (long r = lo; r < hi; r++)
-        c->p->act(c->x + r * c->w->n_in, c->xbuf + r * c->xb, c->w->n_in);
+    for (long r = lo; r < hi; r++) convert_row(c, r);
 }
 
 static long take(mm_ctx *c) { return atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed); }
+
+/* Packed: activation rows r0..r1 times weight rows o0..o1 (o0 a multiple of 16). */
+static void packed_block(const mm_ctx *c, int64_t o0, int64_t o1, int64_t r0, int64_t r1) {
+    const ph_mat *w = c->w;
+    const uint8_t *wp = w->packed;
+    const size_t ldy = (size_t)w->n_out;
+    for (int64_t r = r0; r < r1; r += c->pk->mx) {
+        int nr = (int)(r1 - r < c->pk->mx ? r1 - r : c->pk->mx);
+        for (int64_t o = o0; o < o1; o += PH_PK_ROWS)
+            c->pk->tile(w->n_in, wp + (size_t)(o / PH_PK_ROWS) * c->gb, c->xq + r * c->xb, c->xb, nr,
+                        c->y + r * ldy + o, ldy, (int)(o1 - o < PH_PK_ROWS ? o1 - o : PH_PK_ROWS));
+    }
+}
 
 static void decode_rows(void *vctx, int ith, int nth) {
     (void)ith, (void)nth;
@@ -51,7 +79,9 @@ static void decode_rows(void *vctx, int ith, int nth) {
     const uint8_t *wd = w->data;
     for (long it = take(c); it < c->n_items; it = take(c)) {
         int64_t o0 = it * c->chunk, o1 = o0 + c->chunk < w->n_out ? o0 + c->chunk : w->n_out;
-        for (int64_t o = o0; o < o1; o++) c->y[o] = c->p->dot(w->n_in, wd + o * w->row_bytes, c->xq);
+        if (c->pk) packed_block(c, o0, o1, 0, 1);
+        else
+            for (int64_t o = o0; o < o1; o++) c->y[o] = c->p->dot(w->n_in, wd + o * w->row_bytes, c->xq);
     }
 }
 
@@ -66,6 +96,10 @@ static void prefill_tiles(void *vctx, int ith, int nth) {
         int64_t o0 = (it % c->n_ob) * c->bo, r0 = (it / c->n_ob) * c->bx;
         int64_t o1 = o0 + c->bo < w->n_out ? o0 + c->bo : w->n_out;
         int64_t r1 = r0 + c->bx < c->n_rows ? r0 + c->bx : c->n_rows;
+        if (c->pk) {
+            packed_block(c, o0, o1, r0, r1);
+            continue;
+        }
         for (int64_t r = r0; r < r1; r += p->mx) {
             int64_t nr = r1 - r < p->mx ? r1 - r : p->mx;
             const uint8_t *xr = c->xq + r * c->xb;
@@ -98,17 +132,22 @@ void ph_matmul(ph_pool *pool, const ph_mat *w, const float *x, int64_t n_rows, f
     int nth = ph_pool_size(pool);
     mm_ctx c = {.p = &kt->mm[w->type], .w = w, .x = x, .n_rows = n_rows, .y = y};
     atomic_init(&c.next, 0);
+    if (w->packed && kt->pk[w->type].tile) {
+        c.pk = &kt->pk[w->type];
+        c.gb = (size_t)(w->n_in / ti->block_elems) * ph_pk_block_bytes(w->type);
+    }
 
-    if (c.p->act) {
+    if (c.pk || c.p->act) {
         void *buf;
-        c.xb = round_up((int64_t)ph_row_bytes(c.p->act_type, w->n_in), 64);
+        c.xb = round_up(c.pk ? (int64_t)ph_pk_act_bytes(w->type, w->n_in)
+                             : (int64_t)ph_row_bytes(c.p->act_type, w->n_in), 64);
         if (posix_memalign(&buf, 64, c.xb * (size_t)n_rows) != 0) {
             fprintf(stderr, "pinhole: ph_matmul: out of memory for %lld activation rows\n", (long long)n_rows);
             abort();
         }
         c.xbuf = buf;
         c.xq = buf;
-        if (n_rows == 1) c.p->act(x, buf, w->n_in);
+        if (n_rows == 1) convert_row(&c, 0);
         else ph_pool_run(pool, convert_rows, &c);
     } else {
         c.xq = (const uint8_t *)x;
@@ -119,10 +158,11 @@ void ph_matmul(ph_pool *pool, const ph_mat *w, const float *x, int64_t n_rows, f
         int64_t want = (int64_t)nth * PH_MM_CHUNKS_PER_THREAD;
         c.chunk = (w->n_out + want - 1) / want;
         if (c.chunk < 16) c.chunk = 16;
+        if (c.pk) c.chunk = round_up(c.chunk, PH_PK_ROWS);
         c.n_items = (w->n_out + c.chunk - 1) / c.chunk;
         ph_pool_run(pool, decode_rows, &c);
     } else {
-        int64_t mw = c.p->mw;
+        int64_t mw = c.pk ? PH_PK_ROWS : c.p->mw;
         int64_t bo = (PH_MM_W_TILE_BYTES / (int64_t)w->row_bytes) / mw * mw;
         if (bo < mw) bo = mw;
         /* enough tiles along the outputs for the threads to balance */

@@ -133,7 +133,12 @@ static int load_weights(ph_model *m, ph_err *e) {
             ph_weights_mat(&m->w, BLK("ffn_up.weight"), E, F, true, &L->up, e) ||
             ph_weights_mat(&m->w, BLK("ffn_down.weight"), F, E, true, &L->down, e))
             return -1;
+        ph_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            if (ph_weights_pack(&m->w, mats[i], true, e)) return -1;
     }
+    /* a tied output matrix is also the embedding table, whose rows are read */
+    if (ph_weights_pack(&m->w, &m->output, r == 0, e)) return -1;
 #undef BLK
     return 0;
 }

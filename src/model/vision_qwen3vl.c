@@ -170,7 +170,7 @@ static int load_weights(ph_vision *v, ph_err *e) {
         const gguf_tensor *t = ph_weights_find(&v->w, pn, pne, e);
         if (!t) return -1;
         if (t->type == PH_TYPE_F16 || t->type == PH_TYPE_BF16) {
-            v->patch[k] = (ph_mat){t->type, K, C, t->data, ph_row_bytes(t->type, K)};
+            v->patch[k] = (ph_mat){t->type, K, C, t->data, ph_row_bytes(t->type, K), NULL};
         } else if (t->type == PH_TYPE_F32) {
             ph_f16 *h = ph_weights_alloc(&v->w, (size_t)(K * C) * sizeof(ph_f16), e);
             if (!h) return -1;
@@ -180,7 +180,7 @@ static int load_weights(ph_vision *v, ph_err *e) {
                 memcpy(&w, src + i * (int64_t)sizeof w, sizeof w);
                 h[i] = ph_f32_to_f16(w);
             }
-            v->patch[k] = (ph_mat){PH_TYPE_F16, K, C, h, ph_row_bytes(PH_TYPE_F16, K)};
+            v->patch[k] = (ph_mat){PH_TYPE_F16, K, C, h, ph_row_bytes(PH_TYPE_F16, K), NULL};
         } else {
             return ph_err_set(e, "tensor '%s' has type %s; patch kernels must be f32, f16 or bf16", pn,
                               ph_type_get(t->type)->name);

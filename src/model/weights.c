@@ -2,6 +2,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static const char *shape_str(const gguf_tensor *t, char *buf, size_t n) {
     int len = snprintf(buf, n, "[%lld", (long long)t->ne[0]);
@@ -38,7 +40,7 @@ int ph_weights_mat(ph_weights *w, const char *name, int64_t n_in, int64_t n_out,
         return ph_err_set(e, "tensor '%s' has type %s, which pinhole cannot multiply", name, ti->name);
     if ((uintptr_t)t->data % 4) /* only a file with general.alignment < 4 can do this */
         return ph_err_set(e, "tensor '%s' is not 4-byte aligned in the file; pinhole needs aligned tensors", name);
-    *out = (ph_mat){t->type, n_in, n_out, t->data, ph_row_bytes(t->type, n_in)};
+    *out = (ph_mat){t->type, n_in, n_out, t->data, ph_row_bytes(t->type, n_in), NULL};
     return 0;
 }
 
@@ -49,13 +51,30 @@ void *ph_weights_alloc(ph_weights *w, size_t bytes, ph_err *e) {
         return NULL;
     }
     w->owned = grown;
-    void *p = malloc(bytes);
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0) p = NULL;
     if (!p) {
         ph_err_set(e, "out of memory (%zu bytes for weights)", bytes);
         return NULL;
     }
     w->owned[w->n_owned++] = p;
     return p;
+}
+
+int ph_weights_pack(ph_weights *w, ph_mat *m, bool drop_original, ph_err *e) {
+    size_t bytes = ph_mat_pack_size(m);
+    if (!bytes) return 0;
+    void *p = ph_weights_alloc(w, bytes, e);
+    if (!p) return -1;
+    ph_mat_pack(m, p);
+    if (drop_original && w->f->mapped) {
+        /* the mapping's pages of this matrix are no longer read: give them back
+         * (the file stays mapped; a later read would fault them in again) */
+        uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)m->data;
+        uintptr_t lo = (a + pg - 1) / pg * pg, hi = (a + m->row_bytes * (size_t)m->n_out) / pg * pg;
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
+    return 0;
 }
 
 const float *ph_weights_f32(ph_weights *w, const gguf_tensor *t, int64_t n, ph_err *e) {
