@@ -30,6 +30,7 @@ typedef struct ph_mm_plan {
 
 /* Packed weights (pack.c): groups of PH_PK_ROWS output rows; per block of
  * the type along the inputs, one group block of ph_pk_block_bytes(type):
+ *   F16 (1 input):     f16 w[16]
  *   Q8_0 (32 inputs):  f16 d[16] | u8 q[8 steps][16 rows][4]  (q = w + 128)
  *   Q4_K (256 inputs): f16 d[16] | f16 dmin[16] | u8 sc[8][16] |
  *                      u8 mn[4][16][2] (mins 2m, 2m+1 of a row side by side) |
@@ -40,9 +41,10 @@ typedef struct ph_mm_plan {
  *                      byte b: inputs 16k+8v+b (low nibble), 16k+8v+4+b (high) |
  *                      u8 qh[16][16][4]: bits 2i..2i+1 of byte b are bits 4-5
  *                      of input 16k+4i+b (q + 32, 0..63)
- * Activations for packed weights are the dot type's rows followed by
- * per-block extras (ph_pk_act_extras):
- *   Q8_0: {f32 d, i32 128·Σq} per block;  Q8_K: i16 Σq over each 32 inputs [8]. */
+ * Activations for packed quantized weights are the dot type's rows followed
+ * by per-block extras (ph_pk_act_extras):
+ *   Q8_0: {f32 d, i32 128·Σq} per block;  Q8_K: i16 Σq over each 32 inputs [8];
+ * for F16 weights they are the F16 plan's f32 rows (rounded to f16). */
 #define PH_PK_ROWS 16
 enum { PH_PK_Q8_0_BYTES = 32 + 512, PH_PK_Q4_K_BYTES = 64 + 128 + 128 + 2048, PH_PK_Q6_K_BYTES = 32 + 256 + 2048 + 1024 };
 size_t ph_pk_block_bytes(int type); /* 0: no packed layout */
@@ -51,13 +53,16 @@ void ph_pk_pack(int type, const void *data, size_t row_bytes, int64_t n_in, int6
 size_t ph_pk_act_bytes(int type, int64_t n);
 void ph_pk_act_extras(int type, void *row, int64_t n);
 
-/* nr (1 .. the plan's mx) activation rows times one packed group of 16
- * weight rows: y[r*ldy + o] for o < no. Bit for bit the reference dot. */
+/* nr (1 .. the plan's mx) activation rows times the packed groups of `no`
+ * weight rows at wg (no <= the plan's mw; groups are n-dependent bytes apart,
+ * contiguous): y[r*ldy + o] for o < no. The quantized ones are the reference
+ * dot bit for bit. */
 typedef void (*ph_pk_tile_fn)(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy,
                               int no);
 typedef struct ph_pk_plan {
     ph_pk_tile_fn tile; /* NULL: no packed kernel for this type */
-    int mx;             /* activation rows per call in prefill */
+    int mx, mw;         /* activation rows, weight rows (a multiple of 16) per call */
+    ph_act_fn act;      /* activation rows; NULL: the dot type's, then ph_pk_act_extras */
 } ph_pk_plan;
 
 typedef struct ph_kernel_table {
@@ -75,6 +80,7 @@ const ph_kernel_table *ph_kt(void);
 void ph_fill_ref(ph_kernel_table *t);
 void ph_fill_avx2(ph_kernel_table *t);
 void ph_fill_avx512(ph_kernel_table *t);
+/* after ph_fill_avx2 / ph_fill_avx512 set the table's act and mm entries */
 void ph_fill_packed_avx512(ph_kernel_table *t);
 
 /* ---- scalar references (dot_ref.c, quant_ref.c, convert.c) ---------------- */

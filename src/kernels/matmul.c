@@ -42,7 +42,9 @@ typedef struct mm_ctx {
 
 static void convert_row(const mm_ctx *c, int64_t r) {
     const ph_mat *w = c->w;
-    if (c->pk) {
+    if (c->pk && c->pk->act) {
+        c->pk->act(c->x + r * w->n_in, c->xbuf + r * c->xb, w->n_in);
+    } else if (c->pk) {
         ph_kt()->act[ph_type_get(w->type)->dot_type](c->x + r * w->n_in, c->xbuf + r * c->xb, w->n_in);
         ph_pk_act_extras(w->type, c->xbuf + r * c->xb, w->n_in);
     } else {
@@ -59,16 +61,17 @@ static void convert_rows(void *vctx, int ith, int nth) {
 
 static long take(mm_ctx *c) { return atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed); }
 
-/* Packed: activation rows r0..r1 times weight rows o0..o1 (o0 a multiple of 16). */
+/* Packed: activation rows r0..r1 times weight rows o0..o1 (o0 a multiple of mw). */
 static void packed_block(const mm_ctx *c, int64_t o0, int64_t o1, int64_t r0, int64_t r1) {
     const ph_mat *w = c->w;
+    const ph_pk_plan *pk = c->pk;
     const uint8_t *wp = w->packed;
     const size_t ldy = (size_t)w->n_out;
-    for (int64_t r = r0; r < r1; r += c->pk->mx) {
-        int nr = (int)(r1 - r < c->pk->mx ? r1 - r : c->pk->mx);
-        for (int64_t o = o0; o < o1; o += PH_PK_ROWS)
-            c->pk->tile(w->n_in, wp + (size_t)(o / PH_PK_ROWS) * c->gb, c->xq + r * c->xb, c->xb, nr,
-                        c->y + r * ldy + o, ldy, (int)(o1 - o < PH_PK_ROWS ? o1 - o : PH_PK_ROWS));
+    for (int64_t r = r0; r < r1; r += pk->mx) {
+        int nr = (int)(r1 - r < pk->mx ? r1 - r : pk->mx);
+        for (int64_t o = o0; o < o1; o += pk->mw)
+            pk->tile(w->n_in, wp + (size_t)(o / PH_PK_ROWS) * c->gb, c->xq + r * c->xb, c->xb, nr, c->y + r * ldy + o,
+                     ldy, (int)(o1 - o < pk->mw ? o1 - o : pk->mw));
     }
 }
 
@@ -158,11 +161,11 @@ void ph_matmul(ph_pool *pool, const ph_mat *w, const float *x, int64_t n_rows, f
         int64_t want = (int64_t)nth * PH_MM_CHUNKS_PER_THREAD;
         c.chunk = (w->n_out + want - 1) / want;
         if (c.chunk < 16) c.chunk = 16;
-        if (c.pk) c.chunk = round_up(c.chunk, PH_PK_ROWS);
+        if (c.pk) c.chunk = round_up(c.chunk, c.pk->mw);
         c.n_items = (w->n_out + c.chunk - 1) / c.chunk;
         ph_pool_run(pool, decode_rows, &c);
     } else {
-        int64_t mw = c.pk ? PH_PK_ROWS : c.p->mw;
+        int64_t mw = c.pk ? c.pk->mw : c.p->mw;
         int64_t bo = (PH_MM_W_TILE_BYTES / (int64_t)w->row_bytes) / mw * mw;
         if (bo < mw) bo = mw;
         /* enough tiles along the outputs for the threads to balance */

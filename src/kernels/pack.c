@@ -8,6 +8,7 @@
 
 size_t ph_pk_block_bytes(int type) {
     switch (type) {
+    case PH_TYPE_F16: return PH_PK_ROWS * sizeof(ph_f16);
     case PH_TYPE_Q8_0: return PH_PK_Q8_0_BYTES;
     case PH_TYPE_Q4_K: return PH_PK_Q4_K_BYTES;
     case PH_TYPE_Q6_K: return PH_PK_Q6_K_BYTES;
@@ -18,6 +19,7 @@ size_t ph_pk_block_bytes(int type) {
 typedef struct { float d; int32_t c128; } pk_q8_0_extra;
 
 size_t ph_pk_act_bytes(int type, int64_t n) {
+    if (type == PH_TYPE_F16) return (size_t)n * sizeof(float);
     int dt = ph_type_get(type)->dot_type;
     size_t base = ph_row_bytes(dt, n);
     if (dt == PH_TYPE_Q8_0) return base + (size_t)(n / PH_QK8_0) * sizeof(pk_q8_0_extra);
@@ -25,6 +27,7 @@ size_t ph_pk_act_bytes(int type, int64_t n) {
 }
 
 void ph_pk_act_extras(int type, void *row, int64_t n) {
+    if (type == PH_TYPE_F16) return;
     if (ph_type_get(type)->dot_type == PH_TYPE_Q8_0) {
         const ph_block_q8_0 *b = row;
         pk_q8_0_extra *e = (pk_q8_0_extra *)(b + n / PH_QK8_0);
@@ -42,6 +45,14 @@ void ph_pk_act_extras(int type, void *row, int64_t n) {
 }
 
 /* One group block from the 16 source blocks src[l] (NULL: a padding row). */
+
+static void pack_f16(const void *const *src, uint8_t *dst) {
+    for (int l = 0; l < PH_PK_ROWS; l++) {
+        ph_f16 h = 0;
+        if (src[l]) memcpy(&h, src[l], sizeof h);
+        memcpy(dst + 2 * l, &h, sizeof h);
+    }
+}
 
 static void pack_q8_0(const void *const *src, uint8_t *dst) {
     ph_f16 *d = (ph_f16 *)dst;
@@ -120,8 +131,10 @@ void ph_pk_pack(int type, const void *data, size_t row_bytes, int64_t n_in, int6
     const ph_type_info *ti = ph_type_get(type);
     size_t bb = ph_pk_block_bytes(type);
     int64_t nb = n_in / ti->block_elems;
-    void (*pack)(const void *const *, uint8_t *) =
-        type == PH_TYPE_Q8_0 ? pack_q8_0 : type == PH_TYPE_Q4_K ? pack_q4_K : pack_q6_K;
+    void (*pack)(const void *const *, uint8_t *) = type == PH_TYPE_F16    ? pack_f16
+                                                   : type == PH_TYPE_Q8_0 ? pack_q8_0
+                                                   : type == PH_TYPE_Q4_K ? pack_q4_K
+                                                                          : pack_q6_K;
     uint8_t *out = dst;
     for (int64_t o0 = 0; o0 < n_out; o0 += PH_PK_ROWS)
         for (int64_t i = 0; i < nb; i++, out += bb) {

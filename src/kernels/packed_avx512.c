@@ -166,6 +166,52 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
 }
 
+/* ---- F16 ------------------------------------------------------------------------------ */
+
+/* Two groups (32 weight rows) x NR activation rows, one FMA chain per output
+ * in input order: not the reference's double sum, but the same for any NR,
+ * so a row's result does not depend on the rows batched with it. */
+#define MX_F16 6
+INLINE void f16_tile(int64_t n, const uint8_t *wg, const float *x, size_t xb, float *y, size_t ldy, int no,
+                     const int NR, const int G) {
+    const float *xr[MX_F16];
+    const uint8_t *wp[2] = {wg, wg + (size_t)n * PH_PK_ROWS * sizeof(ph_f16)};
+    __m512 acc[2][MX_F16];
+    UNROLL for (int r = 0; r < NR; r++) {
+        xr[r] = (const float *)((const char *)x + r * xb);
+        UNROLL for (int g = 0; g < G; g++) acc[g][r] = _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < n; k++) {
+        __m512 w[2];
+        UNROLL for (int g = 0; g < G; g++) w[g] = ld_f16x16(wp[g] + 32 * k);
+        UNROLL for (int r = 0; r < NR; r++) {
+            __m512 b = _mm512_set1_ps(xr[r][k]);
+            UNROLL for (int g = 0; g < G; g++) acc[g][r] = _mm512_fmadd_ps(w[g], b, acc[g][r]);
+        }
+    }
+    UNROLL for (int r = 0; r < NR; r++) {
+        store(y + r * ldy, acc[0][r], no < PH_PK_ROWS ? no : PH_PK_ROWS);
+        if (G == 2) store(y + r * ldy + PH_PK_ROWS, acc[1][r], no - PH_PK_ROWS);
+    }
+}
+
+#define F16_CASE(NR)                                                                                             \
+    case NR:                                                                                                     \
+        if (no > PH_PK_ROWS) f16_tile(n, wg, x, xb, y, ldy, no, NR, 2);                                          \
+        else f16_tile(n, wg, x, xb, y, ldy, no, NR, 1);                                                          \
+        break;
+
+static void tile_f16(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy, int no) {
+    switch (nr) {
+        F16_CASE(1)
+        F16_CASE(2)
+        F16_CASE(3)
+        F16_CASE(4)
+        F16_CASE(5)
+    default: F16_CASE(MX_F16)
+    }
+}
+
 /* ---- table ---------------------------------------------------------------------------- */
 
 #define TILE(T)                                                                                                  \
@@ -184,7 +230,8 @@ TILE(q4_K)
 TILE(q6_K)
 
 void ph_fill_packed_avx512(ph_kernel_table *t) {
-    t->pk[PH_TYPE_Q8_0] = (ph_pk_plan){tile_q8_0, MX};
-    t->pk[PH_TYPE_Q4_K] = (ph_pk_plan){tile_q4_K, MX};
-    t->pk[PH_TYPE_Q6_K] = (ph_pk_plan){tile_q6_K, MX};
+    t->pk[PH_TYPE_F16] = (ph_pk_plan){tile_f16, MX_F16, 2 * PH_PK_ROWS, t->mm[PH_TYPE_F16].act};
+    t->pk[PH_TYPE_Q8_0] = (ph_pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q4_K] = (ph_pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q6_K] = (ph_pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
 }

@@ -67,7 +67,8 @@ int ph_weights_pack(ph_weights *w, ph_mat *m, bool drop_original, ph_err *e) {
     void *p = ph_weights_alloc(w, bytes, e);
     if (!p) return -1;
     ph_mat_pack(m, p);
-    if (drop_original && w->f->mapped) {
+    const uint8_t *d = m->data;
+    if (drop_original && w->f->mapped && d >= w->f->base && d + m->row_bytes * (size_t)m->n_out <= w->f->base + w->f->size) {
         /* the mapping's pages of this matrix are no longer read: give them back
          * (the file stays mapped; a later read would fault them in again) */
         uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)m->data;
