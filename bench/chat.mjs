@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // Multi-turn picture chat benchmark: time to first token of each turn when a
 // client re-sends the whole conversation (pictures included) every turn.
-//   node bench/chat.mjs pinhole URL PIC_A PIC_B SEQUENCE
-//   node bench/chat.mjs llama LLM.gguf MMPROJ.gguf PIC_A PIC_B SEQUENCE [--threads 2]
+//   node bench/chat.mjs pinhole URL PIC_A PIC_B SEQUENCE          (pinhole serve at URL)
+//   node bench/chat.mjs llama-server URL PIC_A PIC_B SEQUENCE     (the native llama-server at URL)
+//   node bench/chat.mjs llama LLM.gguf MMPROJ.gguf PIC_A PIC_B SEQUENCE [--threads 2]   (llama.node, no AVX)
 // SEQUENCE: "resend" (one picture re-sent on 4 turns: A1 A2 A3 A4) or
 // "interleaved" (two conversations with different pictures: A1 B1 A2 B2).
 // Prints one JSON line per turn. Both engines see the same prompts: the
@@ -35,17 +36,20 @@ async function metrics(url) {
            encoded: get('pinhole_images_encoded_total'), cache_hits: get('pinhole_image_cache_hits_total') }
 }
 
-async function runPinhole(url, pics, sequence) {
+// An OpenAI-compatible server: pinhole (its /metrics deltas are added) or llama-server.
+async function runServer(engine, url, pics, sequence) {
+  const pinhole = engine === 'pinhole'
+  const none = async () => ({})
   for (const [which, k] of turns(sequence)) {
     const uri = `data:image/png;base64,${fs.readFileSync(pics[which]).toString('base64')}`
     const messages = conversation(k).map((m) => m.pic
       ? { role: m.role, content: [{ type: 'image_url', image_url: { url: uri } }, { type: 'text', text: m.text }] }
       : { role: m.role, content: m.text })
-    const before = await metrics(url)
+    const before = await (pinhole ? metrics(url) : none())
     const t0 = performance.now()
     const res = await fetch(`${url}/v1/chat/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ messages, max_tokens: N_PREDICT, temperature: 0, stream: true }),
+      body: JSON.stringify({ model: 'any', messages, max_tokens: N_PREDICT, temperature: 0, stream: true }),
     })
     let ttft = null
     const dec = new TextDecoder()
@@ -53,9 +57,9 @@ async function runPinhole(url, pics, sequence) {
       if (ttft === null && /"content":"[^"]/.test(dec.decode(chunk))) ttft = performance.now() - t0
     }
     const total = performance.now() - t0
-    const after = await metrics(url)
+    const after = await (pinhole ? metrics(url) : none())
     const d = Object.fromEntries(Object.keys(after).map((key) => [key, after[key] - before[key]]))
-    process.stdout.write(JSON.stringify({ engine: 'pinhole', sequence, turn: `${which}${k}`,
+    process.stdout.write(JSON.stringify({ engine, sequence, turn: `${which}${k}`,
                                           ttft_s: (ttft ?? total) / 1000, total_s: total / 1000, ...d }) + '\n')
   }
 }
@@ -90,12 +94,12 @@ const args = process.argv.slice(2)
 let threads = 2
 const ti = args.indexOf('--threads')
 if (ti >= 0) threads = Number(args.splice(ti, 2)[1])
-if (args[0] === 'pinhole' && args.length === 5) {
-  await runPinhole(args[1], { A: args[2], B: args[3] }, args[4])
+if ((args[0] === 'pinhole' || args[0] === 'llama-server') && args.length === 5) {
+  await runServer(args[0], args[1], { A: args[2], B: args[3] }, args[4])
 } else if (args[0] === 'llama' && args.length === 6) {
   await runLlama(args[1], args[2], { A: args[3], B: args[4] }, args[5], threads)
 } else {
-  process.stderr.write('usage: node bench/chat.mjs pinhole URL PIC_A PIC_B SEQUENCE\n' +
+  process.stderr.write('usage: node bench/chat.mjs pinhole|llama-server URL PIC_A PIC_B SEQUENCE\n' +
                        '       node bench/chat.mjs llama LLM MMPROJ PIC_A PIC_B SEQUENCE [--threads N]\n')
   process.exit(2)
 }

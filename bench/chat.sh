@@ -2,24 +2,24 @@
 # Multi-turn picture chat benchmark (state reuse): time to first token of
 # each turn of a chat that re-sends one 1024x768 picture on 4 turns, and of
 # two interleaved conversations with different pictures (A1 B1 A2 B2), for
-# pinhole serve and for llama.cpp (@fugood/llama.node, the same requests on
-# one context so its own prefix reuse applies). Not part of CI.
+# pinhole serve and the native llama-server (the same requests; its own
+# prefix reuse and slots apply), optionally also llama.cpp through
+# @fugood/llama.node (engine "llama": no AVX, hours). Not part of CI.
 #
 #   bash bench/chat.sh [PINHOLE_BINARY]          (default: build/pinhole)
 #
-# SIZE [1024x768], THREADS [2], ENGINES ["pinhole llama"], SEQUENCES
-# ["resend interleaved"], JSONL [a file that collects the per-turn results;
-# default a temporary one]. llama.node's CPU build here has no AVX: one
-# 1024x768 picture takes it ~28 minutes, so its half of this benchmark takes
-# hours. Prints a table (bench/chat_table.mjs over JSONL); with RECORD=1
-# writes it between the chat markers of bench/RESULTS.md.
+# SIZE [1024x768], THREADS [2], ENGINES ["pinhole llama-server"], SEQUENCES
+# ["resend interleaved"], PEER [llama-peer.sh's bin folder; see also
+# bench/peer-noamx.sh], JSONL [a file that collects the per-turn results;
+# default a temporary one]. Prints a table (bench/chat_table.mjs over JSONL);
+# with RECORD=1 writes it between the chat markers of bench/RESULTS.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PINHOLE=${1:-build/pinhole}
 SIZE=${SIZE:-1024x768}
 THREADS=${THREADS:-2}
-ENGINES=${ENGINES:-"pinhole llama"}
+ENGINES=${ENGINES:-"pinhole llama-server"}
 SEQUENCES=${SEQUENCES:-"resend interleaved"}
 MODEL=bench/models/synth-2b-q4_k_m
 [ -f "$MODEL.gguf" ] || { echo "chat.sh: run bench/run.sh first (it synthesizes $MODEL.gguf)" >&2; exit 1; }
@@ -33,7 +33,7 @@ touch "$JSONL"
 for seq in $SEQUENCES; do
     if [[ " $ENGINES " == *" pinhole "* ]]; then
         # a fresh server per sequence: nothing cached from the other one
-        "$PINHOLE" serve -m "$MODEL.gguf" --mmproj "$MODEL-mmproj.gguf" --port 0 -t "$THREADS" -c 8192 \
+        "$PINHOLE" serve -m "$MODEL.gguf" --mmproj "$MODEL-mmproj.gguf" --port 0 -t "$THREADS" -c 8192 --any-model \
             2>"$TMP/serve.log" &
         pid=$!
         for _ in $(seq 600); do grep -q 'listening on' "$TMP/serve.log" && break; sleep 0.2; done
@@ -42,6 +42,19 @@ for seq in $SEQUENCES; do
         node bench/chat.mjs pinhole "$url" "$TMP/a.png" "$TMP/b.png" "$seq" | tee -a "$JSONL" >&2
         kill -INT "$pid"; wait "$pid"
         grep -E 'chat_completions' "$TMP/serve.log" >&2 || true
+    fi
+    if [[ " $ENGINES " == *" llama-server "* ]]; then
+        if [ -z "${PEER:-}" ]; then
+            PEER=$(PEER_ONLY_EXISTING=1 bash "$ROOT/../shared/tools/llama-peer.sh" 2>/dev/null) ||
+                { echo "chat.sh: the native llama.cpp peer is not built (../shared/tools/llama-peer.sh)" >&2; exit 1; }
+        fi
+        port=$(node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })')
+        LD_LIBRARY_PATH=$PEER "$PEER/llama-server" -m "$MODEL.gguf" --mmproj "$MODEL-mmproj.gguf" --host 127.0.0.1 \
+            --port "$port" -t "$THREADS" -c 8192 -fa on --no-webui 2>"$TMP/llama.log" &
+        pid=$!
+        for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
+        node bench/chat.mjs llama-server "http://127.0.0.1:$port" "$TMP/a.png" "$TMP/b.png" "$seq" | tee -a "$JSONL" >&2
+        kill "$pid"; wait "$pid" || true
     fi
     if [[ " $ENGINES " == *" llama "* ]]; then
         [ -d bench/node_modules/@fugood/llama.node ] || (cd bench && npm ci --omit=optional --no-audit --no-fund) >&2

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Renders the per-turn results of bench/chat.mjs (JSON lines, from one or
-// more files) as a Markdown table: pinhole and llama.cpp side by side.
+// more files) as a Markdown table: pinhole and the native llama-server side by
+// side (llama.node's rows, engine "llama.cpp", in a column of their own).
 //   node bench/chat_table.mjs RESULTS.jsonl [MORE.jsonl ...]
 import fs from 'node:fs'
 
@@ -13,12 +14,13 @@ for (const r of rows) {
   by.get(k)[r.engine] = r
 }
 const f = (x) => (x === undefined ? '-' : x.toFixed(2))
-let out = '| sequence | turn | pinhole TTFT s | prefilled | reused | of which from RAM | encoded | llama.cpp TTFT s | llama.cpp prompt tokens evaluated | llama.cpp / pinhole |\n' +
-          '|---|---|---|---|---|---|---|---|---|---|\n'
+const node = rows.some((r) => r.engine === 'llama.cpp')
+let out = '| sequence | turn | pinhole TTFT s | prefilled | reused | of which from RAM | encoded | llama-server (native) TTFT s | llama-server / pinhole |' +
+          (node ? ' llama.node (no AVX) TTFT s |' : '') + '\n' + '|---|---|---|---|---|---|---|---|---|' + (node ? '---|' : '') + '\n'
 for (const [k, v] of by) {
   const [seq, turn] = k.split(' ')
-  const p = v.pinhole, l = v['llama.cpp']
+  const p = v.pinhole, l = v['llama-server'], n = v['llama.cpp']
   out += `| ${seq} | ${turn} | ${f(p?.ttft_s)} | ${p?.prefilled ?? '-'} | ${p?.reused ?? '-'} | ${p?.from_ram ?? '-'} | ${p?.encoded ?? '-'} | ` +
-         `${f(l?.ttft_s)} | ${l?.prompt_n ?? '-'} | ${p && l ? (l.ttft_s / p.ttft_s).toFixed(1) + 'x' : '-'} |\n`
+         `${f(l?.ttft_s)} | ${p && l ? (l.ttft_s / p.ttft_s).toFixed(1) + 'x' : '-'} |` + (node ? ` ${f(n?.ttft_s)} |` : '') + '\n'
 }
 process.stdout.write(out)

@@ -1,59 +1,85 @@
 #!/usr/bin/env bash
-# Picture benchmark: time to encode a picture with the synthetic 2B mmproj
-# (F16) and put it into the context, pinhole against llama.cpp
-# (@fugood/llama.node) in one run. Not part of CI.
+# Picture benchmark: a cold picture turn (a picture neither engine has seen,
+# one answer token) through `pinhole serve` and the native `llama-server`, side
+# by side in one run, with the synthetic 2B mmproj (F16) and q4_k_m LLM; plus
+# pinhole's own split of the turn into the picture's encode and the prefill of
+# the prompt (`pinhole run`). Not part of CI.
 #
 #   bash bench/encode.sh [PINHOLE_BINARY]      (default: build/pinhole)
 #
-# SIZES ["448x448 1024x768"], THREADS [2], REPS [3] (pinhole runs per size;
-# llama.cpp runs once per size: its CPU build here has no AVX and takes
-# minutes a picture). Writes the section between the encode markers of
-# bench/RESULTS.md.
+# SIZES ["448x448 1024x768"], THREADS [2], ROUNDS [2] (interleaved rounds:
+# pinhole, llama-server, pinhole, ...), REPS [2] (pictures per server start),
+# PEER [llama-peer.sh's bin folder], PEER_NOTE [none]. Writes the section
+# between the encode markers of bench/RESULTS.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PINHOLE=${1:-build/pinhole}
 SIZES=${SIZES:-"448x448 1024x768"}
 THREADS=${THREADS:-2}
-REPS=${REPS:-3}
+ROUNDS=${ROUNDS:-2}
+REPS=${REPS:-2}
 MODEL=bench/models/synth-2b-q4_k_m
-[ -f "$MODEL.gguf" ] || { echo "encode.sh: run bench/run.sh first (it synthesizes $MODEL.gguf)" >&2; exit 1; }
-[ -d bench/node_modules/@fugood/llama.node ] || (cd bench && npm ci --omit=optional --no-audit --no-fund) >&2
+die() { echo "encode.sh: $*" >&2; exit 1; }
+[ -f "$MODEL.gguf" ] || die "run bench/run.sh first (it synthesizes $MODEL.gguf)"
+if [ -z "${PEER:-}" ]; then
+    PEER=$(PEER_ONLY_EXISTING=1 bash "$ROOT/../shared/tools/llama-peer.sh" 2>/dev/null) ||
+        die "the native llama.cpp peer is not built: bash ../shared/tools/llama-peer.sh (10-40 minutes)"
+fi
+[ -x "$PEER/llama-server" ] || die "no llama-server in $PEER"
 TMP=$(mktemp -d /tmp/pinhole-encode.XXXXXX)
 PROMPT=$'<|im_start|>user\n<__image__>Describe the picture.<|im_end|>\n<|im_start|>assistant\n'
-rows=""
+med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+rows=""; samples=""; variant=100
 for size in $SIZES; do
     w=${size%x*}; h=${size#*x}
-    pic=$TMP/pic-$size.png
-    node bench/make_picture.mjs "$w" "$h" "$pic"
-    enc=(); pre=()
-    for r in $(seq "$REPS"); do
+    enc=(); pre=(); ph=(); ll=()
+    for r in $(seq "$ROUNDS"); do
+        pic=$TMP/pic-$size-$r.png
+        node bench/make_picture.mjs "$w" "$h" "$pic" "$r"
         "$PINHOLE" run -m "$MODEL.gguf" --mmproj "$MODEL-mmproj.gguf" --image "$pic" --raw "$PROMPT" \
             -n 1 -t "$THREADS" >/dev/null 2>"$TMP/err"
         enc+=("$(sed -n 's/.*pictures encoded in \([0-9.]*\) s.*/\1/p' "$TMP/err")")
         pre+=("$(sed -n 's/.*prompt [0-9]* tokens in \([0-9.]*\) s.*/\1/p' "$TMP/err")")
-        echo "   pinhole $size run $r: encode ${enc[-1]} s, prefill ${pre[-1]} s" >&2
+        for engine in pinhole llama; do
+            bin=$PINHOLE; [ $engine = llama ] && bin=$PEER
+            l0=$(load)
+            j=$(node bench/picture_ttft.mjs --engine $engine --bin "$bin" --model "$MODEL.gguf" \
+                --mmproj "$MODEL-mmproj.gguf" --size "$size" --reps "$REPS" --threads "$THREADS" \
+                --first-variant $variant)
+            variant=$((variant + REPS))
+            ms=$(node -e 'const j = JSON.parse(process.argv[1]); console.log(j.samples.map((s) => s.ms / 1000).join(" "))' "$j")
+            # shellcheck disable=SC2206
+            if [ $engine = pinhole ]; then ph+=($ms); else ll+=($ms); fi
+            samples+="| $size | $r | $engine | $ms | $l0 / $(load) |"$'\n'
+            echo "   $size round $r $engine: $ms s" >&2
+        done
     done
-    med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-    pe=$(med "${enc[@]}"); pp=$(med "${pre[@]}")
-    lj=$(node bench/llama_encode.mjs "$MODEL.gguf" "$MODEL-mmproj.gguf" "$pic" --threads "$THREADS" | grep '^{"engine"' | tail -1)
-    lms=$(node -e 'process.stdout.write(String(JSON.parse(process.argv[1]).prompt_ms/1000))' "$lj")
-    echo "   llama.cpp $size: picture + prompt ${lms} s" >&2
-    ratio=$(awk -v a="$lms" -v b="$pe" -v c="$pp" 'BEGIN {printf "%.2f", a / (b + c)}')
-    rows+="| $size | $pe | $pp | $(awk -v b="$pe" -v c="$pp" 'BEGIN {printf "%.2f", b + c}') | $lms | ${ratio}x |"$'\n'
+    pe=$(med "${enc[@]}"); pp=$(med "${pre[@]}"); pt=$(med "${ph[@]}"); lt=$(med "${ll[@]}")
+    rows+="| $size | $pe | $pp | $pt | $lt | $(awk -v a="$lt" -v b="$pt" 'BEGIN {printf "%.2f", a / b}')x |"$'\n'
 done
+isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_vnni|avx_vnni|amx_int8)$' | tr '\n' ' ')
 section=$(cat <<MD
 <!-- encode:begin -->
-## Pictures: encode and prefill (synthetic 2B mmproj, F16; LLM q4_k_m)
+## Pictures: a cold picture turn through the servers (synthetic 2B mmproj, F16; LLM q4_k_m)
 
-$(date -u +%Y-%m-%d), $(lscpu | sed -n 's/^Model name: *//p'), $THREADS threads. Reproduce: \`bash bench/encode.sh\`.
-The prompt is one picture and a short question; pinhole's times are medians of $REPS runs (encode = the
-vision tower; prefill = the picture's rows and the text around them in the LLM); llama.cpp's is the
-prompt time of its own timings, which covers both, measured once.
+$(date -u +%Y-%m-%d), $(lscpu | sed -n 's/^Model name: *//p'), ISA flags: ${isa}, $THREADS threads.
+Reproduce: \`bash bench/encode.sh\`. Each sample is one chat request with a picture the server has not
+seen and \`max_tokens: 1\`, timed by the client from sending to the answer (picture decode and encode, the
+prompt's prefill, one token): \`pinhole serve\` against the native \`llama-server\` ($PEER${PEER_NOTE:+; $PEER_NOTE}), the
+same context (8192) and threads, interleaved round by round; medians of $ROUNDS rounds x $REPS pictures.
+pinhole's split of the turn (\`pinhole run\`, median of $ROUNDS): encode = the vision tower, prefill = the
+prompt's rows in the LLM.
 
-| picture | pinhole encode s | pinhole prefill s | pinhole total s | llama.cpp total s | speed-up |
+| picture | pinhole encode s | pinhole prefill s | pinhole serve, cold turn s | llama-server, cold turn s | speed-up |
 |---|---|---|---|---|---|
 $rows
+Every sample (seconds; load average before / after):
+
+| picture | round | engine | seconds | load |
+|---|---|---|---|---|
+$samples
 <!-- encode:end -->
 MD
 )

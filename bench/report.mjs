@@ -75,7 +75,7 @@ md.push(`- machine: ${cpuModel}, ${cores}${hyper}; ${fmt(memGiB, 1)} GiB memory;
 md.push(`- load average during the runs: ${fmt(Math.min(...loads))} to ${fmt(Math.max(...loads))} (1-minute; the machine has ${os.cpus().length} CPUs, so anything above 0 means other work shared it)`)
 md.push(`- reproduce: \`${args.command}\` (from the repository root; \`bash bench/run.sh\` with the defaults)`)
 md.push(`- pinhole: \`${args.pinhole}\` (source tree at ${gitRev} when the run started), kernels \`${phInfo.isa ?? '?'}\`: \`pinhole bench -m MODEL -p ${args.pp} -n ${args.tg} -r ${args.reps} -t ${args.threads}\``)
-md.push(`- llama.cpp: built natively for this CPU by \`../shared/tools/llama-peer.sh\` (${args.peer}), build ${llInfo.build ?? '?'}, its own \`llama-bench\` with flash attention ${llInfo.flash_attn ? 'on' : 'off'}, n_ubatch ${llInfo.n_ubatch}, KV ${llInfo.type_k}: \`node bench/llama_native.mjs MODEL --peer DIR --pp ${args.pp} --tg ${args.tg} --reps ${args.reps} --threads ${args.threads}\``)
+md.push(`- llama.cpp: built natively for this CPU by \`../shared/tools/llama-peer.sh\` (${args.peer}), build ${llInfo.build ?? '?'}, its own \`llama-bench\` with flash attention ${llInfo.flash_attn ? 'on' : 'off'}, n_ubatch ${llInfo.n_ubatch}, KV ${llInfo.type_k}: \`node bench/llama_native.mjs MODEL --peer DIR --pp ${args.pp} --tg ${args.tg} --reps ${args.reps} --threads ${args.threads}\`${args['peer-note'] ? ` (${args['peer-note']})` : ''}`)
 md.push('- models: `pinhole synth --shape 2b --type TYPE` (Qwen3-VL-2B-Instruct\'s LLM shapes, random weights, tied embedding), in bench/models/')
 md.push('')
 md.push(`## Speed (tokens/s, ${args.threads} threads)`)

@@ -14,6 +14,8 @@
 #   VOCAB   [../shared/oracle/models/tiny-f16.gguf]  tokenizer source for `pinhole synth`
 #   OUT     [bench/RESULTS.md]
 #   PEER    [the llama.cpp bin folder that llama-peer.sh prints]
+#   PEER_NOTE [none]         a remark on the peer build printed in the report (e.g. why AMX is off:
+#                            see bench/peer-noamx.sh)
 # Each engine gets ROUNDS*REPS samples per model; the report gives their median.
 set -euo pipefail
 
@@ -114,5 +116,5 @@ for v in TYPES THREADS PP TG ROUNDS REPS; do
     esac
 done
 node bench/report.mjs --logdir "$LOGDIR" --types "$TYPES" --threads "$THREADS" --pp "$PP" --tg "$TG" \
-    --rounds "$ROUNDS" --reps "$REPS" --pinhole "$PINHOLE" --git "$GITREV" --command "$CMD" --out "$OUT" --peer "$PEER"
+    --rounds "$ROUNDS" --reps "$REPS" --pinhole "$PINHOLE" --git "$GITREV" --command "$CMD" --out "$OUT" --peer "$PEER" --peer-note "${PEER_NOTE:-}"
 echo "== wrote $OUT"
