@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/bigbuf.h"
 #include "state/ram_tier.h"
 #include "test.h"
 
@@ -23,7 +24,7 @@ static void fill_seq(seq_state *s, int32_t n_tok, int base, bool cond) {
 
 int main(void) {
     ram_tier t;
-    ram_tier_init(&t, 1000);
+    ram_tier_init(&t, 2000);
     seq_state a, b;
     seq_init(&a, 64, NULL);
     seq_init(&b, 64, NULL);
@@ -64,9 +65,20 @@ int main(void) {
     void *k2 = ram_tier_put(&t, &b, b.n_rows, 4096);
     CHECK(k1 && k2 && t.n == 1 && t.v[0].seq.tok[5] == 300 && t.bytes <= one * 3 / 2 && t.evictions == 1);
     CHECK(ram_tier_put(&t, &a, a.n_rows, one * 2) == NULL && t.n == 1); /* larger than the budget */
+    /* a checkpoint made of a mapping the caller had (a session's own cells):
+     * the tier owns it once added; refused, it stays the caller's */
+    fill_seq(&a, 10, 500, true);
+    ram_ckpt w;
+    void *map = ph_big_alloc(1 << 16);
+    CHECK(map && ram_ckpt_wrap(&w, &a, a.n_rows, 100, map, 1 << 16, 64, t.floor) == 0);
+    CHECK(ram_tier_add(&t, &w) && w.kv == NULL && t.v[t.n - 1].kv == map && t.v[t.n - 1].kv_rows == 64);
+    CHECK(ram_ckpt_wrap(&w, &a, 6, 100, map, 1 << 16, 64, t.floor) == 0);
+    CHECK(!ram_tier_add(&t, &w) && w.kv == map); /* its rows are held already */
+    w.kv = NULL;
+    ram_ckpt_free(&w);
     t.floor = INT64_MAX / 2; /* memory short: nothing is taken, nothing lost */
     fill_seq(&a, 10, 400, true);
-    CHECK(ram_tier_put(&t, &a, a.n_rows, 100) == NULL && t.n == 1 && t.refused == 1);
+    CHECK(ram_tier_put(&t, &a, a.n_rows, 100) == NULL && t.n <= 2 && t.refused == 1);
     ram_tier_free(&t);
     seq_free(&a);
     seq_free(&b);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bigbuf.h"
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/timeutil.h"
@@ -611,12 +612,42 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
     return 0;
 }
 
-/* Saves the live state in the RAM tier (when it is complete and not held
- * there already). */
-static void park_live(ph_engine *e) {
+/* Moves the live state into *c without copying its cells: *c takes the
+ * session's KV mapping (the pages past its rows given back), the session a
+ * fresh one holding a copy of the first `keep` rows. `put` decides whether
+ * *c is kept (false: nothing changes; *c is cleared). The disk writer must
+ * no longer read the live cells past `keep`. */
+static bool move_live(ph_engine *e, ram_ckpt *c, int32_t keep, bool (*put)(ph_engine *, ram_ckpt *)) {
+    kv_cache *kv = &e->s->kv;
     const int32_t n = e->live.n_rows;
-    void *kv = ram_tier_put(&e->ram, &e->live, n, kv_cache_bytes(&e->s->kv, n));
-    if (kv) kv_cache_save(&e->s->kv, n, kv);
+    void *fresh = ph_big_alloc(kv->map_bytes);
+    if (!fresh || ram_ckpt_wrap(c, &e->live, n, kv_cache_bytes(kv, n), kv->map, kv->map_bytes, kv->rows.n_ctx,
+                                e->ram.floor)) {
+        ph_big_free(fresh, kv->map_bytes);
+        memset(c, 0, sizeof *c);
+        return false;
+    }
+    void *old = kv->map;
+    if (!put(e, c)) {
+        c->kv = NULL; /* still the session's */
+        ram_ckpt_free(c);
+        ph_big_free(fresh, kv->map_bytes);
+        return false;
+    }
+    kv_cache_swap_map(kv, fresh);
+    kv_cache_trim_map(kv, old, n);
+    if (keep > 0) kv_cache_load(kv, old, kv->rows.n_ctx, keep);
+    return true;
+}
+
+static bool put_ram(ph_engine *e, ram_ckpt *c) { return ram_tier_add(&e->ram, c); }
+
+/* Saves the live state in the RAM tier (when it is complete and not held
+ * there already), by moving its cells: the session keeps its first `keep`
+ * rows. */
+static void park_live(ph_engine *e, int32_t keep) {
+    ram_ckpt c;
+    move_live(e, &c, keep, put_ram);
 }
 
 /* A prefix worth keeping for want: never all of it (the last prompt row is
@@ -625,18 +656,20 @@ static int32_t usable(const seq_state *want, int32_t n) {
     return n >= want->n_rows ? seq_back_off(want, want->n_rows - 1) : n;
 }
 
+static bool put_parked(ph_engine *e, ram_ckpt *c) {
+    if (c->bytes > e->park_budget) return false;
+    e->parked = *c;
+    memset(c, 0, sizeof *c);
+    return true;
+}
+
 /* Parks the live state, made by a primary request, for the auxiliary
- * requests that follow (DESIGN 7); false when it cannot (incomplete state,
- * over the budget, memory short). */
-static bool park_primary(ph_engine *e) {
-    const int32_t n = e->live.n_rows;
-    const size_t kv = kv_cache_bytes(&e->s->kv, n);
-    if (kv > e->park_budget || ram_ckpt_new(&e->parked, &e->live, n, kv, e->ram.floor) != 0) return false;
-    if (e->parked.bytes > e->park_budget) {
-        ram_ckpt_free(&e->parked);
-        return false;
-    }
-    kv_cache_save(&e->s->kv, n, e->parked.kv);
+ * requests that follow (DESIGN 7), by moving its cells (the session keeps
+ * its first `keep` rows); false when it cannot (incomplete state, over the
+ * budget, memory short). */
+static bool park_primary(ph_engine *e, int32_t keep) {
+    ram_ckpt c;
+    if (!move_live(e, &c, keep, put_parked)) return false;
     e->has_parked = true;
     e->st.conversations_parked++;
     return true;
@@ -657,7 +690,10 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     int32_t keep = e->reuse ? usable(want, seq_common_prefix(&e->live, want)) : 0;
     const int32_t most = usable(want, want->n_rows);
     bool pinned = false;
-    if (aux && !e->live_is_aux && !e->has_parked && keep < e->live.n_rows) pinned = r->parked = park_primary(e);
+    if (aux && !e->live_is_aux && !e->has_parked && keep < e->live.n_rows) {
+        if (e->disk) disk_tier_release_rows(e->disk, keep); /* the cells past keep move away */
+        pinned = r->parked = park_primary(e, keep);
+    }
     ram_ckpt c = {0};
     int32_t best = keep;
     const bool had_parked = !aux && e->has_parked;
@@ -699,11 +735,12 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         if (r->from_parked) e->st.conversations_restored++;
         else e->st.conversations_dropped++;
     }
-    /* the live state is about to lose rows of its prompt (a just-parked
-     * primary conversation is held already) */
-    if (!pinned && (best > keep || keep < e->live_prompt)) park_live(e);
-    /* the disk writer may still be reading cells that change now */
+    /* the disk writer may still be reading cells that change or move now */
     if (e->disk) disk_tier_release_rows(e->disk, best > keep ? 0 : keep);
+    /* the live state is about to lose rows of its prompt (a just-parked
+     * primary conversation is held already); rows that a restore replaces
+     * need not stay */
+    if (!pinned && (best > keep || keep < e->live_prompt)) park_live(e, best > keep ? 0 : keep);
     if (disk) {
         ph_err lerr = {0};
         if (disk_tier_load(e->disk, &dm, &e->s->kv, best, &lerr) == 0) {
@@ -720,10 +757,18 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         disk_match_free(e->disk, &dm);
     } else if (best > keep) {
         seq_copy(&e->live, &c.seq, best, NULL);
-        kv_cache_load(&e->s->kv, c.kv, c.seq.n_rows, best);
         e->s->next_pos = seq_pos_at(&c.seq, best);
-        if (best < c.seq.n_rows) ram_tier_return(&e->ram, &c);
-        else ram_ckpt_free(&c); /* the live state holds all of it now */
+        if (best < c.seq.n_rows) {
+            kv_cache_load(&e->s->kv, c.kv, c.kv_rows, best);
+            ram_tier_return(&e->ram, &c);
+        } else if (c.kv_rows == e->s->kv.rows.n_ctx && c.map_bytes == e->s->kv.map_bytes) {
+            kv_cache_adopt_map(&e->s->kv, c.kv, best); /* its cells become the live ones: no copy */
+            c.kv = NULL;
+            ram_ckpt_free(&c);
+        } else {
+            kv_cache_load(&e->s->kv, c.kv, c.kv_rows, best);
+            ram_ckpt_free(&c); /* the live state holds all of it now */
+        }
         keep = best;
         r->n_from_ram = best;
     } else {

@@ -3,10 +3,21 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/bigbuf.h"
 
-static size_t layer_bytes(const kv_cache *c) { return (size_t)c->rows.n_ctx * c->row_bytes; }
+static size_t part_bytes(const kv_cache *c) { return (size_t)c->rows.n_ctx * c->row_bytes; }
+
+/* Points the layers' K and V cells into the mapping. */
+static void point(kv_cache *c) {
+    uint8_t *p = c->map;
+    for (int l = 0; l < c->n_layer; l++) {
+        c->rows.k[l] = (ph_f16 *)(p + (size_t)(2 * l) * part_bytes(c));
+        c->rows.v[l] = (ph_f16 *)(p + (size_t)(2 * l + 1) * part_bytes(c));
+    }
+}
 
 int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e) {
     memset(c, 0, sizeof *c);
@@ -15,25 +26,43 @@ int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e) {
     c->rows.n_ctx = n_ctx;
     c->rows.k = calloc((size_t)c->n_layer, sizeof *c->rows.k);
     c->rows.v = calloc((size_t)c->n_layer, sizeof *c->rows.v);
-    int ok = c->rows.k && c->rows.v;
-    for (int l = 0; ok && l < c->n_layer; l++) {
-        c->rows.k[l] = ph_big_alloc(layer_bytes(c));
-        c->rows.v[l] = ph_big_alloc(layer_bytes(c));
-        ok = c->rows.k[l] && c->rows.v[l];
+    c->map_bytes = 2 * (size_t)c->n_layer * part_bytes(c);
+    if (c->rows.k && c->rows.v && (c->map = ph_big_alloc(c->map_bytes))) {
+        point(c);
+        return 0;
     }
-    if (ok) return 0;
     kv_cache_free(c);
     return ph_err_set(e, "out of memory for a context of %d tokens", n_ctx);
 }
 
 void kv_cache_free(kv_cache *c) {
-    for (int l = 0; l < c->n_layer; l++) {
-        if (c->rows.k) ph_big_free(c->rows.k[l], layer_bytes(c));
-        if (c->rows.v) ph_big_free(c->rows.v[l], layer_bytes(c));
-    }
+    ph_big_free(c->map, c->map_bytes);
     free(c->rows.k);
     free(c->rows.v);
     memset(c, 0, sizeof *c);
+}
+
+void *kv_cache_swap_map(kv_cache *c, void *fresh) {
+    void *old = c->map;
+    c->map = fresh;
+    c->rows.n_rows = 0;
+    point(c);
+    return old;
+}
+
+void kv_cache_adopt_map(kv_cache *c, void *map, int32_t n) {
+    ph_big_free(kv_cache_swap_map(c, map), c->map_bytes);
+    c->rows.n_rows = n;
+}
+
+void kv_cache_trim_map(const kv_cache *c, void *map, int32_t n) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), used = (size_t)(n < 0 ? 0 : n) * c->row_bytes;
+    for (int i = 0; i < 2 * c->n_layer; i++) {
+        uintptr_t lo = (uintptr_t)map + (size_t)i * part_bytes(c) + used, hi = lo - used + part_bytes(c);
+        lo = (lo + pg - 1) / pg * pg;
+        hi = hi / pg * pg;
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* a hint: an error keeps the pages */
+    }
 }
 
 void kv_cache_truncate(kv_cache *c, int32_t n) {

@@ -78,7 +78,8 @@ static void append(ram_tier *t, const ram_ckpt *c) {
     t->bytes += c->bytes;
 }
 
-int ram_ckpt_new(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, int64_t floor) {
+/* A checkpoint of seq's first n rows without its cells (kv NULL). */
+static int ckpt_make(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, int64_t floor) {
     memset(c, 0, sizeof *c);
     if (n <= 0 || n > seq->n_rows || !seq_complete(seq, n)) return 1;
     const seq_state v = view(seq, n);
@@ -88,11 +89,41 @@ int ram_ckpt_new(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, 
     if (avail >= 0 && avail - (int64_t)c->bytes < floor) return -1;
     if (seq_init(&c->seq, n, NULL)) return -1;
     c->kv_bytes = kv_bytes;
-    if (seq_copy(&c->seq, &v, n, NULL) || !(c->kv = ph_big_alloc(kv_bytes))) {
+    if (seq_copy(&c->seq, &v, n, NULL)) {
         ram_ckpt_free(c);
         return -1;
     }
     return 0;
+}
+
+int ram_ckpt_new(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, int64_t floor) {
+    int rc = ckpt_make(c, seq, n, kv_bytes, floor);
+    if (rc) return rc;
+    if (!(c->kv = ph_big_alloc(kv_bytes))) {
+        ram_ckpt_free(c);
+        return -1;
+    }
+    c->map_bytes = kv_bytes;
+    c->kv_rows = n;
+    return 0;
+}
+
+int ram_ckpt_wrap(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, void *map, size_t map_bytes,
+                  int32_t kv_rows, int64_t floor) {
+    int rc = ckpt_make(c, seq, n, kv_bytes, floor);
+    if (rc) return rc;
+    c->kv = map;
+    c->map_bytes = map_bytes;
+    c->kv_rows = kv_rows;
+    return 0;
+}
+
+bool ram_tier_add(ram_tier *t, ram_ckpt *c) {
+    if (c->kv_bytes > t->budget || !make_room(t, &c->seq, c->bytes)) return false;
+    append(t, c);
+    t->saves++;
+    memset(c, 0, sizeof *c);
+    return true;
 }
 
 void *ram_tier_put(ram_tier *t, const seq_state *seq, int32_t n, size_t kv_bytes) {
@@ -105,12 +136,10 @@ void *ram_tier_put(ram_tier *t, const seq_state *seq, int32_t n, size_t kv_bytes
         if (rc < 0) t->refused++;
         return NULL;
     }
-    if (!make_room(t, &c.seq, c.bytes)) {
+    if (!ram_tier_add(t, &c)) {
         ram_ckpt_free(&c);
         return NULL;
     }
-    append(t, &c);
-    t->saves++;
     return t->v[t->n - 1].kv;
 }
 
@@ -128,7 +157,7 @@ void ram_tier_return(ram_tier *t, ram_ckpt *c) {
 }
 
 void ram_ckpt_free(ram_ckpt *c) {
-    ph_big_free(c->kv, c->kv_bytes);
+    ph_big_free(c->kv, c->map_bytes);
     seq_free(&c->seq);
     memset(c, 0, sizeof *c);
 }

@@ -22,6 +22,7 @@
 #ifndef PH_STATE_RAM_TIER_H
 #define PH_STATE_RAM_TIER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,8 +30,11 @@
 
 typedef struct ram_ckpt {
     seq_state seq;     /* provenance of its rows; seq.n_rows is its frontier */
-    void *kv;          /* its KV cells, as the session wrote them (ph_big_alloc) */
-    size_t kv_bytes;
+    void *kv;          /* its KV cells, as the session wrote them (a ph_big_alloc of map_bytes) */
+    int32_t kv_rows;   /* cells per part of kv's layout: seq.n_rows for a copy, the context
+                          size for a session's own mapping (kv_cache_swap_map) */
+    size_t kv_bytes;   /* what the cells of its rows take */
+    size_t map_bytes;
     size_t bytes;      /* KV bytes plus bookkeeping */
     uint64_t used;     /* LRU clock */
 } ram_ckpt;
@@ -71,6 +75,14 @@ int32_t ram_tier_find(const ram_tier *t, const seq_state *want, int32_t *prefix)
  * complete; -1 when it would leave less than floor bytes of memory or
  * memory ran out. *c is cleared on failure. */
 int ram_ckpt_new(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, int64_t floor);
+
+/* Like ram_ckpt_new, but the cells are map (map_bytes, kv_rows cells per
+ * part), which *c owns on success (0); on failure the caller keeps it. */
+int ram_ckpt_wrap(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, void *map, size_t map_bytes,
+                  int32_t kv_rows, int64_t floor);
+/* Puts a made checkpoint in the tier as the most recent one (*c is then
+ * cleared): false, c untouched, when ram_tier_put would not keep it. */
+bool ram_tier_add(ram_tier *t, ram_ckpt *c);
 
 /* Takes checkpoint i out of the tier (counted as a hit): the caller owns
  * it and hands it back with ram_tier_return or frees it. */

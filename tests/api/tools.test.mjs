@@ -212,6 +212,7 @@ describe('the constraint alone', { timeout: 600_000 }, () => {
     const oa = openai(srv);
     const an = anthropic(srv);
     const ask = [{ role: 'user', content: 'Rate it.' }];
+    let objects = 0;
     for (let seed = 1; seed <= 4; seed++) {
       const c = await oa.chat.completions.create({ model: MODEL_ID, messages: ask, max_tokens: 1500, temperature: 1, seed,
         response_format: { type: 'json_schema', json_schema: { name: 'result', schema: RESULT, strict: true } } });
@@ -219,8 +220,15 @@ describe('the constraint alone', { timeout: 600_000 }, () => {
       validate(RESULT, JSON.parse(c.choices[0].message.content));
       const o = await oa.chat.completions.create({ model: MODEL_ID, messages: ask, max_tokens: 1500, temperature: 1, seed,
         response_format: { type: 'json_object' } });
-      const v = JSON.parse(o.choices[0].message.content);
-      assert.ok(v && typeof v === 'object' && !Array.isArray(v), 'json_object gives an object');
+      /* a free-form object may run past max_tokens (a random model's string can go on): then it is cut */
+      if (o.choices[0].finish_reason === 'stop') {
+        const v = JSON.parse(o.choices[0].message.content);
+        assert.ok(v && typeof v === 'object' && !Array.isArray(v), 'json_object gives an object');
+        objects++;
+      } else {
+        assert.equal(o.choices[0].finish_reason, 'length');
+        assert.match(o.choices[0].message.content, /^\s*\{/, 'a cut json_object answer is still the start of an object');
+      }
       const r = await oa.responses.create({ model: MODEL_ID, input: 'Rate it.', max_output_tokens: 1500, temperature: 1, seed,
         text: { format: { type: 'json_schema', name: 'result', schema: RESULT, strict: true } } });
       assert.equal(r.status, 'completed');
@@ -230,6 +238,7 @@ describe('the constraint alone', { timeout: 600_000 }, () => {
       assert.equal(m.stop_reason, 'end_turn');
       validate(RESULT, JSON.parse(m.content[0].text));
     }
+    assert.ok(objects >= 2, `json_object: ${objects} of 4 answers ended (the others ran into max_tokens)`);
     // streamed
     const s = await oa.chat.completions.create({ model: MODEL_ID, messages: ask, max_tokens: 1500, temperature: 1, seed: 9,
       stream: true, response_format: { type: 'json_schema', json_schema: { name: 'result', schema: RESULT } } });
