@@ -202,6 +202,50 @@ static void check_cells(const ph_attn_kernels *kk, const char *name) {
     }
 }
 
+/* The AVX-512 tiles equal the AVX2 tiles bit for bit: partial tiles of keys
+ * (nk not a multiple of the row blocks) and head sizes with a tail past the
+ * last multiple of 16 (AVX2's scalar columns), masked scores, columns with
+ * nothing visible and columns that had nothing visible before. */
+static void check_tiles_avx512(void) {
+    enum { TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV, DMAX = 200 };
+    static const int nks[] = {1, 3, 4, 5, 7, 11, 64}, dims[] = {64, 72, 80, 128, 8, 35, 200};
+    static float k[TK * DMAX], qt[DMAX * TQ], v[TK * DMAX], st[2][TK * TQ], o[2][TQ * DMAX];
+    float M[2][TQ], L[2][TQ], ms[2][TQ];
+    const ph_attn_kernels *kk[2] = {&ph_attn_kernels_avx2, &ph_attn_kernels_avx512};
+    for (size_t ni = 0; ni < sizeof nks / sizeof *nks; ni++)
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            const int nk = nks[ni], d = dims[di];
+            for (int i = 0; i < nk * d; i++) k[i] = 2.0f * frand(), v[i] = frand();
+            for (int i = 0; i < d * TQ; i++) qt[i] = 2.0f * frand();
+            for (int i = 0; i < TQ * d; i++) o[0][i] = o[1][i] = 4.0f * frand();
+            for (int i = 0; i < TQ; i++) {
+                M[0][i] = M[1][i] = i % 5 == 0 ? -INFINITY : 3.0f * frand(); /* nothing visible before */
+                L[0][i] = L[1][i] = i % 5 == 0 ? 0.0f : 1.0f + frand();
+            }
+            const float scale = 1.0f / sqrtf((float)d);
+            for (int s = 0; s < 2; s++) kk[s]->qk_tile(k, nk, qt, d, scale, st[s]);
+            CHECKF(memcmp(st[0], st[1], sizeof(float) * nk * TQ) == 0, "avx512 qk_tile differs from avx2 (nk %d, d %d)",
+                   nk, d);
+            for (int j = 0; j < nk; j++)
+                for (int i = 0; i < TQ; i++) {
+                    if (i % 7 == 3 || (i + j) % 11 == 0) st[0][j * TQ + i] = -INFINITY; /* masked cells */
+                    if (j == 1 && i == 2) st[0][j * TQ + i] = -100.0f;                 /* exp underflows */
+                }
+            for (int j = 0; j < nk; j++) st[0][j * TQ + 10] = st[0][j * TQ + 3] = -INFINITY; /* nothing visible */
+            M[0][10] = M[1][10] = -INFINITY, L[0][10] = L[1][10] = 0.0f; /* and nothing before either */
+            memcpy(st[1], st[0], sizeof(float) * nk * TQ);
+            for (int s = 0; s < 2; s++) kk[s]->softmax_tile(st[s], nk, M[s], L[s], ms[s]);
+            CHECKF(memcmp(st[0], st[1], sizeof(float) * nk * TQ) == 0 && memcmp(M[0], M[1], sizeof M[0]) == 0 &&
+                       memcmp(L[0], L[1], sizeof L[0]) == 0 && memcmp(ms[0], ms[1], sizeof ms[0]) == 0,
+                   "avx512 softmax_tile differs from avx2 (nk %d, d %d)", nk, d);
+            CHECKF(st[1][10] == 0.0f && ms[1][10] == 1.0f && L[1][10] == 0.0f,
+                   "avx512 softmax_tile: a column with nothing visible must give p = 0 (nk %d)", nk);
+            for (int s = 0; s < 2; s++) kk[s]->pv_tile(st[0], nk, v, d, ms[0], o[s]);
+            CHECKF(memcmp(o[0], o[1], sizeof(float) * TQ * d) == 0, "avx512 pv_tile differs from avx2 (nk %d, d %d)",
+                   nk, d);
+        }
+}
+
 int main(void) {
     ph_kernels_init();
     ph_pool *pool = ph_pool_create(3);
@@ -236,6 +280,9 @@ int main(void) {
     if (ph_cpu_has(PH_ISA_AVX512)) {
         /* the AVX-512 pass: equal to the AVX2 primitives' pass, bit for bit */
         check_cells(&ph_attn_kernels_avx512, "avx512");
+        check_kernels(&ph_attn_kernels_avx512, "avx512");
+        /* and its tiles: equal to the AVX2 tiles, bit for bit */
+        check_tiles_avx512();
     }
     ph_pool_free(pool);
     TEST_END();

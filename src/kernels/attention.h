@@ -97,6 +97,13 @@ extern const ph_attn_kernels ph_attn_kernels_avx512;
 void ph_attn_cells_avx2(const ph_attn_cells *x);
 void ph_attn_cells_avx512(const ph_attn_cells *x);
 
+/* The AVX-512 tiles (attention_avx512.c): the AVX2 tiles' results bit for
+ * bit (every output is the same chain of operations, wider vectors only put
+ * more of them side by side). */
+void ph_attn_qk_tile_avx512(const float *k, int nk, const float *qt, int d, float scale, float *st);
+void ph_attn_softmax_tile_avx512(float *st, int nk, float *M, float *L, float *ms);
+void ph_attn_pv_tile_avx512(const float *p, int nk, const float *v, int d, const float *ms, float *o);
+
 /* The per-cell pass made of kk's primitives (what kk->cells must equal). */
 void ph_attn_cells_with(const ph_attn_kernels *kk, const ph_attn_cells *x);
 

@@ -244,7 +244,9 @@ static void avx2_pv_tile(const float *p, int nk, const float *v, int d, const fl
 const ph_attn_kernels ph_attn_kernels_avx2 = {ph_attn_cells_avx2,   avx2_f16_to_f32, avx2_dot,          avx2_scale_f16,
                                               avx2_mad_f16, avx2_qk_tile,    avx2_softmax_tile, avx2_pv_tile};
 
-/* AVX-512: its own per-cell pass (attention_avx512.c), the AVX2 tiles. */
-const ph_attn_kernels ph_attn_kernels_avx512 = {ph_attn_cells_avx512, avx2_f16_to_f32, avx2_dot,
-                                                avx2_scale_f16,       avx2_mad_f16,    avx2_qk_tile,
-                                                avx2_softmax_tile,    avx2_pv_tile};
+/* AVX-512: its own per-cell pass and tiles (attention_avx512.c, the AVX2
+ * ones' results bit for bit), the AVX2 per-element primitives. */
+const ph_attn_kernels ph_attn_kernels_avx512 = {ph_attn_cells_avx512,     avx2_f16_to_f32,
+                                                avx2_dot,                 avx2_scale_f16,
+                                                avx2_mad_f16,             ph_attn_qk_tile_avx512,
+                                                ph_attn_softmax_tile_avx512, ph_attn_pv_tile_avx512};
