@@ -387,7 +387,7 @@ static void test_tiles(void) {
 static void test_packed(void) {
     ph_pool *pool2 = ph_pool_create(2);
     CHECK(pool2 != NULL);
-    const int ptypes[] = {PH_TYPE_F16, PH_TYPE_Q8_0, PH_TYPE_Q4_K, PH_TYPE_Q6_K};
+    const int ptypes[] = {PH_TYPE_F16, PH_TYPE_Q8_0, PH_TYPE_Q4_0, PH_TYPE_Q4_K, PH_TYPE_Q5_K, PH_TYPE_Q6_K};
     const struct { int64_t n_in_blocks, n_out, n_rows; } shapes[] = {
         {1, 1, 1}, {2, 16, 1}, {3, 37, 1}, {2, 16, 4}, {1, 33, 5}, {2, 130, 9}, {1, 48, 37}, {2, 100, 260}};
     int n_packed = 0;
@@ -416,7 +416,7 @@ static void test_packed(void) {
                             size_t d_at = wt == PH_TYPE_Q6_K ? 208 : 0;
                             memset(blk, 0xff, (size_t)ti->block_bytes);
                             memcpy(blk + d_at, &one, 2);
-                            if (wt == PH_TYPE_Q4_K) memcpy(blk + 2, &one, 2);
+                            if (wt == PH_TYPE_Q4_K || wt == PH_TYPE_Q5_K) memcpy(blk + 2, &one, 2);
                         }
                     for (int64_t i = 0; i < n_in * n_rows; i++) x[i] = extreme ? (i & 1 ? -3.f : 3.f) : rnd_act();
                     size_t ny = sizeof(float) * (size_t)(n_out * n_rows);

@@ -32,10 +32,14 @@ typedef struct ph_mm_plan {
  * the type along the inputs, one group block of ph_pk_block_bytes(type):
  *   F16 (1 input):     f16 w[16]
  *   Q8_0 (32 inputs):  f16 d[16] | u8 q[8 steps][16 rows][4]  (q = w + 128)
+ *   Q4_0 (32 inputs):  f16 d[16] | u8 q[4][16 rows][4]: byte b of vector v
+ *                      holds inputs 8v+b (low nibble) and 8v+4+b (high), q + 8
  *   Q4_K (256 inputs): f16 d[16] | f16 dmin[16] | u8 sc[8][16] |
  *                      u8 mn[4][16][2] (mins 2m, 2m+1 of a row side by side) |
  *                      u8 q[8 sub-blocks][4][16 rows][4]: byte b of vector v
  *                      holds inputs 32j+8v+b (low nibble) and 32j+8v+4+b (high)
+ *   Q5_K (256 inputs): Q4_K's layout, then u8 qh[8][16 rows][4]: bits 2v and
+ *                      2v+1 of byte b are the fifth bits of vector v's two inputs
  *   Q6_K (256 inputs): f16 d[16] | i8 sc[8][16][2] (scales 2m, 2m+1) |
  *                      u8 ql[16 sub-blocks][2][16][4]: vector v of sub-block k,
  *                      byte b: inputs 16k+8v+b (low nibble), 16k+8v+4+b (high) |
@@ -46,7 +50,13 @@ typedef struct ph_mm_plan {
  *   Q8_0: {f32 d, i32 128·Σq} per block;  Q8_K: i16 Σq over each 32 inputs [8];
  * for F16 weights they are the F16 plan's f32 rows (rounded to f16). */
 #define PH_PK_ROWS 16
-enum { PH_PK_Q8_0_BYTES = 32 + 512, PH_PK_Q4_K_BYTES = 64 + 128 + 128 + 2048, PH_PK_Q6_K_BYTES = 32 + 256 + 2048 + 1024 };
+enum {
+    PH_PK_Q8_0_BYTES = 32 + 512,
+    PH_PK_Q4_0_BYTES = 32 + 256,
+    PH_PK_Q4_K_BYTES = 64 + 128 + 128 + 2048,
+    PH_PK_Q5_K_BYTES = PH_PK_Q4_K_BYTES + 512,
+    PH_PK_Q6_K_BYTES = 32 + 256 + 2048 + 1024
+};
 size_t ph_pk_block_bytes(int type); /* 0: no packed layout */
 /* Packs n_out rows (row_bytes apart) into ceil(n_out/16) groups at dst. */
 void ph_pk_pack(int type, const void *data, size_t row_bytes, int64_t n_in, int64_t n_out, void *dst);

@@ -10,7 +10,9 @@ size_t ph_pk_block_bytes(int type) {
     switch (type) {
     case PH_TYPE_F16: return PH_PK_ROWS * sizeof(ph_f16);
     case PH_TYPE_Q8_0: return PH_PK_Q8_0_BYTES;
+    case PH_TYPE_Q4_0: return PH_PK_Q4_0_BYTES;
     case PH_TYPE_Q4_K: return PH_PK_Q4_K_BYTES;
+    case PH_TYPE_Q5_K: return PH_PK_Q5_K_BYTES;
     case PH_TYPE_Q6_K: return PH_PK_Q6_K_BYTES;
     default: return 0;
     }
@@ -65,30 +67,62 @@ static void pack_q8_0(const void *const *src, uint8_t *dst) {
     }
 }
 
-static void pack_q4_K(const void *const *src, uint8_t *dst) {
-    ph_f16 *d = (ph_f16 *)dst, *dmin = d + 16;
-    uint8_t *sc = dst + 64, *mn = dst + 192, *q = dst + 320;
+static void pack_q4_0(const void *const *src, uint8_t *dst) {
+    ph_f16 *d = (ph_f16 *)dst;
+    uint8_t *q = dst + 32;
     for (int l = 0; l < PH_PK_ROWS; l++) {
-        const ph_block_q4_K *b = src[l];
-        uint8_t s[8] = {0}, m[8] = {0}, u[PH_QK_K] = {0};
+        const ph_block_q4_0 *b = src[l];
+        uint8_t u[PH_QK4_0];
+        for (int i = 0; i < 16; i++) {
+            u[i] = b ? b->qs[i] & 15 : 8;
+            u[i + 16] = b ? b->qs[i] >> 4 : 8;
+        }
         d[l] = b ? b->d : 0;
-        dmin[l] = b ? b->dmin : 0;
-        if (b) {
-            ph_k4_scales_ref(b->scales, s, m);
+        for (int v = 0; v < 4; v++)
+            for (int k = 0; k < 4; k++) q[64 * v + 4 * l + k] = (uint8_t)(u[8 * v + k] | u[8 * v + 4 + k] << 4);
+    }
+}
+
+/* Q4_K and Q5_K (Q5 = 1): the Q4_K part, and for Q5_K the fifth bits. */
+static void pack_k4(const void *const *src, uint8_t *dst, const int Q5) {
+    ph_f16 *d = (ph_f16 *)dst, *dmin = d + 16;
+    uint8_t *sc = dst + 64, *mn = dst + 192, *q = dst + 320, *qh = dst + PH_PK_Q4_K_BYTES;
+    for (int l = 0; l < PH_PK_ROWS; l++) {
+        const uint8_t *blk = src[l];
+        uint8_t s[8] = {0}, m[8] = {0}, u[PH_QK_K] = {0};
+        ph_f16 bd = 0, bdmin = 0;
+        if (blk) {
+            const uint8_t *scales = Q5 ? ((const ph_block_q5_K *)blk)->scales : ((const ph_block_q4_K *)blk)->scales;
+            const uint8_t *qs = Q5 ? ((const ph_block_q5_K *)blk)->qs : ((const ph_block_q4_K *)blk)->qs;
+            bd = Q5 ? ((const ph_block_q5_K *)blk)->d : ((const ph_block_q4_K *)blk)->d;
+            bdmin = Q5 ? ((const ph_block_q5_K *)blk)->dmin : ((const ph_block_q4_K *)blk)->dmin;
+            ph_k4_scales_ref(scales, s, m);
             for (int c = 0; c < 4; c++)
                 for (int i = 0; i < 32; i++) {
-                    u[64 * c + i] = b->qs[32 * c + i] & 15;
-                    u[64 * c + 32 + i] = b->qs[32 * c + i] >> 4;
+                    uint8_t h = Q5 ? ((const ph_block_q5_K *)blk)->qh[i] : 0;
+                    u[64 * c + i] = (uint8_t)((qs[32 * c + i] & 15) | ((h >> (2 * c)) & 1) << 4);
+                    u[64 * c + 32 + i] = (uint8_t)((qs[32 * c + i] >> 4) | ((h >> (2 * c + 1)) & 1) << 4);
                 }
         }
+        d[l] = bd;
+        dmin[l] = bdmin;
         for (int j = 0; j < 8; j++) sc[16 * j + l] = s[j];
         for (int j = 0; j < 8; j++) mn[32 * (j / 2) + 2 * l + j % 2] = m[j];
         for (int j = 0; j < 8; j++)
-            for (int v = 0; v < 4; v++)
-                for (int k = 0; k < 4; k++)
-                    q[64 * (4 * j + v) + 4 * l + k] = (uint8_t)(u[32 * j + 8 * v + k] | u[32 * j + 8 * v + 4 + k] << 4);
+            for (int k = 0; k < 4; k++) {
+                uint8_t hb = 0;
+                for (int v = 0; v < 4; v++) {
+                    const uint8_t *e = u + 32 * j + 8 * v + k;
+                    q[64 * (4 * j + v) + 4 * l + k] = (uint8_t)((e[0] & 15) | (e[4] & 15) << 4);
+                    hb |= (uint8_t)((e[0] >> 4) << (2 * v) | (e[4] >> 4) << (2 * v + 1));
+                }
+                if (Q5) qh[64 * j + 4 * l + k] = hb;
+            }
     }
 }
+
+static void pack_q4_K(const void *const *src, uint8_t *dst) { pack_k4(src, dst, 0); }
+static void pack_q5_K(const void *const *src, uint8_t *dst) { pack_k4(src, dst, 1); }
 
 static void pack_q6_K(const void *const *src, uint8_t *dst) {
     ph_f16 *d = (ph_f16 *)dst;
@@ -133,7 +167,9 @@ void ph_pk_pack(int type, const void *data, size_t row_bytes, int64_t n_in, int6
     int64_t nb = n_in / ti->block_elems;
     void (*pack)(const void *const *, uint8_t *) = type == PH_TYPE_F16    ? pack_f16
                                                    : type == PH_TYPE_Q8_0 ? pack_q8_0
+                                                   : type == PH_TYPE_Q4_0 ? pack_q4_0
                                                    : type == PH_TYPE_Q4_K ? pack_q4_K
+                                                   : type == PH_TYPE_Q5_K ? pack_q5_K
                                                                           : pack_q6_K;
     uint8_t *out = dst;
     for (int64_t o0 = 0; o0 < n_out; o0 += PH_PK_ROWS)

@@ -31,12 +31,14 @@ INLINE void store(float *y, __m512 v, int no) {
     else _mm512_mask_storeu_ps(y, (__mmask16)((1u << no) - 1), v);
 }
 
-/* ---- Q8_0 --------------------------------------------------------------------- */
+/* ---- Q8_0 / Q4_0 ------------------------------------------------------------------- */
 
 typedef struct { float d; int32_t c128; } q8_0_extra;
 
-INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
-                      const int NR) {
+/* Q8_0 (Q4 = 0: the bytes are w + 128) or Q4_0 (Q4 = 1: nibbles q = w + 8);
+ * the offset comes off through the activation block's sum. */
+INLINE void q0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
+                    const int NR, const int Q4) {
     int64_t nb = n / PH_QK8_0;
     const ph_block_q8_0 *xr[MX];
     const q8_0_extra *ex[MX];
@@ -46,17 +48,21 @@ INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
         ex[r] = (const q8_0_extra *)(xr[r] + nb);
         acc[r] = _mm512_setzero_ps();
     }
-    for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q8_0_BYTES) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    for (int64_t i = 0; i < nb; i++, wg += Q4 ? PH_PK_Q4_0_BYTES : PH_PK_Q8_0_BYTES) {
         __m512i s[MX];
         UNROLL for (int r = 0; r < NR; r++) s[r] = _mm512_setzero_si512();
         UNROLL for (int k = 0; k < 8; k++) {
-            __m512i q = ld(wg + 32 + 64 * k);
-            UNROLL for (int r = 0; r < NR; r++) s[r] = _mm512_dpbusd_epi32(s[r], q, bc32(xr[r][i].qs + 4 * k));
+            /* inputs 4k..4k+3 of the block: a Q8_0 vector, or half of a Q4_0 one */
+            __m512i q = ld(wg + 32 + 64 * (Q4 ? k / 2 : k));
+            if (Q4) q = _mm512_and_si512(k % 2 ? _mm512_srli_epi16(q, 4) : q, m4);
+            const int at = Q4 ? 8 * (k / 2) + 4 * (k % 2) : 4 * k;
+            UNROLL for (int r = 0; r < NR; r++) s[r] = _mm512_dpbusd_epi32(s[r], q, bc32(xr[r][i].qs + at));
         }
         __m512 dw = ld_f16x16(wg);
         UNROLL for (int r = 0; r < NR; r++) {
             /* reference: s += sumi * (dw * dx) */
-            __m512i sumi = _mm512_sub_epi32(s[r], _mm512_set1_epi32(ex[r][i].c128));
+            __m512i sumi = _mm512_sub_epi32(s[r], _mm512_set1_epi32(Q4 ? ex[r][i].c128 >> 4 : ex[r][i].c128));
             __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, _mm512_set1_ps(ex[r][i].d)));
             acc[r] = _mm512_add_ps(acc[r], t);
         }
@@ -64,10 +70,19 @@ INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
 }
 
-/* ---- Q4_K ---------------------------------------------------------------------- */
+/* ---- Q4_K / Q5_K ---------------------------------------------------------------- */
 
-INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
-                      const int NR) {
+/* Bit `bit` of every byte moved to bit 4 (shifts within 16-bit lanes: what
+ * crosses a byte boundary lands outside bit 4). */
+INLINE __m512i bit_to4(__m512i h, const int bit) {
+    if (bit < 4) h = _mm512_slli_epi16(h, (unsigned)(4 - bit));
+    if (bit > 4) h = _mm512_srli_epi16(h, (unsigned)(bit - 4));
+    return _mm512_and_si512(h, _mm512_set1_epi8(0x10));
+}
+
+INLINE void k4_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
+                    const int NR, const int Q5) {
+    const size_t gbb = Q5 ? PH_PK_Q5_K_BYTES : PH_PK_Q4_K_BYTES;
     int64_t nb = n / PH_QK_K;
     const ph_block_q8_K *xr[MX];
     const int16_t *ex[MX];
@@ -78,16 +93,21 @@ INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
         acc[r] = _mm512_setzero_ps();
     }
     const __m512i m4 = _mm512_set1_epi8(15);
-    for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q4_K_BYTES) {
-        const uint8_t *sc = wg + 64, *mn = wg + 192, *qs = wg + 320;
+    for (int64_t i = 0; i < nb; i++, wg += gbb) {
+        const uint8_t *sc = wg + 64, *mn = wg + 192, *qs = wg + 320, *qh = wg + PH_PK_Q4_K_BYTES;
         __m512i sumi[MX], summ[MX];
         UNROLL for (int r = 0; r < NR; r++) sumi[r] = summ[r] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
             __m512i s[MX];
             UNROLL for (int r = 0; r < NR; r++) s[r] = _mm512_setzero_si512();
+            __m512i hb = Q5 ? ld(qh + 64 * j) : _mm512_setzero_si512();
             UNROLL for (int v = 0; v < 4; v++) {
                 __m512i q = ld(qs + 64 * (4 * j + v));
                 __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                if (Q5) {
+                    lo = _mm512_or_si512(lo, bit_to4(hb, 2 * v));
+                    hi = _mm512_or_si512(hi, bit_to4(hb, 2 * v + 1));
+                }
                 UNROLL for (int r = 0; r < NR; r++) {
                     const int8_t *xq = xr[r][i].qs + 32 * j + 8 * v;
                     s[r] = _mm512_dpbusd_epi32(s[r], lo, bc32(xq));
@@ -225,13 +245,34 @@ static void tile_f16(int64_t n, const void *wg, const void *x, size_t xb, int nr
         }                                                                                                        \
     }
 
+INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
+                      const int NR) {
+    q0_tile(n, wg, x, xb, y, ldy, no, NR, 0);
+}
+INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
+                      const int NR) {
+    q0_tile(n, wg, x, xb, y, ldy, no, NR, 1);
+}
+INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
+                      const int NR) {
+    k4_tile(n, wg, x, xb, y, ldy, no, NR, 0);
+}
+INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
+                      const int NR) {
+    k4_tile(n, wg, x, xb, y, ldy, no, NR, 1);
+}
+
 TILE(q8_0)
+TILE(q4_0)
 TILE(q4_K)
+TILE(q5_K)
 TILE(q6_K)
 
 void ph_fill_packed_avx512(ph_kernel_table *t) {
     t->pk[PH_TYPE_F16] = (ph_pk_plan){tile_f16, MX_F16, 2 * PH_PK_ROWS, t->mm[PH_TYPE_F16].act};
     t->pk[PH_TYPE_Q8_0] = (ph_pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q4_0] = (ph_pk_plan){tile_q4_0, MX, PH_PK_ROWS, NULL};
     t->pk[PH_TYPE_Q4_K] = (ph_pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q5_K] = (ph_pk_plan){tile_q5_K, MX, PH_PK_ROWS, NULL};
     t->pk[PH_TYPE_Q6_K] = (ph_pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
 }
