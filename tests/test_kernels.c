@@ -430,7 +430,7 @@ static void test_packed(void) {
                         ph_matmul(NULL, &m, x, n_rows, want);
                         ph_kernels_force(cur);
                         void *pk = aligned_alloc(64, (pbytes + 63) / 64 * 64);
-                        ph_mat_pack(&m, pk);
+                        ph_mat_pack(pool2, &m, pk);
                         ph_matmul(NULL, &m, x, n_rows, got);
                         ph_matmul(pool2, &m, x, n_rows, got2);
                         int bad = 0;

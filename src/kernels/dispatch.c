@@ -111,7 +111,7 @@ static int table_ok(const ph_kernel_table *t, const ph_kernel_table *ref) {
         if (pk->tile) {
             /* packed kernels: the reference bit for bit (quantized) or to rounding */
             static _Alignas(64) uint8_t wp[PH_PK_Q8_0_BYTES * N / 32 * 2], xp[NR][N * 4];
-            ph_pk_pack(w, wq[0], sizeof wq[0], N, 2, wp);
+            ph_pk_pack(NULL, w, wq[0], sizeof wq[0], N, 2, wp);
             for (int r = 0; r < NR; r++) {
                 if (pk->act) {
                     pk->act(xf[r], xp[r], N);

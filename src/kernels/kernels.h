@@ -60,8 +60,9 @@ typedef struct ph_mat {
  * bit for bit, whichever path computes them. ph_mat_pack_size is 0 when
  * there is nothing to gain (type without a packed kernel, scalar kernels). */
 size_t ph_mat_pack_size(const ph_mat *m);
-/* Fills dst (ph_mat_pack_size bytes, 64-byte aligned) and sets m->packed. */
-void ph_mat_pack(ph_mat *m, void *dst);
+/* Fills dst (ph_mat_pack_size bytes, 64-byte aligned; on the pool's
+ * threads) and sets m->packed. */
+void ph_mat_pack(ph_pool *pool, ph_mat *m, void *dst);
 
 /* y[r][o] = W[o] . x[r] for r < n_rows (x rows n_in wide, y rows n_out wide,
  * both contiguous). Activations are converted to the dot type first. One

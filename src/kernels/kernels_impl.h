@@ -59,7 +59,7 @@ enum {
 };
 size_t ph_pk_block_bytes(int type); /* 0: no packed layout */
 /* Packs n_out rows (row_bytes apart) into ceil(n_out/16) groups at dst. */
-void ph_pk_pack(int type, const void *data, size_t row_bytes, int64_t n_in, int64_t n_out, void *dst);
+void ph_pk_pack(ph_pool *pool, int type, const void *data, size_t row_bytes, int64_t n_in, int64_t n_out, void *dst);
 size_t ph_pk_act_bytes(int type, int64_t n);
 void ph_pk_act_extras(int type, void *row, int64_t n);
 

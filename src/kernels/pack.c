@@ -48,6 +48,13 @@ void ph_pk_act_extras(int type, void *row, int64_t n) {
 
 /* One group block from the 16 source blocks src[l] (NULL: a padding row). */
 
+static inline uint32_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
 static void pack_f16(const void *const *src, uint8_t *dst) {
     for (int l = 0; l < PH_PK_ROWS; l++) {
         ph_f16 h = 0;
@@ -63,7 +70,7 @@ static void pack_q8_0(const void *const *src, uint8_t *dst) {
         const ph_block_q8_0 *b = src[l];
         d[l] = b ? b->d : 0;
         for (int s = 0; s < 8; s++)
-            for (int k = 0; k < 4; k++) q[64 * s + 4 * l + k] = b ? (uint8_t)(b->qs[4 * s + k] ^ 0x80) : 0x80;
+            wr32(q + 64 * s + 4 * l, b ? rd32((const uint8_t *)b->qs + 4 * s) ^ 0x80808080u : 0x80808080u);
     }
 }
 
@@ -83,74 +90,82 @@ static void pack_q4_0(const void *const *src, uint8_t *dst) {
     }
 }
 
-/* Q4_K and Q5_K (Q5 = 1): the Q4_K part, and for Q5_K the fifth bits. */
-static void pack_k4(const void *const *src, uint8_t *dst, const int Q5) {
+/* Q4_K and Q5_K (Q5 = 1): the Q4_K part, and for Q5_K the fifth bits. Four
+ * inputs at a time as 32-bit words: sub-block j = 2c + h is the low (h = 0)
+ * or high nibbles of qs[32c .. 32c+31], and fifth bit j of qh[0 .. 31]. */
+static inline __attribute__((always_inline)) void pack_k4(const void *const *src, uint8_t *dst, const int Q5) {
     ph_f16 *d = (ph_f16 *)dst, *dmin = d + 16;
     uint8_t *sc = dst + 64, *mn = dst + 192, *q = dst + 320, *qh = dst + PH_PK_Q4_K_BYTES;
     for (int l = 0; l < PH_PK_ROWS; l++) {
         const uint8_t *blk = src[l];
-        uint8_t s[8] = {0}, m[8] = {0}, u[PH_QK_K] = {0};
-        ph_f16 bd = 0, bdmin = 0;
-        if (blk) {
-            const uint8_t *scales = Q5 ? ((const ph_block_q5_K *)blk)->scales : ((const ph_block_q4_K *)blk)->scales;
-            const uint8_t *qs = Q5 ? ((const ph_block_q5_K *)blk)->qs : ((const ph_block_q4_K *)blk)->qs;
-            bd = Q5 ? ((const ph_block_q5_K *)blk)->d : ((const ph_block_q4_K *)blk)->d;
-            bdmin = Q5 ? ((const ph_block_q5_K *)blk)->dmin : ((const ph_block_q4_K *)blk)->dmin;
-            ph_k4_scales_ref(scales, s, m);
-            for (int c = 0; c < 4; c++)
-                for (int i = 0; i < 32; i++) {
-                    uint8_t h = Q5 ? ((const ph_block_q5_K *)blk)->qh[i] : 0;
-                    u[64 * c + i] = (uint8_t)((qs[32 * c + i] & 15) | ((h >> (2 * c)) & 1) << 4);
-                    u[64 * c + 32 + i] = (uint8_t)((qs[32 * c + i] >> 4) | ((h >> (2 * c + 1)) & 1) << 4);
-                }
-        }
-        d[l] = bd;
-        dmin[l] = bdmin;
-        for (int j = 0; j < 8; j++) sc[16 * j + l] = s[j];
-        for (int j = 0; j < 8; j++) mn[32 * (j / 2) + 2 * l + j % 2] = m[j];
-        for (int j = 0; j < 8; j++)
-            for (int k = 0; k < 4; k++) {
-                uint8_t hb = 0;
-                for (int v = 0; v < 4; v++) {
-                    const uint8_t *e = u + 32 * j + 8 * v + k;
-                    q[64 * (4 * j + v) + 4 * l + k] = (uint8_t)((e[0] & 15) | (e[4] & 15) << 4);
-                    hb |= (uint8_t)((e[0] >> 4) << (2 * v) | (e[4] >> 4) << (2 * v + 1));
-                }
-                if (Q5) qh[64 * j + 4 * l + k] = hb;
+        uint8_t s[8] = {0}, m[8] = {0};
+        if (!blk) {
+            d[l] = dmin[l] = 0;
+            for (int j = 0; j < 8; j++) {
+                sc[16 * j + l] = 0;
+                mn[32 * (j / 2) + 2 * l + j % 2] = 0;
+                for (int v = 0; v < 4; v++) wr32(q + 64 * (4 * j + v) + 4 * l, 0);
+                if (Q5) wr32(qh + 64 * j + 4 * l, 0);
             }
+            continue;
+        }
+        const ph_block_q5_K *b5 = (const ph_block_q5_K *)blk;
+        const ph_block_q4_K *b4 = (const ph_block_q4_K *)blk;
+        const uint8_t *qs = Q5 ? b5->qs : b4->qs;
+        d[l] = Q5 ? b5->d : b4->d;
+        dmin[l] = Q5 ? b5->dmin : b4->dmin;
+        ph_k4_scales_ref(Q5 ? b5->scales : b4->scales, s, m);
+        for (int j = 0; j < 8; j++) {
+            sc[16 * j + l] = s[j];
+            mn[32 * (j / 2) + 2 * l + j % 2] = m[j];
+            const uint8_t *qc = qs + 32 * (j / 2);
+            uint32_t hb = 0;
+            for (int v = 0; v < 4; v++) {
+                uint32_t w0 = rd32(qc + 8 * v), w1 = rd32(qc + 8 * v + 4);
+                uint32_t out = j % 2 ? ((w0 >> 4) & 0x0f0f0f0fu) | (w1 & 0xf0f0f0f0u)
+                                     : (w0 & 0x0f0f0f0fu) | (w1 & 0x0f0f0f0fu) << 4;
+                wr32(q + 64 * (4 * j + v) + 4 * l, out);
+                if (Q5)
+                    hb |= ((rd32(b5->qh + 8 * v) >> j) & 0x01010101u) << (2 * v) |
+                          ((rd32(b5->qh + 8 * v + 4) >> j) & 0x01010101u) << (2 * v + 1);
+            }
+            if (Q5) wr32(qh + 64 * j + 4 * l, hb);
+        }
     }
 }
 
 static void pack_q4_K(const void *const *src, uint8_t *dst) { pack_k4(src, dst, 0); }
 static void pack_q5_K(const void *const *src, uint8_t *dst) { pack_k4(src, dst, 1); }
 
+/* Q6_K, four inputs at a time: sub-block k's inputs 16k + i are q's
+ * (k >> 3) half, quarter qq = (k & 7) >> 1, offset 16 (k & 1) + i: low bits
+ * in the nibble qq >> 1 of ql[64 h + 32 (qq & 1) + ...], high bits 2 qq of
+ * qh[32 h + ...]. */
 static void pack_q6_K(const void *const *src, uint8_t *dst) {
     ph_f16 *d = (ph_f16 *)dst;
     int8_t *sc = (int8_t *)(dst + 32);
     uint8_t *ql = dst + 288, *qh = dst + 288 + 2048;
     for (int l = 0; l < PH_PK_ROWS; l++) {
         const ph_block_q6_K *b = src[l];
-        uint8_t u[PH_QK_K] = {0};
         d[l] = b ? b->d : 0;
-        if (b)
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *L = b->ql + 64 * h, *H = b->qh + 32 * h;
-                uint8_t *uu = u + 128 * h;
-                for (int i = 0; i < 32; i++) {
-                    uu[i] = (uint8_t)((L[i] & 15) | (H[i] & 3) << 4);
-                    uu[i + 32] = (uint8_t)((L[i + 32] & 15) | ((H[i] >> 2) & 3) << 4);
-                    uu[i + 64] = (uint8_t)((L[i] >> 4) | ((H[i] >> 4) & 3) << 4);
-                    uu[i + 96] = (uint8_t)((L[i + 32] >> 4) | ((H[i] >> 6) & 3) << 4);
-                }
+        for (int k = 0; k < 16; k++) {
+            sc[32 * (k / 2) + 2 * l + k % 2] = b ? b->scales[k] : 0;
+            if (!b) {
+                wr32(ql + 64 * (2 * k) + 4 * l, 0);
+                wr32(ql + 64 * (2 * k + 1) + 4 * l, 0);
+                wr32(qh + 64 * k + 4 * l, 0);
+                continue;
             }
-        for (int k = 0; k < 16; k++) sc[32 * (k / 2) + 2 * l + k % 2] = b ? b->scales[k] : 0;
-        for (int k = 0; k < 16; k++)
-            for (int i = 0; i < 4; i++) {
-                const uint8_t *e = u + 16 * k + i;
-                ql[64 * (2 * k) + 4 * l + i] = (uint8_t)((e[0] & 15) | (e[4] & 15) << 4);
-                ql[64 * (2 * k + 1) + 4 * l + i] = (uint8_t)((e[8] & 15) | (e[12] & 15) << 4);
-                qh[64 * k + 4 * l + i] = (uint8_t)(e[0] >> 4 | (e[4] >> 4) << 2 | (e[8] >> 4) << 4 | (e[12] >> 4) << 6);
-            }
+            const int h = k >> 3, qq = (k & 7) >> 1, lb = 16 * (k & 1);
+            const uint8_t *L = b->ql + 64 * h + 32 * (qq & 1) + lb, *H = b->qh + 32 * h + lb;
+            const unsigned sh = 4u * (unsigned)(qq >> 1);
+            for (int v = 0; v < 2; v++)
+                wr32(ql + 64 * (2 * k + v) + 4 * l,
+                     ((rd32(L + 8 * v) >> sh) & 0x0f0f0f0fu) | ((rd32(L + 8 * v + 4) >> sh) & 0x0f0f0f0fu) << 4);
+            uint32_t hb = 0;
+            for (int t = 0; t < 4; t++) hb |= ((rd32(H + 4 * t) >> (2 * qq)) & 0x03030303u) << (2 * t);
+            wr32(qh + 64 * k + 4 * l, hb);
+        }
     }
 }
 
@@ -161,29 +176,46 @@ size_t ph_mat_pack_size(const ph_mat *m) {
     return (size_t)groups * (size_t)(m->n_in / ph_type_get(m->type)->block_elems) * bb;
 }
 
-void ph_pk_pack(int type, const void *data, size_t row_bytes, int64_t n_in, int64_t n_out, void *dst) {
-    const ph_type_info *ti = ph_type_get(type);
-    size_t bb = ph_pk_block_bytes(type);
-    int64_t nb = n_in / ti->block_elems;
-    void (*pack)(const void *const *, uint8_t *) = type == PH_TYPE_F16    ? pack_f16
-                                                   : type == PH_TYPE_Q8_0 ? pack_q8_0
-                                                   : type == PH_TYPE_Q4_0 ? pack_q4_0
-                                                   : type == PH_TYPE_Q4_K ? pack_q4_K
-                                                   : type == PH_TYPE_Q5_K ? pack_q5_K
-                                                                          : pack_q6_K;
-    uint8_t *out = dst;
-    for (int64_t o0 = 0; o0 < n_out; o0 += PH_PK_ROWS)
+typedef struct pack_job {
+    int type;
+    const uint8_t *data;
+    size_t row_bytes;
+    int64_t n_in, n_out;
+    uint8_t *dst;
+} pack_job;
+
+static void pack_groups(void *ctx, int ith, int nth) {
+    const pack_job *j = ctx;
+    const ph_type_info *ti = ph_type_get(j->type);
+    const size_t bb = ph_pk_block_bytes(j->type);
+    const int64_t nb = j->n_in / ti->block_elems;
+    void (*pack)(const void *const *, uint8_t *) = j->type == PH_TYPE_F16    ? pack_f16
+                                                   : j->type == PH_TYPE_Q8_0 ? pack_q8_0
+                                                   : j->type == PH_TYPE_Q4_0 ? pack_q4_0
+                                                   : j->type == PH_TYPE_Q4_K ? pack_q4_K
+                                                   : j->type == PH_TYPE_Q5_K ? pack_q5_K
+                                                                             : pack_q6_K;
+    long g0, g1;
+    ph_split_range((long)((j->n_out + PH_PK_ROWS - 1) / PH_PK_ROWS), ith, nth, &g0, &g1);
+    for (long g = g0; g < g1; g++) {
+        uint8_t *out = j->dst + (size_t)g * (size_t)nb * bb;
+        const int64_t o0 = (int64_t)g * PH_PK_ROWS;
         for (int64_t i = 0; i < nb; i++, out += bb) {
             const void *src[PH_PK_ROWS];
             for (int l = 0; l < PH_PK_ROWS; l++)
-                src[l] = o0 + l < n_out
-                             ? (const uint8_t *)data + (size_t)(o0 + l) * row_bytes + (size_t)i * ti->block_bytes
-                             : NULL;
+                src[l] = o0 + l < j->n_out ? j->data + (size_t)(o0 + l) * j->row_bytes + (size_t)i * ti->block_bytes
+                                           : NULL;
             pack(src, out);
         }
+    }
 }
 
-void ph_mat_pack(ph_mat *m, void *dst) {
-    ph_pk_pack(m->type, m->data, m->row_bytes, m->n_in, m->n_out, dst);
+void ph_pk_pack(ph_pool *pool, int type, const void *data, size_t row_bytes, int64_t n_in, int64_t n_out, void *dst) {
+    pack_job j = {type, data, row_bytes, n_in, n_out, dst};
+    ph_pool_run(pool, pack_groups, &j);
+}
+
+void ph_mat_pack(ph_pool *pool, ph_mat *m, void *dst) {
+    ph_pk_pack(pool, m->type, m->data, m->row_bytes, m->n_in, m->n_out, dst);
     m->packed = dst;
 }

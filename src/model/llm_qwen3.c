@@ -135,10 +135,10 @@ static int load_weights(ph_model *m, ph_err *e) {
             return -1;
         ph_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-            if (ph_weights_pack(&m->w, mats[i], true, e)) return -1;
+            if (ph_weights_pack(&m->w, m->pool, mats[i], true, e)) return -1;
     }
     /* a tied output matrix is also the embedding table, whose rows are read */
-    if (ph_weights_pack(&m->w, &m->output, r == 0, e)) return -1;
+    if (ph_weights_pack(&m->w, m->pool, &m->output, r == 0, e)) return -1;
 #undef BLK
     return 0;
 }
@@ -201,12 +201,12 @@ ph_model *ph_model_load(const char *path, int n_threads, ph_err *e) {
     m->vocab = ph_vocab_load(m->gguf, e);
     if (!m->vocab) goto fail_prefix;
     m->hp.n_vocab = ph_vocab_size(m->vocab);
-    if (load_hparams(m, e) || load_weights(m, e)) goto fail_prefix;
     m->pool = ph_pool_create(n_threads);
     if (!m->pool) {
         ph_err_set(e, "cannot start %d threads", n_threads);
         goto fail;
     }
+    if (load_hparams(m, e) || load_weights(m, e)) goto fail_prefix;
     fill_info(m);
     return m;
 fail_prefix:

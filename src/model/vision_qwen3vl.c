@@ -246,18 +246,18 @@ static int load_weights(ph_vision *v, ph_err *e) {
     in->out_width = in->proj_dim * (1 + in->n_deepstack);
 
     /* every matrix is read only through its ph_mat from here on */
-    if (ph_weights_pack(&v->w, &v->patch[0], true, e) || ph_weights_pack(&v->w, &v->patch[1], true, e) ||
-        ph_weights_pack(&v->w, &v->merger.fc1, true, e) || ph_weights_pack(&v->w, &v->merger.fc2, true, e))
+    if (ph_weights_pack(&v->w, v->pool, &v->patch[0], true, e) || ph_weights_pack(&v->w, v->pool, &v->patch[1], true, e) ||
+        ph_weights_pack(&v->w, v->pool, &v->merger.fc1, true, e) || ph_weights_pack(&v->w, v->pool, &v->merger.fc2, true, e))
         return -1;
     for (int l = 0; l < in->n_layer; l++) {
         vis_layer *L = &v->layers[l];
-        if (ph_weights_pack(&v->w, &L->qkv, true, e) || ph_weights_pack(&v->w, &L->out, true, e) ||
-            ph_weights_pack(&v->w, &L->up, true, e) || ph_weights_pack(&v->w, &L->down, true, e))
+        if (ph_weights_pack(&v->w, v->pool, &L->qkv, true, e) || ph_weights_pack(&v->w, v->pool, &L->out, true, e) ||
+            ph_weights_pack(&v->w, v->pool, &L->up, true, e) || ph_weights_pack(&v->w, v->pool, &L->down, true, e))
             return -1;
     }
     for (int k = 0; k < in->n_deepstack; k++)
-        if (ph_weights_pack(&v->w, &v->deepstack[k].fc1, true, e) ||
-            ph_weights_pack(&v->w, &v->deepstack[k].fc2, true, e))
+        if (ph_weights_pack(&v->w, v->pool, &v->deepstack[k].fc1, true, e) ||
+            ph_weights_pack(&v->w, v->pool, &v->deepstack[k].fc2, true, e))
             return -1;
     return 0;
 }

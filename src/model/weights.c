@@ -61,12 +61,12 @@ void *ph_weights_alloc(ph_weights *w, size_t bytes, ph_err *e) {
     return p;
 }
 
-int ph_weights_pack(ph_weights *w, ph_mat *m, bool drop_original, ph_err *e) {
+int ph_weights_pack(ph_weights *w, ph_pool *pool, ph_mat *m, bool drop_original, ph_err *e) {
     size_t bytes = ph_mat_pack_size(m);
     if (!bytes) return 0;
     void *p = ph_weights_alloc(w, bytes, e);
     if (!p) return -1;
-    ph_mat_pack(m, p);
+    ph_mat_pack(pool, m, p);
     const uint8_t *d = m->data;
     if (drop_original && w->f->mapped && d >= w->f->base && d + m->row_bytes * (size_t)m->n_out <= w->f->base + w->f->size) {
         /* the mapping's pages of this matrix are no longer read: give them back

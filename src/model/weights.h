@@ -27,9 +27,9 @@ const gguf_tensor *ph_weights_find(ph_weights *w, const char *name, const int64_
 int ph_weights_mat(ph_weights *w, const char *name, int64_t n_in, int64_t n_out, bool required, ph_mat *out,
                    ph_err *e);
 /* Repacks m for the kernels in use when they have a packed form of its type
- * (see ph_mat_pack) into memory owned here; drop_original releases the
+ * (see ph_mat_pack; on the pool's threads) into memory owned here; drop_original releases the
  * mapping's pages of the matrix (for matrices read only through m). */
-int ph_weights_pack(ph_weights *w, ph_mat *m, bool drop_original, ph_err *e);
+int ph_weights_pack(ph_weights *w, ph_pool *pool, ph_mat *m, bool drop_original, ph_err *e);
 /* A 1-D weight of n elements as F32. */
 int ph_weights_vec(ph_weights *w, const char *name, int64_t n, const float **out, ph_err *e);
 /* The first n elements of t, converted to F32 into an owned buffer. */
