@@ -382,4 +382,5 @@ void ph_fill_avx2(ph_kernel_table *t) {
     t->mm[PH_TYPE_Q4_K] = (ph_mm_plan){act_q8_K, PH_TYPE_Q8_K, dot_q4_K, tile_q4_K, 1, 4};
     t->mm[PH_TYPE_Q5_K] = (ph_mm_plan){act_q8_K, PH_TYPE_Q8_K, dot_q5_K, tile_q5_K, 1, 4};
     t->mm[PH_TYPE_Q6_K] = (ph_mm_plan){act_q8_K, PH_TYPE_Q8_K, dot_q6_K, tile_q6_K, 1, 4};
+    ph_fill_packed_avx2(t);
 }

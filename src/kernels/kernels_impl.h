@@ -91,6 +91,7 @@ void ph_fill_ref(ph_kernel_table *t);
 void ph_fill_avx2(ph_kernel_table *t);
 void ph_fill_avx512(ph_kernel_table *t);
 /* after ph_fill_avx2 / ph_fill_avx512 set the table's act and mm entries */
+void ph_fill_packed_avx2(ph_kernel_table *t);
 void ph_fill_packed_avx512(ph_kernel_table *t);
 
 /* ---- scalar references (dot_ref.c, quant_ref.c, convert.c) ---------------- */
