@@ -390,9 +390,21 @@ static void test_packed(void) {
     const int ptypes[] = {PH_TYPE_F16, PH_TYPE_Q8_0, PH_TYPE_Q4_0, PH_TYPE_Q4_K, PH_TYPE_Q5_K, PH_TYPE_Q6_K};
     const struct { int64_t n_in_blocks, n_out, n_rows; } shapes[] = {
         {1, 1, 1}, {2, 16, 1}, {3, 37, 1}, {2, 16, 4}, {1, 33, 5}, {2, 130, 9}, {1, 48, 37}, {2, 100, 260}};
-    int n_packed[3] = {0};
-    for (int isa = 0; isa < 3; isa++) {
+    /* each ISA's table, then the AVX2 one with the plain AVX2 packed kernels
+     * where this CPU has AVX-VNNI (the table then holds packed_avxvnni.c's) */
+    static ph_kernel_table plain;
+    int n_packed[4] = {0};
+    for (int v = 0; v < 4; v++) {
+        int isa = v < 3 ? v : PH_ISA_AVX2;
+        const char *name = ph_isa_name((ph_isa)isa);
         if (ph_kernels_force((ph_isa)isa)) continue;
+        if (v == 3) {
+            plain = *ph_kt();
+            ph_fill_packed_avx2(&plain);
+            if (memcmp(plain.pk, ph_kt()->pk, sizeof plain.pk) == 0) continue; /* what v = 1 ran */
+            ph_kernels_use(&plain);
+            name = "avx2 without avx-vnni";
+        }
         for (size_t k = 0; k < sizeof ptypes / sizeof ptypes[0]; k++)
             for (int extreme = 0; extreme < 2; extreme++)
                 for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -425,10 +437,10 @@ static void test_packed(void) {
                     size_t pbytes = ph_mat_pack_size(&m);
                     if (isa == PH_ISA_SCALAR) CHECK(pbytes == 0);
                     if (pbytes) {
-                        ph_isa cur = ph_kernels_isa();
+                        const ph_kernel_table *cur = ph_kt();
                         ph_kernels_force(PH_ISA_SCALAR);
                         ph_matmul(NULL, &m, x, n_rows, want);
-                        ph_kernels_force(cur);
+                        ph_kernels_use(cur);
                         void *pk = aligned_alloc(64, (pbytes + 63) / 64 * 64);
                         ph_mat_pack(pool2, &m, pk);
                         ph_matmul(NULL, &m, x, n_rows, got);
@@ -441,16 +453,16 @@ static void test_packed(void) {
                             float *one = malloc(sizeof(float) * (size_t)n_out);
                             ph_matmul(NULL, &m, x + (n_rows - 1) * n_in, 1, one);
                             CHECKF(memcmp(one, got + (n_rows - 1) * n_out, sizeof(float) * (size_t)n_out) == 0,
-                                   "%s packed f16: a row's result depends on its batch", ph_isa_name((ph_isa)isa));
+                                   "%s packed f16: a row's result depends on its batch", name);
                             free(one);
                         }
                         CHECKF(bad == 0, "%s packed %s %lldx%lld, %lld rows%s: %d of %lld differ from the reference",
-                               ph_isa_name((ph_isa)isa), ti->name, (long long)n_out, (long long)n_in,
+                               name, ti->name, (long long)n_out, (long long)n_in,
                                (long long)n_rows, extreme ? " (extreme)" : "", bad, (long long)(n_out * n_rows));
-                        CHECKF(memcmp(got, got2, ny) == 0, "%s packed %s: threads change the result",
-                               ph_isa_name((ph_isa)isa), ti->name);
+                        CHECKF(memcmp(got, got2, ny) == 0, "%s packed %s: threads change the result", name,
+                               ti->name);
                         free(pk);
-                        n_packed[isa]++;
+                        n_packed[v]++;
                     }
                     free(w), free(wf), free(x), free(want), free(got), free(got2);
                 }

@@ -1,6 +1,7 @@
 /* CPU detection, the PINHOLE_ISA override, the kernel tables, and the public
  * entry points that go through them. Compiled without SIMD flags: it only
- * calls into dot_avx2.c / dot_avx512.c after checking the CPU. */
+ * calls into dot_avx2.c / dot_avx512.c / packed_avxvnni.c after checking the
+ * CPU. */
 #include <cpuid.h>
 #include <math.h>
 #include <pthread.h>
@@ -138,6 +139,12 @@ static int has_f16c(void) {
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
+/* AVX-VNNI (VPDPBUSD on ymm): CPUID leaf 7, sub-leaf 1, EAX. */
+static int has_avxvnni(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & bit_AVXVNNI);
+}
+
 static void detect(void) {
     __builtin_cpu_init();
     cpu_has[PH_ISA_SCALAR] = 1;
@@ -151,6 +158,12 @@ static void detect(void) {
     if (cpu_has[PH_ISA_AVX2]) {
         tables[PH_ISA_AVX2] = tables[PH_ISA_SCALAR];
         ph_fill_avx2(&tables[PH_ISA_AVX2]);
+        if (has_avxvnni()) {
+            ph_kernel_table t = tables[PH_ISA_AVX2];
+            ph_fill_packed_avxvnni(&t);
+            if (table_ok(&t, &tables[PH_ISA_SCALAR])) tables[PH_ISA_AVX2] = t;
+            else PH_WARN("kernels: the avx-vnni packed kernels failed their self-test; using avx2's");
+        }
         if (!table_ok(&tables[PH_ISA_AVX2], &tables[PH_ISA_SCALAR])) {
             PH_WARN("kernels: the avx2 kernels failed their self-test; using scalar code");
             cpu_has[PH_ISA_AVX2] = cpu_has[PH_ISA_AVX512] = 0;
@@ -203,6 +216,11 @@ int ph_kernels_force(ph_isa isa) {
     if (!ph_cpu_has(isa)) return -1;
     atomic_store(&current, &tables[isa]);
     return 0;
+}
+
+void ph_kernels_use(const ph_kernel_table *t) {
+    ph_kernels_init();
+    atomic_store(&current, t);
 }
 
 static _Noreturn void bad_type(const char *fn, int type) {

@@ -85,6 +85,8 @@ typedef struct ph_kernel_table {
 
 /* The table in use (installed by ph_kernels_init / ph_kernels_force). */
 const ph_kernel_table *ph_kt(void);
+/* Tests: installs t, a variant of one of this CPU's tables, as the table in use. */
+void ph_kernels_use(const ph_kernel_table *t);
 
 /* Table fillers: each overwrites the entries its ISA implements. */
 void ph_fill_ref(ph_kernel_table *t);
@@ -92,6 +94,7 @@ void ph_fill_avx2(ph_kernel_table *t);
 void ph_fill_avx512(ph_kernel_table *t);
 /* after ph_fill_avx2 / ph_fill_avx512 set the table's act and mm entries */
 void ph_fill_packed_avx2(ph_kernel_table *t);
+void ph_fill_packed_avxvnni(ph_kernel_table *t); /* over the AVX2 ones where CPUID has AVX-VNNI */
 void ph_fill_packed_avx512(ph_kernel_table *t);
 
 /* ---- scalar references (dot_ref.c, quant_ref.c, convert.c) ---------------- */

@@ -118,7 +118,8 @@ INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                     __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                     UNROLL for (int r = 0; r < NR; r++) {
                         const int8_t *xq = xr[r][i].qs + 32 * j + 8 * v;
-                        p[r] = chain(_mm256_add_epi16(p[r], _mm256_add_epi16(mub(lo, bc32(xq)), mub(hi, bc32(xq + 4)))));
+                        __m256i t = _mm256_add_epi16(mub(lo, bc32(xq)), mub(hi, bc32(xq + 4)));
+                        p[r] = chain(_mm256_add_epi16(p[r], t));
                     }
                 }
                 /* the 8 rows' scales of sub-block j, each in both int16 of its lane */
