@@ -16,7 +16,7 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
-#define MX 4 /* activation rows per prefill call */
+#define MX 6 /* activation rows per prefill call */
 
 INLINE __m512i ld(const void *p) { return _mm512_loadu_si512(p); }
 INLINE __m512i bc32(const void *p) {
@@ -241,6 +241,8 @@ static void tile_f16(int64_t n, const void *wg, const void *x, size_t xb, int nr
         case 1: T##_tile(n, wg, x, xb, y, ldy, no, 1); break;                                                    \
         case 2: T##_tile(n, wg, x, xb, y, ldy, no, 2); break;                                                    \
         case 3: T##_tile(n, wg, x, xb, y, ldy, no, 3); break;                                                    \
+        case 4: T##_tile(n, wg, x, xb, y, ldy, no, 4); break;                                                    \
+        case 5: T##_tile(n, wg, x, xb, y, ldy, no, 5); break;                                                    \
         default: T##_tile(n, wg, x, xb, y, ldy, no, MX); break;                                                  \
         }                                                                                                        \
     }
