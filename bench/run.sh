@@ -71,7 +71,7 @@ done
 
 # --- memory bandwidth ---------------------------------------------------------
 MEMBW=$LOGDIR/membw
-cc -O2 -march=native -pthread bench/membw.c -o "$MEMBW"
+cc -O3 -march=native -pthread bench/membw.c -o "$MEMBW"
 membw() { "$MEMBW" "$THREADS" 1024 10; }
 echo "== memory read bandwidth ($THREADS threads)"
 membw | tee "$LOGDIR/membw-before.json"

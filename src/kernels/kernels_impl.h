@@ -38,13 +38,15 @@ typedef struct ph_mm_plan {
  *                      u8 mn[4][16][2] (mins 2m, 2m+1 of a row side by side) |
  *                      u8 q[8 sub-blocks][4][16 rows][4]: byte b of vector v
  *                      holds inputs 32j+8v+b (low nibble) and 32j+8v+4+b (high)
- *   Q5_K (256 inputs): Q4_K's layout, then u8 qh[8][16 rows][4]: bits 2v and
- *                      2v+1 of byte b are the fifth bits of vector v's two inputs
+ *   Q5_K (256 inputs): Q4_K's layout, but each sub-block's four q vectors are
+ *                      followed by u8 qh[16 rows][4]: bits 2v and 2v+1 of byte b
+ *                      are the fifth bits of vector v's two inputs
  *   Q6_K (256 inputs): f16 d[16] | i8 sc[8][16][2] (scales 2m, 2m+1) |
- *                      u8 ql[16 sub-blocks][2][16][4]: vector v of sub-block k,
- *                      byte b: inputs 16k+8v+b (low nibble), 16k+8v+4+b (high) |
- *                      u8 qh[16][16][4]: bits 2i..2i+1 of byte b are bits 4-5
+ *                      per sub-block k (16 inputs): u8 ql[2][16][4]: vector v,
+ *                      byte b: inputs 16k+8v+b (low nibble), 16k+8v+4+b (high),
+ *                      then u8 qh[16][4]: bits 2i..2i+1 of byte b are bits 4-5
  *                      of input 16k+4i+b (q + 32, 0..63)
+ * (each block in the order the kernels read it: one stream through memory)
  * Activations for packed quantized weights are the dot type's rows followed
  * by per-block extras (ph_pk_act_extras):
  *   Q8_0: {f32 d, i32 128·Σq} per block;  Q8_K: i16 Σq over each 32 inputs [8];

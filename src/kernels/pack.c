@@ -95,7 +95,8 @@ static void pack_q4_0(const void *const *src, uint8_t *dst) {
  * or high nibbles of qs[32c .. 32c+31], and fifth bit j of qh[0 .. 31]. */
 static inline __attribute__((always_inline)) void pack_k4(const void *const *src, uint8_t *dst, const int Q5) {
     ph_f16 *d = (ph_f16 *)dst, *dmin = d + 16;
-    uint8_t *sc = dst + 64, *mn = dst + 192, *q = dst + 320, *qh = dst + PH_PK_Q4_K_BYTES;
+    uint8_t *sc = dst + 64, *mn = dst + 192, *q = dst + 320;
+    const int qstride = Q5 ? 320 : 256; /* a sub-block's nibbles, then (Q5_K) its fifth bits */
     for (int l = 0; l < PH_PK_ROWS; l++) {
         const uint8_t *blk = src[l];
         uint8_t s[8] = {0}, m[8] = {0};
@@ -104,8 +105,8 @@ static inline __attribute__((always_inline)) void pack_k4(const void *const *src
             for (int j = 0; j < 8; j++) {
                 sc[16 * j + l] = 0;
                 mn[32 * (j / 2) + 2 * l + j % 2] = 0;
-                for (int v = 0; v < 4; v++) wr32(q + 64 * (4 * j + v) + 4 * l, 0);
-                if (Q5) wr32(qh + 64 * j + 4 * l, 0);
+                for (int v = 0; v < 4; v++) wr32(q + qstride * j + 64 * v + 4 * l, 0);
+                if (Q5) wr32(q + qstride * j + 256 + 4 * l, 0);
             }
             continue;
         }
@@ -124,12 +125,12 @@ static inline __attribute__((always_inline)) void pack_k4(const void *const *src
                 uint32_t w0 = rd32(qc + 8 * v), w1 = rd32(qc + 8 * v + 4);
                 uint32_t out = j % 2 ? ((w0 >> 4) & 0x0f0f0f0fu) | (w1 & 0xf0f0f0f0u)
                                      : (w0 & 0x0f0f0f0fu) | (w1 & 0x0f0f0f0fu) << 4;
-                wr32(q + 64 * (4 * j + v) + 4 * l, out);
+                wr32(q + qstride * j + 64 * v + 4 * l, out);
                 if (Q5)
                     hb |= ((rd32(b5->qh + 8 * v) >> j) & 0x01010101u) << (2 * v) |
                           ((rd32(b5->qh + 8 * v + 4) >> j) & 0x01010101u) << (2 * v + 1);
             }
-            if (Q5) wr32(qh + 64 * j + 4 * l, hb);
+            if (Q5) wr32(q + qstride * j + 256 + 4 * l, hb);
         }
     }
 }
@@ -144,27 +145,27 @@ static void pack_q5_K(const void *const *src, uint8_t *dst) { pack_k4(src, dst, 
 static void pack_q6_K(const void *const *src, uint8_t *dst) {
     ph_f16 *d = (ph_f16 *)dst;
     int8_t *sc = (int8_t *)(dst + 32);
-    uint8_t *ql = dst + 288, *qh = dst + 288 + 2048;
+    uint8_t *ql = dst + 288, *qh = dst + 288 + 128;
     for (int l = 0; l < PH_PK_ROWS; l++) {
         const ph_block_q6_K *b = src[l];
         d[l] = b ? b->d : 0;
         for (int k = 0; k < 16; k++) {
             sc[32 * (k / 2) + 2 * l + k % 2] = b ? b->scales[k] : 0;
             if (!b) {
-                wr32(ql + 64 * (2 * k) + 4 * l, 0);
-                wr32(ql + 64 * (2 * k + 1) + 4 * l, 0);
-                wr32(qh + 64 * k + 4 * l, 0);
+                wr32(ql + 192 * k + 4 * l, 0);
+                wr32(ql + 192 * k + 64 + 4 * l, 0);
+                wr32(qh + 192 * k + 4 * l, 0);
                 continue;
             }
             const int h = k >> 3, qq = (k & 7) >> 1, lb = 16 * (k & 1);
             const uint8_t *L = b->ql + 64 * h + 32 * (qq & 1) + lb, *H = b->qh + 32 * h + lb;
             const unsigned sh = 4u * (unsigned)(qq >> 1);
             for (int v = 0; v < 2; v++)
-                wr32(ql + 64 * (2 * k + v) + 4 * l,
+                wr32(ql + 192 * k + 64 * v + 4 * l,
                      ((rd32(L + 8 * v) >> sh) & 0x0f0f0f0fu) | ((rd32(L + 8 * v + 4) >> sh) & 0x0f0f0f0fu) << 4);
             uint32_t hb = 0;
             for (int t = 0; t < 4; t++) hb |= ((rd32(H + 4 * t) >> (2 * qq)) & 0x03030303u) << (2 * t);
-            wr32(qh + 64 * k + 4 * l, hb);
+            wr32(qh + 192 * k + 4 * l, hb);
         }
     }
 }

@@ -23,6 +23,11 @@
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 #define MX 6 /* activation rows per prefill call (measured: 6 > 4 > 2) */
+/* Software prefetch distance (see packed_avx512.c), issued in the first
+ * half's pass over each 64-byte line. */
+#define PF_K (4 * PH_PK_Q5_K_BYTES)
+#define PF_0 (16 * PH_PK_Q8_0_BYTES)
+#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 INLINE __m256i ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 INLINE __m128i ld128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
@@ -74,6 +79,7 @@ INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
             __m256i s[MX];
             UNROLL for (int r = 0; r < NR; r++) s[r] = _mm256_setzero_si256();
             UNROLL for (int k = 0; k < 8; k++) {
+                if (h == 0) PREFETCH(wg + 32 + 64 * k + PF_0);
                 __m256i w = _mm256_xor_si256(ld(wg + 32 + 64 * k + 32 * h), flip), aw = _mm256_abs_epi8(w);
                 UNROLL for (int r = 0; r < NR; r++) {
                     __m256i p = mub(aw, _mm256_sign_epi8(bc32(xr[r][i].qs + 4 * k), w));
@@ -114,6 +120,7 @@ INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                 __m256i p[MX];
                 UNROLL for (int r = 0; r < NR; r++) p[r] = _mm256_setzero_si256();
                 UNROLL for (int v = 0; v < 4; v++) {
+                    if (h == 0) PREFETCH(qs + 64 * (4 * j + v) + PF_K);
                     __m256i q = ld(qs + 64 * (4 * j + v) + 32 * h);
                     __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                     UNROLL for (int r = 0; r < NR; r++) {
@@ -158,7 +165,7 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     }
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q6_K_BYTES) {
-        const uint8_t *sc = wg + 32, *ql = wg + 288, *qh = wg + 288 + 2048;
+        const uint8_t *sc = wg + 32, *ql = wg + 288, *qh = wg + 288 + 128;
         UNROLL for (int h = 0; h < 2; h++) {
             __m256i sumi[MX], corr[MX];
             UNROLL for (int r = 0; r < NR; r++) sumi[r] = corr[r] = _mm256_setzero_si256();
@@ -169,8 +176,13 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                                  _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sp, 0xF5), 0xF5)};
                 UNROLL for (int hh = 0; hh < 2; hh++) {
                     int k = 2 * m + hh;
-                    __m256i l0 = ld(ql + 64 * (2 * k) + 32 * h), l1 = ld(ql + 64 * (2 * k + 1) + 32 * h),
-                            hb = ld(qh + 64 * k + 32 * h);
+                    if (h == 0) {
+                        PREFETCH(ql + 192 * k + PF_K);
+                        PREFETCH(ql + 192 * k + 64 + PF_K);
+                        PREFETCH(ql + 192 * k + 128 + PF_K);
+                    }
+                    __m256i l0 = ld(ql + 192 * k + 32 * h), l1 = ld(ql + 192 * k + 64 + 32 * h),
+                            hb = ld(qh + 192 * k + 32 * h);
                     __m256i u[4] = {
                         _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),

@@ -17,6 +17,11 @@
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 #define MX 6 /* activation rows per prefill call */
+/* Software prefetch distance, a few blocks ahead: with one activation row
+ * (decode) the hardware prefetcher alone leaves a single thread short of
+ * the memory's bandwidth on the K-quants. */
+#define PF_K (4 * PH_PK_Q5_K_BYTES)
+#define PF_0 (16 * PH_PK_Q8_0_BYTES)
 
 INLINE __m512i ld(const void *p) { return _mm512_loadu_si512(p); }
 INLINE __m512i bc32(const void *p) {
@@ -54,6 +59,7 @@ INLINE void q0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, f
         UNROLL for (int r = 0; r < NR; r++) s[r] = _mm512_setzero_si512();
         UNROLL for (int k = 0; k < 8; k++) {
             /* inputs 4k..4k+3 of the block: a Q8_0 vector, or half of a Q4_0 one */
+            if (!Q4 || k % 2 == 0) _mm_prefetch((const char *)(wg + 32 + 64 * (Q4 ? k / 2 : k) + PF_0), _MM_HINT_T0);
             __m512i q = ld(wg + 32 + 64 * (Q4 ? k / 2 : k));
             if (Q4) q = _mm512_and_si512(k % 2 ? _mm512_srli_epi16(q, 4) : q, m4);
             const int at = Q4 ? 8 * (k / 2) + 4 * (k % 2) : 4 * k;
@@ -94,15 +100,17 @@ INLINE void k4_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, f
     }
     const __m512i m4 = _mm512_set1_epi8(15);
     for (int64_t i = 0; i < nb; i++, wg += gbb) {
-        const uint8_t *sc = wg + 64, *mn = wg + 192, *qs = wg + 320, *qh = wg + PH_PK_Q4_K_BYTES;
+        const uint8_t *sc = wg + 64, *mn = wg + 192, *qs = wg + 320;
         __m512i sumi[MX], summ[MX];
         UNROLL for (int r = 0; r < NR; r++) sumi[r] = summ[r] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
             __m512i s[MX];
             UNROLL for (int r = 0; r < NR; r++) s[r] = _mm512_setzero_si512();
-            __m512i hb = Q5 ? ld(qh + 64 * j) : _mm512_setzero_si512();
+            const uint8_t *qj = qs + (Q5 ? 320 : 256) * j; /* Q5_K: its fifth bits after the nibbles */
+            __m512i hb = Q5 ? ld(qj + 256) : _mm512_setzero_si512();
             UNROLL for (int v = 0; v < 4; v++) {
-                __m512i q = ld(qs + 64 * (4 * j + v));
+                _mm_prefetch((const char *)(qj + 64 * v + PF_K), _MM_HINT_T0);
+                __m512i q = ld(qj + 64 * v);
                 __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
                 if (Q5) {
                     lo = _mm512_or_si512(lo, bit_to4(hb, 2 * v));
@@ -146,7 +154,7 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     }
     const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
     for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q6_K_BYTES) {
-        const uint8_t *sc = wg + 32, *ql = wg + 288, *qh = wg + 288 + 2048;
+        const uint8_t *sc = wg + 32, *ql = wg + 288, *qh = wg + 288 + 128;
         __m512i sumi[MX], corr[MX];
         UNROLL for (int r = 0; r < NR; r++) sumi[r] = corr[r] = _mm512_setzero_si512();
         for (int m = 0; m < 8; m++) {
@@ -155,7 +163,10 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
             __m512i sk[2] = {_mm512_srai_epi32(_mm512_slli_epi32(sp, 16), 16), _mm512_srai_epi32(sp, 16)};
             UNROLL for (int h = 0; h < 2; h++) {
                 int k = 2 * m + h;
-                __m512i l0 = ld(ql + 64 * (2 * k)), l1 = ld(ql + 64 * (2 * k + 1)), hb = ld(qh + 64 * k);
+                _mm_prefetch((const char *)(ql + 192 * k + PF_K), _MM_HINT_T0);
+                _mm_prefetch((const char *)(ql + 192 * k + 64 + PF_K), _MM_HINT_T0);
+                _mm_prefetch((const char *)(qh + 192 * k + PF_K), _MM_HINT_T0);
+                __m512i l0 = ld(ql + 192 * k), l1 = ld(ql + 192 * k + 64), hb = ld(qh + 192 * k);
                 __m512i u[4] = {
                     _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30)),
                     _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
