@@ -46,6 +46,8 @@ typedef struct ph_model_info {
     bool mrope;            /* positions are 4-component (M-RoPE) */
     uint64_t n_params;
     uint64_t file_bytes;
+    uint64_t decode_bytes; /* weight bytes one decoded token reads: every matrix once, in the
+                              layout the kernels read (repacked or as stored), and one embedding row */
 } ph_model_info;
 
 /* Loads an LLM GGUF (memory-mapped). n_threads <= 0: all cores. */

@@ -1,8 +1,10 @@
 /* The command line as a user and outside tooling meet it: `pinhole run
  * --json --force-tokens` output compared with the oracle (text and
  * pictures, including the picture rows), and clear refusals. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "oracle.h"
@@ -136,6 +138,19 @@ static void check_bench_picture(void) {
     const double enc = json_number_value(json_object_get(pic, "encode_s")), ttft = json_number_value(json_object_get(pic, "ttft_s"));
     CHECKF(enc >= 0 && ttft > 0 && enc <= ttft, "encode %g s, time to first token %g s", enc, ttft);
     CHECK(json_integer_value(json_object_get(pic, "width")) > json_integer_value(json_object_get(pic, "height")));
+    /* a decoded token reads every matrix but the embedding table: in this
+     * file the output head (18.6 of its 43 MiB, as large as the embedding
+     * table) and the small layers; the rate is bytes x tokens/s */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/tiny-f16.gguf", PH_ORACLE_DIR);
+    struct stat st;
+    CHECK(stat(path, &st) == 0);
+    const double bytes = (double)json_integer_value(json_object_get(js, "decode_bytes_per_token"));
+    CHECKF(bytes > 0.4 * (double)st.st_size && bytes < 0.5 * (double)st.st_size, "decode reads %.0f bytes of a %lld-byte file",
+           bytes, (long long)st.st_size);
+    const double gbs = json_number_value(json_object_get(js, "decode_gbs")),
+                 tps = json_number_value(json_object_get(js, "decode_tps"));
+    CHECKF(fabs(gbs - tps * bytes / 1e9) <= 0.006 + 1e-3 * gbs, "decode %g GB/s for %g tok/s", gbs, tps);
     json_decref(ref);
     json_decref(js);
 }

@@ -167,10 +167,11 @@ int cmd_bench(int argc, char **argv) {
     }
     picture_turn pt = {0};
     if (image && picture_bench(m, s, mmproj, image, reps, &pt, &err)) goto fail;
+    const double dtps = median(tg_tps, (int)reps);
     printf("{\"model\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"pp\":%ld,\"tg\":%ld,\"depth\":%ld,\"reps\":%ld,"
-           "\"prefill_tps\":%.3f,\"decode_tps\":%.3f",
+           "\"prefill_tps\":%.3f,\"decode_tps\":%.3f,\"decode_bytes_per_token\":%llu,\"decode_gbs\":%.2f",
            info->name, threads > 0 ? (int)threads : 0, ph_cpu_isa(), pp, tg, depth, reps, median(pp_tps, (int)reps),
-           median(tg_tps, (int)reps));
+           dtps, (unsigned long long)info->decode_bytes, dtps * (double)info->decode_bytes / 1e9);
     if (image)
         printf(",\"picture\":{\"width\":%d,\"height\":%d,\"rows\":%d,\"prompt_rows\":%d,\"encode_s\":%.4f,"
                "\"ttft_s\":%.4f}",

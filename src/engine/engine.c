@@ -758,7 +758,11 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     } else if (best > keep) {
         seq_copy(&e->live, &c.seq, best, NULL);
         e->s->next_pos = seq_pos_at(&c.seq, best);
-        if (best < c.seq.n_rows) {
+        /* A checkpoint whose rows past the prefix are few (typically the
+         * answer, which the client sends back in its own words) is used up;
+         * one with more is kept for them, and its prefix copied. */
+        const bool used_up = c.seq.n_rows - best <= best / 8;
+        if (!used_up) {
             kv_cache_load(&e->s->kv, c.kv, c.kv_rows, best);
             ram_tier_return(&e->ram, &c);
         } else if (c.kv_rows == e->s->kv.rows.n_ctx && c.map_bytes == e->s->kv.map_bytes) {

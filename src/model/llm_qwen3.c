@@ -143,6 +143,11 @@ static int load_weights(ph_model *m, ph_err *e) {
     return 0;
 }
 
+/* What a product with m reads. */
+static uint64_t mat_bytes(const ph_mat *m) {
+    return m->packed ? ph_mat_pack_size(m) : (uint64_t)m->row_bytes * (uint64_t)m->n_out;
+}
+
 static void fill_info(ph_model *m) {
     const llm_hparams *hp = &m->hp;
     ph_model_info *in = &m->info;
@@ -166,6 +171,13 @@ static void fill_info(ph_model *m) {
         np += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
     }
     in->n_params = np;
+    uint64_t db = m->tok_embd.row_bytes + mat_bytes(&m->output);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const llm_layer *L = &m->layers[l];
+        const ph_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) db += mat_bytes(mats[i]);
+    }
+    in->decode_bytes = db;
 }
 
 ph_model *ph_model_load(const char *path, int n_threads, ph_err *e) {
