@@ -97,7 +97,10 @@ int32_t ph_session_next_pos(const ph_session *s);
 void ph_session_reset(ph_session *s);
 
 /* Evaluates tokens after what the session holds (prefill in chunks).
- * Afterwards ph_session_logits() gives the logits after the last one. */
+ * Afterwards ph_session_logits() gives the logits after the last one. More
+ * than one token are a prompt's rows (each row's numbers independent of the
+ * batch); a single token is taken as a decoded one (attention as llama.cpp
+ * decodes). */
 int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *err);
 const float *ph_session_logits(const ph_session *s); /* n_vocab floats */
 

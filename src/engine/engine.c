@@ -590,7 +590,7 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
             int32_t end = r;
             while (end < w->n_rows && end < mark && w->tok[end] != SEQ_ROW_PICTURE) end++;
             int32_t pos = ph_session_next_pos(e->s);
-            if (ph_session_eval_tokens(e->s, w->tok + r, (size_t)(end - r), err)) return -1;
+            if (session_eval_prompt(e->s, w->tok + r, (size_t)(end - r), err)) return -1;
             for (int32_t i = r; i < end; i++)
                 if (seq_push_token(&e->live, w->tok[i], pos + (i - r), err)) return -1;
             r = end;

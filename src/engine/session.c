@@ -49,7 +49,7 @@ void session_truncate(ph_session *s, int32_t n_rows, int32_t next_pos) {
 
 const float *ph_session_logits(const ph_session *s) { return s->sc.logits; }
 
-int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *e) {
+static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt, ph_err *e) {
     if (n == 0) return 0;
     const llm_kv *kv = &s->kv.rows;
     if ((size_t)kv->n_rows + n > (size_t)kv->n_ctx)
@@ -68,13 +68,20 @@ int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *
                 s->sc.pos[3 * c + i] = 0;
             }
         }
-        if (llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, e))
+        if (llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, prompt, e))
             return -1;
         s->next_pos += (int32_t)c;
         done += c;
     }
     return 0;
 }
+
+/* More than one token: a prompt; one: a decoded token. */
+int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *e) {
+    return eval_tokens(s, ids, n, n > 1, e);
+}
+
+int session_eval_prompt(ph_session *s, const int32_t *ids, size_t n, ph_err *e) { return eval_tokens(s, ids, n, true, e); }
 
 int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
                             ph_err *e) {
@@ -98,7 +105,7 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
             s->sc.pos[3 * c + i] = 0;
         }
         if (llm_forward(s->m, &s->kv.rows, &s->sc, NULL, rows + done * hp->n_embd_inp, c, s->sc.pos,
-                        want_logits && done + c == n, e))
+                        want_logits && done + c == n, true, e))
             return -1;
         done += c;
     }

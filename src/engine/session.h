@@ -18,6 +18,9 @@ struct ph_session {
  * row-major over the merged grid) with M-RoPE positions; the next text
  * position advances by max(grid_x, grid_y) (spec D). Logits are computed
  * only when asked (a prompt rarely ends with a picture). */
+/* Rows of a prompt, however few (ph_session_eval_tokens takes a single
+ * token as a decoded one): see llm_forward's prompt. */
+int session_eval_prompt(ph_session *s, const int32_t *ids, size_t n, ph_err *e);
 int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
                             ph_err *e);
 

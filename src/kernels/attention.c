@@ -392,7 +392,7 @@ void ph_attention(ph_pool *pool, const ph_attn_args *a) {
     const ph_attn_kernels *k = ph_kernels_isa() >= PH_ISA_AVX512   ? &ph_attn_kernels_avx512
                                : ph_kernels_isa() >= PH_ISA_AVX2 ? &ph_attn_kernels_avx2
                                                                  : &ph_attn_kernels_ref;
-    if (a->n_q >= PH_ATTN_TILE_Q) {
+    if (a->prompt || a->n_q >= PH_ATTN_TILE_Q) {
         tiled_job job = {.a = a, .k = k};
         job.n_groups = (a->n_q + ATTN_GROUP * PH_ATTN_TILE_Q - 1) / (ATTN_GROUP * PH_ATTN_TILE_Q);
         job.n_tasks = job.n_groups * a->n_head;

@@ -7,8 +7,11 @@
  * one by one, summing v in f16 (one query row over a KV view of 512 or more
  * cells: one chunk of cells per pool thread, merged in f32, so that result
  * depends on the thread count, as llama.cpp's does); with PH_ATTN_TILE_Q or
- * more (a prompt, a picture) queries stay f32 and meet tiles of cells
- * widened to f32. */
+ * more (a picture), or rows of a prompt however few, queries stay f32 and
+ * meet tiles of cells widened to f32: a row's result then depends neither
+ * on the rows batched with it nor on the thread count, so a prompt's rows
+ * come out the same whether they are evaluated at once or a few at a time
+ * (a conversation's new message after reused rows). */
 #ifndef PH_KERNELS_ATTENTION_H
 #define PH_KERNELS_ATTENTION_H
 
@@ -32,6 +35,7 @@ typedef struct ph_attn_args {
     float scale;
     float *out;            /* [n_q][out_stride], head h at h * head_dim */
     int64_t out_stride;
+    bool prompt;           /* rows of a prompt: the tiled path for any n_q */
 } ph_attn_args;
 
 void ph_attention(ph_pool *pool, const ph_attn_args *a);

@@ -286,7 +286,7 @@ void llm_scratch_free(llm_scratch *sc) {
 }
 
 int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *tokens, const float *embd, int64_t n,
-                const int32_t *pos, bool want_logits, ph_err *e) {
+                const int32_t *pos, bool want_logits, bool prompt, ph_err *e) {
     const llm_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
@@ -333,7 +333,7 @@ int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *to
             .q = s->q, .q_stride = nq, .k = kv->k[l], .v = kv->v[l], .kv_stride = nkv,
             .n_q = n, .n_kv = kv->n_rows + n, .causal = true, .first_cell = kv->n_rows,
             .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = (int)hd,
-            .scale = scale, .out = s->att, .out_stride = nq,
+            .scale = scale, .out = s->att, .out_stride = nq, .prompt = prompt,
         };
         ph_attention(m->pool, &aa);
         ph_matmul(m->pool, &L->wo, s->att, n, s->h);
