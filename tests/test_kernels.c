@@ -393,7 +393,8 @@ static void test_packed(void) {
     /* each ISA's table, then the AVX2 one with the plain AVX2 packed kernels
      * where this CPU has AVX-VNNI (the table then holds packed_avxvnni.c's) */
     static ph_kernel_table plain;
-    int n_packed[4] = {0};
+    enum { NT = 6 };
+    int n_packed[4][NT] = {{0}}, tried[4] = {0};
     for (int v = 0; v < 4; v++) {
         int isa = v < 3 ? v : PH_ISA_AVX2;
         const char *name = ph_isa_name((ph_isa)isa);
@@ -405,6 +406,7 @@ static void test_packed(void) {
             ph_kernels_use(&plain);
             name = "avx2 without avx-vnni";
         }
+        tried[v] = 1;
         for (size_t k = 0; k < sizeof ptypes / sizeof ptypes[0]; k++)
             for (int extreme = 0; extreme < 2; extreme++)
                 for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -449,11 +451,15 @@ static void test_packed(void) {
                         for (int64_t i = 0; i < n_out * n_rows; i++)
                             bad += wt == PH_TYPE_F16 ? fabsf(got[i] - want[i]) > 1e-5f * (float)n_in
                                                      : f_bits(got[i]) != f_bits(want[i]);
-                        if (wt == PH_TYPE_F16 && n_rows > 1) { /* the last row alone gives the same numbers */
+                        if (wt == PH_TYPE_F16 && n_rows > 1) { /* each row alone gives the same numbers */
                             float *one = malloc(sizeof(float) * (size_t)n_out);
-                            ph_matmul(NULL, &m, x + (n_rows - 1) * n_in, 1, one);
-                            CHECKF(memcmp(one, got + (n_rows - 1) * n_out, sizeof(float) * (size_t)n_out) == 0,
-                                   "%s packed f16: a row's result depends on its batch", name);
+                            int dep = 0;
+                            for (int64_t r = 0; r < n_rows; r++) {
+                                ph_matmul(NULL, &m, x + r * n_in, 1, one);
+                                dep += memcmp(one, got + r * n_out, sizeof(float) * (size_t)n_out) != 0;
+                            }
+                            CHECKF(dep == 0, "%s packed f16 %lldx%lld: %d of %lld rows depend on their batch", name,
+                                   (long long)n_out, (long long)n_in, dep, (long long)n_rows);
                             free(one);
                         }
                         CHECKF(bad == 0, "%s packed %s %lldx%lld, %lld rows%s: %d of %lld differ from the reference",
@@ -462,14 +468,18 @@ static void test_packed(void) {
                         CHECKF(memcmp(got, got2, ny) == 0, "%s packed %s: threads change the result", name,
                                ti->name);
                         free(pk);
-                        n_packed[v]++;
+                        n_packed[v][k]++;
                     }
                     free(w), free(wf), free(x), free(want), free(got), free(got2);
                 }
     }
-    /* every SIMD table of this CPU has packed kernels: the test ran them */
-    for (int isa = PH_ISA_AVX2; isa <= PH_ISA_AVX512; isa++)
-        if (ph_cpu_has((ph_isa)isa)) CHECKF(n_packed[isa] > 0, "%s: no packed kernel ran", ph_isa_name((ph_isa)isa));
+    /* every SIMD table of this CPU (and the plain AVX2 one on a VNNI CPU) has a
+     * packed kernel for every type: the test ran each of them */
+    CHECK(sizeof ptypes / sizeof ptypes[0] == NT);
+    for (int v = 1; v < 4; v++)
+        for (int k = 0; tried[v] && k < NT; k++)
+            CHECKF(n_packed[v][k] > 0, "%s: no packed %s kernel ran",
+                   v == 3 ? "avx2 without avx-vnni" : ph_isa_name((ph_isa)v), ph_type_get(ptypes[k])->name);
     ph_kernels_force(PH_ISA_SCALAR);
     ph_pool_free(pool2);
 }
@@ -602,6 +612,21 @@ static void test_dispatch(const char *self) {
         int r = ph_kernels_force((ph_isa)isa);
         CHECK(r == (ph_cpu_has((ph_isa)isa) ? 0 : -1));
         if (r == 0) CHECK(ph_kernels_isa() == (ph_isa)isa);
+    }
+    /* with AVX-VNNI the AVX2 table has packed_avxvnni.c's quantized kernels
+     * (a self-test failure there only warns and keeps the plain ones) and
+     * packed_avx2.c's F16 one */
+    int hw_avxvnni = hw_avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & bit_AVXVNNI);
+    if (hw_avxvnni && ph_kernels_force(PH_ISA_AVX2) == 0) {
+        static ph_kernel_table plain;
+        plain = *ph_kt();
+        ph_fill_packed_avx2(&plain);
+        const int vt[] = {PH_TYPE_Q8_0, PH_TYPE_Q4_0, PH_TYPE_Q4_K, PH_TYPE_Q5_K, PH_TYPE_Q6_K};
+        for (size_t k = 0; k < sizeof vt / sizeof vt[0]; k++)
+            CHECKF(ph_kt()->pk[vt[k]].tile && ph_kt()->pk[vt[k]].tile != plain.pk[vt[k]].tile,
+                   "avx2 table: no avx-vnni packed %s kernel (rejected by its self-test?)", ph_type_get(vt[k])->name);
+        CHECK(ph_kt()->pk[PH_TYPE_F16].tile && ph_kt()->pk[PH_TYPE_F16].tile == plain.pk[PH_TYPE_F16].tile);
+        ph_kernels_force(PH_ISA_SCALAR);
     }
     CHECK(strcmp(ph_isa_name(PH_ISA_AVX2), "avx2") == 0);
     const ph_type_info *ti = ph_type_get(PH_TYPE_Q6_K);

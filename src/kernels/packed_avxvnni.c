@@ -6,7 +6,8 @@
  * and the reference's float steps in its order (no FMA): bit for bit the
  * scalar reference, for any number of rows. Q6_K keeps packed_avx2.c's
  * maddubs pairs (two sub-block steps in int16) and scales them with VPDPWSSD:
- * that measured faster than VPDPBUSD and a VPMULLD per sub-block. */
+ * that measured faster than VPDPBUSD and a VPMULLD per sub-block. F16 has
+ * no VNNI kernel: the table keeps packed_avx2.c's. */
 #include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
@@ -83,6 +84,47 @@ INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
 }
 
+/* ---- Q4_0 --------------------------------------------------------------------- */
+
+/* Nibbles q = w + 8 times x; the 8 comes off through the block's 128·Σx (>> 4). */
+INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
+                      const int NR) {
+    int64_t nb = n / PH_QK8_0;
+    const ph_block_q8_0 *xr[MX];
+    const q8_0_extra *ex[MX];
+    __m256 acc[MX][2];
+    UNROLL for (int r = 0; r < NR; r++) {
+        xr[r] = (const ph_block_q8_0 *)(x + r * xb);
+        ex[r] = (const q8_0_extra *)(xr[r] + nb);
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q4_0_BYTES) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i s[MX];
+            UNROLL for (int r = 0; r < NR; r++) s[r] = _mm256_setzero_si256();
+            UNROLL for (int v = 0; v < 4; v++) {
+                if (h == 0) PREFETCH(wg + 32 + 64 * v + PF_0);
+                __m256i q = ld(wg + 32 + 64 * v + 32 * h);
+                __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                UNROLL for (int r = 0; r < NR; r++) {
+                    const int8_t *xq = xr[r][i].qs + 8 * v;
+                    s[r] = dpbusd(s[r], lo, bc32(xq));
+                    s[r] = dpbusd(s[r], hi, bc32(xq + 4));
+                }
+            }
+            __m256 dw = ld_f16x8(wg + 16 * h);
+            UNROLL for (int r = 0; r < NR; r++) {
+                /* reference: s += sumi * (dw * dx) */
+                __m256i sumi = _mm256_sub_epi32(s[r], _mm256_set1_epi32(ex[r][i].c128 >> 4));
+                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(dw, _mm256_set1_ps(ex[r][i].d)));
+                acc[r][h] = _mm256_add_ps(acc[r][h], t);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
+}
+
 /* ---- Q4_K ---------------------------------------------------------------------- */
 
 INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
@@ -109,6 +151,73 @@ INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                     if (h == 0) PREFETCH(qs + 64 * (4 * j + v) + PF_K);
                     __m256i q = ld(qs + 64 * (4 * j + v) + 32 * h);
                     __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                    UNROLL for (int r = 0; r < NR; r++) {
+                        const int8_t *xq = xr[r][i].qs + 32 * j + 8 * v;
+                        s[r] = dpbusd(s[r], lo, bc32(xq));
+                        s[r] = dpbusd(s[r], hi, bc32(xq + 4));
+                    }
+                }
+                __m256i scj = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j + 8 * h)));
+                UNROLL for (int r = 0; r < NR; r++) sumi[r] = _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(s[r], scj));
+            }
+            UNROLL for (int m = 0; m < 4; m++) {
+                __m256i mp = _mm256_cvtepu8_epi16(ld128(mn + 32 * m + 16 * h));
+                UNROLL for (int r = 0; r < NR; r++)
+                    summ[r] = dpwssd(summ[r], mp, bc32(ex[r] + 8 * i + 2 * m));
+            }
+            __m256 d = ld_f16x8(wg + 16 * h), dmin = ld_f16x8(wg + 32 + 16 * h);
+            UNROLL for (int r = 0; r < NR; r++) {
+                /* reference: s += xd * d * sumi - xd * dmin * summ */
+                __m256 xd = _mm256_set1_ps(xr[r][i].d);
+                __m256 a = _mm256_mul_ps(_mm256_mul_ps(xd, d), _mm256_cvtepi32_ps(sumi[r]));
+                __m256 b = _mm256_mul_ps(_mm256_mul_ps(xd, dmin), _mm256_cvtepi32_ps(summ[r]));
+                acc[r][h] = _mm256_add_ps(acc[r][h], _mm256_sub_ps(a, b));
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
+}
+
+/* ---- Q5_K ---------------------------------------------------------------------- */
+
+/* Bit `bit` of every byte moved to bit 4 (shifts within 16-bit lanes: what
+ * crosses a byte boundary lands outside bit 4). */
+INLINE __m256i bit_to4(__m256i h, const int bit) {
+    if (bit < 4) h = _mm256_slli_epi16(h, (unsigned)(4 - bit));
+    if (bit > 4) h = _mm256_srli_epi16(h, (unsigned)(bit - 4));
+    return _mm256_and_si256(h, _mm256_set1_epi8(0x10));
+}
+
+INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
+                      const int NR) {
+    int64_t nb = n / PH_QK_K;
+    const ph_block_q8_K *xr[MX];
+    const int16_t *ex[MX];
+    __m256 acc[MX][2];
+    UNROLL for (int r = 0; r < NR; r++) {
+        xr[r] = (const ph_block_q8_K *)(x + r * xb);
+        ex[r] = (const int16_t *)(xr[r] + nb);
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q5_K_BYTES) {
+        const uint8_t *sc = wg + 64, *mn = wg + 192, *qs = wg + 320;
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i sumi[MX], summ[MX];
+            UNROLL for (int r = 0; r < NR; r++) sumi[r] = summ[r] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                const uint8_t *qj = qs + 320 * j; /* four q vectors, then their fifth bits */
+                if (h == 0) {
+                    UNROLL for (int v = 0; v < 5; v++) PREFETCH(qj + 64 * v + PF_K);
+                }
+                __m256i s[MX];
+                UNROLL for (int r = 0; r < NR; r++) s[r] = _mm256_setzero_si256();
+                __m256i hb = ld(qj + 256 + 32 * h);
+                UNROLL for (int v = 0; v < 4; v++) {
+                    __m256i q = ld(qj + 64 * v + 32 * h);
+                    __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), bit_to4(hb, 2 * v));
+                    __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                                 bit_to4(hb, 2 * v + 1));
                     UNROLL for (int r = 0; r < NR; r++) {
                         const int8_t *xq = xr[r][i].qs + 32 * j + 8 * v;
                         s[r] = dpbusd(s[r], lo, bc32(xq));
@@ -214,11 +323,16 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     }
 
 TILE(q8_0)
+TILE(q4_0)
 TILE(q4_K)
+TILE(q5_K)
 TILE(q6_K)
 
+/* over ph_fill_packed_avx2's: its F16 entry stays */
 void ph_fill_packed_avxvnni(ph_kernel_table *t) {
     t->pk[PH_TYPE_Q8_0] = (ph_pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q4_0] = (ph_pk_plan){tile_q4_0, MX, PH_PK_ROWS, NULL};
     t->pk[PH_TYPE_Q4_K] = (ph_pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q5_K] = (ph_pk_plan){tile_q5_K, MX, PH_PK_ROWS, NULL};
     t->pk[PH_TYPE_Q6_K] = (ph_pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
 }
