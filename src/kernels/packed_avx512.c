@@ -107,6 +107,7 @@ INLINE void k4_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, f
             __m512i s[MX];
             UNROLL for (int r = 0; r < NR; r++) s[r] = _mm512_setzero_si512();
             const uint8_t *qj = qs + (Q5 ? 320 : 256) * j; /* Q5_K: its fifth bits after the nibbles */
+            if (Q5) _mm_prefetch((const char *)(qj + 256 + PF_K), _MM_HINT_T0);
             __m512i hb = Q5 ? ld(qj + 256) : _mm512_setzero_si512();
             UNROLL for (int v = 0; v < 4; v++) {
                 _mm_prefetch((const char *)(qj + 64 * v + PF_K), _MM_HINT_T0);
