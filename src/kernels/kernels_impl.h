@@ -48,7 +48,7 @@ typedef struct ph_mm_plan {
  *                      of input 16k+4i+b (q + 32, 0..63)
  * (each block in the order the kernels read it: one stream through memory)
  * Activations for packed quantized weights are the dot type's rows followed
- * by per-block extras (ph_pk_act_extras):
+ * (at PH_PK_EXTRAS_AT) by per-block extras (ph_pk_act_extras):
  *   Q8_0: {f32 d, i32 128·Σq} per block;  Q8_K: i16 Σq over each 32 inputs [8];
  * for F16 weights they are the F16 plan's f32 rows (rounded to f16). */
 #define PH_PK_ROWS 16
@@ -62,6 +62,9 @@ enum {
 size_t ph_pk_block_bytes(int type); /* 0: no packed layout */
 /* Packs n_out rows (row_bytes apart) into ceil(n_out/16) groups at dst. */
 void ph_pk_pack(ph_pool *pool, int type, const void *data, size_t row_bytes, int64_t n_in, int64_t n_out, void *dst);
+/* The extras start at the first multiple of 8 bytes after the row's
+ * blocks (bytes of them). */
+#define PH_PK_EXTRAS_AT(bytes) (((size_t)(bytes) + 7) & ~(size_t)7)
 size_t ph_pk_act_bytes(int type, int64_t n);
 void ph_pk_act_extras(int type, void *row, int64_t n);
 

@@ -23,7 +23,7 @@ typedef struct { float d; int32_t c128; } pk_q8_0_extra;
 size_t ph_pk_act_bytes(int type, int64_t n) {
     if (type == PH_TYPE_F16) return (size_t)n * sizeof(float);
     int dt = ph_type_get(type)->dot_type;
-    size_t base = ph_row_bytes(dt, n);
+    size_t base = PH_PK_EXTRAS_AT(ph_row_bytes(dt, n));
     if (dt == PH_TYPE_Q8_0) return base + (size_t)(n / PH_QK8_0) * sizeof(pk_q8_0_extra);
     return base + (size_t)(n / PH_QK_K) * 8 * sizeof(int16_t);
 }
@@ -32,7 +32,7 @@ void ph_pk_act_extras(int type, void *row, int64_t n) {
     if (type == PH_TYPE_F16) return;
     if (ph_type_get(type)->dot_type == PH_TYPE_Q8_0) {
         const ph_block_q8_0 *b = row;
-        pk_q8_0_extra *e = (pk_q8_0_extra *)(b + n / PH_QK8_0);
+        pk_q8_0_extra *e = (pk_q8_0_extra *)((uint8_t *)row + PH_PK_EXTRAS_AT(ph_row_bytes(PH_TYPE_Q8_0, n)));
         for (int64_t i = 0; i < n / PH_QK8_0; i++) {
             int s = 0;
             for (int j = 0; j < PH_QK8_0; j++) s += b[i].qs[j];
@@ -40,7 +40,7 @@ void ph_pk_act_extras(int type, void *row, int64_t n) {
         }
     } else {
         const ph_block_q8_K *b = row;
-        int16_t *e = (int16_t *)(b + n / PH_QK_K);
+        int16_t *e = (int16_t *)((uint8_t *)row + PH_PK_EXTRAS_AT(ph_row_bytes(PH_TYPE_Q8_K, n)));
         for (int64_t i = 0; i < n / PH_QK_K; i++)
             for (int j = 0; j < 8; j++) e[8 * i + j] = (int16_t)(b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
     }

@@ -50,7 +50,7 @@ INLINE void q0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, f
     __m512 acc[MX];
     UNROLL for (int r = 0; r < NR; r++) {
         xr[r] = (const ph_block_q8_0 *)(x + r * xb);
-        ex[r] = (const q8_0_extra *)(xr[r] + nb);
+        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_0)));
         acc[r] = _mm512_setzero_ps();
     }
     const __m512i m4 = _mm512_set1_epi8(15);
@@ -95,7 +95,7 @@ INLINE void k4_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, f
     __m512 acc[MX];
     UNROLL for (int r = 0; r < NR; r++) {
         xr[r] = (const ph_block_q8_K *)(x + r * xb);
-        ex[r] = (const int16_t *)(xr[r] + nb);
+        ex[r] = (const int16_t *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_K)));
         acc[r] = _mm512_setzero_ps();
     }
     const __m512i m4 = _mm512_set1_epi8(15);

@@ -60,7 +60,7 @@ INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     __m256 acc[MX][2];
     UNROLL for (int r = 0; r < NR; r++) {
         xr[r] = (const ph_block_q8_0 *)(x + r * xb);
-        ex[r] = (const q8_0_extra *)(xr[r] + nb);
+        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_0)));
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
     for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q8_0_BYTES) {
@@ -95,7 +95,7 @@ INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     __m256 acc[MX][2];
     UNROLL for (int r = 0; r < NR; r++) {
         xr[r] = (const ph_block_q8_0 *)(x + r * xb);
-        ex[r] = (const q8_0_extra *)(xr[r] + nb);
+        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_0)));
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
     const __m256i m4 = _mm256_set1_epi8(15);
@@ -135,7 +135,7 @@ INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     __m256 acc[MX][2];
     UNROLL for (int r = 0; r < NR; r++) {
         xr[r] = (const ph_block_q8_K *)(x + r * xb);
-        ex[r] = (const int16_t *)(xr[r] + nb);
+        ex[r] = (const int16_t *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_K)));
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
     const __m256i m4 = _mm256_set1_epi8(15);
@@ -196,7 +196,7 @@ INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     __m256 acc[MX][2];
     UNROLL for (int r = 0; r < NR; r++) {
         xr[r] = (const ph_block_q8_K *)(x + r * xb);
-        ex[r] = (const int16_t *)(xr[r] + nb);
+        ex[r] = (const int16_t *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_K)));
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
     const __m256i m4 = _mm256_set1_epi8(15);
