@@ -1,12 +1,15 @@
 /* pinhole serve: the HTTP server (src/server) over an engine. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/log.h"
 #include "cli/args.h"
 #include "pinhole.h"
+#include "server/access.h"
 #include "server/server.h"
 
 /* The default token limit of an answer when the request gives none: a
@@ -28,6 +31,19 @@ static void serve_usage(FILE *out) {
             "  --max-images N            most pictures per request (default 16)\n"
             "  --max-body-mb N           largest request body in MiB (default 64)\n"
             "  --api-key KEY             require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
+            "                            on every request but GET /health; other local users can read\n"
+            "                            it in the process list: prefer --api-key-file or PINHOLE_API_KEY\n"
+            "  --api-key-file FILE       the key is FILE's first line (refused if empty; a warning if\n"
+            "                            the file is readable by group or others)\n"
+            "                            Without either flag the environment variable PINHOLE_API_KEY,\n"
+            "                            when set, is the key.\n"
+            "  --cors-origin ORIGIN      let pages of ORIGIN (scheme://host[:port], or * for any) read\n"
+            "                            answers: CORS headers and preflights; may be given more than\n"
+            "                            once (default: no CORS headers, browsers block cross-origin reads)\n"
+            "  --allow-host HOST         accept requests whose Host header names HOST (with any port,\n"
+            "                            or only HOST:PORT if given so; * for any); may be given more\n"
+            "                            than once (default: only localhost, 127.x.x.x, [::1] and the\n"
+            "                            --host address; others get 403, against DNS rebinding)\n"
             "  --alias NAME              the model's name in /v1/models (default: the file name); may be\n"
             "                            given more than once: the first is listed, all are accepted\n"
             "                            as a request's \"model\"\n"
@@ -65,8 +81,8 @@ static void serve_usage(FILE *out) {
             "  --no-cache                no reuse and no embedding cache (a cold run, for comparisons)\n"
             "  -v, --verbose             log more\n"
             "Endpoints: POST /v1/chat/completions, /v1/responses, /v1/messages,\n"
-            "/v1/messages/count_tokens; GET /v1/models,\n"
-            "/health, /metrics. Pictures only as data: URIs (PNG, JPEG, WebP, GIF).\n");
+            "/v1/messages/count_tokens (bodies as Content-Type: application/json, else 415);\n"
+            "GET /v1/models, /health, /metrics. Pictures only as data: URIs (PNG, JPEG, WebP, GIF).\n");
 }
 
 static void on_progress(void *ud, const char *what, double f) {
@@ -74,14 +90,57 @@ static void on_progress(void *ud, const char *what, double f) {
     fprintf(stderr, "pinhole: [%3.0f%%] %s\n", f * 100.0, what);
 }
 
-/* aliases: room for argc names (the --alias values). */
-static int serve_main(int argc, char **argv, const char **aliases) {
+/* Reads the key from the first line of path (its newline, and a CR before
+ * it, stripped) into *out (malloc'd). Refuses an empty key; warns when
+ * the file is readable by group or others. Returns 0 or 2. */
+static int read_key_file(const char *path, char **out) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "pinhole serve: --api-key-file %s: %s\n", path, strerror(errno));
+        return 2;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
+        fprintf(stderr, "pinhole: warning: --api-key-file %s can be read by group or others (mode %03o); "
+                        "chmod 600 it\n", path, (unsigned)(st.st_mode & 0777));
+    char *line = NULL;
+    size_t cap = 0;
+    errno = 0;
+    ssize_t n = getline(&line, &cap, f);
+    if (n < 0 && ferror(f)) {
+        fprintf(stderr, "pinhole serve: --api-key-file %s: %s\n", path, strerror(errno ? errno : EIO));
+        fclose(f);
+        free(line);
+        return 2;
+    }
+    fclose(f);
+    if (n < 0) n = 0;
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+    if (line) line[n] = '\0';
+    const char *why = access_key_problem(line);
+    if (why) {
+        fprintf(stderr, "pinhole serve: --api-key-file %s: %s\n", path, why);
+        if (line) explicit_bzero(line, cap);
+        free(line);
+        return 2;
+    }
+    *out = line;
+    return 0;
+}
+
+/* aliases, cors, hosts: room for argc names each (the --alias,
+ * --cors-origin and --allow-host values). key_buf: a key read from a
+ * file (freed by the caller). */
+static int serve_main(int argc, char **argv, const char **aliases, const char **cors, const char **hosts,
+                      char **key_buf) {
     ph_engine_params ep;
     ph_engine_params_default(&ep);
     srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_body = (size_t)64 << 20,
                       .temperature = 1.0, .top_p = 1.0, .top_k = 0, .max_tokens = PH_SERVE_MAX_TOKENS};
     long l;
     double d;
+    const char *key_file = NULL;
+    bool key_flag = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -102,7 +161,23 @@ static int serve_main(int argc, char **argv, const char **aliases) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &l)) return 2; ep.n_threads = (int)l; }
         else if (!strcmp(a, "--max-images")) { if (arg_int(a, v, 0, 4096, &l)) return 2; cfg.max_images = (int)l; }
         else if (!strcmp(a, "--max-body-mb")) { if (arg_int(a, v, 1, 1 << 20, &l)) return 2; cfg.max_body = (size_t)l << 20; }
-        else if (!strcmp(a, "--api-key")) cfg.api_key = v;
+        else if (!strcmp(a, "--api-key")) { cfg.api_key = v; key_flag = true; }
+        else if (!strcmp(a, "--api-key-file")) key_file = v;
+        else if (!strcmp(a, "--cors-origin")) {
+            if (!access_origin_valid(v)) {
+                fprintf(stderr, "pinhole serve: --cors-origin '%s' is not an origin: give scheme://host[:port] "
+                                "(no path, as in http://localhost:3000) or *\n", v);
+                return 2;
+            }
+            cors[cfg.n_cors_origins++] = v;
+        }
+        else if (!strcmp(a, "--allow-host")) {
+            if (!*v || strchr(v, '/') || strchr(v, ' ')) {
+                fprintf(stderr, "pinhole serve: --allow-host '%s' is not a host name (NAME, NAME:PORT or *)\n", v);
+                return 2;
+            }
+            hosts[cfg.n_allow_hosts++] = v;
+        }
         else if (!strcmp(a, "--alias")) {
             if (!*v) { fprintf(stderr, "pinhole serve: --alias needs a name\n"); return 2; }
             aliases[cfg.n_aliases++] = v;
@@ -136,6 +211,31 @@ static int serve_main(int argc, char **argv, const char **aliases) {
         fprintf(stderr, "pinhole serve: -m MODEL is required (see pinhole serve --help)\n");
         return 2;
     }
+    /* the key: --api-key, --api-key-file, or PINHOLE_API_KEY */
+    if (key_flag && key_file) {
+        fprintf(stderr, "pinhole serve: give the key once: --api-key or --api-key-file, not both\n");
+        return 2;
+    }
+    const char *key_from = NULL;
+    if (key_file) {
+        if (read_key_file(key_file, key_buf)) return 2;
+        cfg.api_key = *key_buf;
+        key_from = "--api-key-file";
+    } else if (key_flag) {
+        key_from = "--api-key";
+    } else if (getenv("PINHOLE_API_KEY")) {
+        cfg.api_key = getenv("PINHOLE_API_KEY");
+        key_from = "PINHOLE_API_KEY";
+    }
+    if (key_from) {
+        const char *why = access_key_problem(cfg.api_key);
+        if (why) {
+            fprintf(stderr, "pinhole serve: the API key (%s): %s\n", key_from, why);
+            return 2;
+        }
+    }
+    cfg.cors_origins = cors;
+    cfg.allow_hosts = hosts;
     if (ep.kv_disk_dir && !ep.reuse) {
         fprintf(stderr, "pinhole serve: --kv-disk-dir saves state for reuse; it cannot go with --no-reuse or --no-cache\n");
         return 2;
@@ -164,18 +264,28 @@ static int serve_main(int argc, char **argv, const char **aliases) {
             ph_engine_has_vision(e) ? (ep.vision_idle_s > 0 ? "pictures on (encoder loaded on demand)" : "pictures on")
                                     : "text only",
             ph_cpu_isa());
+    if (key_from) fprintf(stderr, "pinhole: an API key is required (from %s)\n", key_from);
+    if (cfg.n_cors_origins) fprintf(stderr, "pinhole: CORS: pages of %s%s may read answers\n", cors[0],
+                                    cfg.n_cors_origins > 1 ? " and the other --cors-origin values" : "");
     int rc = server_run(e, &cfg);
     ph_engine_free(e);
     return rc;
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char **aliases = calloc(argc > 0 ? (size_t)argc : 1, sizeof *aliases);
-    if (!aliases) {
-        fprintf(stderr, "pinhole: out of memory\n");
-        return 1;
+    size_t n = argc > 0 ? (size_t)argc : 1;
+    const char **aliases = calloc(n, sizeof *aliases), **cors = calloc(n, sizeof *cors),
+               **hosts = calloc(n, sizeof *hosts);
+    char *key = NULL;
+    int rc = 1;
+    if (!aliases || !cors || !hosts) fprintf(stderr, "pinhole: out of memory\n");
+    else rc = serve_main(argc, argv, aliases, cors, hosts, &key);
+    if (key) {
+        explicit_bzero(key, strlen(key));
+        free(key);
     }
-    int rc = serve_main(argc, argv, aliases);
     free(aliases);
+    free(cors);
+    free(hosts);
     return rc;
 }

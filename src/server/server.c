@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timeutil.h"
+#include "server/access.h"
 #include "server/metrics.h"
 #include "server/server_internal.h"
 
@@ -271,33 +272,67 @@ typedef struct conn {
     strbuf body;
     int refused;       /* the status to answer with once the upload is over (0: none) */
     char why[200];
+    bool answered;     /* refused at the door: the answer is queued, the body is never read */
     job *j;            /* a streamed job, owned by the response */
 } conn;
 
-static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, const char *type, char *data, size_t n) {
+/* CORS (--cors-origin): no header at all without the flag; with it, the
+ * request's Origin is reflected when it is in the list, and every answer
+ * says that it varies by Origin. */
+static void add_cors(srv *s, struct MHD_Connection *c, struct MHD_Response *r) {
+    if (!s->cfg.n_cors_origins) return;
+    MHD_add_response_header(r, "Vary", "Origin");
+    const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (access_origin_allowed(o, s->cfg.cors_origins, s->cfg.n_cors_origins))
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", o);
+}
+
+/* close: the answer ends the connection (a request refused before its
+ * body was read: the rest of the body is never read). */
+static enum MHD_Result send_bytes_ex(srv *s, struct MHD_Connection *c, int status, const char *type, char *data,
+                                     size_t n, bool close) {
     struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(n, data, free);
     if (!r) {
         free(data);
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", type);
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    add_cors(s, c, r);
+    if (close) MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *v) {
-    char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
+static enum MHD_Result send_bytes(srv *s, struct MHD_Connection *c, int status, const char *type, char *data, size_t n) {
+    return send_bytes_ex(s, c, status, type, data, n, false);
+}
+
+static enum MHD_Result send_json_ex(srv *s, struct MHD_Connection *c, int status, json_t *v, bool close) {
+    char *t = v ? json_dumps(v, JSON_COMPACT) : NULL;
     json_decref(v);
-    if (!s) return send_bytes(c, 500, "text/plain", strdup("out of memory\n"), 14);
-    return send_bytes(c, status, "application/json", s, strlen(s));
+    if (!t) return send_bytes_ex(s, c, 500, "text/plain", strdup("out of memory\n"), 14, close);
+    return send_bytes_ex(s, c, status, "application/json", t, strlen(t), close);
+}
+
+static enum MHD_Result send_json(srv *s, struct MHD_Connection *c, int status, json_t *v) {
+    return send_json_ex(s, c, status, v, false);
 }
 
 static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, const char *endpoint, bool anthropic, int status,
                                   const char *msg) {
     metrics_request(&s->met, endpoint, status);
-    return send_json(c, status, anthropic ? anthropic_error_body(status, msg) : openai_error_body(status, msg));
+    return send_json(s, c, status, anthropic ? anthropic_error_body(status, msg) : openai_error_body(status, msg));
+}
+
+/* A refusal at the door, from the headers alone: answered at once and the
+ * connection closed, so the body (if any) is never read. */
+static enum MHD_Result refuse_now(srv *s, struct MHD_Connection *c, conn *cn, const char *endpoint, bool anthropic,
+                                  int status, const char *msg) {
+    cn->answered = true;
+    metrics_request(&s->met, endpoint, status);
+    return send_json_ex(s, c, status, anthropic ? anthropic_error_body(status, msg) : openai_error_body(status, msg),
+                        true);
 }
 
 /* Whether a request may name this model: the served name or an alias. */
@@ -339,8 +374,8 @@ static enum MHD_Result check_model(srv *s, struct MHD_Connection *c, const api_k
             snprintf(msg + n, sizeof msg - (size_t)n, "; start it with --any-model to accept any name");
     }
     metrics_request(&s->met, api->endpoint, status);
-    if (api->anthropic) return send_json(c, status, anthropic_error_body(status, msg));
-    return send_json(c, status, openai_error_body_code(status, msg, "model", status == 404 ? "model_not_found" : NULL));
+    if (api->anthropic) return send_json(s, c, status, anthropic_error_body(status, msg));
+    return send_json(s, c, status, openai_error_body_code(status, msg, "model", status == 404 ? "model_not_found" : NULL));
 }
 
 /* Streams a job's SSE bytes as the worker writes them. */
@@ -388,8 +423,7 @@ static bool authorized(srv *s, struct MHD_Connection *c) {
     if (!s->cfg.api_key) return true;
     const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
-    if (x && !strcmp(x, s->cfg.api_key)) return true;
-    return a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, s->cfg.api_key);
+    return access_key_ok(x, a, s->cfg.api_key); /* constant time in the key's bytes */
 }
 
 /* An auxiliary request (DESIGN 7): "auxiliary": true in the body, or the
@@ -448,7 +482,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
             }
             MHD_add_response_header(r, "Content-Type", "text/event-stream");
             MHD_add_response_header(r, "Cache-Control", "no-cache");
-            MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+            add_cors(s, c, r);
             metrics_request(&s->met, api->endpoint, 200);
             enum MHD_Result ok = MHD_queue_response(c, 200, r);
             MHD_destroy_response(r);
@@ -463,7 +497,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     if (j->failed) ok = send_error(s, c, api->endpoint, api->anthropic, j->rep.finish == PH_FINISH_CANCELLED ? 503 : status_for(&j->err), j->err.msg);
     else {
         metrics_request(&s->met, api->endpoint, 200);
-        ok = send_json(c, 200, count_only ? json_pack("{s:i}", "input_tokens", j->n_counted) : api->result(j));
+        ok = send_json(s, c, 200, count_only ? json_pack("{s:i}", "input_tokens", j->n_counted) : api->result(j));
     }
     job_unref(j);
     return ok;
@@ -472,7 +506,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
 static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *url) {
     if (!strcmp(url, "/health")) {
         metrics_request(&s->met, "health", 200);
-        return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+        return send_json(s, c, 200, json_pack("{s:s}", "status", "ok"));
     }
     if (!strcmp(url, "/metrics")) {
         /* the worker's snapshot: the engine itself belongs to the worker */
@@ -482,11 +516,10 @@ static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *
         ph_engine_get_disk_stats(s->e, &st); /* the writer thread's work goes on between jobs */
         metrics_request(&s->met, "metrics", 200);
         char *text = metrics_render(&s->met, &st);
-        if (!text) return send_bytes(c, 500, "text/plain", strdup("out of memory\n"), 14);
-        return send_bytes(c, 200, "text/plain; version=0.0.4", text, strlen(text));
+        if (!text) return send_bytes(s, c, 500, "text/plain", strdup("out of memory\n"), 14);
+        return send_bytes(s, c, 200, "text/plain; version=0.0.4", text, strlen(text));
     }
     if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) {
-        if (!authorized(s, c)) return send_error(s, c, "models", false, 401, "a valid API key is required");
         json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->cfg.model_name, "object", "model", "created", (json_int_t)0,
                               "owned_by", "pinhole");
         if (url[10] == '/' && !model_served(s, url + 11)) {
@@ -494,8 +527,8 @@ static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *
             return send_error(s, c, "models", false, 404, "no such model");
         }
         metrics_request(&s->met, "models", 200);
-        if (url[10] == '/') return send_json(c, 200, m);
-        return send_json(c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+        if (url[10] == '/') return send_json(s, c, 200, m);
+        return send_json(s, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
     }
     return send_error(s, c, "other", false, 404, "no such endpoint");
 }
@@ -512,6 +545,91 @@ static const api_kind *api_for(const char *url) {
     return NULL;
 }
 
+/* The endpoint label of /metrics for a URL. */
+static const char *endpoint_label(const char *url, const api_kind *api) {
+    if (api) return api->endpoint;
+    if (!strcmp(url, "/health")) return "health";
+    if (!strcmp(url, "/metrics")) return "metrics";
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) return "models";
+    return "other";
+}
+
+/* An OPTIONS request. A CORS preflight (Origin and
+ * Access-Control-Request-Method) from an origin in --cors-origin gets 204
+ * with the Access-Control-Allow-* headers; from any other origin (or with
+ * no --cors-origin) 403 and no CORS header. A plain OPTIONS gets 204 with
+ * Allow. Neither needs the key: browsers send preflights without it. */
+static enum MHD_Result handle_options(srv *s, struct MHD_Connection *c, conn *cn, const char *url,
+                                      const api_kind *api) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const char *method = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
+    const char *label = endpoint_label(url, api);
+    if (origin && method && !access_origin_allowed(origin, s->cfg.cors_origins, s->cfg.n_cors_origins)) {
+        char msg[400];
+        if (s->cfg.n_cors_origins)
+            snprintf(msg, sizeof msg, "cross-origin requests from '%.200s' are not allowed (not in --cors-origin)", origin);
+        else
+            snprintf(msg, sizeof msg,
+                     "cross-origin requests are not allowed: start the server with --cors-origin %.200s to allow "
+                     "this origin", origin);
+        return refuse_now(s, c, cn, label, api && api->anthropic, 403, msg);
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(0, NULL, NULL);
+    if (!r) return MHD_NO;
+    add_cors(s, c, r);
+    if (origin && method) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const char *hdrs = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        if (hdrs && *hdrs) MHD_add_response_header(r, "Access-Control-Allow-Headers", hdrs);
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+        if (s->cfg.n_cors_origins) MHD_add_response_header(r, "Vary", "Access-Control-Request-Headers");
+    } else {
+        MHD_add_response_header(r, "Allow", "GET, POST, OPTIONS");
+    }
+    cn->answered = true;
+    metrics_request(&s->met, label, 204);
+    enum MHD_Result ok = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* The checks made from the headers alone, in this order, each answered at
+ * once (the body is never read) and closing the connection: the Host (DNS
+ * rebinding: 403), CORS preflights, the API key (401: every request but
+ * GET /health), and for the API endpoints' POSTs the Content-Type (415).
+ * Returns MHD_YES with *done false when the request goes on. */
+static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, const char *url, const char *method,
+                                   const api_kind *api, bool *done) {
+    *done = true;
+    const char *label = endpoint_label(url, api);
+    const bool anth = api && api->anthropic;
+    char msg[400];
+    /* a request without Host (HTTP/1.0) passes: it cannot come from a browser page */
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (host && !access_host_allowed(host, s->cfg.host, s->cfg.allow_hosts, s->cfg.n_allow_hosts)) {
+        snprintf(msg, sizeof msg,
+                 "the Host '%.200s' is not allowed: this server answers requests addressed to localhost, "
+                 "127.0.0.1, [::1] or %s; start it with --allow-host NAME to accept another name",
+                 host, s->cfg.host);
+        PH_INFO("refused a request for Host '%.200s' (see --allow-host)", host);
+        return refuse_now(s, c, cn, label, anth, 403, msg);
+    }
+    if (!strcmp(method, "OPTIONS")) return handle_options(s, c, cn, url, api);
+    if (strcmp(url, "/health") && !authorized(s, c))
+        return refuse_now(s, c, cn, label, anth, 401,
+                          "a valid API key is required (Authorization: Bearer KEY or x-api-key: KEY)");
+    if (!strcmp(method, "POST") && api) {
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+        if (!access_is_json(ct)) {
+            if (ct) snprintf(msg, sizeof msg, "the body must be JSON sent as Content-Type: application/json, not '%.200s'", ct);
+            else snprintf(msg, sizeof msg, "the body must be JSON sent as Content-Type: application/json (the request has no Content-Type)");
+            return refuse_now(s, c, cn, label, anth, 415, msg);
+        }
+    }
+    *done = false;
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -521,14 +639,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         conn *cn = calloc(1, sizeof *cn);
         if (!cn) return MHD_NO;
         *con_cls = cn;
+        bool done;
+        enum MHD_Result mr = at_the_door(s, c, cn, url, method, api, &done);
+        if (done) return mr;
         if (!strcmp(method, "POST") && api) {
-            if (!authorized(s, c)) {
-                cn->refused = 401;
-                snprintf(cn->why, sizeof cn->why, "a valid API key is required");
-            }
             /* an oversize body is refused from its header, before it is read */
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-            if (!cn->refused && cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
+            if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
                 cn->refused = 413;
                 snprintf(cn->why, sizeof cn->why,
                          "the request body is %s bytes; at most %zu MiB are accepted (--max-body-mb)", cl,
@@ -545,6 +662,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     conn *cn = *con_cls;
+    if (cn->answered) { /* refused at the door: nothing more is read */
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (*upload_size) {
         if (!cn->refused && cn->body.n + *upload_size > s->cfg.max_body) {
             cn->refused = 413;
@@ -556,15 +677,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (cn->refused) return send_error(s, c, api ? api->endpoint : "other", api && api->anthropic, cn->refused, cn->why);
-    if (!strcmp(method, "OPTIONS")) { /* CORS preflight */
-        struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(0, NULL, NULL);
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
-        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        MHD_add_response_header(r, "Access-Control-Allow-Headers", "*");
-        enum MHD_Result ok = MHD_queue_response(c, 204, r);
-        MHD_destroy_response(r);
-        return ok;
-    }
     if (!strcmp(method, "GET")) return handle_get(s, c, url);
     if (!strcmp(method, "POST") && api) {
         if (cn->body.oom) return send_error(s, c, api->endpoint, api->anthropic, 500, "out of memory");
@@ -594,6 +706,14 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     PH_DEBUG("http: %s", buf);
 }
 
+/* The thread in sigwait. The engine's threads were started before the
+ * signals were blocked here, so a SIGINT or SIGTERM the kernel hands to
+ * one of them would kill the process: the handler sends it on to the
+ * waiting thread instead. */
+static pthread_t g_signal_thread;
+
+static void forward_signal(int sig) { pthread_kill(g_signal_thread, sig); }
+
 int server_run(ph_engine *e, const srv_config *cfg) {
     srv *s = calloc(1, sizeof *s);
     if (!s) return 1;
@@ -609,6 +729,13 @@ int server_run(ph_engine *e, const srv_config *cfg) {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
+    g_signal_thread = pthread_self();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     int rc = 1;
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
@@ -635,6 +762,9 @@ int server_run(ph_engine *e, const srv_config *cfg) {
     fflush(stderr);
     int sig = 0;
     sigwait(&set, &sig);
+    /* a second signal during the shutdown ends the process, as before */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     fprintf(stderr, "pinhole: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
     rc = 0;
 stop_worker:

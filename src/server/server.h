@@ -15,7 +15,16 @@ typedef struct srv_config {
     int port;                  /* 0: any free port */
     int max_images;            /* per request */
     size_t max_body;           /* bytes */
-    const char *api_key;       /* NULL: no key needed */
+    const char *api_key;       /* NULL: no key needed; else every request but GET /health and
+                                * CORS preflights must carry it */
+    /* --cors-origin: the origins whose pages may read answers ("*": any);
+     * none: no CORS headers at all */
+    const char *const *cors_origins;
+    size_t n_cors_origins;
+    /* --allow-host: Host values accepted besides the loopback names and
+     * the bound address ("*": any) */
+    const char *const *allow_hosts;
+    size_t n_allow_hosts;
     const char *model_name;    /* the id in /v1/models and responses */
     /* the names a request's "model" may give: model_name and these (the
      * --alias names; model_name is the first of them when there are any) */

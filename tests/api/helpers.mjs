@@ -60,13 +60,16 @@ function cacheDir() {
 /**
  * Starts `pinhole serve` on a free port and waits (60 s at most) for its
  * "pinhole: listening on http://127.0.0.1:PORT" line on stderr.
- * vision: pass --mmproj; extra: more arguments (--max-images 2, -c 128 ...).
+ * vision: pass --mmproj; extra: more arguments (--max-images 2, -c 128 ...);
+ * env: more environment variables (PINHOLE_API_KEY ...).
  */
-export async function startServer({ vision = true, extra = [] } = {}) {
+export async function startServer({ vision = true, extra = [], env = {} } = {}) {
   const args = ['serve', '-m', MODEL, ...(vision ? ['--mmproj', MMPROJ] : []), '--port', '0', '-t', '2', ...extra];
+  const inherited = { ...process.env };
+  delete inherited.PINHOLE_API_KEY; // a key of the caller's shell would lock every test out
   const proc = spawn(BIN, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, XDG_CACHE_HOME: cacheDir() },
+    env: { ...inherited, XDG_CACHE_HOME: cacheDir(), ...env },
   });
   live.add(proc);
   let stderr = '';

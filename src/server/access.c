@@ -1,0 +1,143 @@
+/* Who may talk to the server: see access.h. */
+#include "server/access.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <strings.h>
+
+/* Splits a Host value into its name (brackets kept for IPv6) and checks
+ * that what follows is nothing or ":PORT". Returns false when malformed. */
+static bool split_host(const char *host, char *name, size_t cap, bool *has_port) {
+    const char *end;
+    if (host[0] == '[') {
+        const char *rb = strchr(host, ']');
+        if (!rb) return false;
+        end = rb + 1;
+    } else {
+        end = strchr(host, ':');
+        if (!end) end = host + strlen(host);
+    }
+    size_t n = (size_t)(end - host);
+    if (n == 0 || n >= cap) return false;
+    memcpy(name, host, n);
+    name[n] = '\0';
+    *has_port = *end == ':';
+    if (!*end) return true;
+    if (*end != ':') return false;
+    size_t digits = 0;
+    for (const char *p = end + 1; *p; p++, digits++)
+        if (*p < '0' || *p > '9') return false;
+    return digits >= 1 && digits <= 5;
+}
+
+static bool is_loopback(const char *name) {
+    if (!strcasecmp(name, "localhost")) return true;
+    if (name[0] == '[') {
+        char v6[64];
+        size_t n = strlen(name);
+        if (n < 3 || n - 2 >= sizeof v6 || name[n - 1] != ']') return false;
+        memcpy(v6, name + 1, n - 2);
+        v6[n - 2] = '\0';
+        struct in6_addr a;
+        if (inet_pton(AF_INET6, v6, &a) != 1) return false;
+        if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+        return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+    }
+    struct in_addr a;
+    return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+bool access_host_allowed(const char *host, const char *bound, const char *const *allowed, size_t n_allowed) {
+    if (!host || !*host) return false;
+    for (size_t i = 0; i < n_allowed; i++)
+        if (!strcmp(allowed[i], "*")) return true;
+    char name[256];
+    bool has_port;
+    if (!split_host(host, name, sizeof name, &has_port)) return false;
+    if (is_loopback(name)) return true;
+    if (bound) {
+        struct in_addr a, b;
+        if (inet_pton(AF_INET, name, &a) == 1 && inet_pton(AF_INET, bound, &b) == 1) {
+            if (a.s_addr == b.s_addr) return true;
+        } else if (!strcasecmp(name, bound)) {
+            return true;
+        }
+    }
+    for (size_t i = 0; i < n_allowed; i++) {
+        char aname[256];
+        bool aport;
+        if (!split_host(allowed[i], aname, sizeof aname, &aport)) continue;
+        if (aport ? !strcasecmp(allowed[i], host) : !strcasecmp(aname, name)) return true;
+    }
+    return false;
+}
+
+bool access_origin_allowed(const char *origin, const char *const *list, size_t n) {
+    if (!origin || !*origin) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(list[i], "*") || !strcasecmp(list[i], origin)) return true;
+    return false;
+}
+
+bool access_origin_valid(const char *s) {
+    if (!strcmp(s, "*")) return true;
+    const char *sep = strstr(s, "://");
+    if (!sep || sep == s) return false;
+    for (const char *p = s; p < sep; p++) {
+        char c = *p;
+        bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        bool ok = alpha || (p > s && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'));
+        if (!ok) return false;
+    }
+    const char *h = sep + 3;
+    if (!*h) return false;
+    for (const char *p = h; *p; p++)
+        if (*p == '/' || *p == '?' || *p == '#' || *p == '*' || (unsigned char)*p <= ' ' || *p == 0x7f) return false;
+    return true;
+}
+
+bool access_is_json(const char *ct) {
+    if (!ct) return false;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    static const char want[] = "application/json";
+    if (strncasecmp(ct, want, sizeof want - 1)) return false;
+    const char *p = ct + sizeof want - 1;
+    while (*p == ' ' || *p == '\t') p++;
+    return *p == '\0' || *p == ';';
+}
+
+bool access_key_equal(const char *given, const char *key) {
+    if (!given || !key) return false;
+    /* the lengths are the client's own and the server's fixed one: the
+     * loop's length and the branch on i < gl depend on no secret byte */
+    size_t gl = strlen(given), kl = strlen(key);
+    unsigned acc = 0;
+    for (size_t i = 0; i < kl; i++) {
+        unsigned char g = i < gl ? (unsigned char)given[i] : 0;
+        acc |= (unsigned)(g ^ (unsigned char)key[i]);
+    }
+    size_t diff = gl ^ kl;
+    return (acc | (unsigned)(diff != 0)) == 0;
+}
+
+bool access_key_ok(const char *x_api_key, const char *authorization, const char *key) {
+    const char *bearer = NULL;
+    if (authorization && !strncasecmp(authorization, "Bearer ", 7)) {
+        bearer = authorization + 7;
+        while (*bearer == ' ') bearer++;
+    }
+    /* both are compared, whichever matches */
+    bool x = access_key_equal(x_api_key, key);
+    bool b = access_key_equal(bearer, key);
+    return x | b;
+}
+
+const char *access_key_problem(const char *key) {
+    if (!key || !*key) return "the key is empty";
+    for (const char *p = key; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) return "the key has a control character (a tab or a second line?)";
+    size_t n = strlen(key);
+    if (key[0] == ' ' || key[n - 1] == ' ') return "the key starts or ends with a space (HTTP drops those from headers)";
+    return NULL;
+}
