@@ -8,7 +8,9 @@
  * never a file open for a load; a held prefix is not written twice and a
  * longer checkpoint replaces its prefix, queued or stored; a temporary
  * file left under this pid blocks no write; release_rows lets the caller
- * change its cells; two processes share a folder; verify and prune. */
+ * change its cells; two processes share a folder; verify and prune; the
+ * folder is 0700 and every file in it 0600; the free-space floor evicts
+ * the least recently used and skips a checkpoint there is no room for. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/fs_space.h"
 #include "base/log.h"
 #include "state/disk_tier.h"
 #include "test.h"
@@ -926,6 +929,126 @@ static void verify_prune(void) {
     disk_tier_close(t);
 }
 
+static unsigned mode_of(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (unsigned)(st.st_mode & 07777) : 0xffffu;
+}
+
+/* The folder (and its missing parents) 0700; the index, SQLite's -wal and
+ * -shm files and every checkpoint 0600. */
+static void modes(void) {
+    char top[128], dir[160], p[512];
+    make_dir(top, sizeof top, "modes");
+    snprintf(dir, sizeof dir, "%s/kv", top);
+    disk_tier *t = open_tier(dir, BIG);
+    conv_seq(&A, 41, true);
+    kv_fill(&kvA, 41, CONV_ROWS);
+    CHECK(save_flush(t, &A, CONV_ROWS, &kvA));
+    add_text(&A, 41, 20); /* a longer one: a second write, a prefix removed */
+    kv_fill(&kvA, 41, A.n_rows);
+    CHECK(save_flush(t, &A, A.n_rows, &kvA));
+    CHECKF(mode_of(top) == 0700 && mode_of(dir) == 0700, "folders %o %o", mode_of(top), mode_of(dir));
+    int n = 0, n_wal = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        path_in(p, sizeof p, dir, de->d_name);
+        CHECKF(mode_of(p) == 0600, "%s: mode %o", de->d_name, mode_of(p));
+        n++;
+        n_wal += strstr(de->d_name, "-wal") != NULL;
+    }
+    if (d) closedir(d);
+    CHECKF(n >= 2 && n_wal == 1 && count_files(dir, NULL) == 1, "%d files, %d -wal", n, n_wal);
+    disk_tier_close(t);
+
+    /* a folder the user made keeps its mode */
+    make_dir(dir, sizeof dir, "modes-mine");
+    CHECK(mkdir(dir, 0750) == 0 && chmod(dir, 0750) == 0);
+    t = open_tier(dir, BIG);
+    CHECK(save_flush(t, &A, A.n_rows, &kvA));
+    path_in(p, sizeof p, dir, "index.sqlite");
+    CHECK(mode_of(dir) == 0750 && mode_of(p) == 0600);
+    disk_tier_close(t);
+}
+
+/* A simulated file system of 1 GiB (floor 256 MiB): g_other bytes used by
+ * others, the rest by the checkpoints in g_floor_dir. */
+static char g_floor_dir[128];
+static uint64_t g_other;
+
+static int fake_space(const char *dir, uint64_t *avail, uint64_t *total) {
+    (void)dir;
+    uint64_t used = g_other;
+    DIR *d = opendir(g_floor_dir);
+    char p[512];
+    for (struct dirent *de; d && (de = readdir(d));) {
+        size_t len = strlen(de->d_name);
+        if (len < 5 || strcmp(de->d_name + len - 5, ".phkv")) continue;
+        path_in(p, sizeof p, g_floor_dir, de->d_name);
+        struct stat st;
+        if (stat(p, &st) == 0) used += (uint64_t)st.st_size;
+    }
+    if (d) closedir(d);
+    *total = 1ull << 30;
+    *avail = used < *total ? *total - used : 0;
+    return 0;
+}
+
+static void floor_space(void) {
+    const uint64_t one = file_bytes(CONV_ROWS, 2);
+    make_dir(g_floor_dir, sizeof g_floor_dir, "floor");
+    g_other = (1ull << 30) - PH_FS_FLOOR_MIN - 2 * one - one / 2; /* room for 2 and a half */
+    ph_fs_space_set_test_hook(fake_space);
+    disk_tier *t = open_tier(g_floor_dir, BIG);
+    seq_state c[4];
+    kv_cache kv[4];
+    char names[4][DISK_NAME_LEN];
+    for (int i = 0; i < 4; i++) {
+        seq_init(&c[i], NCTX, NULL);
+        conv_seq(&c[i], 51 + (uint32_t)i, true);
+        kv_make(&kv[i]);
+        kv_fill(&kv[i], 51 + (uint32_t)i, CONV_ROWS);
+    }
+    for (int i = 0; i < 3; i++) {
+        CHECK(save_flush(t, &c[i], CONV_ROWS, &kv[i]));
+        name_of(t, &c[i], names[i]);
+        CHECK(names[i][0]);
+        sleep_ms(5);
+    }
+    disk_tier_stats st = stats(t);
+    CHECKF(st.saves == 3 && st.evictions == 1 && st.no_space == 0, "saves %llu evictions %llu no_space %llu",
+           (unsigned long long)st.saves, (unsigned long long)st.evictions, (unsigned long long)st.no_space);
+    CHECK(!exists(g_floor_dir, names[0]) && exists(g_floor_dir, names[1]) && exists(g_floor_dir, names[2]));
+    RESTORES(t, &c[2], &c[2], &kv[2], CONV_ROWS);
+
+    /* others fill the disk: every checkpoint goes, and still no room */
+    g_other += 3 * one;
+    CHECK(save_flush(t, &c[3], CONV_ROWS, &kv[3]));
+    st = stats(t);
+    CHECKF(st.saves == 3 && st.no_space == 1 && st.skipped == 1 && count_files(g_floor_dir, NULL) == 0 && st.entries == 0,
+           "saves %llu no_space %llu files %d", (unsigned long long)st.saves, (unsigned long long)st.no_space,
+           count_files(g_floor_dir, NULL));
+    RESTORES(t, &c[3], &c[3], &kv[3], 0);
+    /* room again: writes resume */
+    g_other -= 3 * one;
+    CHECK(save_flush(t, &c[0], CONV_ROWS, &kv[0]));
+    sleep_ms(5);
+    CHECK(save_flush(t, &c[1], CONV_ROWS, &kv[1]));
+    CHECK(stats(t).saves == 5 && count_files(g_floor_dir, NULL) == 2);
+    disk_tier_close(t);
+    /* opened under its floor: the least recently used goes */
+    g_other += one;
+    t = open_tier(g_floor_dir, BIG);
+    CHECK(!exists(g_floor_dir, names[0]) && exists(g_floor_dir, names[1]) && stats(t).entries == 1);
+    RESTORES(t, &c[1], &c[1], &kv[1], CONV_ROWS);
+    disk_tier_close(t);
+    ph_fs_space_set_test_hook(NULL);
+    for (int i = 0; i < 4; i++) {
+        seq_free(&c[i]);
+        kv_drop(&kv[i]);
+    }
+}
+
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)flag;
@@ -935,6 +1058,7 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 
 int main(void) {
     ph_log_set_level(PH_LOG_ERROR); /* rejections are expected here */
+    umask(022);                     /* the usual one: the tier must not rely on a stricter umask */
     snprintf(g_root, sizeof g_root, "/tmp/ph_disk_tier.XXXXXX");
     if (!mkdtemp(g_root)) die("mkdtemp");
     seq_init(&A, NCTX, NULL);
@@ -954,6 +1078,8 @@ int main(void) {
     release();
     two_processes();
     verify_prune();
+    modes();
+    floor_space();
 
     seq_free(&A);
     seq_free(&B);

@@ -1,8 +1,10 @@
 /* The image-embedding cache (src/state/embed_cache): LRU order and bounds,
  * references that outlive eviction, the disabled cache, and the disk copy:
  * a round trip across a restart, and every kind of bad file refused,
- * removed and counted, never used. */
+ * removed and counted, never used; the modes of the folder and its files;
+ * the free-space floor and a full disk (simulated). */
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
+#include "base/fs_space.h"
 #include "base/sha256.h"
 #include "state/embed_cache.h"
 #include "test.h"
@@ -528,7 +532,198 @@ static void test_disk_budget(void) {
     clear_dir();
 }
 
+static unsigned mode_of(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (unsigned)(st.st_mode & 07777) : 0xffffu;
+}
+
+/* Folders the cache creates are 0700, its files 0600 (whatever the umask
+ * lets through); a folder that exists keeps its mode. */
+static void test_modes(void) {
+    char top[128], dir[160], mine[160], p[512];
+    snprintf(top, sizeof top, "%s/new", g_dir);
+    snprintf(dir, sizeof dir, "%s/new/embeddings", g_dir);
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(4, 1 << 20, dir, &e);
+    CHECK(c != NULL);
+    CHECKF(mode_of(top) == 0700 && mode_of(dir) == 0700, "created folders: %o %o", mode_of(top), mode_of(dir));
+    uint8_t key[32];
+    key_of(1, key);
+    CHECK(ph_embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, 1), NULL, NULL, &e) == 0);
+    char hex[65];
+    ph_hex(key, 32, hex);
+    snprintf(p, sizeof p, "%s/%s.embd", dir, hex);
+    CHECKF(mode_of(p) == 0600, "an entry file: %o", mode_of(p));
+    ph_embed_cache_free(c);
+    CHECK(unlink(p) == 0 && rmdir(dir) == 0 && rmdir(top) == 0);
+
+    /* the user's own folder keeps its mode; the files in it are 0600 */
+    snprintf(mine, sizeof mine, "%s/mine", g_dir);
+    CHECK(mkdir(mine, 0755) == 0 && chmod(mine, 0755) == 0);
+    c = ph_embed_cache_new(4, 1 << 20, mine, &e);
+    CHECK(c && ph_embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, 1), NULL, NULL, &e) == 0);
+    snprintf(p, sizeof p, "%s/%s.embd", mine, hex);
+    CHECKF(mode_of(mine) == 0755 && mode_of(p) == 0600, "folder %o, file %o", mode_of(mine), mode_of(p));
+    ph_embed_cache_free(c);
+    CHECK(unlink(p) == 0 && rmdir(mine) == 0);
+
+    /* base/atomic_file itself: temporary and final files 0600, folders 0700 */
+    snprintf(top, sizeof top, "%s/x/y", g_dir);
+    CHECK(ph_mkdir_p(top, &e) == 0 && mode_of(top) == 0700);
+    snprintf(p, sizeof p, "%s/f", top);
+    const void *parts[1] = {"abc"};
+    const size_t lens[1] = {3};
+    CHECK(ph_file_write_atomic(p, parts, lens, 1, &e) == 0 && mode_of(p) == 0600);
+    CHECK(unlink(p) == 0 && rmdir(top) == 0);
+    snprintf(top, sizeof top, "%s/x", g_dir);
+    CHECK(mode_of(top) == 0700 && rmdir(top) == 0);
+}
+
+/* A simulated file system: g_fs_total bytes, of which g_fs_other are used
+ * by others and the rest by the files in g_dir; writes past g_fs_quota
+ * bytes in g_dir fail with ENOSPC even though statvfs says otherwise (a
+ * quota, or space statvfs does not show). */
+static uint64_t g_fs_total, g_fs_other, g_fs_quota = UINT64_MAX;
+static int g_fs_calls, g_write_calls;
+
+static uint64_t dir_bytes(void) {
+    DIR *d = opendir(g_dir);
+    uint64_t n = 0;
+    struct dirent *de;
+    char p[512];
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", g_dir, de->d_name);
+        long sz = file_size(p);
+        if (sz > 0) n += (uint64_t)sz;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static int fake_space(const char *dir, uint64_t *avail, uint64_t *total) {
+    (void)dir;
+    g_fs_calls++;
+    uint64_t used = g_fs_other + dir_bytes();
+    *total = g_fs_total;
+    *avail = used < g_fs_total ? g_fs_total - used : 0;
+    return 0;
+}
+
+static int fake_write(const char *path, const void *const *parts, const size_t *lens, size_t n, ph_err *e) {
+    g_write_calls++;
+    uint64_t size = 0;
+    for (size_t i = 0; i < n; i++) size += lens[i];
+    if (dir_bytes() + size > g_fs_quota) {
+        errno = ENOSPC;
+        return ph_err_set(e, "%s: write of the temporary file failed: %s", path, strerror(ENOSPC));
+    }
+    return ph_file_write_atomic(path, parts, lens, n, e);
+}
+
+/* The free-space floor: the least recently used files make room for a new
+ * one; a disk that others filled takes them all and the entry then stays in
+ * memory only; a write that fails with ENOSPC makes room and is tried once
+ * more. */
+static void test_disk_full(void) {
+    const uint64_t one = HEADER + 2 * 2 * 8 * 4;
+    char p[7][512];
+    for (int i = 1; i <= 6; i++) file_of(i, p[i], sizeof p[i]);
+    CHECK(ph_fs_floor(1ull << 40) == (1ull << 40) / 20);      /* 5% of 1 TiB */
+    CHECK(ph_fs_floor(4ull << 30) == PH_FS_FLOOR_MIN);        /* 256 MiB of 4 GiB */
+    CHECK(ph_fs_floor(512ull << 20) == 128ull << 20);         /* a quarter of a small one */
+    g_fs_total = 1ull << 30;                                  /* floor: 256 MiB */
+    g_fs_other = g_fs_total - PH_FS_FLOOR_MIN - 3 * one - one / 2; /* room for 3 files above the floor */
+    ph_fs_space_set_test_hook(fake_space);
+    ph_err e = {0};
+    ph_embed_cache *c = ph_embed_cache_new(0, 1 << 20, g_dir, &e);
+    ph_embed_cache_set_write_hook(c, fake_write);
+    for (int i = 1; i <= 3; i++) {
+        CHECK(put_i(c, i, i, NULL) == 0);
+        usleep(20000); /* file times are coarse */
+    }
+    CHECK(has(c, 1)); /* 2 is now the least recent */
+    usleep(20000);
+    const ph_embed *en = NULL;
+    CHECK(put_i(c, 4, 4, &en) == 0 && en && rows_are(en, 4));
+    ph_embed_cache_release(c, en);
+    ph_embed_cache_stats st = stats(c);
+    CHECKF(st.disk_writes == 4 && st.disk_evictions == 1 && st.disk_full == 0 && st.disk_files == 3,
+           "writes %llu evictions %llu full %llu files %llu", (unsigned long long)st.disk_writes,
+           (unsigned long long)st.disk_evictions, (unsigned long long)st.disk_full, (unsigned long long)st.disk_files);
+    CHECK(exists(p[1]) && !exists(p[2]) && exists(p[3]) && exists(p[4]));
+    CHECK(g_fs_calls > 0);
+
+    /* others fill the disk: every file of the cache goes, and still no room;
+     * the entry works from memory */
+    g_fs_other += 4 * one;
+    CHECK(put_i(c, 5, 5, &en) == 0 && en && rows_are(en, 5));
+    ph_embed_cache_release(c, en);
+    st = stats(c);
+    CHECKF(st.disk_writes == 4 && st.disk_evictions == 4 && st.disk_full == 1 && st.disk_files == 0 && count_files() == 0,
+           "writes %llu evictions %llu full %llu files %llu", (unsigned long long)st.disk_writes,
+           (unsigned long long)st.disk_evictions, (unsigned long long)st.disk_full, (unsigned long long)st.disk_files);
+    /* they free it again: writes resume */
+    g_fs_other -= 4 * one;
+    CHECK(put_i(c, 5, 5, NULL) == 0 && exists(p[5]) && stats(c).disk_writes == 5);
+    /* an entry that would not fit even if every file went: nothing is
+     * removed for it (the floor itself holds) */
+    g_fs_other += one + one / 2; /* floor + 1 file free, 1 file of the cache; the entry needs 2.3 */
+    uint8_t big[32];
+    key_of(9, big);
+    CHECK(ph_embed_cache_put(c, big, 4, 4, 8, rows_of(4, 4, 8, 9), NULL, NULL, &e) == 0);
+    st = stats(c);
+    CHECK(st.disk_full == 2 && st.disk_writes == 5 && st.disk_evictions == 4 && exists(p[5]));
+    g_fs_other -= one + one / 2;
+    ph_embed_cache_free(c);
+
+    /* opening a folder on a file system under its floor (with a budget set,
+     * as the server does) removes least recently used files until it is
+     * above it again */
+    usleep(20000);
+    c = ph_embed_cache_new(0, 1 << 20, g_dir, &e);
+    CHECK(put_i(c, 6, 6, NULL) == 0 && exists(p[6]) && count_files() == 2);
+    ph_embed_cache_free(c);
+    g_fs_other += 2 * one; /* the floor is now half a file short: the older file (5) goes */
+    c = ph_embed_cache_new(0, 1 << 20, g_dir, &e);
+    ph_embed_cache_set_disk_budget(c, UINT64_MAX);
+    CHECK(!exists(p[5]) && exists(p[6]) && stats(c).disk_evictions == 1);
+    ph_embed_cache_free(c);
+    clear_dir();
+
+    /* ENOSPC though statvfs shows room: the least recently used file goes
+     * and the write is tried again, once */
+    g_fs_other = 0;
+    g_fs_quota = 2 * one + one / 2;
+    c = ph_embed_cache_new(0, 1 << 20, g_dir, &e);
+    ph_embed_cache_set_write_hook(c, fake_write);
+    CHECK(put_i(c, 1, 1, NULL) == 0);
+    usleep(20000);
+    CHECK(put_i(c, 2, 2, NULL) == 0);
+    usleep(20000);
+    g_write_calls = 0;
+    CHECK(put_i(c, 3, 3, NULL) == 0);
+    st = stats(c);
+    CHECKF(g_write_calls == 2 && st.disk_writes == 3 && st.disk_evictions == 1 && st.disk_full == 0,
+           "calls %d writes %llu evictions %llu", g_write_calls, (unsigned long long)st.disk_writes,
+           (unsigned long long)st.disk_evictions);
+    CHECK(!exists(p[1]) && exists(p[2]) && exists(p[3]) && has(c, 3) && has(c, 2));
+    /* no room at all: one more try after a removal, then given up, counted */
+    g_fs_quota = one / 2;
+    g_write_calls = 0;
+    CHECK(put_i(c, 4, 4, &en) == 0 && en && rows_are(en, 4));
+    ph_embed_cache_release(c, en);
+    st = stats(c);
+    CHECKF(g_write_calls == 2 && st.disk_full == 1 && !exists(p[4]), "calls %d full %llu", g_write_calls,
+           (unsigned long long)st.disk_full);
+    ph_embed_cache_free(c);
+    g_fs_quota = UINT64_MAX;
+    ph_fs_space_set_test_hook(NULL);
+    clear_dir();
+}
+
 int main(void) {
+    umask(022); /* the usual one: the cache must not rely on a stricter umask */
     snprintf(g_dir, sizeof g_dir, "/tmp/ph_embed_cache_XXXXXX");
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -543,6 +738,8 @@ int main(void) {
     test_bad_files();
     test_disk_budget();
     test_stats();
+    test_modes();
+    test_disk_full();
     clear_dir();
     CHECK(rmdir(g_dir) == 0);
     TEST_END();

@@ -51,7 +51,7 @@ int ph_file_write_atomic(const char *path, const void *const *parts, const size_
     if (!tmp) return ph_err_set(e, "%s: out of memory", path);
     snprintf(tmp, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), (unsigned long)atomic_fetch_add(&g_tmp_counter, 1));
 
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         ph_err_set(e, "%s: cannot create the temporary file %s: %s", path, tmp, strerror(errno));
         free(tmp);
@@ -168,7 +168,7 @@ int ph_mkdir_p(const char *path, ph_err *e) {
         if (!last && s[-1] == '/') continue; /* "a//b" */
         char c = *s;
         *s = '\0';
-        int rc = mkdir(p, 0777);
+        int rc = mkdir(p, 0700);
         int err = errno;
         *s = c;
         if (rc != 0 && err != EEXIST) {

@@ -10,7 +10,8 @@
 
 /* Writes the concatenation of n_parts buffers (parts[i], lens[i] bytes; a
  * part may be NULL when its length is 0) to path: first into a unique
- * temporary file in the same folder (path + ".tmp.<pid>.<counter>"), which
+ * temporary file in the same folder (path + ".tmp.<pid>.<counter>", mode
+ * 0600: every caller writes a cache other users must not read), which
  * is fsynced, closed and renamed over path; then the folder is fsynced (best
  * effort: some filesystems refuse). On failure the temporary file is
  * removed, path is untouched, e says why, and -1 is returned. Safe to call
@@ -25,8 +26,9 @@ int ph_file_write_atomic(const char *path, const void *const *parts, const size_
  * EFBIG: over max_bytes), so callers can tell "missing" from "broken". */
 int ph_file_read_all(const char *path, size_t max_bytes, void **data, size_t *len, ph_err *e);
 
-/* Creates the folder path and any missing parents (mode 0777 less the
- * umask). An existing folder is success; an existing non-folder is not. */
+/* Creates the folder path and any missing parents, mode 0700 (caches of
+ * pictures and conversations: the user's own). An existing folder is
+ * success and keeps its mode; an existing non-folder is not. */
 int ph_mkdir_p(const char *path, ph_err *e);
 
 /* fsyncs the folder that holds path (".", if path has no slash), so that a

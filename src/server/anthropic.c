@@ -21,16 +21,19 @@ static int add_block(job *j, json_t *b, const char *where, size_t mi, size_t bi,
         if (!json_is_object(src) || !st)
             return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].source must be an object with a 'type'", where,
                                mi, bi);
+        char at[96];
+        snprintf(at, sizeof at, "%s[%zu].content[%zu].source", where, mi, bi);
         if (!strcmp(st, "base64")) {
             const char *data = json_string_value(json_object_get(src, "data"));
             if (!data)
                 return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].source.data must be a string", where, mi,
                                    bi);
-            return job_add_image_b64(j, json_string_value(json_object_get(src, "media_type")), data, err);
+            return job_add_image_b64(j, json_string_value(json_object_get(src, "media_type")), data, at, err);
         }
         if (!strcmp(st, "url")) {
             const char *url = json_string_value(json_object_get(src, "url"));
-            return job_add_image_url(j, url ? url : "", err);
+            strncat(at, ".url", sizeof at - strlen(at) - 1);
+            return job_add_image_url(j, url ? url : "", at, err);
         }
         return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu]: image source type '%s' is not supported; only "
                                               "data: URIs and base64 sources are accepted", where, mi, bi, st);

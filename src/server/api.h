@@ -108,10 +108,14 @@ void job_sse(job *j, const char *name, json_t *v);
 /* Building the conversation (parsers). */
 int job_begin_msg(job *j, ph_role role, ph_err *err);
 int job_add_text(job *j, const char *text, size_t len, ph_err *err);
-/* A picture given as a URL string: only data: URIs are accepted. */
-int job_add_image_url(job *j, const char *url, ph_err *err);
-/* A picture given as base64 (Anthropic's source). */
-int job_add_image_b64(job *j, const char *media_type, const char *b64, ph_err *err);
+/* A picture given as a URL string: only base64 data: URIs of a picture
+ * type the decoders read (image/png, image/jpeg, image/webp, image/gif;
+ * case-insensitive, parameters allowed) are accepted. where names the field
+ * in error messages ("messages[0].content[1].image_url.url"). */
+int job_add_image_url(job *j, const char *url, const char *where, ph_err *err);
+/* A picture given as base64 (Anthropic's source), media_type checked as
+ * above; where names the source object ("messages[0].content[1].source"). */
+int job_add_image_b64(job *j, const char *media_type, const char *b64, const char *where, ph_err *err);
 int job_finish_msgs(job *j, ph_err *err);
 /* The last message's reasoning (an assistant turn of the history). */
 void job_set_reasoning(job *j, const char *text, size_t len);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -176,36 +177,63 @@ static int b64_decode(const char *s, size_t n, void **out, size_t *out_len, ph_e
     return 0;
 }
 
-int job_add_image_url(job *j, const char *url, ph_err *err) {
-    if (strncmp(url, "data:", 5) != 0) {
+/* The picture types the decoders read (src/image). */
+static const char *const IMAGE_TYPES = "image/png, image/jpeg, image/webp, image/gif";
+
+/* Whether the media type t[0..n) is one of IMAGE_TYPES: its type/subtype
+ * compared without regard to case, spaces around it and parameters after a
+ * ';' allowed ("image/PNG; charset=x"). */
+static bool image_media_type(const char *t, size_t n) {
+    static const char *const ok[] = {"image/png", "image/jpeg", "image/webp", "image/gif"};
+    const char *semi = memchr(t, ';', n);
+    if (semi) n = (size_t)(semi - t);
+    while (n && (*t == ' ' || *t == '\t')) t++, n--;
+    while (n && (t[n - 1] == ' ' || t[n - 1] == '\t')) n--;
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        if (strlen(ok[i]) == n && !strncasecmp(t, ok[i], n)) return true;
+    return false;
+}
+
+int job_add_image_url(job *j, const char *url, const char *where, ph_err *err) {
+    if (strncasecmp(url, "data:", 5) != 0) {
         char shown[64];
         snprintf(shown, sizeof shown, "%.48s%s", url, strlen(url) > 48 ? "..." : "");
         return ph_err_setc(err, PH_ERR_INPUT,
-                           "picture '%s' is not a data: URI; only data: URIs are accepted (this server does not "
+                           "%s: picture '%s' is not a data: URI; only data: URIs are accepted (this server does not "
                            "fetch URLs or read files)",
-                           shown);
+                           where, shown);
     }
     const char *comma = strchr(url, ',');
-    if (!comma) return ph_err_setc(err, PH_ERR_INPUT, "the picture's data: URI has no ',' before its data");
-    size_t meta = (size_t)(comma - url);
-    if (meta < 12 || memcmp(comma - 7, ";base64", 7) != 0)
-        return ph_err_setc(err, PH_ERR_INPUT, "the picture's data: URI must be base64 (data:image/png;base64,...)");
+    if (!comma) return ph_err_setc(err, PH_ERR_INPUT, "%s: the picture's data: URI has no ',' before its data", where);
+    /* data:[<media type>][;<parameter>]*[;base64],<data> (RFC 2397) */
+    const char *meta = url + 5;
+    const size_t n_meta = (size_t)(comma - meta);
+    const char *semi = memchr(meta, ';', n_meta);
+    const size_t n_type = semi ? (size_t)(semi - meta) : n_meta;
+    if (!image_media_type(meta, n_type))
+        return ph_err_setc(err, PH_ERR_INPUT,
+                           "%s: the data: URI's media type '%.*s' is not a picture type this server decodes (%s)",
+                           where, (int)(n_type > 64 ? 64 : n_type), meta, IMAGE_TYPES);
+    const char *last = meta + n_meta;
+    while (last > meta && last[-1] != ';') last--;
+    if (!semi || (size_t)(comma - last) != 6 || strncasecmp(last, "base64", 6) != 0)
+        return ph_err_setc(err, PH_ERR_INPUT,
+                           "%s: the data: URI is not base64; only base64 data: URIs are accepted "
+                           "(data:image/png;base64,...)",
+                           where);
     void *bytes;
     size_t len;
-    if (b64_decode(comma + 1, strlen(comma + 1), &bytes, &len, err)) return -1;
+    if (b64_decode(comma + 1, strlen(comma + 1), &bytes, &len, err)) return ph_err_prefix(err, "%s", where);
     return add_image_bytes(j, bytes, len, err);
 }
 
-int job_add_image_b64(job *j, const char *media_type, const char *b64, ph_err *err) {
-    static const char *const ok[] = {"image/png", "image/jpeg", "image/webp", "image/gif"};
-    bool known = false;
-    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) known |= media_type && !strcmp(media_type, ok[i]);
-    if (!known)
-        return ph_err_setc(err, PH_ERR_INPUT, "image media_type '%s' is not one of image/png, image/jpeg, "
-                                              "image/webp, image/gif", media_type ? media_type : "");
+int job_add_image_b64(job *j, const char *media_type, const char *b64, const char *where, ph_err *err) {
+    if (!media_type || !image_media_type(media_type, strlen(media_type)))
+        return ph_err_setc(err, PH_ERR_INPUT, "%s.media_type: '%.64s' is not a picture type this server decodes (%s)",
+                           where, media_type ? media_type : "", IMAGE_TYPES);
     void *bytes;
     size_t len;
-    if (b64_decode(b64, strlen(b64), &bytes, &len, err)) return -1;
+    if (b64_decode(b64, strlen(b64), &bytes, &len, err)) return ph_err_prefix(err, "%s.data", where);
     return add_image_bytes(j, bytes, len, err);
 }
 

@@ -36,7 +36,10 @@ static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
             if (!url)
                 return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].image_url.url must be a string", mi,
                                    pi);
-            if (job_add_image_url(j, url, err)) return -1;
+            char where[96];
+            snprintf(where, sizeof where, "messages[%zu].content[%zu].image_url%s", mi, pi,
+                     json_is_string(iu) ? "" : ".url");
+            if (job_add_image_url(j, url, where, err)) return -1;
         } else if (!strcmp(type, "refusal")) {
             json_t *t = json_object_get(part, "refusal");
             if (!json_is_string(t))

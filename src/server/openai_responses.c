@@ -24,7 +24,10 @@ static int add_part(job *j, json_t *part, const char *where, size_t mi, size_t p
                                                       "only data: URIs are accepted", mi, where, pi);
             return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].image_url must be a string", mi, where, pi);
         }
-        return job_add_image_url(j, json_string_value(u), err);
+        char at[96];
+        snprintf(at, sizeof at, "input[%zu].%s[%zu].image_url%s", mi, where, pi,
+                 json_is_object(json_object_get(part, "image_url")) ? ".url" : "");
+        return job_add_image_url(j, json_string_value(u), at, err);
     }
     if (!strcmp(type, "refusal")) {
         json_t *t = json_object_get(part, "refusal");

@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "base/atomic_file.h"
+#include "base/fs_space.h"
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/timeutil.h"
@@ -61,6 +62,7 @@ struct disk_tier {
     seq_state last;            /* the writer's last file (its provenance), named last_name */
     char last_name[DISK_NAME_LEN];
     fault fault;
+    bool warned_full;          /* a shortage of space is logged once until a write succeeds */
     disk_tier_stats st;
 };
 
@@ -531,10 +533,13 @@ static void refresh_totals(disk_tier *t) {
     sqlite3_finalize(s);
 }
 
-/* Removes least recently used files until at most max bytes remain. */
-static void enforce(disk_tier *t, uint64_t max, uint64_t *n_removed, uint64_t *bytes_removed) {
+/* Removes least recently used files (never one being read) while more
+ * than max bytes remain or, with avail (the file system's free bytes,
+ * counted up by each removal), while *avail is under want. */
+static void evict(disk_tier *t, uint64_t max, uint64_t *avail, uint64_t want, uint64_t *n_removed,
+                  uint64_t *bytes_removed) {
     refresh_totals(t);
-    while (t->st.bytes > max) {
+    while (t->st.bytes > max || (avail && *avail < want)) {
         sqlite3_stmt *s = prep(t, "SELECT name, bytes FROM files ORDER BY last_use ASC LIMIT 64");
         if (!s) return;
         cand v[64];
@@ -548,15 +553,36 @@ static void enforce(disk_tier *t, uint64_t max, uint64_t *n_removed, uint64_t *b
         }
         sqlite3_finalize(s);
         if (n == 0) return;
-        for (int i = 0; i < n && t->st.bytes > max; i++) {
+        for (int i = 0; i < n && (t->st.bytes > max || (avail && *avail < want)); i++) {
             remove_file(t, v[i].name);
             t->st.bytes -= sz[i] < t->st.bytes ? sz[i] : t->st.bytes;
+            if (avail) *avail += sz[i];
             t->st.evictions++;
             if (n_removed) (*n_removed)++;
             if (bytes_removed) *bytes_removed += sz[i];
         }
         refresh_totals(t);
     }
+}
+
+/* Removes least recently used files until at most max bytes remain. */
+static void enforce(disk_tier *t, uint64_t max, uint64_t *n_removed, uint64_t *bytes_removed) {
+    evict(t, max, NULL, 0, n_removed, bytes_removed);
+}
+
+/* Makes room for need more bytes above the file system's free-space floor
+ * (base/fs_space), removing least recently used files; false when even
+ * removing them all would not make enough (then only what is under the
+ * floor is given back, and the rest kept). An unknown free space: true.
+ * db_lock held. */
+static bool make_room(disk_tier *t, uint64_t need) {
+    uint64_t avail, total;
+    if (ph_fs_space(t->dir, &avail, &total) != 0 || ph_fs_room(avail, total, need)) return true;
+    const uint64_t floor = ph_fs_floor(total), want = floor + need < floor ? UINT64_MAX : floor + need;
+    refresh_totals(t);
+    const bool can = avail + t->st.bytes >= avail && avail + t->st.bytes >= want;
+    evict(t, UINT64_MAX, &avail, can ? want : floor, NULL, NULL);
+    return can && avail >= want;
 }
 
 /* ---- the writer ---------------------------------------------------------------- */
@@ -668,6 +694,15 @@ static void write_job(disk_tier *t, job *j) {
         key_name(h.key, name);
         pthread_mutex_lock(&t->db_lock);
         skip = skip || held(t, j, k, nk, nat);
+        if (!skip && !make_room(t, bytes)) {
+            skip = true;
+            t->st.no_space++;
+            if (!t->warned_full)
+                PH_WARN("disk cache: %s: the file system is short of space (the cache keeps max(256 MiB, 5%%) of it "
+                        "free) and removing the cache's own files would not make room; checkpoints are not "
+                        "written until there is room", t->dir);
+            t->warned_full = true;
+        }
         if (skip) t->st.skipped++;
         pthread_mutex_unlock(&t->db_lock);
     }
@@ -687,7 +722,7 @@ static void write_job(disk_tier *t, job *j) {
                  __atomic_add_fetch(&t->counter, 1, __ATOMIC_RELAXED), SUFFIX);
         free(tpath);
         if (!(tpath = path_of(t, tmp))) break;
-        if ((fd = open(tpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) >= 0 || errno != EEXIST) break;
+        if ((fd = open(tpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) >= 0 || errno != EEXIST) break;
     }
     if (fd >= 0) flock(fd, LOCK_EX); /* "being written": see stale_temp */
     uint8_t *prov = prov_encode(s, n, s->n_spans);
@@ -732,6 +767,7 @@ static void write_job(disk_tier *t, job *j) {
     pthread_mutex_lock(&t->db_lock);
     if (rc == 0 && index_insert(t, name, &h, s, bytes) == 0) {
         t->st.saves++;
+        t->warned_full = false;
         t->st.bytes_written += bytes;
         t->st.write_s += secs;
         drop_prefixes(t, j, name, k, nk);
@@ -989,6 +1025,11 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *e) {
                                                  : FAULT_NONE;
     }
     char *path = path_of(t, "index.sqlite");
+    /* SQLite would create the index 0644 (and its -wal and -shm files take
+     * the index's mode): made first, 0600, it is the user's own. An index
+     * that exists keeps its mode. */
+    int ifd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
+    if (ifd >= 0) close(ifd);
     int rc = path ? sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                                     NULL)
                   : SQLITE_NOMEM;
@@ -1007,6 +1048,7 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *e) {
     pthread_mutex_lock(&t->db_lock);
     recover(t);
     enforce(t, t->budget, NULL, NULL);
+    make_room(t, 0);
     pthread_mutex_unlock(&t->db_lock);
     return t;
 }

@@ -66,7 +66,16 @@
  *
  * Space: at most budget bytes of files; after each write the least
  * recently used files go first (never one being read); a checkpoint larger
- * than the budget is not written. Several processes may share a folder:
+ * than the budget is not written. The file system's free space is kept
+ * above a floor (base/fs_space: max(256 MiB, 5%)): before each write, and
+ * at open, least recently used files are removed until the new file fits
+ * above it; a checkpoint that does not fit even then is not written
+ * (no_space, logged once).
+ *
+ * Modes: the folder is created 0700 (with its missing parents), the index
+ * (and SQLite's -wal and -shm files, which take its mode) and every
+ * checkpoint 0600; other users cannot read the conversations. A folder or
+ * index that exists keeps its mode. Several processes may share a folder:
  * SQLite locks the index, temporary names are unique, and a file is only
  * ever replaced by rename with a complete one of the same content key.
  *
@@ -91,7 +100,8 @@ typedef struct disk_tier_stats {
     uint64_t hits;          /* lookups that restored rows */
     uint64_t misses;        /* lookups that found nothing usable */
     uint64_t saves;         /* files written */
-    uint64_t skipped;       /* checkpoints not written: held already, or larger than the budget */
+    uint64_t skipped;       /* checkpoints not written: held already, larger than the budget, or no room */
+    uint64_t no_space;      /* of those, not written for want of room above the file system's free-space floor */
     uint64_t evictions;     /* files removed for space or as prefixes of newer ones */
     uint64_t rejected;      /* files that failed a check (removed) */
     uint64_t entries, bytes;/* files in the index now (all processes) */

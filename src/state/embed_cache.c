@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "base/fs_space.h"
 #include "base/grow.h"
 #include "base/log.h"
 #include "base/sha256.h"
@@ -51,6 +52,8 @@ struct ph_embed_cache {
     uint64_t disk_bytes;
     entry *newest, *oldest;
     size_t n, bytes;
+    bool warned_full;        /* a shortage of space is logged once until a write succeeds */
+    ph_embed_write_fn write; /* ph_file_write_atomic, or a test's */
     ph_embed_cache_stats st; /* counters; entries and bytes are filled in by get_stats */
 };
 
@@ -221,22 +224,54 @@ static int by_use(const void *a, const void *b) {
     return (x->used_ns > y->used_ns) - (x->used_ns < y->used_ns);
 }
 
-/* Removes the least recently used files until the folder fits its budget
- * (the file just written is the most recent one, and fits by itself). */
-static void disk_enforce(ph_embed_cache *c) {
-    if (c->disk_bytes <= c->disk_max) return;
+/* Removes the least recently used files while the folder holds more than
+ * max bytes or *avail (the file system's free bytes, counted up by each
+ * removal) is under want. */
+static void evict_lru(ph_embed_cache *c, uint64_t max, uint64_t *avail, uint64_t want) {
+    uint64_t none = 0;
+    if (!avail) avail = &none;
+    if (c->disk_bytes <= max && *avail >= want) return;
     qsort(c->files, c->n_files, sizeof *c->files, by_use);
     size_t k = 0;
-    for (; k < c->n_files && c->disk_bytes > c->disk_max; k++) {
+    for (; k < c->n_files && (c->disk_bytes > max || *avail < want); k++) {
         char *path = file_path(c, c->files[k].key);
         if (path && unlink(path) != 0 && errno != ENOENT)
             PH_WARN("embedding cache: %s: cannot remove it: %s", path, strerror(errno));
         free(path);
         c->disk_bytes -= c->files[k].size;
+        *avail += c->files[k].size;
         c->st.disk_evictions++;
     }
     memmove(c->files, c->files + k, (c->n_files - k) * sizeof *c->files);
     c->n_files -= k;
+}
+
+/* Removes the least recently used files until the folder fits its budget
+ * (the file just written is the most recent one, and fits by itself). */
+static void disk_enforce(ph_embed_cache *c) { evict_lru(c, c->disk_max, NULL, 0); }
+
+/* Makes room for need more bytes above the file system's free-space floor
+ * (base/fs_space), removing the least recently used files; false when even
+ * removing them all would not make enough (then only what is under the
+ * floor is given back, and the rest kept). An unknown free space: true. */
+static bool space_for(ph_embed_cache *c, uint64_t need) {
+    uint64_t avail, total;
+    if (ph_fs_space(c->dir, &avail, &total) != 0) return true; /* unknown: the write will tell */
+    if (ph_fs_room(avail, total, need)) return true;
+    const uint64_t floor = ph_fs_floor(total);
+    const uint64_t want = floor + need < floor ? UINT64_MAX : floor + need;
+    const bool can = avail + c->disk_bytes >= avail && avail + c->disk_bytes >= want;
+    evict_lru(c, UINT64_MAX, &avail, can ? want : floor);
+    return can && avail >= want;
+}
+
+/* Logs that a picture's embedding is not saved for want of space: once,
+ * until a write succeeds again. */
+static void short_of_space(ph_embed_cache *c, const char *why) {
+    c->st.disk_full++;
+    if (!c->warned_full)
+        PH_WARN("embedding cache: %s: %s; new embeddings stay in memory only until there is room", c->dir, why);
+    c->warned_full = true;
 }
 
 /* Whether name is NAME.embd.tmp.PID.N of a process that no longer runs: a
@@ -286,15 +321,33 @@ static void disk_write(ph_embed_cache *c, const ph_embed *en) {
         free(path);
         return;
     }
+    const uint64_t size = EMBD_HEADER + payload;
+    if (!space_for(c, size)) {
+        short_of_space(c, "the file system is short of space (the cache keeps max(256 MiB, 5%) of it free) and "
+                          "removing the cache's own files would not make room");
+        free(path);
+        return;
+    }
     uint8_t h[EMBD_HEADER];
     build_header(en, payload, h);
     const void *parts[2] = {h, en->rows};
     const size_t lens[2] = {sizeof h, (size_t)payload};
     ph_err e = {0};
-    if (ph_file_write_atomic(path, parts, lens, 2, &e) == 0) {
+    int rc = c->write(path, parts, lens, 2, &e);
+    if (rc != 0 && (errno == ENOSPC || errno == EDQUOT) && c->n_files) {
+        /* full after all (a quota, other writers): make room for this file
+         * from the least recently used ones and try once more */
+        evict_lru(c, c->disk_bytes > size ? c->disk_bytes - size : 0, NULL, 0);
+        e = (ph_err){0};
+        rc = c->write(path, parts, lens, 2, &e);
+    }
+    if (rc == 0) {
         c->st.disk_writes++;
-        index_set(c, en->key, EMBD_HEADER + payload, now_ns(), false);
+        c->warned_full = false;
+        index_set(c, en->key, size, now_ns(), false);
         disk_enforce(c);
+    } else if (errno == ENOSPC || errno == EDQUOT) {
+        short_of_space(c, e.msg);
     } else {
         PH_WARN("embedding cache: cannot save an embedding (it stays in memory): %s", e.msg);
     }
@@ -417,6 +470,7 @@ ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char
     }
     c->max_entries = max_entries;
     c->max_bytes = max_bytes;
+    c->write = ph_file_write_atomic;
     if (dir) {
         if (ph_mkdir_p(dir, e) != 0) {
             ph_err_prefix(e, "embedding cache");
@@ -436,7 +490,13 @@ ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char
 
 void ph_embed_cache_set_disk_budget(ph_embed_cache *c, uint64_t bytes) {
     c->disk_max = bytes;
-    if (c->dir) disk_enforce(c);
+    if (!c->dir) return;
+    disk_enforce(c);
+    space_for(c, 0);
+}
+
+void ph_embed_cache_set_write_hook(ph_embed_cache *c, ph_embed_write_fn write) {
+    c->write = write ? write : ph_file_write_atomic;
 }
 
 void ph_embed_cache_free(ph_embed_cache *c) {

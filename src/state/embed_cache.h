@@ -28,11 +28,22 @@
  * lookup is a miss. The checksums catch damage (torn writes, bit rot,
  * stray files), not forgery: the folder must be the user's own.
  *
+ * The folder is created 0700 (with its missing parents) and every file in
+ * it 0600: other users cannot read the pictures' embeddings. A folder that
+ * exists keeps its mode.
+ *
  * The folder's space is bounded (ph_embed_cache_set_disk_budget; unbounded
  * until set): the cache indexes the entry files it finds when it opens the
  * folder and those it writes or loads, and after each write removes the
  * least recently used ones (by mtime, which a disk hit renews) until the
  * total fits. An entry larger than the whole budget is not written.
+ * The file system's free space is kept above a floor too (base/fs_space:
+ * max(256 MiB, 5%)): before each write, and when the budget is set, the
+ * least recently used files are removed until the new file fits above it;
+ * if even removing them all does not make room, the entry is not written
+ * (it stays in memory; counted in disk_full, logged once). A write that
+ * fails for want of space (ENOSPC, EDQUOT) removes least recently used
+ * files worth the new one and is tried once more.
  * Temporary files of writers that died (a crash or kill during a write)
  * are removed when the folder is opened; other names are left alone. */
 #ifndef PH_STATE_EMBED_CACHE_H
@@ -63,7 +74,8 @@ typedef struct ph_embed_cache_stats {
     uint64_t disk_hits;    /* hits served from dir */
     uint64_t disk_writes;  /* files written */
     uint64_t disk_rejects; /* files found bad, removed and not used */
-    uint64_t disk_evictions; /* files removed to keep the folder within its budget */
+    uint64_t disk_evictions; /* files removed to keep the folder within its budget or the free space above its floor */
+    uint64_t disk_full;      /* entries not saved for want of space on the file system */
     uint64_t disk_files, disk_bytes; /* entry files in the folder now, as far as it knows */
     uint64_t entries;      /* entries in memory now */
     uint64_t bytes;        /* their bytes now (rows plus bookkeeping) */
@@ -104,6 +116,13 @@ int ph_embed_cache_put(ph_embed_cache *c, const uint8_t key[32], int32_t grid_x,
                        float *rows, const uint8_t cond_hash[32], const ph_embed **out, ph_err *e);
 
 void ph_embed_cache_get_stats(const ph_embed_cache *c, ph_embed_cache_stats *st);
+
+/* For tests only (a full disk is hard to make): write replaces
+ * ph_file_write_atomic for the cache's files (it must set errno on
+ * failure, as that does); NULL restores it. */
+typedef int (*ph_embed_write_fn)(const char *path, const void *const *parts, const size_t *lens, size_t n_parts,
+                                 ph_err *e);
+void ph_embed_cache_set_write_hook(ph_embed_cache *c, ph_embed_write_fn write);
 
 /* cond_hash of embedding rows: SHA-256 of their bytes as stored in memory
  * (little-endian IEEE floats). */

@@ -66,6 +66,43 @@ describe('disk tier through the server', { timeout: 600_000 }, () => {
     await resumes(dir, cold, msgs, t2, 'turn 3 after SIGTERM');
   });
 
+  test('the cache folders pinhole creates are 0700 and every file in them 0600', async () => {
+    const dir = tmp();
+    const kv = join(dir, 'a', 'kv'), img = join(dir, 'b', 'img');
+    const old = process.umask(0o022); // the usual umask: pinhole must not rely on a stricter one
+    let srv;
+    try {
+      srv = await startServer({ extra: ['--kv-disk-dir', kv, '--image-cache-dir', img] });
+    } finally {
+      process.umask(old);
+    }
+    try {
+      const msgs = [{ role: 'user', content: [text('Here is my photo:'), pic('grad.png'), text('What is in this picture?')] }];
+      await turnVsCold(srv, cold, msgs, 'one turn');
+    } finally {
+      await stopServer(srv);
+    }
+    const seen = [];
+    const walk = (d) => {
+      for (const name of readdirSync(d)) {
+        const p = join(d, name);
+        const st = statSync(p);
+        seen.push(p);
+        if (st.isDirectory()) {
+          assert.equal(st.mode & 0o777, 0o700, `${p}: a folder pinhole made is 0700`);
+          walk(p);
+        } else {
+          assert.equal(st.mode & 0o077, 0, `${p}: mode ${(st.mode & 0o777).toString(8)}, no group or other bits`);
+        }
+      }
+    };
+    walk(dir);
+    assert.ok(files(kv).length >= 1, 'a checkpoint file was written');
+    assert.ok(readdirSync(img).some((f) => f.endsWith('.embd')), 'an embedding file was written');
+    assert.ok(readdirSync(kv).includes('index.sqlite'), 'the index');
+    assert.ok(seen.length >= 7, seen.join(' ')); // a, a/kv, its file, its index, b, b/img, its file
+  });
+
   test('a picture chat resumes from disk after kill -9', async () => {
     const dir = tmp();
     const { srv, msgs, t2 } = await twoTurns(dir, cold);

@@ -114,6 +114,59 @@ describe('refusals', { timeout: 300_000 }, () => {
     }), 400, 'invalid_request_error', DATA_ONLY);
   });
 
+  test('a data: URI that is not a picture type or not base64: 400 naming the field', async () => {
+    const p = picture('small.png');
+    const oa = openai(srv);
+    const an = anthropic(srv);
+    const NOT_PICTURE = /not a picture type .*image\/png, image\/jpeg, image\/webp, image\/gif/;
+    for (const [url, re] of [
+      [`data:text/html;base64,${p.b64}`, /'text\/html'/],
+      [`data:application/octet-stream;base64,${p.b64}`, /'application\/octet-stream'/],
+      [`data:;base64,${p.b64}`, /''/],
+      [`data:image/pngx;base64,${p.b64}`, /'image\/pngx'/],
+      [`data:image/svg+xml;base64,${p.b64}`, /'image\/svg\+xml'/],
+    ]) {
+      for (const stream of [false, true]) {
+        await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: chatWith(chatImage(url)), max_tokens: N, stream }),
+                          400, /messages\[0\]\.content\[0\]\.image_url\.url: /);
+      }
+      await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: chatWith(chatImage(url)), max_tokens: N }), 400, NOT_PICTURE);
+      await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: chatWith(chatImage(url)), max_tokens: N }), 400, re);
+      await openaiError(oa.responses.create({ model: MODEL_ID, input: respWith(url), max_output_tokens: N }), 400,
+                        /input\[0\]\.content\[0\]\.image_url: .*not a picture type/);
+      await anthropicError(an.messages.create({ model: MODEL_ID, max_tokens: N, messages: msgWith({ type: 'image', source: { type: 'url', url } }) }),
+                           400, 'invalid_request_error', /messages\[0\]\.content\[0\]\.source\.url: .*not a picture type/);
+    }
+    // not base64: refused, whatever the type says
+    for (const url of [`data:image/png,${p.b64}`, `data:image/png;charset=utf-8,${p.b64}`, 'data:image/png;base64x,AAAA']) {
+      await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: chatWith(chatImage(url)), max_tokens: N }), 400,
+                        /messages\[0\]\.content\[0\]\.image_url\.url: .*only base64 data: URIs are accepted/);
+      await openaiError(oa.responses.create({ model: MODEL_ID, input: respWith(url), max_output_tokens: N }), 400, /only base64/);
+    }
+    // the string form of image_url names the field without ".url"
+    await openaiError(oa.chat.completions.create({
+      model: MODEL_ID, messages: chatWith({ type: 'image_url', image_url: `data:text/plain;base64,${p.b64}` }), max_tokens: N,
+    }), 400, /messages\[0\]\.content\[0\]\.image_url: .*'text\/plain'/);
+    // Anthropic's media_type is checked the same way
+    for (const mt of ['text/html', 'image/svg+xml', '', 'png']) {
+      await anthropicError(an.messages.create({
+        model: MODEL_ID, max_tokens: N, messages: msgWith({ type: 'image', source: { type: 'base64', media_type: mt, data: p.b64 } }),
+      }), 400, 'invalid_request_error', /messages\[0\]\.content\[0\]\.source\.media_type: .*not a picture type/);
+    }
+    // the second picture is the one named
+    await openaiError(oa.chat.completions.create({
+      model: MODEL_ID, messages: chatWith(chatImage(p.url), chatImage(`data:text/html;base64,${p.b64}`)), max_tokens: N,
+    }), 400, /messages\[0\]\.content\[1\]\.image_url\.url/);
+    // case and parameters do not matter
+    const odd = `data:IMAGE/PNG;name=small.png;BASE64,${p.b64}`;
+    assert.ok(chatResult(await oa.chat.completions.create({ model: MODEL_ID, messages: chatWith(chatImage(odd)), max_tokens: 2 })).prompt > 0);
+    assert.ok(responsesResult(await oa.responses.create({ model: MODEL_ID, input: respWith(odd), max_output_tokens: 2 })));
+    assert.ok(messagesResult(await an.messages.create({
+      model: MODEL_ID, max_tokens: 2, messages: msgWith({ type: 'image', source: { type: 'base64', media_type: 'Image/Png', data: p.b64 } }),
+    })));
+    assert.equal(await normal(srv), baseline);
+  });
+
   test('more pictures than --max-images: 400 naming the limit', async () => {
     const p = picture('small.png');
     const oa = openai(srv);
