@@ -29,6 +29,8 @@ static void serve_usage(FILE *out) {
             "  -c, --ctx-size N          context size (default: the model's, at most 4096)\n"
             "  -t, --threads N           threads (default: all cores)\n"
             "  --max-images N            most pictures per request (default 16)\n"
+            "  --max-queue N             most requests waiting for the model; past it 503 with\n"
+            "                            Retry-After (default 64; 0: no bound)\n"
             "  --max-body-mb N           largest request body in MiB (default 64)\n"
             "  --api-key KEY             require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
             "                            on every request but GET /health; other local users can read\n"
@@ -135,7 +137,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
                       char **key_buf) {
     ph_engine_params ep;
     ph_engine_params_default(&ep);
-    srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_body = (size_t)64 << 20,
+    srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_queue = 64, .max_body = (size_t)64 << 20,
                       .temperature = 1.0, .top_p = 1.0, .top_k = 0, .max_tokens = PH_SERVE_MAX_TOKENS};
     long l;
     double d;
@@ -160,6 +162,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (arg_int(a, v, 16, 1 << 22, &l)) return 2; ep.n_ctx = (int32_t)l; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &l)) return 2; ep.n_threads = (int)l; }
         else if (!strcmp(a, "--max-images")) { if (arg_int(a, v, 0, 4096, &l)) return 2; cfg.max_images = (int)l; }
+        else if (!strcmp(a, "--max-queue")) { if (arg_int(a, v, 0, 1 << 20, &l)) return 2; cfg.max_queue = (int)l; }
         else if (!strcmp(a, "--max-body-mb")) { if (arg_int(a, v, 1, 1 << 20, &l)) return 2; cfg.max_body = (size_t)l << 20; }
         else if (!strcmp(a, "--api-key")) { cfg.api_key = v; key_flag = true; }
         else if (!strcmp(a, "--api-key-file")) key_file = v;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "base/error.h"
@@ -115,12 +116,17 @@ static bool job_cancelled(job *j) {
     return c;
 }
 
-/* Queues a job; fails when the server is stopping. */
+/* Queues a job: 0; -1 when the server is stopping (or out of memory); -2
+ * when --max-queue requests wait already. */
 static int enqueue(srv *s, job *j) {
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
         return -1;
+    }
+    if (s->cfg.max_queue > 0 && s->q_len >= (size_t)s->cfg.max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        return -2;
     }
     if (s->q_len == s->q_cap) {
         size_t cap = s->q_cap ? s->q_cap * 2 : 16;
@@ -288,9 +294,10 @@ static void add_cors(srv *s, struct MHD_Connection *c, struct MHD_Response *r) {
 }
 
 /* close: the answer ends the connection (a request refused before its
- * body was read: the rest of the body is never read). */
+ * body was read: the rest of the body is never read); retry_after: a
+ * Retry-After header (NULL: none). */
 static enum MHD_Result send_bytes_ex(srv *s, struct MHD_Connection *c, int status, const char *type, char *data,
-                                     size_t n, bool close) {
+                                     size_t n, bool close, const char *retry_after) {
     struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(n, data, free);
     if (!r) {
         free(data);
@@ -299,24 +306,26 @@ static enum MHD_Result send_bytes_ex(srv *s, struct MHD_Connection *c, int statu
     MHD_add_response_header(r, "Content-Type", type);
     add_cors(s, c, r);
     if (close) MHD_add_response_header(r, "Connection", "close");
+    if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok;
 }
 
 static enum MHD_Result send_bytes(srv *s, struct MHD_Connection *c, int status, const char *type, char *data, size_t n) {
-    return send_bytes_ex(s, c, status, type, data, n, false);
+    return send_bytes_ex(s, c, status, type, data, n, false, NULL);
 }
 
-static enum MHD_Result send_json_ex(srv *s, struct MHD_Connection *c, int status, json_t *v, bool close) {
+static enum MHD_Result send_json_ex(srv *s, struct MHD_Connection *c, int status, json_t *v, bool close,
+                                    const char *retry_after) {
     char *t = v ? json_dumps(v, JSON_COMPACT) : NULL;
     json_decref(v);
-    if (!t) return send_bytes_ex(s, c, 500, "text/plain", strdup("out of memory\n"), 14, close);
-    return send_bytes_ex(s, c, status, "application/json", t, strlen(t), close);
+    if (!t) return send_bytes_ex(s, c, 500, "text/plain", strdup("out of memory\n"), 14, close, NULL);
+    return send_bytes_ex(s, c, status, "application/json", t, strlen(t), close, retry_after);
 }
 
 static enum MHD_Result send_json(srv *s, struct MHD_Connection *c, int status, json_t *v) {
-    return send_json_ex(s, c, status, v, false);
+    return send_json_ex(s, c, status, v, false, NULL);
 }
 
 static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, const char *endpoint, bool anthropic, int status,
@@ -332,7 +341,7 @@ static enum MHD_Result refuse_now(srv *s, struct MHD_Connection *c, conn *cn, co
     cn->answered = true;
     metrics_request(&s->met, endpoint, status);
     return send_json_ex(s, c, status, anthropic ? anthropic_error_body(status, msg) : openai_error_body(status, msg),
-                        true);
+                        true, NULL);
 }
 
 /* Whether a request may name this model: the served name or an alias. */
@@ -438,6 +447,42 @@ static int parse_auxiliary(job *j, struct MHD_Connection *c, ph_err *err) {
     return 0;
 }
 
+/* Whether the client of c has closed its connection: its side reads as
+ * ended, or the socket failed. (A client that only shuts down its sending
+ * side after the request counts as gone too.) */
+static bool client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    char b;
+    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Waits (j->mu held) until j is done, or with `first` until it has output,
+ * looking every 0.2 s whether its client is still there: a request whose
+ * client left, queued or running, is cancelled (the worker skips it or
+ * stops its generation). */
+static void wait_job_locked(job *j, struct MHD_Connection *c, bool first) {
+    while (!j->done && !(first && j->out.n > 0)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (!j->done && !j->cancelled && client_gone(c)) j->cancelled = true;
+    }
+}
+
+/* 503 with Retry-After: the queue is full. */
+static enum MHD_Result send_busy(srv *s, struct MHD_Connection *c, const api_kind *api, const char *msg) {
+    metrics_request(&s->met, api->endpoint, 503);
+    return send_json_ex(s, c, 503, api->anthropic ? anthropic_error_body(503, msg) : openai_error_body(503, msg), false,
+                        "1");
+}
+
 static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_kind *api, bool count_only, conn *cn) {
     json_error_t je;
     json_t *root = json_loadb(cn->body.p ? cn->body.p : "", cn->body.n, JSON_REJECT_DUPLICATES, &je);
@@ -461,17 +506,24 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     }
     ph_err err = {0};
     j->count_only = count_only; /* the Messages parser then takes no stream and no max_tokens */
-    if (api->parse(j, &err) || parse_auxiliary(j, c, &err) || enqueue(s, j)) {
+    int q = 0;
+    if (api->parse(j, &err) || parse_auxiliary(j, c, &err) || (q = enqueue(s, j)) != 0) {
+        job_unref(j);
+        if (q == -2) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "the server is busy: %d requests are waiting (--max-queue); try again later",
+                     s->cfg.max_queue);
+            return send_busy(s, c, api, msg);
+        }
         int status = err.msg[0] ? status_for(&err) : 503;
         const char *msg = err.msg[0] ? err.msg : "the server is shutting down";
-        job_unref(j);
         return send_error(s, c, api->endpoint, api->anthropic, status, msg);
     }
     if (j->stream) {
         /* wait until the worker has planned the turn: a prompt that is too
          * long still gets a plain error with its status */
         pthread_mutex_lock(&j->mu);
-        while (!j->done && j->out.n == 0) pthread_cond_wait(&j->cv, &j->mu);
+        wait_job_locked(j, c, true);
         bool failed_early = j->done && j->failed && j->out.n == 0;
         pthread_mutex_unlock(&j->mu);
         if (!failed_early) {
@@ -490,7 +542,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
         }
     } else {
         pthread_mutex_lock(&j->mu);
-        while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+        wait_job_locked(j, c, false);
         pthread_mutex_unlock(&j->mu);
     }
     enum MHD_Result ok;

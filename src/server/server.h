@@ -14,6 +14,7 @@ typedef struct srv_config {
     const char *host;          /* default 127.0.0.1 */
     int port;                  /* 0: any free port */
     int max_images;            /* per request */
+    int max_queue;             /* requests waiting for the worker; past it 503 (0: no bound) */
     size_t max_body;           /* bytes */
     const char *api_key;       /* NULL: no key needed; else every request but GET /health and
                                 * CORS preflights must carry it */
