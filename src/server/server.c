@@ -35,6 +35,7 @@ struct srv {
     size_t q_head, q_len, q_cap;
     job *running;
     bool stopping;
+    int n_streams;             /* streamed responses not yet finished (under mu) */
     ph_engine_stats snap;      /* the engine's counters, as of the last job or tick */
     pthread_t worker;
 };
@@ -197,7 +198,16 @@ static void run_job(srv *s, job *j) {
         if (j->stream && c.started) j->api->stream_error(j, j->err.msg);
     } else if (j->stream) {
         start_stream(j, &c.started);
-        if (j->rep.finish != PH_FINISH_CANCELLED) j->api->stream_end(j);
+        if (j->rep.finish != PH_FINISH_CANCELLED) {
+            j->api->stream_end(j);
+        } else {
+            /* cut by a shutdown: the client is still there and must be able
+             * to tell (a client that left reads nothing) */
+            pthread_mutex_lock(&s->mu);
+            bool stopping = s->stopping;
+            pthread_mutex_unlock(&s->mu);
+            if (stopping) j->api->stream_error(j, "the server is shutting down: the answer was cut short");
+        }
     }
     const ph_turn_report *r = &j->rep;
     if (!rc) metrics_turn(&s->met, r);
@@ -422,10 +432,15 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     job *j = cls;
+    srv *s = j->s;
     pthread_mutex_lock(&j->mu);
     if (!j->done) j->cancelled = true; /* the client went away: stop generating */
     pthread_mutex_unlock(&j->mu);
     job_unref(j);
+    pthread_mutex_lock(&s->mu);
+    s->n_streams--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 static bool authorized(srv *s, struct MHD_Connection *c) {
@@ -527,9 +542,12 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
         bool failed_early = j->done && j->failed && j->out.n == 0;
         pthread_mutex_unlock(&j->mu);
         if (!failed_early) {
+            pthread_mutex_lock(&s->mu);
+            s->n_streams++; /* stream_free counts it off */
+            pthread_mutex_unlock(&s->mu);
             struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
             if (!r) {
-                job_unref(j);
+                stream_free(j); /* as MHD would have: cancels the job, drops its reference and the count */
                 return MHD_NO;
             }
             MHD_add_response_header(r, "Content-Type", "text/event-stream");
@@ -831,6 +849,21 @@ stop_worker:
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->worker, NULL);
+    /* let the streams write their last events (a cut one its error event)
+     * before the connections are closed: at most 2 s */
+    pthread_mutex_lock(&s->mu);
+    const double until = ph_now_s() + 2.0;
+    while (s->n_streams > 0 && ph_now_s() < until) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
     if (s->d) MHD_stop_daemon(s->d);
 out:
     metrics_free(&s->met);

@@ -197,8 +197,36 @@ describe('server life', { timeout: 120_000 }, () => {
     const it = stream[Symbol.asyncIterator]();
     await it.next(); // the stream has started
     await stopServer(srv, 'SIGTERM');
-    // the client sees the end of the stream, not a hang
-    try { for (;;) { const x = await it.next(); if (x.done) break; } } catch { /* a cut connection is fine */ }
+    // the client sees the end of the stream, not a hang, and can tell the
+    // answer was cut: the stream ends with an error event, which the SDK raises
+    let error = null;
+    try { for (;;) { const x = await it.next(); if (x.done) break; } } catch (e) { error = e; }
+    assert.ok(error, 'the cut stream ended with an error, not as a complete answer');
+    assert.match(String(error.message), /shutting down/);
+  });
+
+  test('SIGTERM during a stream: the raw stream ends with an error chunk, then [DONE]', async () => {
+    const srv = await startServer({ extra: ['-c', '4096'] });
+    const raw = async (path, body) => {
+      const r = await fetch(srv.url + path, { method: 'POST', headers: { 'content-type': 'application/json' },
+                                              body: JSON.stringify({ model: MODEL_ID, stream: true, max_tokens: 100000, ...body }) });
+      const reader = r.body.getReader();
+      const first = await reader.read();
+      return { reader, text: new TextDecoder().decode(first.value) };
+    };
+    const s = await raw('/v1/chat/completions', { messages: [{ role: 'user', content: 'Go on forever.' }] });
+    const stop = stopServer(srv, 'SIGTERM');
+    let text = s.text;
+    const dec = new TextDecoder();
+    for (;;) {
+      let x;
+      try { x = await s.reader.read(); } catch { break; }
+      if (x.done) break;
+      text += dec.decode(x.value);
+    }
+    await stop;
+    assert.match(text, /"error":\{[^}]*shutting down/, 'an OpenAI error chunk');
+    assert.match(text, /data: \[DONE\]\s*$/, 'then [DONE]');
   });
 
   test('SIGTERM stops a server without a vision file too', async () => {
