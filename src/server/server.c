@@ -663,17 +663,48 @@ static enum MHD_Result handle_options(srv *s, struct MHD_Connection *c, conn *cn
     return ok;
 }
 
+/* The body's framing headers: a request whose length two parties could
+ * read differently (request smuggling through a proxy) is refused. */
+typedef struct framing {
+    int n_length;          /* Content-Length headers */
+    const char *length;    /* the first one's value */
+    bool lengths_differ;
+    bool chunked;          /* a Transfer-Encoding header */
+} framing;
+
+static enum MHD_Result note_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (!value) value = "";
+    if (!strcasecmp(key, "Content-Length")) {
+        if (f->n_length++ == 0) f->length = value;
+        else if (strcmp(f->length, value)) f->lengths_differ = true;
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->chunked = true;
+    }
+    return MHD_YES;
+}
+
 /* The checks made from the headers alone, in this order, each answered at
- * once (the body is never read) and closing the connection: the Host (DNS
- * rebinding: 403), CORS preflights, the API key (401: every request but
- * GET /health), and for the API endpoints' POSTs the Content-Type (415).
- * Returns MHD_YES with *done false when the request goes on. */
+ * once (the body is never read) and closing the connection: the body's
+ * framing (400: differing Content-Length headers, or Content-Length with
+ * Transfer-Encoding), the Host (DNS rebinding: 403), CORS preflights, the
+ * API key (401: every request but GET /health), and for the API endpoints'
+ * POSTs the Content-Type (415). Returns MHD_YES with *done false when the
+ * request goes on. */
 static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, const char *url, const char *method,
                                    const api_kind *api, bool *done) {
     *done = true;
     const char *label = endpoint_label(url, api);
     const bool anth = api && api->anthropic;
     char msg[400];
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, note_framing, &f);
+    if (f.lengths_differ)
+        return refuse_now(s, c, cn, label, anth, 400, "the request has Content-Length headers that differ");
+    if (f.n_length && f.chunked)
+        return refuse_now(s, c, cn, label, anth, 400,
+                          "the request has both Content-Length and Transfer-Encoding: its length is ambiguous");
     /* a request without Host (HTTP/1.0) passes: it cannot come from a browser page */
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (host && !access_host_allowed(host, s->cfg.host, s->cfg.allow_hosts, s->cfg.n_allow_hosts)) {
