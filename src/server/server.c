@@ -23,6 +23,16 @@
 #include "server/metrics.h"
 #include "server/server_internal.h"
 
+/* pthread_cond_timedwait for at most `seconds` from now. */
+static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + seconds;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 struct srv {
     ph_engine *e;
     srv_config cfg;
@@ -241,12 +251,7 @@ static void *worker_main(void *arg) {
             if (wait < 0) {
                 pthread_cond_wait(&s->cv, &s->mu);
             } else {
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + wait + 0.01;
-                ts.tv_sec = (time_t)t;
-                ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-                pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+                cond_wait_s(&s->cv, &s->mu, wait + 0.01);
             }
         }
         if (s->q_len == 0) break; /* stopping, nothing left */
@@ -404,10 +409,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     pthread_mutex_lock(&j->mu);
     double waited = 0;
     while (j->out.n == 0 && !j->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        cond_wait_s(&j->cv, &j->mu, 1.0);
         waited += 1;
         if (j->out.n == 0 && !j->done && waited >= 5) {
             /* an SSE comment now and then: a client that went away is noticed
@@ -479,14 +481,7 @@ static bool client_gone(struct MHD_Connection *c) {
  * stops its generation). */
 static void wait_job_locked(job *j, struct MHD_Connection *c, bool first) {
     while (!j->done && !(first && j->out.n > 0)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        cond_wait_s(&j->cv, &j->mu, 0.2);
         if (!j->done && !j->cancelled && client_gone(c)) j->cancelled = true;
     }
 }
@@ -885,14 +880,7 @@ stop_worker:
     pthread_mutex_lock(&s->mu);
     const double until = ph_now_s() + 2.0;
     while (s->n_streams > 0 && ph_now_s() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        cond_wait_s(&s->cv, &s->mu, 0.05);
     }
     pthread_mutex_unlock(&s->mu);
     if (s->d) MHD_stop_daemon(s->d);
