@@ -48,6 +48,13 @@ void metrics_queue(metrics *m, int64_t len) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_enqueued(metrics *m, int64_t len) {
+    pthread_mutex_lock(&m->mu);
+    m->queue = len;
+    m->enqueued++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_cancelled(metrics *m) {
     pthread_mutex_lock(&m->mu);
     m->cancelled++;
@@ -141,6 +148,7 @@ char *metrics_render(metrics *m, const ph_engine_stats *st) {
     counter(f, "pinhole_prompt_tokens_total", "Prompt tokens (text and picture rows) of finished turns.",
             m->prompt_tokens);
     counter(f, "pinhole_generated_tokens_total", "Tokens generated.", m->generated_tokens);
+    counter(f, "pinhole_requests_queued_total", "Inference requests accepted into the worker's queue.", m->enqueued);
     counter(f, "pinhole_requests_cancelled_total", "Requests stopped because the client went away.", m->cancelled);
     fprintf(f, "# HELP pinhole_queue_length Requests waiting for the inference worker.\n"
                "# TYPE pinhole_queue_length gauge\npinhole_queue_length %lld\n",

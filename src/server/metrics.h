@@ -19,7 +19,7 @@ typedef struct metrics {
         uint64_t n;
     } req[METRICS_MAX_SERIES];
     int n_req;
-    uint64_t prompt_tokens, generated_tokens, cancelled;
+    uint64_t prompt_tokens, generated_tokens, cancelled, enqueued;
     int64_t queue;
     uint64_t ttft_bucket[METRICS_N_BUCKETS];
     double ttft_sum;
@@ -31,6 +31,7 @@ void metrics_free(metrics *m);
 void metrics_request(metrics *m, const char *endpoint, int status); /* endpoint: a static string */
 void metrics_turn(metrics *m, const ph_turn_report *r);
 void metrics_queue(metrics *m, int64_t len);
+void metrics_enqueued(metrics *m, int64_t len); /* one more accepted; len waiting now */
 void metrics_cancelled(metrics *m);
 /* The exposition text (malloc'd). */
 char *metrics_render(metrics *m, const ph_engine_stats *st);

@@ -156,7 +156,7 @@ static int enqueue(srv *s, job *j) {
     s->q_len++;
     j->refs++; /* the queue's reference (no other thread sees j yet) */
     j->t_queued = ph_now_s();
-    metrics_queue(&s->met, (int64_t)s->q_len);
+    metrics_enqueued(&s->met, (int64_t)s->q_len);
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;

@@ -9,7 +9,7 @@ import {
 } from './helpers.mjs';
 
 const COUNTERS = [
-  'pinhole_prompt_tokens_total', 'pinhole_generated_tokens_total', 'pinhole_requests_cancelled_total',
+  'pinhole_prompt_tokens_total', 'pinhole_generated_tokens_total', 'pinhole_requests_queued_total', 'pinhole_requests_cancelled_total',
   'pinhole_prompt_tokens_reused_total', 'pinhole_prompt_tokens_prefilled_total', 'pinhole_image_cache_hits_total',
   'pinhole_image_cache_misses_total', 'pinhole_image_cache_evictions_total', 'pinhole_images_encoded_total',
   'pinhole_encoder_loads_total', 'pinhole_encoder_unloads_total',

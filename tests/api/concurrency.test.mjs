@@ -1,12 +1,14 @@
 // Eight clients at once: every request completes with the answer it gets
-// alone, and they complete in the order they were sent (one inference
-// worker, first come first served).
+// alone, and they complete in the order the server received them (one
+// inference worker, first come first served). Each is sent once the server
+// has queued the one before, so that the order of arrival is known however
+// loaded the machine is.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  anthropic, chatResult, messagesResult, metric, metrics, MODEL_ID, openai, responsesResult, sleep, startServer,
-  stopServer,
+  anthropic, chatResult, messagesResult, metric, metrics, MODEL_ID, openai, responsesResult, startServer, stopServer,
+  waitMetrics,
 } from './helpers.mjs';
 
 const PROMPTS = Array.from({ length: 8 }, (_, i) => `Client ${i + 1} asks: what is ${i + 1} times ${i + 3}?`);
@@ -33,7 +35,7 @@ describe('concurrent clients', { timeout: 300_000 }, () => {
   after(() => stopServer(srv));
 
   test('8 clients: same answers as alone, first come first served', async () => {
-    // Long enough answers that each request outlasts the 50 ms between two
+    // Long enough answers that each request outlasts the time between two
     // sends, whatever the speed of the machine and the build: ~300 ms each.
     const t0 = Date.now();
     await ask(srv, 0, 32);
@@ -45,11 +47,14 @@ describe('concurrent clients', { timeout: 300_000 }, () => {
     const doneAt = [];
     const pending = [];
     let queued = 0;
+    const accepted = (s) => metric(s, 'pinhole_requests_queued_total');
+    const base = accepted(await metrics(srv));
     for (let i = 0; i < PROMPTS.length; i++) {
       sentAt.push(Date.now());
       pending.push(ask(srv, i, N).then((text) => { order.push(i); doneAt[i] = Date.now(); return text; }));
-      await sleep(50);
-      if (i === 4) queued = metric(await metrics(srv), 'pinhole_queue_length');
+      const s = await waitMetrics(srv, (m) => accepted(m) >= base + i + 1, 10_000, 5);
+      assert.equal(accepted(s), base + i + 1, `client ${i + 1}'s request was queued`);
+      if (i === 4) queued = metric(s, 'pinhole_queue_length');
     }
     const texts = await Promise.all(pending);
     for (let i = 0; i < PROMPTS.length; i++) assert.equal(texts[i], alone[i], `client ${i + 1}'s answer (max_tokens ${N})`);

@@ -564,14 +564,14 @@ export function metric(samples, name, labels = {}) {
   return hits.reduce((a, s) => a + s.value, 0);
 }
 
-/** Polls /metrics until pred(samples) holds (timeoutMs at most); returns the samples. */
-export async function waitMetrics(srv, pred, timeoutMs = 30_000) {
+/** Polls /metrics every intervalMs until pred(samples) holds (timeoutMs at most); returns the samples. */
+export async function waitMetrics(srv, pred, timeoutMs = 30_000, intervalMs = 100) {
   const t0 = Date.now();
   for (;;) {
     const s = await metrics(srv);
     if (pred(s)) return s;
     if (Date.now() - t0 > timeoutMs) return s;
-    await sleep(100);
+    await sleep(intervalMs);
   }
 }
 
