@@ -32,6 +32,16 @@ static void serve_usage(FILE *out) {
             "  --max-queue N             most requests waiting for the model; past it 503 with\n"
             "                            Retry-After (default 64; 0: no bound)\n"
             "  --max-body-mb N           largest request body in MiB (default 64)\n"
+            "  --request-timeout-s S     stop a request that has not finished S seconds after it arrived:\n"
+            "                            503, or an error event if it was streaming (default 0: none)\n"
+            "  --max-connections N       most open connections (default 256); a new one past it closes\n"
+            "                            the oldest connection still waiting for its request, or is\n"
+            "                            refused when every one is being answered\n"
+            "  --max-connections-per-ip N  the same, per client address (default 64)\n"
+            "  --header-timeout-s S      a connection must send a whole request head within S seconds\n"
+            "                            of opening (or of its previous answer), or it is closed\n"
+            "                            (default 10)\n"
+            "  --body-timeout-s S        and the whole body within S seconds of the head (default 60)\n"
             "  --api-key KEY             require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
             "                            on every request but GET /health; other local users can read\n"
             "                            it in the process list: prefer --api-key-file or PINHOLE_API_KEY\n"
@@ -138,7 +148,9 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     ph_engine_params ep;
     ph_engine_params_default(&ep);
     srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_queue = 64, .max_body = (size_t)64 << 20,
-                      .temperature = 1.0, .top_p = 1.0, .top_k = 0, .max_tokens = PH_SERVE_MAX_TOKENS};
+                      .max_connections = 256, .max_connections_per_ip = 64, .header_timeout_s = 10,
+                      .body_timeout_s = 60, .temperature = 1.0, .top_p = 1.0, .top_k = 0,
+                      .max_tokens = PH_SERVE_MAX_TOKENS};
     long l;
     double d;
     const char *key_file = NULL;
@@ -164,6 +176,11 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         else if (!strcmp(a, "--max-images")) { if (arg_int(a, v, 0, 4096, &l)) return 2; cfg.max_images = (int)l; }
         else if (!strcmp(a, "--max-queue")) { if (arg_int(a, v, 0, 1 << 20, &l)) return 2; cfg.max_queue = (int)l; }
         else if (!strcmp(a, "--max-body-mb")) { if (arg_int(a, v, 1, 1 << 20, &l)) return 2; cfg.max_body = (size_t)l << 20; }
+        else if (!strcmp(a, "--request-timeout-s")) { if (arg_float(a, v, 0, 1e9, &d)) return 2; cfg.request_timeout_s = d; }
+        else if (!strcmp(a, "--max-connections")) { if (arg_int(a, v, 8, 1 << 20, &l)) return 2; cfg.max_connections = (int)l; }
+        else if (!strcmp(a, "--max-connections-per-ip")) { if (arg_int(a, v, 1, 1 << 20, &l)) return 2; cfg.max_connections_per_ip = (int)l; }
+        else if (!strcmp(a, "--header-timeout-s")) { if (arg_float(a, v, 0.1, 1e6, &d)) return 2; cfg.header_timeout_s = d; }
+        else if (!strcmp(a, "--body-timeout-s")) { if (arg_float(a, v, 0.1, 1e6, &d)) return 2; cfg.body_timeout_s = d; }
         else if (!strcmp(a, "--api-key")) { cfg.api_key = v; key_flag = true; }
         else if (!strcmp(a, "--api-key-file")) key_file = v;
         else if (!strcmp(a, "--cors-origin")) {

@@ -10,6 +10,8 @@
 
 #include "pinhole.h"
 
+struct MHD_Connection;
+
 typedef struct strbuf {
     char *p;
     size_t n, cap;
@@ -91,16 +93,24 @@ struct job {
     int n_blocks;                 /* blocks/items opened so far */
     int open_kind;                /* -1 none, else ph_delta_kind of the open block */
     int32_t open_call;            /* the call of an open PH_DELTA_TOOL_CALL block */
-    /* the channel between worker and HTTP thread */
+    /* the channel between the worker and the connection (all under mu):
+     * while the connection waits for the job (its answer, or more stream
+     * bytes), it is suspended, and whatever it waits for resumes it */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     strbuf out;                   /* stream bytes not yet sent */
     bool done, cancelled;
+    bool timed_out;               /* past --request-timeout-s (cancelled too) */
+    struct MHD_Connection *conn;  /* the client's connection */
+    int fd;                       /* its socket (looked at while suspended) */
+    bool suspended;               /* conn is suspended, waiting for the job */
+    bool streaming;               /* the stream's response has begun */
+    bool ping;                    /* the stream owes the client a keep-alive comment */
+    double t_suspended;
     int refs;
     double t_queued;
 };
 
-/* Appends stream bytes (worker side) and wakes the HTTP thread. */
+/* Appends stream bytes (worker side) and wakes the connection. */
 void job_emit(job *j, const char *s, size_t n);
 /* An SSE event: "event: NAME\n" (if name) and "data: JSON\n\n". Steals v. */
 void job_sse(job *j, const char *name, json_t *v);

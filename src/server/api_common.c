@@ -41,7 +41,7 @@ void sb_free(strbuf *b) {
 void job_emit(job *j, const char *s, size_t n) {
     pthread_mutex_lock(&j->mu);
     sb_put(&j->out, s, n);
-    pthread_cond_broadcast(&j->cv);
+    job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 

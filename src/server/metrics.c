@@ -61,6 +61,12 @@ void metrics_cancelled(metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_timed_out(metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->timed_out++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void metric(FILE *f, const char *type, const char *name, const char *help, uint64_t v) {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, (unsigned long long)v);
 }
@@ -134,7 +140,7 @@ static const engine_metric engine_metrics[] = {
 };
 #undef EM
 
-char *metrics_render(metrics *m, const ph_engine_stats *st) {
+char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns *cs) {
     char *out = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&out, &len);
@@ -150,6 +156,7 @@ char *metrics_render(metrics *m, const ph_engine_stats *st) {
     counter(f, "pinhole_generated_tokens_total", "Tokens generated.", m->generated_tokens);
     counter(f, "pinhole_requests_queued_total", "Inference requests accepted into the worker's queue.", m->enqueued);
     counter(f, "pinhole_requests_cancelled_total", "Requests stopped because the client went away.", m->cancelled);
+    counter(f, "pinhole_requests_timed_out_total", "Requests stopped by --request-timeout-s.", m->timed_out);
     fprintf(f, "# HELP pinhole_queue_length Requests waiting for the inference worker.\n"
                "# TYPE pinhole_queue_length gauge\npinhole_queue_length %lld\n",
             (long long)m->queue);
@@ -167,6 +174,15 @@ char *metrics_render(metrics *m, const ph_engine_stats *st) {
         metric(f, em->gauge ? "gauge" : "counter", em->name, em->help,
                *(const uint64_t *)(const void *)((const char *)st + em->offset));
     }
+    gauge(f, "pinhole_connections", "Open HTTP connections.", (uint64_t)(cs->open > 0 ? cs->open : 0));
+    counter(f, "pinhole_connections_deadline_closed_total",
+           "Connections closed for not sending a request head or body in time (--header-timeout-s, --body-timeout-s).",
+           cs->closed_deadline);
+    counter(f, "pinhole_connections_limit_closed_total",
+           "Idle connections closed to make room for a new one (--max-connections, --max-connections-per-ip).",
+           cs->closed_limit);
+    counter(f, "pinhole_connections_refused_total",
+           "New connections refused: every connection in their scope was busy.", cs->refused);
     gauge(f, "pinhole_encoder_loaded", "Whether the vision encoder is in memory.", st->encoder_loaded ? 1 : 0);
     fprintf(f, "# HELP pinhole_disk_cache_write_seconds_total Time the writer thread spent writing checkpoint files.\n"
                "# TYPE pinhole_disk_cache_write_seconds_total counter\npinhole_disk_cache_write_seconds_total %.6f\n"

@@ -19,7 +19,7 @@ typedef struct metrics {
         uint64_t n;
     } req[METRICS_MAX_SERIES];
     int n_req;
-    uint64_t prompt_tokens, generated_tokens, cancelled, enqueued;
+    uint64_t prompt_tokens, generated_tokens, cancelled, timed_out, enqueued;
     int64_t queue;
     uint64_t ttft_bucket[METRICS_N_BUCKETS];
     double ttft_sum;
@@ -33,7 +33,13 @@ void metrics_turn(metrics *m, const ph_turn_report *r);
 void metrics_queue(metrics *m, int64_t len);
 void metrics_enqueued(metrics *m, int64_t len); /* one more accepted; len waiting now */
 void metrics_cancelled(metrics *m);
+void metrics_timed_out(metrics *m);
+/* The connections' numbers (conns.h), read when /metrics is rendered. */
+typedef struct metrics_conns {
+    int open;
+    uint64_t closed_deadline, closed_limit, refused;
+} metrics_conns;
 /* The exposition text (malloc'd). */
-char *metrics_render(metrics *m, const ph_engine_stats *st);
+char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns *cs);
 
 #endif

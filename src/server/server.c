@@ -1,9 +1,14 @@
-/* The HTTP server: libmicrohttpd with a thread per connection. Each
- * connection thread reads and checks its request (size, key, JSON, fields,
- * pictures decoded and fingerprinted) and queues a job; one inference worker
- * runs the jobs in arrival order and writes their answers (SSE or a JSON
- * body) back through the job. */
+/* The HTTP server: libmicrohttpd polling with epoll on a small fixed pool
+ * of threads. A pool thread reads and checks a request (size, key, JSON,
+ * fields, pictures decoded and fingerprinted) and queues a job; one
+ * inference worker runs the jobs in arrival order and writes their answers
+ * (SSE or a JSON body) back through the job. While a connection waits for
+ * its job it is suspended (it holds no thread) and the job resumes it. A
+ * watcher thread enforces the connections' deadlines and limits (conns.h),
+ * cancels the jobs whose clients left or whose time is up, and keeps quiet
+ * streams alive. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <jansson.h>
@@ -13,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -20,6 +26,7 @@
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "server/access.h"
+#include "server/conns.h"
 #include "server/metrics.h"
 #include "server/server_internal.h"
 
@@ -48,6 +55,10 @@ struct srv {
     int n_streams;             /* streamed responses not yet finished (under mu) */
     ph_engine_stats snap;      /* the engine's counters, as of the last job or tick */
     pthread_t worker;
+    /* the connections and the watcher */
+    conns conns;
+    pthread_t watcher;
+    bool watcher_stop;         /* under mu */
 };
 
 ph_engine *srv_engine(srv *s) { return s->e; }
@@ -77,8 +88,8 @@ static job *job_new(srv *s, const api_kind *api, json_t *root) {
     j->gen.sampler.top_p = (float)s->cfg.top_p;
     j->gen.sampler.top_k = s->cfg.top_k;
     j->gen.max_tokens = s->cfg.max_tokens;
+    j->fd = -1;
     pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
     return j;
 }
 
@@ -109,14 +120,27 @@ static void job_unref(job *j) {
     json_decref(j->lp);
     json_decref(j->root);
     pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
     free(j);
+}
+
+void job_wake_locked(job *j) {
+    if (!j->suspended) return;
+    j->suspended = false;
+    MHD_resume_connection(j->conn);
+}
+
+/* The job's connection waits, holding no thread, until job_wake_locked
+ * (j->mu held; from the access handler or the stream's reader). */
+static void job_suspend_locked(job *j) {
+    j->suspended = true;
+    j->t_suspended = ph_now_s();
+    MHD_suspend_connection(j->conn);
 }
 
 static void job_finish(job *j) {
     pthread_mutex_lock(&j->mu);
     j->done = true;
-    pthread_cond_broadcast(&j->cv);
+    job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -125,6 +149,13 @@ static bool job_cancelled(job *j) {
     bool c = j->cancelled;
     pthread_mutex_unlock(&j->mu);
     return c;
+}
+
+static bool job_timed_out(job *j) {
+    pthread_mutex_lock(&j->mu);
+    bool t = j->timed_out;
+    pthread_mutex_unlock(&j->mu);
+    return t;
 }
 
 /* Queues a job: 0; -1 when the server is stopping (or out of memory); -2
@@ -203,24 +234,27 @@ static void run_job(srv *s, job *j) {
         return;
     }
     int rc = ph_engine_chat(s->e, j->msgs, j->n_msgs, &j->gen, on_gen, &c, &j->rep, &j->err);
-    if (rc) {
+    if (!rc && j->rep.finish == PH_FINISH_CANCELLED) {
+        /* cut by a shutdown or by --request-timeout-s: the client is still
+         * there and must be able to tell (a client that left reads nothing) */
+        pthread_mutex_lock(&s->mu);
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (stopping) ph_err_set(&j->err, "the server is shutting down: the answer was cut short");
+        else if (job_timed_out(j))
+            ph_err_set(&j->err, "the request did not finish within %g s (--request-timeout-s)",
+                       s->cfg.request_timeout_s);
+        j->failed = stopping || job_timed_out(j);
+    }
+    if (rc || j->failed) {
         j->failed = true;
         if (j->stream && c.started) j->api->stream_error(j, j->err.msg);
     } else if (j->stream) {
         start_stream(j, &c.started);
-        if (j->rep.finish != PH_FINISH_CANCELLED) {
-            j->api->stream_end(j);
-        } else {
-            /* cut by a shutdown: the client is still there and must be able
-             * to tell (a client that left reads nothing) */
-            pthread_mutex_lock(&s->mu);
-            bool stopping = s->stopping;
-            pthread_mutex_unlock(&s->mu);
-            if (stopping) j->api->stream_error(j, "the server is shutting down: the answer was cut short");
-        }
+        if (j->rep.finish != PH_FINISH_CANCELLED) j->api->stream_end(j);
     }
     const ph_turn_report *r = &j->rep;
-    if (!rc) metrics_turn(&s->met, r);
+    if (!rc) metrics_turn(&s->met, r); /* a turn cut short counts what it did */
     char from[96] = "";
     if (r->n_from_ram)
         snprintf(from, sizeof from, " from %s in %.0f ms",
@@ -233,7 +267,26 @@ static void run_job(srv *s, job *j) {
             j->api->endpoint, aux, rc ? "failed" : r->finish == PH_FINISH_CANCELLED ? "cancelled" : "done",
             r->n_prompt, r->n_reused, from, r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache,
             r->pics_encoded, r->encoder_loaded ? ", encoder loaded" : "", r->n_generated, t0 - j->t_queued,
-            r->ttft_s, r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, rc ? ": " : "", rc ? j->err.msg : "");
+            r->ttft_s, r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, j->failed ? ": " : "", j->failed ? j->err.msg : "");
+}
+
+/* A job that will not run (the server is stopping, its client left, or
+ * its time is up) is answered as such and released: its connection (if
+ * suspended) resumes. Drops the queue's reference. */
+static void job_drop(srv *s, job *j, bool stopping) {
+    j->failed = true;
+    j->rep.finish = PH_FINISH_CANCELLED;
+    if (stopping) {
+        ph_err_set(&j->err, "the server is shutting down");
+    } else if (job_timed_out(j)) {
+        ph_err_set(&j->err, "the request did not start within %g s (--request-timeout-s)", s->cfg.request_timeout_s);
+        metrics_timed_out(&s->met);
+    } else {
+        ph_err_set(&j->err, "the client went away");
+        metrics_cancelled(&s->met);
+    }
+    job_finish(j);
+    job_unref(j);
 }
 
 static void *worker_main(void *arg) {
@@ -259,18 +312,15 @@ static void *worker_main(void *arg) {
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
         metrics_queue(&s->met, (int64_t)s->q_len);
-        bool stopping = s->stopping;
+        if (s->stopping || job_cancelled(j)) {
+            job_drop(s, j, s->stopping);
+            continue;
+        }
         s->running = j;
         pthread_mutex_unlock(&s->mu);
-        if (stopping || job_cancelled(j)) {
-            j->failed = true;
-            j->rep.finish = PH_FINISH_CANCELLED;
-            ph_err_set(&j->err, "the server is shutting down");
-            if (!stopping) metrics_cancelled(&s->met);
-        } else {
-            run_job(s, j);
-            if (j->rep.finish == PH_FINISH_CANCELLED) metrics_cancelled(&s->met);
-        }
+        run_job(s, j);
+        if (j->rep.finish == PH_FINISH_CANCELLED && !j->failed) metrics_cancelled(&s->met);
+        if (j->failed && job_timed_out(j)) metrics_timed_out(&s->met);
         ph_engine_stats st;
         ph_engine_get_stats(s->e, &st);
         pthread_mutex_lock(&s->mu);
@@ -294,7 +344,8 @@ typedef struct conn {
     int refused;       /* the status to answer with once the upload is over (0: none) */
     char why[200];
     bool answered;     /* refused at the door: the answer is queued, the body is never read */
-    job *j;            /* a streamed job, owned by the response */
+    job *j;            /* the request's job while the connection waits for it (a reference) */
+    conn_rec *rec;     /* the connection's entry in s->conns (NULL: untracked) */
 } conn;
 
 /* CORS (--cors-origin): no header at all without the flag; with it, the
@@ -309,10 +360,10 @@ static void add_cors(srv *s, struct MHD_Connection *c, struct MHD_Response *r) {
 }
 
 /* close: the answer ends the connection (a request refused before its
- * body was read: the rest of the body is never read); retry_after: a
- * Retry-After header (NULL: none). */
+ * body was read: the rest of the body is never read); hname: one more
+ * header, with the value hvalue (NULL: none). */
 static enum MHD_Result send_bytes_ex(srv *s, struct MHD_Connection *c, int status, const char *type, char *data,
-                                     size_t n, bool close, const char *retry_after) {
+                                     size_t n, bool close, const char *hname, const char *hvalue) {
     struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(n, data, free);
     if (!r) {
         free(data);
@@ -321,26 +372,26 @@ static enum MHD_Result send_bytes_ex(srv *s, struct MHD_Connection *c, int statu
     MHD_add_response_header(r, "Content-Type", type);
     add_cors(s, c, r);
     if (close) MHD_add_response_header(r, "Connection", "close");
-    if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
+    if (hname) MHD_add_response_header(r, hname, hvalue);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok;
 }
 
 static enum MHD_Result send_bytes(srv *s, struct MHD_Connection *c, int status, const char *type, char *data, size_t n) {
-    return send_bytes_ex(s, c, status, type, data, n, false, NULL);
+    return send_bytes_ex(s, c, status, type, data, n, false, NULL, NULL);
 }
 
 static enum MHD_Result send_json_ex(srv *s, struct MHD_Connection *c, int status, json_t *v, bool close,
-                                    const char *retry_after) {
+                                    const char *hname, const char *hvalue) {
     char *t = v ? json_dumps(v, JSON_COMPACT) : NULL;
     json_decref(v);
-    if (!t) return send_bytes_ex(s, c, 500, "text/plain", strdup("out of memory\n"), 14, close, NULL);
-    return send_bytes_ex(s, c, status, "application/json", t, strlen(t), close, retry_after);
+    if (!t) return send_bytes_ex(s, c, 500, "text/plain", strdup("out of memory\n"), 14, close, NULL, NULL);
+    return send_bytes_ex(s, c, status, "application/json", t, strlen(t), close, hname, hvalue);
 }
 
 static enum MHD_Result send_json(srv *s, struct MHD_Connection *c, int status, json_t *v) {
-    return send_json_ex(s, c, status, v, false, NULL);
+    return send_json_ex(s, c, status, v, false, NULL, NULL);
 }
 
 static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, const char *endpoint, bool anthropic, int status,
@@ -350,13 +401,19 @@ static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, const char *
 }
 
 /* A refusal at the door, from the headers alone: answered at once and the
- * connection closed, so the body (if any) is never read. */
-static enum MHD_Result refuse_now(srv *s, struct MHD_Connection *c, conn *cn, const char *endpoint, bool anthropic,
-                                  int status, const char *msg) {
+ * connection closed, so the body (if any) is never read. hname: one more
+ * header (NULL: none). */
+static enum MHD_Result refuse_now_h(srv *s, struct MHD_Connection *c, conn *cn, const char *endpoint, bool anthropic,
+                                    int status, const char *msg, const char *hname, const char *hvalue) {
     cn->answered = true;
     metrics_request(&s->met, endpoint, status);
     return send_json_ex(s, c, status, anthropic ? anthropic_error_body(status, msg) : openai_error_body(status, msg),
-                        true, NULL);
+                        true, hname, hvalue);
+}
+
+static enum MHD_Result refuse_now(srv *s, struct MHD_Connection *c, conn *cn, const char *endpoint, bool anthropic,
+                                  int status, const char *msg) {
+    return refuse_now_h(s, c, cn, endpoint, anthropic, status, msg, NULL, NULL);
 }
 
 /* Whether a request may name this model: the served name or an alias. */
@@ -402,23 +459,24 @@ static enum MHD_Result check_model(srv *s, struct MHD_Connection *c, const api_k
     return send_json(s, c, status, openai_error_body_code(status, msg, "model", status == 404 ? "model_not_found" : NULL));
 }
 
-/* Streams a job's SSE bytes as the worker writes them. */
+/* Streams a job's SSE bytes as the worker writes them; with none yet, the
+ * connection waits, suspended, until the worker writes more or ends (or
+ * the watcher asks for a keep-alive comment). */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     job *j = cls;
     pthread_mutex_lock(&j->mu);
-    double waited = 0;
-    while (j->out.n == 0 && !j->done) {
-        cond_wait_s(&j->cv, &j->mu, 1.0);
-        waited += 1;
-        if (j->out.n == 0 && !j->done && waited >= 5) {
-            /* an SSE comment now and then: a client that went away is noticed
-             * even while the prompt is being read */
+    if (j->out.n == 0 && !j->done) {
+        if (j->ping) { /* an SSE comment now and then keeps proxies and idle timers content */
+            j->ping = false;
             pthread_mutex_unlock(&j->mu);
             static const char ping[] = ": keep-alive\n\n";
             memcpy(buf, ping, sizeof ping - 1);
             return (ssize_t)(sizeof ping - 1);
         }
+        job_suspend_locked(j);
+        pthread_mutex_unlock(&j->mu);
+        return 0;
     }
     if (j->out.n == 0) {
         pthread_mutex_unlock(&j->mu);
@@ -464,33 +522,67 @@ static int parse_auxiliary(job *j, struct MHD_Connection *c, ph_err *err) {
     return 0;
 }
 
-/* Whether the client of c has closed its connection: its side reads as
- * ended, or the socket failed. (A client that only shuts down its sending
- * side after the request counts as gone too.) */
-static bool client_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
+/* Whether the client of a connection (its socket) has closed it: its side
+ * reads as ended, or the socket failed. (A client that only shuts down its
+ * sending side after the request counts as gone too.) */
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
     char b;
-    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-/* Waits (j->mu held) until j is done, or with `first` until it has output,
- * looking every 0.2 s whether its client is still there: a request whose
- * client left, queued or running, is cancelled (the worker skips it or
- * stops its generation). */
-static void wait_job_locked(job *j, struct MHD_Connection *c, bool first) {
-    while (!j->done && !(first && j->out.n > 0)) {
-        cond_wait_s(&j->cv, &j->mu, 0.2);
-        if (!j->done && !j->cancelled && client_gone(c)) j->cancelled = true;
-    }
 }
 
 /* 503 with Retry-After: the queue is full. */
 static enum MHD_Result send_busy(srv *s, struct MHD_Connection *c, const api_kind *api, const char *msg) {
     metrics_request(&s->met, api->endpoint, 503);
     return send_json_ex(s, c, 503, api->anthropic ? anthropic_error_body(503, msg) : openai_error_body(503, msg), false,
-                        "1");
+                        "Retry-After", "1");
+}
+
+/* The answer to a queued request, once its job is ready: done, or for a
+ * stream, planned (its first bytes written: a prompt that is too long
+ * still gets a plain error with its status). Until then the connection
+ * waits, suspended. */
+static enum MHD_Result answer_or_wait(srv *s, struct MHD_Connection *c, conn *cn) {
+    job *j = cn->j;
+    const api_kind *api = j->api;
+    pthread_mutex_lock(&j->mu);
+    if (!j->done && !(j->stream && j->out.n > 0)) {
+        job_suspend_locked(j);
+        pthread_mutex_unlock(&j->mu);
+        return MHD_YES;
+    }
+    bool failed_early = j->done && j->failed && j->out.n == 0;
+    if (j->stream && !failed_early) j->streaming = true;
+    pthread_mutex_unlock(&j->mu);
+    cn->j = NULL;
+    if (j->stream && !failed_early) {
+        pthread_mutex_lock(&s->mu);
+        s->n_streams++; /* stream_free counts it off */
+        pthread_mutex_unlock(&s->mu);
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
+        if (!r) {
+            stream_free(j); /* as MHD would have: cancels the job, drops its reference and the count */
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        add_cors(s, c, r);
+        metrics_request(&s->met, api->endpoint, 200);
+        enum MHD_Result ok = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return ok;
+    }
+    enum MHD_Result ok;
+    if (j->failed)
+        ok = send_error(s, c, api->endpoint, api->anthropic,
+                        j->rep.finish == PH_FINISH_CANCELLED ? 503 : status_for(&j->err), j->err.msg);
+    else {
+        metrics_request(&s->met, api->endpoint, 200);
+        ok = send_json(s, c, 200, j->count_only ? json_pack("{s:i}", "input_tokens", j->n_counted) : api->result(j));
+    }
+    job_unref(j);
+    return ok;
 }
 
 static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_kind *api, bool count_only, conn *cn) {
@@ -516,6 +608,9 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     }
     ph_err err = {0};
     j->count_only = count_only; /* the Messages parser then takes no stream and no max_tokens */
+    j->conn = c;
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = fd ? fd->connect_fd : -1;
     int q = 0;
     if (api->parse(j, &err) || parse_auxiliary(j, c, &err) || (q = enqueue(s, j)) != 0) {
         job_unref(j);
@@ -529,43 +624,8 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
         const char *msg = err.msg[0] ? err.msg : "the server is shutting down";
         return send_error(s, c, api->endpoint, api->anthropic, status, msg);
     }
-    if (j->stream) {
-        /* wait until the worker has planned the turn: a prompt that is too
-         * long still gets a plain error with its status */
-        pthread_mutex_lock(&j->mu);
-        wait_job_locked(j, c, true);
-        bool failed_early = j->done && j->failed && j->out.n == 0;
-        pthread_mutex_unlock(&j->mu);
-        if (!failed_early) {
-            pthread_mutex_lock(&s->mu);
-            s->n_streams++; /* stream_free counts it off */
-            pthread_mutex_unlock(&s->mu);
-            struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
-            if (!r) {
-                stream_free(j); /* as MHD would have: cancels the job, drops its reference and the count */
-                return MHD_NO;
-            }
-            MHD_add_response_header(r, "Content-Type", "text/event-stream");
-            MHD_add_response_header(r, "Cache-Control", "no-cache");
-            add_cors(s, c, r);
-            metrics_request(&s->met, api->endpoint, 200);
-            enum MHD_Result ok = MHD_queue_response(c, 200, r);
-            MHD_destroy_response(r);
-            return ok;
-        }
-    } else {
-        pthread_mutex_lock(&j->mu);
-        wait_job_locked(j, c, false);
-        pthread_mutex_unlock(&j->mu);
-    }
-    enum MHD_Result ok;
-    if (j->failed) ok = send_error(s, c, api->endpoint, api->anthropic, j->rep.finish == PH_FINISH_CANCELLED ? 503 : status_for(&j->err), j->err.msg);
-    else {
-        metrics_request(&s->met, api->endpoint, 200);
-        ok = send_json(s, c, 200, count_only ? json_pack("{s:i}", "input_tokens", j->n_counted) : api->result(j));
-    }
-    job_unref(j);
-    return ok;
+    cn->j = j; /* the handler's reference: the connection waits for the job */
+    return answer_or_wait(s, c, cn);
 }
 
 static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *url) {
@@ -580,7 +640,9 @@ static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *
         pthread_mutex_unlock(&s->mu);
         ph_engine_get_disk_stats(s->e, &st); /* the writer thread's work goes on between jobs */
         metrics_request(&s->met, "metrics", 200);
-        char *text = metrics_render(&s->met, &st);
+        metrics_conns cs;
+        conns_stats(&s->conns, &cs.open, &cs.closed_deadline, &cs.closed_limit, &cs.refused);
+        char *text = metrics_render(&s->met, &st, &cs);
         if (!text) return send_bytes(s, c, 500, "text/plain", strdup("out of memory\n"), 14);
         return send_bytes(s, c, 200, "text/plain; version=0.0.4", text, strlen(text));
     }
@@ -680,10 +742,19 @@ static enum MHD_Result note_framing(void *cls, enum MHD_ValueKind kind, const ch
     return MHD_YES;
 }
 
+/* Whether a request method is an HTTP token (RFC 9110, 5.6.2). */
+static bool method_is_token(const char *m) {
+    if (!*m) return false;
+    for (; *m; m++)
+        if (!isalnum((unsigned char)*m) && !strchr("!#$%&'*+-.^_`|~", *m)) return false;
+    return true;
+}
+
 /* The checks made from the headers alone, in this order, each answered at
  * once (the body is never read) and closing the connection: the body's
  * framing (400: differing Content-Length headers, or Content-Length with
- * Transfer-Encoding), the Host (DNS rebinding: 403), CORS preflights, the
+ * Transfer-Encoding), the method (400: not a token; 405: not one served),
+ * the Host (DNS rebinding: 403), CORS preflights, the
  * API key (401: every request but GET /health), and for the API endpoints'
  * POSTs the Content-Type (415). Returns MHD_YES with *done false when the
  * request goes on. */
@@ -700,6 +771,14 @@ static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, c
     if (f.n_length && f.chunked)
         return refuse_now(s, c, cn, label, anth, 400,
                           "the request has both Content-Length and Transfer-Encoding: its length is ambiguous");
+    if (!method_is_token(method)) {
+        snprintf(msg, sizeof msg, "the request line is not HTTP: '%.40s' is not a method", method);
+        return refuse_now(s, c, cn, label, anth, 400, msg);
+    }
+    if (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "POST") && strcmp(method, "OPTIONS")) {
+        snprintf(msg, sizeof msg, "the method %.40s is not served here (GET, POST, OPTIONS)", method);
+        return refuse_now_h(s, c, cn, label, anth, 405, msg, "Allow", "GET, POST, OPTIONS");
+    }
     /* a request without Host (HTTP/1.0) passes: it cannot come from a browser page */
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (host && !access_host_allowed(host, s->cfg.host, s->cfg.allow_hosts, s->cfg.n_allow_hosts)) {
@@ -735,6 +814,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         conn *cn = calloc(1, sizeof *cn);
         if (!cn) return MHD_NO;
         *con_cls = cn;
+        const union MHD_ConnectionInfo *ctx = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        cn->rec = ctx ? ctx->socket_context : NULL;
+        /* the head is in: the body's deadline starts (or the answer's work) */
+        conns_set_phase(&s->conns, cn->rec, strcmp(method, "POST") ? CONN_BUSY : CONN_BODY, ph_now_s());
         bool done;
         enum MHD_Result mr = at_the_door(s, c, cn, url, method, api, &done);
         if (done) return mr;
@@ -758,6 +841,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     conn *cn = *con_cls;
+    if (cn->j) return answer_or_wait(s, c, cn); /* resumed: its job is ready */
     if (cn->answered) { /* refused at the door: nothing more is read */
         *upload_size = 0;
         return MHD_YES;
@@ -772,8 +856,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    conns_set_phase(&s->conns, cn->rec, CONN_BUSY, ph_now_s()); /* the whole body is in */
     if (cn->refused) return send_error(s, c, api ? api->endpoint : "other", api && api->anthropic, cn->refused, cn->why);
-    if (!strcmp(method, "GET")) return handle_get(s, c, url);
+    if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) return handle_get(s, c, url);
     if (!strcmp(method, "POST") && api) {
         if (cn->body.oom) return send_error(s, c, api->endpoint, api->anthropic, 500, "out of memory");
         return handle_api(s, c, api, is_count_tokens(url), cn);
@@ -783,14 +868,92 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
     (void)c;
     (void)toe;
+    srv *s = cls;
     conn *cn = *con_cls;
     if (!cn) return;
+    if (cn->j) { /* ended before its answer: nobody waits for the job any more */
+        pthread_mutex_lock(&cn->j->mu);
+        if (!cn->j->done) cn->j->cancelled = true;
+        pthread_mutex_unlock(&cn->j->mu);
+        job_unref(cn->j);
+    }
+    /* a kept-alive connection waits for its next request's head */
+    conns_set_phase(&s->conns, cn->rec, CONN_HEAD, ph_now_s());
     sb_free(&cn->body);
     free(cn);
     *con_cls = NULL;
+}
+
+/* The connection table follows MHD's connections: a record from accept to
+ * close (conns_remove runs before MHD closes the socket). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    srv *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = fd ? conns_add(&s->conns, fd->connect_fd, addr ? addr->client_addr : NULL, ph_now_s()) : NULL;
+    } else {
+        conns_remove(&s->conns, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+/* A new connection: room is made for it within --max-connections and
+ * --max-connections-per-ip, or it is refused. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
+    (void)len;
+    srv *s = cls;
+    return conns_admit(&s->conns, addr, ph_now_s()) ? MHD_YES : MHD_NO;
+}
+
+/* The watcher (s->mu held): a job whose client left or whose time is up
+ * is cancelled (a queued one is answered and dropped at once, freeing its
+ * place in the queue); a quiet stream gets a keep-alive comment every 5 s. */
+static void watch_job(srv *s, job *j, double now) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->done && !j->cancelled) {
+        if (s->cfg.request_timeout_s > 0 && now - j->t_queued > s->cfg.request_timeout_s) {
+            j->timed_out = j->cancelled = true;
+        } else if (j->suspended && client_gone(j->fd)) {
+            j->cancelled = true;
+        } else if (j->suspended && j->streaming && now - j->t_suspended >= 5) {
+            j->ping = true;
+            job_wake_locked(j);
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void *watcher_main(void *arg) {
+    srv *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->watcher_stop) {
+        pthread_mutex_unlock(&s->mu);
+        const double now = ph_now_s();
+        conns_sweep(&s->conns, now);
+        pthread_mutex_lock(&s->mu);
+        if (s->running) watch_job(s, s->running, now);
+        size_t kept = 0;
+        for (size_t i = 0; i < s->q_len; i++) {
+            job *j = s->q[(s->q_head + i) % s->q_cap];
+            watch_job(s, j, now);
+            if (!s->stopping && job_cancelled(j)) job_drop(s, j, false);
+            else s->q[(s->q_head + kept++) % s->q_cap] = j;
+        }
+        if (kept != s->q_len) {
+            s->q_len = kept;
+            metrics_queue(&s->met, (int64_t)s->q_len);
+        }
+        pthread_mutex_unlock(&s->mu);
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -800,6 +963,36 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     size_t n = strlen(buf);
     while (n && buf[n - 1] == '\n') buf[--n] = '\0';
     PH_DEBUG("http: %s", buf);
+}
+
+/* The HTTP library's threads (epoll, a fixed pool): they only read,
+ * check and answer; no thread waits for a job. */
+#define HTTP_THREADS 4
+/* MHD's limit over --max-connections: room for the connections being
+ * closed to make room (conns.h), and file descriptors kept for the
+ * model, the caches and the logs. */
+#define CONN_SLACK 64
+#define FD_RESERVE 128
+
+/* Raises the soft limit on open files as far as --max-connections needs
+ * (the hard limit at most), or lowers --max-connections to fit (with a
+ * warning). */
+static void fit_connections(srv_config *cfg) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    rlim_t want = (rlim_t)cfg->max_connections + CONN_SLACK + FD_RESERVE;
+    if (rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur >= want) return;
+    long fit = (long)rl.rlim_cur - CONN_SLACK - FD_RESERVE;
+    if (fit < 8) fit = 8;
+    fprintf(stderr, "pinhole: warning: %d connections need %llu open files, the limit is %llu: at most %ld connections\n",
+            cfg->max_connections, (unsigned long long)want, (unsigned long long)rl.rlim_cur, fit);
+    cfg->max_connections = (int)fit;
+    if (cfg->max_connections_per_ip > fit) cfg->max_connections_per_ip = (int)fit;
 }
 
 /* The thread in sigwait. The engine's threads were started before the
@@ -815,9 +1008,12 @@ int server_run(ph_engine *e, const srv_config *cfg) {
     if (!s) return 1;
     s->e = e;
     s->cfg = *cfg;
+    fit_connections(&s->cfg);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     metrics_init(&s->met);
+    conns_init(&s->conns, s->cfg.max_connections, s->cfg.max_connections_per_ip, s->cfg.header_timeout_s,
+               s->cfg.body_timeout_s);
     ph_engine_get_stats(e, &s->snap);
     /* signals go to sigwait below, not to any thread */
     sigset_t set;
@@ -838,15 +1034,25 @@ int server_run(ph_engine *e, const srv_config *cfg) {
         fprintf(stderr, "pinhole: cannot start the worker thread\n");
         goto out;
     }
+    if (pthread_create(&s->watcher, NULL, watcher_main, s) != 0) {
+        fprintf(stderr, "pinhole: cannot start the watcher thread\n");
+        pthread_mutex_lock(&s->mu);
+        s->stopping = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->worker, NULL);
+        goto out;
+    }
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
     if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
         fprintf(stderr, "pinhole: --host %s is not an IPv4 address\n", cfg->host);
         goto stop_worker;
     }
-    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                                MHD_USE_ERROR_LOG,
-                            0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+    s->d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, on_accept,
+                            s, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)(s->cfg.max_connections + CONN_SLACK), MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
     if (!s->d) {
@@ -884,7 +1090,12 @@ stop_worker:
     }
     pthread_mutex_unlock(&s->mu);
     if (s->d) MHD_stop_daemon(s->d);
+    pthread_mutex_lock(&s->mu);
+    s->watcher_stop = true;
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->watcher, NULL);
 out:
+    conns_free(&s->conns);
     metrics_free(&s->met);
     free(s->q);
     pthread_mutex_destroy(&s->mu);

@@ -1,5 +1,5 @@
 /* pinhole serve: an HTTP server for the OpenAI Chat Completions, OpenAI
- * Responses and Anthropic Messages APIs (DESIGN 9). HTTP threads parse,
+ * Responses and Anthropic Messages APIs (DESIGN 9). A pool of HTTP threads parse,
  * validate, decode and fingerprint; one inference worker runs requests in
  * arrival order. */
 #ifndef PH_SERVER_SERVER_H
@@ -15,6 +15,15 @@ typedef struct srv_config {
     int port;                  /* 0: any free port */
     int max_images;            /* per request */
     int max_queue;             /* requests waiting for the worker; past it 503 (0: no bound) */
+    double request_timeout_s;  /* a request unfinished this long after it arrived is stopped (0: none) */
+    /* connections (issue 13): at most max_connections, max_connections_per_ip
+     * from one address (a new one past a limit closes the oldest idle one);
+     * a request head must arrive within header_timeout_s, its body within
+     * body_timeout_s */
+    int max_connections;
+    int max_connections_per_ip;
+    double header_timeout_s;
+    double body_timeout_s;
     size_t max_body;           /* bytes */
     const char *api_key;       /* NULL: no key needed; else every request but GET /health and
                                 * CORS preflights must carry it */
