@@ -2,8 +2,9 @@
  * orientation, limits, the hostile-file corpus (tests/data/images_bad),
  * fingerprints, and the preprocessing of spec F checked against Pillow
  * (golden values computed once with Pillow 9.4) and against the grids of
- * the oracle's references. JPEG and WebP inputs are made here with
- * libturbojpeg and libwebp. */
+ * the oracle's references; the header probe against the decode of every
+ * file here. JPEG and WebP inputs are made here with libturbojpeg and
+ * libwebp. */
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -88,6 +89,30 @@ static int starts_with(const char *s, const char *prefix) { return strncmp(s, pr
 static int decode(const void *d, size_t n, const char *label, ph_image *img, ph_err *e) {
     memset(e, 0, sizeof *e);
     return ph_image_decode(d, n, NULL, label, img, e);
+}
+
+/* The header probe against a decode of the same bytes (rc, img, e): a file
+ * the decode takes, the probe takes with the same size; a file the probe
+ * refuses, the decode refuses with the same message. (The probe may pass a
+ * file whose pixels are damaged.) Returns 1 when they agree. */
+static int probe_matches(const void *d, size_t n, const ph_image_limits *lim, const char *label, int rc,
+                         const ph_image *img, const ph_err *e) {
+    ph_err pe = {0};
+    int w = -1, h = -1;
+    const int prc = image_probe(d, n, lim, label, &w, &h, &pe);
+    const int ok = rc == 0 ? prc == 0 && w == img->w && h == img->h : prc == 0 || !strcmp(pe.msg, e->msg);
+    if (!ok)
+        fprintf(stderr, "%s (%zu bytes): decode '%s' %dx%d, probe '%s' %dx%d\n", label, n, rc ? e->msg : "ok",
+                rc ? 0 : img->w, rc ? 0 : img->h, prc ? pe.msg : "ok", w, h);
+    return ok;
+}
+
+static int probe_agrees(const void *d, size_t n, const char *label) {
+    ph_image img;
+    ph_err e;
+    const int rc = decode(d, n, label, &img, &e), ok = probe_matches(d, n, NULL, label, rc, &img, &e);
+    ph_image_free(&img);
+    return ok;
 }
 
 /* ---- smart resize (spec F.2) --------------------------------------------- */
@@ -248,6 +273,7 @@ static void test_oracle_pictures(void) {
         sha256_hex(bytes, n, want);
         to_hex(img.bytes_id, 32, hex);
         CHECKF(!strcmp(hex, want), "%s: bytes_id", oracle_pics[i].name);
+        CHECKF(probe_agrees(bytes, n, oracle_pics[i].name), "%s: the probe", oracle_pics[i].name);
         free(bytes);
 
         const int nw = oracle_pics[i].nw, nh = oracle_pics[i].nh;
@@ -448,6 +474,10 @@ static void test_ok_corpus(void) {
                    "%s: decoded %dx%d differs from %s (%dx%d)", de->d_name, img.w, img.h, ppm, w, h);
             n++;
         }
+        size_t len;
+        uint8_t *bytes = read_all(path, &len);
+        CHECKF(bytes && probe_agrees(bytes, len, de->d_name), "%s: the probe", de->d_name);
+        free(bytes);
         ph_image_free(&img);
         free(want);
     }
@@ -456,6 +486,10 @@ static void test_ok_corpus(void) {
 }
 
 /* ---- the hostile files ----------------------------------------------------- */
+
+/* The bad files whose header is sound: only a decode finds them wrong. */
+static const char *const damaged_pixels[] = {"png_truncated.png", "png_bad_crc.png",    "png_bad_data.png",
+                                             "jpeg_600_scans.jpg", "webp_truncated.webp", "gif_truncated.gif"};
 
 static void test_bad_corpus(void) {
     char dir[600], list[700], line[1024];
@@ -495,6 +529,16 @@ static void test_bad_corpus(void) {
                    !strchr(e.msg, '\n'),
                "%s: wanted '%s', got '%s'", name, expect, rc ? e.msg : "(decoded)");
         CHECKF(dt < 0.5, "%s took %.3f s to refuse", name, dt);
+        /* The probe refuses the same files with the same message, but for
+         * those whose header is sound and whose pixels are not. */
+        int w, h;
+        ph_err pe = {0};
+        const int prc = image_probe(buf, n, NULL, name, &w, &h, &pe);
+        int pixels_bad = 0;
+        for (size_t k = 0; k < sizeof damaged_pixels / sizeof *damaged_pixels; k++)
+            pixels_bad |= !strcmp(name, damaged_pixels[k]);
+        CHECKF(pixels_bad ? prc == 0 : prc == -1 && !strcmp(pe.msg, e.msg), "%s: the probe %s", name,
+               prc ? pe.msg : "passed");
         ph_image_free(&img);
 
         /* Through a file: the label is the path. */
@@ -666,6 +710,7 @@ static void test_jpeg(void) {
             for (int bx = 4; bx < ew; bx += 8)
                 wrong += max_diff(img.rgb + (by * ew + bx) * 3, want + (by * ew + bx) * 3, 3) > 16;
         CHECKF(wrong == 0, "orientation %d: %d blocks in the wrong place", o, wrong);
+        CHECKF(probe_agrees(jpg, n, "exif"), "orientation %d: the probe", o);
         ph_image_free(&img);
         free(want);
         free(jpg);
@@ -730,6 +775,7 @@ static void test_webp(void) {
         rc = decode(b, n, "webp-exif", &img, &e);
         CHECKF(rc == 0 && img.w == ew && img.h == eh && !memcmp(img.rgb, want, (size_t)ew * eh * 3),
                "WebP orientation %d: %s", o, rc ? e.msg : "wrong pixels");
+        CHECKF(probe_agrees(b, n, "webp-exif"), "WebP orientation %d: the probe", o);
         ph_image_free(&img);
         free(want);
         free(b);
@@ -766,6 +812,89 @@ static void test_fingerprint(void) {
     ph_image_free(&gif);
     ph_image_free(&again);
     WebPFree(webp);
+}
+
+/* ---- the header probe -------------------------------------------------------- */
+
+/* The shortest prefix of d that the probe takes (n + 1: none), checking
+ * that every shorter one is refused as a decode refuses it. */
+static size_t probe_first_pass(const uint8_t *d, size_t n, const char *label) {
+    for (size_t len = 0; len <= n; len++) {
+        int w, h;
+        if (image_probe(d, len, NULL, label, &w, &h, NULL) == 0) return len;
+        CHECKF(probe_agrees(d, len, label), "%s cut to %zu bytes: the probe", label, len);
+    }
+    return n + 1;
+}
+
+/* A file's chunks after its signature: the eXIf chunk moved after IDAT. */
+static size_t png_exif_last(const uint8_t *d, size_t n, uint8_t *out) {
+    size_t p = 8, k = 8, exif = 0, exif_len = 0;
+    memcpy(out, d, 8);
+    while (p + 12 <= n) {
+        const size_t len = (size_t)d[p] << 24 | (size_t)d[p + 1] << 16 | (size_t)d[p + 2] << 8 | d[p + 3];
+        if (!memcmp(d + p + 4, "eXIf", 4)) {
+            exif = p;
+            exif_len = 12 + len;
+        } else {
+            if (!memcmp(d + p + 4, "IEND", 4) && exif_len) {
+                memcpy(out + k, d + exif, exif_len);
+                k += exif_len;
+            }
+            memcpy(out + k, d + p, 12 + len);
+            k += 12 + len;
+        }
+        p += 12 + len;
+    }
+    return k;
+}
+
+static void test_probe(void) {
+    /* The probe reads a header and no more: a PNG cut right after its IHDR
+     * data (signature, chunk header, 13 bytes) already gives its size, a
+     * GIF cut after its first frame's descriptor, a WebP after its VP8L
+     * header; a JPEG needs its end-of-image marker (the walk over its
+     * segments that finds the EXIF block refuses a cut file). */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/img/grad.png", PH_ORACLE_DIR);
+    size_t n;
+    uint8_t *png = read_all(path, &n);
+    int w = 0, h = 0;
+    CHECK(png && probe_first_pass(png, n, "grad.png") == 29 &&
+          image_probe(png, 29, NULL, "grad.png", &w, &h, NULL) == 0 && w == 200 && h == 150);
+    free(png);
+
+    uint8_t blocks[16 * 24 * 3];
+    block_picture(blocks);
+    uint8_t *jpg = make_jpeg(blocks, 16, 24, TJPF_RGB, TJSAMP_420, 0, 6, &n); /* turned: 24x16 */
+    CHECK(jpg && probe_first_pass(jpg, n, "jpeg") == n && image_probe(jpg, n, NULL, "jpeg", &w, &h, NULL) == 0 &&
+          w == 24 && h == 16);
+    free(jpg);
+
+    snprintf(path, sizeof path, "%s/images_ok/gif_frame_offset.gif", PH_TEST_DATA);
+    uint8_t *gif = read_all(path, &n);
+    size_t first = gif ? probe_first_pass(gif, n, "gif") : 0;
+    CHECKF(first > 13 && first < n, "GIF: the probe first passes at %zu of %zu bytes", first, n);
+    free(gif);
+
+    uint8_t px[37 * 21 * 3] = {0}, *webp = NULL;
+    n = WebPEncodeLosslessRGB(px, 37, 21, 37 * 3, &webp);
+    first = probe_first_pass(webp, n, "webp");
+    CHECKF(first == 25 && image_probe(webp, first, NULL, "webp", &w, &h, NULL) == 0 && w == 37 && h == 21,
+           "WebP: the probe first passes at %zu of %zu bytes", first, n);
+    WebPFree(webp);
+
+    /* An eXIf chunk after the pixel data turns the picture too. */
+    snprintf(path, sizeof path, "%s/images_ok/exif6.png", PH_TEST_DATA);
+    uint8_t *exif6 = read_all(path, &n), *moved = malloc(n);
+    CHECK(exif6 && png_exif_last(exif6, n, moved) == n && memcmp(exif6, moved, n) != 0);
+    ph_image img;
+    ph_err e;
+    CHECKF(decode(moved, n, "exif-last", &img, &e) == 0 && img.w < img.h && probe_agrees(moved, n, "exif-last"),
+           "eXIf after IDAT: %s (%dx%d)", e.msg, img.w, img.h);
+    ph_image_free(&img);
+    free(moved);
+    free(exif6);
 }
 
 static void test_limits(void) {
@@ -810,7 +939,8 @@ static uint32_t rng(void) {
     return rng_state;
 }
 
-/* Every outcome must be clean: a picture, or one labelled line. */
+/* Every outcome must be clean: a picture, or one labelled line; and the
+ * probe agrees. */
 static int damaged_ok(const uint8_t *d, size_t n, const ph_image_limits *lim, double *worst) {
     ph_image img;
     ph_err e = {0};
@@ -820,6 +950,7 @@ static int damaged_ok(const uint8_t *d, size_t n, const ph_image_limits *lim, do
     if (dt > *worst) *worst = dt;
     if (rc == 0) ok = img.w > 0 && img.h > 0 && img.rgb != NULL;
     else ok = img.rgb == NULL && starts_with(e.msg, "damaged: ") && !strchr(e.msg, '\n');
+    ok = ok && probe_matches(d, n, lim, "damaged", rc, &img, &e);
     ph_image_free(&img);
     return ok;
 }
@@ -880,6 +1011,7 @@ int main(void) {
     test_jpeg();
     test_webp();
     test_fingerprint();
+    test_probe();
     test_limits();
     test_damaged();
     TEST_END();

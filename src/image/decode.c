@@ -1,5 +1,6 @@
 /* Picture decoding: limits, format sniffing, dispatch to the decoder of
- * each format, EXIF orientation and fingerprints (DESIGN section 8). */
+ * each format (the header alone for a probe), EXIF orientation and
+ * fingerprints (DESIGN section 8). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,7 +56,8 @@ uint8_t *ph_img_alloc(const char *label, int w, int h, int channels, ph_err *e) 
     return p;
 }
 
-typedef int (*decode_fn)(const uint8_t *, size_t, const ph_image_limits *, const char *, ph_decoded *, ph_err *);
+typedef int (*decode_fn)(const uint8_t *, size_t, const ph_image_limits *, const char *, bool, ph_decoded *,
+                         ph_err *);
 
 /* The decoder for the magic bytes at the start of d, or NULL with an error
  * that says what the file seems to be. */
@@ -75,23 +77,40 @@ static decode_fn sniff(const uint8_t *d, size_t n, const char *label, ph_err *e)
     return NULL;
 }
 
-int ph_image_decode(const void *data, size_t len, const ph_image_limits *lim, const char *label, ph_image *out,
-                    ph_err *e) {
+/* Checks the file's length, finds its format and runs that decoder: the
+ * header alone, or the pixels too. lim NULL: the default limits. */
+static int read_picture(const void *data, size_t len, const ph_image_limits *lim, const char *label, bool pixels,
+                        ph_decoded *img, ph_err *e) {
     ph_image_limits def;
     if (!lim) {
         ph_image_limits_default(&def);
         lim = &def;
     }
-    if (!label) label = "image";
-    memset(out, 0, sizeof *out);
+    *img = (ph_decoded){0, 0, NULL, 1};
     if (len == 0) return ph_img_err(e, label, "the file is empty");
     if (len > lim->max_file_bytes)
         return ph_img_err(e, label, "the file is %zu bytes, more than the %zu-byte limit", len, lim->max_file_bytes);
     decode_fn decode = sniff(data, len, label, e);
     if (!decode) return -1;
+    return decode(data, len, lim, label, pixels, img, e);
+}
 
-    ph_decoded img = {0, 0, NULL, 1};
-    if (decode(data, len, lim, label, &img, e) != 0) return -1;
+int image_probe(const void *data, size_t len, const ph_image_limits *lim, const char *label, int *w, int *h,
+                ph_err *e) {
+    ph_decoded img;
+    if (read_picture(data, len, lim, label ? label : "image", false, &img, e)) return -1;
+    const bool turns = orientation_turns(img.orientation);
+    *w = turns ? img.h : img.w;
+    *h = turns ? img.w : img.h;
+    return 0;
+}
+
+int ph_image_decode(const void *data, size_t len, const ph_image_limits *lim, const char *label, ph_image *out,
+                    ph_err *e) {
+    if (!label) label = "image";
+    memset(out, 0, sizeof *out);
+    ph_decoded img;
+    if (read_picture(data, len, lim, label, true, &img, e)) return -1;
     if (ph_orient(&img, img.orientation) != 0) {
         free(img.rgb);
         return ph_img_err(e, label, "out of memory for %dx%d pixels", img.w, img.h);

@@ -55,8 +55,8 @@ static void gif_colour(const ColorMapObject *map, unsigned idx, uint8_t *px) {
     }
 }
 
-int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
-                  ph_err *e) {
+int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
+                  ph_decoded *out, ph_err *e) {
     gif_src src = {d, n, 0};
     int err = 0, rc = -1;
     GifFileType *g = DGifOpen(&src, gif_read, &err);
@@ -86,6 +86,13 @@ int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const 
     if (ch < (uint64_t)g->SHeight) ch = (uint64_t)g->SHeight;
     if (ph_img_check_size(label, "GIF", cw, ch, lim, e) != 0) goto done;
     int w = (int)cw, h = (int)ch;
+    out->w = w;
+    out->h = h;
+    out->orientation = 1;
+    if (!pixels) {
+        rc = 0;
+        goto done;
+    }
     rgb = ph_img_alloc(label, w, h, 3, e);
     if (!rgb) goto done;
     line = malloc((size_t)fr->Width);
@@ -113,10 +120,7 @@ int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const 
             for (int x = 0; x < fr->Width; x++) gif_colour(map, line[x], row + 3 * x);
         }
     }
-    out->w = w;
-    out->h = h;
     out->rgb = rgb;
-    out->orientation = 1;
     rgb = NULL;
     rc = 0;
 done:

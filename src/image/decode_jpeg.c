@@ -53,8 +53,8 @@ static void cmyk_to_rgb(const uint8_t *cmyk, uint8_t *rgb, size_t npix) {
     }
 }
 
-int ph_decode_jpeg(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
-                   ph_err *e) {
+int ph_decode_jpeg(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
+                   ph_decoded *out, ph_err *e) {
     tjhandle tj = tjInitDecompress();
     if (!tj) return ph_img_err(e, label, "out of memory decoding the JPEG");
     int w = 0, h = 0, subsamp, colorspace, rc = -1;
@@ -74,6 +74,13 @@ int ph_decode_jpeg(const uint8_t *d, size_t n, const ph_image_limits *lim, const
         ph_img_err(e, label, "JPEG data is truncated (it ends before its end-of-image marker)");
         goto done;
     }
+    out->w = w;
+    out->h = h;
+    out->orientation = exif ? ph_exif_orientation(exif, exif_len) : 1;
+    if (!pixels) {
+        rc = 0;
+        goto done;
+    }
     rgb = ph_img_alloc(label, w, h, 3, e);
     if (!rgb) goto done;
     /* LIMITSCANS refuses progressive files with an absurd number of scans,
@@ -91,10 +98,7 @@ int ph_decode_jpeg(const uint8_t *d, size_t n, const ph_image_limits *lim, const
         goto done;
     }
     if (cmyk_src) cmyk_to_rgb(cmyk, rgb, (size_t)w * h);
-    out->w = w;
-    out->h = h;
     out->rgb = rgb;
-    out->orientation = exif ? ph_exif_orientation(exif, exif_len) : 1;
     rgb = NULL;
     rc = 0;
 done:

@@ -23,8 +23,22 @@ static int png_fail(const char *label, int r, ph_err *e) {
     return ph_img_err(e, label, "PNG is corrupt: %s", spng_strerror(r));
 }
 
-int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
-                  ph_err *e) {
+/* The orientation of the first eXIf chunk, wherever it is (spng would read
+ * one after the pixel data only once they are decoded): a walk over the
+ * chunk headers. 1 when there is none. */
+static int png_orientation(const uint8_t *d, size_t n) {
+    size_t p = 8;
+    while (n - p >= 12) {
+        const size_t len = be32(d + p);
+        if (len > n - p - 12 || !memcmp(d + p + 4, "IEND", 4)) break;
+        if (!memcmp(d + p + 4, "eXIf", 4)) return ph_exif_orientation(d + p + 8, len);
+        p += 12 + len;
+    }
+    return 1;
+}
+
+int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
+                  ph_decoded *out, ph_err *e) {
     /* The size, read here first so that a huge declared size gets the
      * limit's message rather than spng's. IHDR must be the first chunk. */
     if (n >= 24 && !memcmp(d + 12, "IHDR", 4) &&
@@ -54,22 +68,24 @@ int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const 
         spng_ctx_free(ctx);
         return png_fail(label, r, e);
     }
+    out->w = w;
+    out->h = h;
+    out->orientation = png_orientation(d, n);
+    if (!pixels) {
+        spng_ctx_free(ctx);
+        return 0;
+    }
     uint8_t *rgb = ph_img_alloc(label, w, h, 3, e);
     if (!rgb) {
         spng_ctx_free(ctx);
         return -1;
     }
     r = spng_decode_image(ctx, rgb, need, SPNG_FMT_RGB8, 0);
+    spng_ctx_free(ctx);
     if (r) {
         free(rgb);
-        spng_ctx_free(ctx);
         return png_fail(label, r, e);
     }
-    struct spng_exif exif;
-    out->orientation = spng_get_exif(ctx, &exif) == 0 ? ph_exif_orientation((const uint8_t *)exif.data, exif.length) : 1;
-    spng_ctx_free(ctx);
-    out->w = w;
-    out->h = h;
     out->rgb = rgb;
     return 0;
 }

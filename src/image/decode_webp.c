@@ -33,8 +33,8 @@ static int webp_fail(const char *label, VP8StatusCode st, ph_err *e) {
     }
 }
 
-int ph_decode_webp(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
-                   ph_err *e) {
+int ph_decode_webp(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
+                   ph_decoded *out, ph_err *e) {
     WebPDecoderConfig cfg;
     if (!WebPInitDecoderConfig(&cfg)) return ph_img_err(e, label, "libwebp version mismatch");
     VP8StatusCode st = WebPGetFeatures(d, n, &cfg.input);
@@ -43,6 +43,10 @@ int ph_decode_webp(const uint8_t *d, size_t n, const ph_image_limits *lim, const
         return -1;
     if (cfg.input.has_animation) return ph_img_err(e, label, "animated WebP is not supported");
     int w = cfg.input.width, h = cfg.input.height;
+    out->w = w;
+    out->h = h;
+    out->orientation = webp_orientation(d, n);
+    if (!pixels) return 0;
     uint8_t *rgb = ph_img_alloc(label, w, h, 3, e);
     if (!rgb) return -1;
     cfg.output.colorspace = MODE_RGB;
@@ -56,9 +60,6 @@ int ph_decode_webp(const uint8_t *d, size_t n, const ph_image_limits *lim, const
         free(rgb);
         return webp_fail(label, st, e);
     }
-    out->w = w;
-    out->h = h;
     out->rgb = rgb;
-    out->orientation = webp_orientation(d, n);
     return 0;
 }

@@ -41,10 +41,12 @@ int ph_exif_orientation(const uint8_t *exif, size_t n) {
     return orientation;
 }
 
+bool orientation_turns(int orientation) { return orientation >= 5 && orientation <= 8; }
+
 int ph_orient(ph_decoded *img, int orientation) {
     if (orientation < 2 || orientation > 8) return 0;
     const int sw = img->w, sh = img->h;
-    const int swap = orientation >= 5; /* 5..8 turn the picture a quarter */
+    const bool swap = orientation_turns(orientation);
     const int dw = swap ? sh : sw, dh = swap ? sw : sh;
     uint8_t *dst = malloc((size_t)sw * sh * 3);
     if (!dst) return -1;

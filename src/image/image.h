@@ -29,6 +29,12 @@ typedef struct ph_image {
  * On failure nothing is allocated and e says why in one line. */
 int ph_image_decode(const void *data, size_t len, const ph_image_limits *lim, const char *label, ph_image *out,
                     ph_err *e);
+/* What a decode would say of the file's header, without decoding the
+ * pixels: the displayed size (EXIF orientation applied), after the same
+ * checks (length, format, limits) and with the same error for a header
+ * that is wrong. A file whose pixels are damaged passes; its decode fails. */
+int image_probe(const void *data, size_t len, const ph_image_limits *lim, const char *label, int *w, int *h,
+                ph_err *e);
 int ph_image_load_file(const char *path, const ph_image_limits *lim, ph_image *out, ph_err *e);
 void ph_image_free(ph_image *img);
 

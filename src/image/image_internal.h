@@ -5,13 +5,15 @@
 #ifndef PH_IMAGE_INTERNAL_H
 #define PH_IMAGE_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "image/image.h"
 
-/* What a decoder hands back: RGB8 pixels as stored in the file (no
- * orientation applied yet) and the EXIF orientation it found (1..8). */
+/* What a decoder hands back: the size as stored in the file, the EXIF
+ * orientation it found (1..8) and, when the pixels were asked for, the RGB8
+ * pixels as stored (no orientation applied yet; NULL otherwise). */
 typedef struct ph_decoded {
     int w, h;
     uint8_t *rgb;
@@ -29,19 +31,26 @@ int ph_img_check_size(const char *label, const char *format, uint64_t w, uint64_
 /* malloc of w * h * channels bytes, with an "out of memory" error. */
 uint8_t *ph_img_alloc(const char *label, int w, int h, int channels, ph_err *e);
 
-int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
-                  ph_err *e);
-int ph_decode_jpeg(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
-                   ph_err *e);
-int ph_decode_webp(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
-                   ph_err *e);
-int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, ph_decoded *out,
-                  ph_err *e);
+/* The decoders. Each reads the header (size, orientation) and checks it
+ * against the limits, then decodes the pixels only when `pixels` is true:
+ * a file refused from its header gets the same error either way. */
+int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
+                  ph_decoded *out, ph_err *e);
+int ph_decode_jpeg(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
+                   ph_decoded *out, ph_err *e);
+int ph_decode_webp(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
+                   ph_decoded *out, ph_err *e);
+int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
+                  ph_decoded *out, ph_err *e);
 
 /* The Orientation tag (0x0112) of IFD0 in an EXIF block, which may start
  * with "Exif\0\0" or directly with the TIFF header. 1 when the block has
  * none or it is out of range. */
 int ph_exif_orientation(const uint8_t *exif, size_t n);
+
+/* Whether an EXIF orientation turns the picture a quarter (5..8): its
+ * displayed width is its stored height. */
+bool orientation_turns(int orientation);
 
 /* Turns stored pixels into displayed ones for an EXIF orientation (1..8):
  * replaces img->rgb (and swaps w and h for 5..8). Returns -1 only when out

@@ -1,7 +1,9 @@
 /* libFuzzer target for the picture decoders: decodes the input with small
  * limits, then reads every pixel and preprocesses the result with a small
  * token budget, so ASan flags any buffer the decoders or the resampler got
- * wrong. A refusal must be one line that names the picture. */
+ * wrong. A refusal must be one line that names the picture. The header
+ * probe must agree: the size of every picture decoded, the message of
+ * every refusal it makes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,13 +15,18 @@ static volatile uint64_t sink;
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ph_image_limits lim = {1 << 20, 2048, 1 << 20};
     ph_image img;
-    ph_err e;
+    ph_err e, pe;
     memset(&e, 0, sizeof e);
+    memset(&pe, 0, sizeof pe);
+    int pw = 0, ph = 0;
+    const int probed = image_probe(data, size, &lim, "fuzz", &pw, &ph, &pe);
     if (ph_image_decode(data, size, &lim, "fuzz", &img, &e) != 0) {
         if (img.rgb || !memchr(e.msg, 0, sizeof e.msg) || strncmp(e.msg, "fuzz: ", 6) != 0 || strchr(e.msg, '\n'))
             abort();
+        if (probed != 0 && strcmp(pe.msg, e.msg) != 0) abort();
         return 0;
     }
+    if (probed != 0 || pw != img.w || ph != img.h) abort();
     if (img.w <= 0 || img.h <= 0 || img.w > lim.max_side || img.h > lim.max_side) abort();
     uint64_t h = 0;
     for (size_t i = 0; i < (size_t)img.w * img.h * 3; i++) h = h * 31 + img.rgb[i];
