@@ -262,11 +262,20 @@ const ph_model_info *ph_engine_model_info(const ph_engine *e);
 bool ph_engine_has_vision(const ph_engine *e);
 int32_t ph_engine_n_ctx(const ph_engine *e);
 
-/* A picture as received: its bytes, fingerprinted and checked. Bytes seen
- * before (same bytes_id) are not decoded again. Errors: PH_ERR_INPUT. */
+/* A picture as received: its bytes, fingerprinted, and its header read
+ * and checked (format, size limits), its pixels not decoded. A turn that
+ * takes it decodes it only to identify it (bytes seen before, with the same
+ * bytes_id, are not decoded again) or to encode it, and frees the pixels
+ * once its rows are made or found. Errors: PH_ERR_INPUT. */
 typedef struct ph_image_in ph_image_in;
 ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const char *label, ph_err *err);
 void ph_image_in_free(ph_image_in *im);
+/* Its pixels as its header declares them (width x height); decoded, each
+ * takes 3 bytes. */
+uint64_t ph_image_in_pixels(const ph_image_in *im);
+/* The prompt rows it takes with the engine's encoder and token budget (0
+ * without an encoder). */
+int32_t ph_image_in_tokens(const ph_image_in *im);
 
 typedef enum ph_role { PH_ROLE_SYSTEM, PH_ROLE_USER, PH_ROLE_ASSISTANT, PH_ROLE_TOOL } ph_role;
 

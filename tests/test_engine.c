@@ -797,6 +797,49 @@ static void test_back_off(void) {
     seq_free(&b);
 }
 
+/* A picture as received is its header only (DESIGN 8): a file whose
+ * pixels are damaged is taken, counted from its header, and refused by the
+ * turn that decodes it; the engine goes on. */
+static void test_header_only(file good) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    file bad = read_file(PH_TEST_DATA "/images_bad/png_bad_data.png");
+    ph_err err = {0};
+    ph_image_in *pics[2] = {ph_engine_image(e, bad.p, bad.n, "picture 1", &err), pic(e, good)};
+    CHECKF(pics[0] && pics[1], "a damaged picture with a sound header: %s", err.msg);
+    if (!pics[0] || !pics[1]) goto out;
+    conv c = {0};
+    msg(&c, 'u', (const char *[]){"@0", "Describe."}, 2, pics);
+    ph_gen_params g;
+    ph_gen_params_default(&g);
+    int32_t rows = 0, text = count_tokens(e, "<|im_start|>user\n<|vision_start|><|vision_end|>Describe.<|im_end|>\n"
+                                              "<|im_start|>assistant\n");
+    CHECKF(ph_engine_count(e, c.msgs, c.n_msgs, &g, &rows, &err) == 0 && ph_image_in_tokens(pics[0]) > 0 &&
+               rows == text + ph_image_in_tokens(pics[0]),
+           "counted without decoding: %d rows, %d of text and %d of the picture (%s)", rows, text,
+           ph_image_in_tokens(pics[0]), err.msg);
+    ph_turn_report rep;
+    err = (ph_err){0};
+    CHECKF(ph_engine_chat(e, c.msgs, c.n_msgs, &g, NULL, NULL, &rep, &err) == -1 && err.code == PH_ERR_INPUT &&
+               strstr(err.msg, "picture 1: PNG is corrupt"),
+           "the turn that decodes it: '%s' (code %d)", err.msg, err.code);
+    c.parts[0].image = pics[1];
+    result r = turn(e, &c);
+    CHECKF(r.n > 0 && r.r.pics_encoded == 1, "the next turn: %d tokens, %d encoded", r.n, r.r.pics_encoded);
+    same_as_cold(&c, &r, "a picture after a damaged one");
+    /* a header that is wrong is refused at once */
+    file huge = read_file(PH_TEST_DATA "/images_bad/png_100000x100000.png");
+    err = (ph_err){0};
+    CHECKF(!ph_engine_image(e, huge.p, huge.n, "picture 2", &err) && err.code == PH_ERR_INPUT &&
+               strstr(err.msg, "picture 2: PNG is 100000x100000"),
+           "a wrong header: '%s'", err.msg);
+    free(huge.p);
+out:
+    ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
+    free(bad.p);
+    ph_engine_free(e);
+}
+
 int main(void) {
     snprintf(idcache, sizeof idcache, "/tmp/ph-ids-XXXXXX");
     if (!mkdtemp(idcache)) return 1;
@@ -809,6 +852,7 @@ int main(void) {
     test_other_picture_same_size();
     test_append_picture(s, b);
     test_twice_in_one_message(b);
+    test_header_only(a);
     test_eviction(a, b, s);
     test_elastic(s, b);
     test_interleaved(a, b);

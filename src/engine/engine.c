@@ -54,7 +54,6 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
         ph_err_set(err, "out of memory");
         return NULL;
     }
-    pthread_mutex_init(&e->memo_lock, NULL);
     e->reuse = p->reuse;
     uint8_t enc_id[32];
     progress(p, "identifying the model file", 0.0);
@@ -133,7 +132,6 @@ void ph_engine_free(ph_engine *e) {
     ph_session_free(e->s);
     if (e->has_vision) encoder_close(&e->enc);
     ph_model_free(e->m);
-    pthread_mutex_destroy(&e->memo_lock);
     free(e);
 }
 
@@ -201,7 +199,14 @@ typedef struct turn {
     int32_t *item_row;         /* per prompt item: its first row */
 } turn;
 
+/* Frees the pictures' decoded pixels: they are needed only to identify
+ * and to encode them. */
+static void drop_pixels(turn *t) {
+    for (int32_t k = 0; k < t->prompt.n_pictures; k++) ph_image_free(&t->pics[k]->img);
+}
+
 static void turn_free(turn *t) {
+    if (t->pics) drop_pixels(t);
     if (t->embeds)
         for (int32_t i = 0; i < t->prompt.n_pictures; i++)
             if (t->embeds[i]) ph_embed_cache_release(t->e->cache, t->embeds[i]);
@@ -212,33 +217,40 @@ static void turn_free(turn *t) {
     ph_prompt_free(&t->prompt);
 }
 
-/* Lays the prompt stream out as rows with their positions. */
 /* The rows of a prompt stream: its tokens and its pictures' rows. */
 static size_t prompt_rows(const turn *t) {
     size_t rows = 0;
     for (size_t i = 0; i < t->prompt.n; i++) {
         const ph_prompt_item *it = &t->prompt.items[i];
-        if (!it->is_picture) {
-            rows += it->tokens.n;
-        } else {
-            int32_t gx, gy;
-            uint8_t key[32];
-            engine_embed_key(t->e, t->pics[it->picture], key, &gx, &gy);
-            rows += (size_t)gx * gy;
-        }
+        rows += it->is_picture ? (size_t)t->pics[it->picture]->n_tokens : it->tokens.n;
     }
     return rows;
 }
 
-static int build_want(turn *t, ph_err *err) {
-    ph_engine *e = t->e;
+/* Whether the prompt leaves room for an answer in the context. */
+static int check_fits(const turn *t, ph_err *err) {
     const size_t rows = prompt_rows(t);
-    const int32_t n_ctx = ph_session_n_ctx(e->s);
+    const int32_t n_ctx = ph_session_n_ctx(t->e->s);
     if (rows + 1 > (size_t)n_ctx)
         return ph_err_setc(err, PH_ERR_TOO_LONG,
                            "the prompt is %zu tokens long but the context holds %d (and needs room for the answer)",
                            rows, n_ctx);
-    if (seq_init(&t->want, (int32_t)rows, err)) return -1;
+    return 0;
+}
+
+/* Gives each picture its image_id (DESIGN 4): known from an earlier turn
+ * or the bytes_id memo, else decoded now (the pixels stay for the
+ * encoder until the turn's pictures are resolved). */
+static int identify_pictures(turn *t, ph_err *err) {
+    for (int32_t k = 0; k < t->prompt.n_pictures; k++)
+        if (engine_image_identify(t->e, t->pics[k], err)) return -1;
+    return 0;
+}
+
+/* Lays the prompt stream out as rows with their positions. */
+static int build_want(turn *t, ph_err *err) {
+    ph_engine *e = t->e;
+    if (seq_init(&t->want, (int32_t)prompt_rows(t), err)) return -1;
     memcpy(t->want.model_id, e->model_id, 32);
     memcpy(t->want.format, e->format_tag, sizeof t->want.format);
     t->item_row = malloc((t->prompt.n + 1) * sizeof *t->item_row);
@@ -276,7 +288,10 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
     const seq_span *sp = want_span(t, k);
     ph_image_in *im = t->pics[k];
     ph_prep prep;
-    if (engine_image_pixels(im, err) || ph_image_preprocess(&im->img, &e->enc.prep, &prep, err)) return -1;
+    if (engine_image_pixels(im, err)) return -1;
+    const int prc = ph_image_preprocess(&im->img, &e->enc.prep, &prep, err);
+    ph_image_free(&im->img);
+    if (prc) return -1;
     const size_t nf = (size_t)prep.grid_x * prep.grid_y * (size_t)e->enc.out_width;
     float *rows = malloc(nf * sizeof *rows);
     if (!rows) {
@@ -343,6 +358,7 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
             r->pics_from_cache++;
         }
     free(same);
+    drop_pixels(t); /* those of the pictures that were not encoded */
     return rc;
 }
 
@@ -829,7 +845,8 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     if ((rc = constraint_init(&con, e->m, e->jv, gp, chat_format_opens_think(&e->fmt, &ro), err)) != 0 ||
         (rc = forced_tokens(e, gp, &forced, err)) != 0)
         goto out;
-    if ((rc = build_want(&t, err)) != 0) goto out;
+    if ((rc = check_fits(&t, err)) != 0 || (rc = identify_pictures(&t, err)) != 0 || (rc = build_want(&t, err)) != 0)
+        goto out;
     r->n_prompt = t.want.n_rows;
 
     const double tp = ph_now_s();

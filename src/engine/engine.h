@@ -1,9 +1,8 @@
 /* The engine's internals shared by its files (engine.c: lifecycle and
- * turns; images.c: pictures as received, the bytes_id memo, embed keys). */
+ * turns; images.c: pictures as received, their identity, the bytes_id
+ * memo, embed keys). */
 #ifndef PH_ENGINE_ENGINE_H
 #define PH_ENGINE_ENGINE_H
-
-#include <pthread.h>
 
 #include "image/image.h"
 #include "engine/session.h"
@@ -18,8 +17,10 @@
 
 struct ph_image_in {
     uint8_t bytes_id[32], image_id[32];
-    int w, h;
-    ph_image img;        /* decoded pixels (rgb NULL until needed) */
+    bool identified;     /* image_id is known (the bytes_id memo, or a decode) */
+    int w, h;            /* as displayed, from the header */
+    int32_t n_tokens;    /* its rows with this engine's encoder (0: none) */
+    ph_image img;        /* decoded pixels (rgb NULL unless needed now) */
     void *bytes;         /* the file as received, kept to decode later */
     size_t len;
     char label[32];
@@ -29,7 +30,6 @@ struct ph_image_in {
 
 typedef struct image_memo_entry {
     uint8_t bytes_id[32], image_id[32];
-    int w, h;
     uint64_t used;
 } image_memo_entry;
 
@@ -52,8 +52,7 @@ struct ph_engine {
     int32_t checkpoint_every;
     bool reuse;
     char format_tag[128];
-    /* bytes_id -> image_id memo, shared by the HTTP threads */
-    pthread_mutex_t memo_lock;
+    /* bytes_id -> image_id memo (the turn's thread only) */
     image_memo_entry memo[ENGINE_MEMO];
     uint64_t memo_clock;
     ph_engine_stats st;
@@ -64,7 +63,11 @@ struct ph_engine {
  * its merged grid. */
 void engine_embed_key(const ph_engine *e, const ph_image_in *im, uint8_t key[32], int32_t *grid_x,
                       int32_t *grid_y);
-/* Decodes the picture's pixels if only its bytes are held. */
+/* Decodes the picture's pixels if only its bytes are held (PH_ERR_INPUT
+ * when the bytes do not decode). */
 int engine_image_pixels(ph_image_in *im, ph_err *err);
+/* Makes the picture's image_id known: from the bytes_id memo, else by
+ * decoding it (the pixels are then kept in im->img). */
+int engine_image_identify(ph_engine *e, ph_image_in *im, ph_err *err);
 
 #endif

@@ -1,6 +1,8 @@
-/* Pictures as received (ph_engine_image): fingerprinted in the caller's
- * thread; bytes seen before are recognised by bytes_id and not decoded
- * again until their pixels are actually needed. */
+/* Pictures as received (ph_engine_image): in the caller's thread only
+ * fingerprinted (bytes_id) and their headers read, which gives their size
+ * and their rows; the worker identifies them (image_id: the bytes_id memo,
+ * or a decode) when their turn comes, and decodes their pixels only for
+ * that or to encode them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,9 +26,17 @@ static void memo_put(ph_engine *e, const ph_image_in *im) {
     }
     memcpy(slot->bytes_id, im->bytes_id, 32);
     memcpy(slot->image_id, im->image_id, 32);
-    slot->w = im->w;
-    slot->h = im->h;
     slot->used = ++e->memo_clock;
+}
+
+/* The encoder's input size for a w x h picture (the preprocessing's own
+ * geometry) and its merged grid. */
+static void picture_geometry(const ph_engine *e, int w, int h, int *tw, int *th, int32_t *grid_x, int32_t *grid_y) {
+    const ph_prep_params *p = &e->enc.prep;
+    ph_prep_geometry(w, h, p, tw, th);
+    const int f = p->patch_size * p->n_merge;
+    *grid_x = *tw / f;
+    *grid_y = *th / f;
 }
 
 ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const char *label, ph_err *err) {
@@ -36,40 +46,28 @@ ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const c
         return NULL;
     }
     snprintf(im->label, sizeof im->label, "%s", label ? label : "picture");
-    ph_sha256(data, len, im->bytes_id);
-    pthread_mutex_lock(&e->memo_lock);
-    image_memo_entry *hit = memo_find(e, im->bytes_id);
-    if (hit) {
-        memcpy(im->image_id, hit->image_id, 32);
-        im->w = hit->w;
-        im->h = hit->h;
-        hit->used = ++e->memo_clock;
-    }
-    pthread_mutex_unlock(&e->memo_lock);
-    if (hit) { /* keep the bytes: the pixels are decoded only if it must be encoded */
-        im->bytes = malloc(len ? len : 1);
-        if (!im->bytes) {
-            free(im);
-            ph_err_set(err, "out of memory");
-            return NULL;
-        }
-        memcpy(im->bytes, data, len);
-        im->len = len;
-        return im;
-    }
     ph_image_limits lim;
     ph_image_limits_default(&lim);
-    if (ph_image_decode(data, len, &lim, im->label, &im->img, err)) {
+    if (image_probe(data, len, &lim, im->label, &im->w, &im->h, err)) {
         err->code = PH_ERR_INPUT;
         free(im);
         return NULL;
     }
-    memcpy(im->image_id, im->img.image_id, 32);
-    im->w = im->img.w;
-    im->h = im->img.h;
-    pthread_mutex_lock(&e->memo_lock);
-    memo_put(e, im);
-    pthread_mutex_unlock(&e->memo_lock);
+    im->bytes = malloc(len);
+    if (!im->bytes) {
+        free(im);
+        ph_err_set(err, "out of memory");
+        return NULL;
+    }
+    memcpy(im->bytes, data, len);
+    im->len = len;
+    ph_sha256(data, len, im->bytes_id);
+    if (e->has_vision) {
+        int tw, th;
+        int32_t gx, gy;
+        picture_geometry(e, im->w, im->h, &tw, &th, &gx, &gy);
+        im->n_tokens = gx * gy;
+    }
     return im;
 }
 
@@ -80,13 +78,43 @@ void ph_image_in_free(ph_image_in *im) {
     free(im);
 }
 
+uint64_t ph_image_in_pixels(const ph_image_in *im) { return (uint64_t)im->w * (uint64_t)im->h; }
+
+int32_t ph_image_in_tokens(const ph_image_in *im) { return im->n_tokens; }
+
 int engine_image_pixels(ph_image_in *im, ph_err *err) {
     if (im->img.rgb) return 0;
     ph_image_limits lim;
     ph_image_limits_default(&lim);
-    if (ph_image_decode(im->bytes, im->len, &lim, im->label, &im->img, err)) return -1;
-    if (memcmp(im->img.image_id, im->image_id, 32) != 0) /* cannot happen: same bytes, same pixels */
-        return ph_err_set(err, "%s: decoded to other pixels than before", im->label);
+    if (ph_image_decode(im->bytes, im->len, &lim, im->label, &im->img, err)) {
+        err->code = PH_ERR_INPUT;
+        return -1;
+    }
+    /* cannot happen: the same bytes, the same header, the same pixels */
+    if (im->img.w != im->w || im->img.h != im->h) {
+        ph_err_set(err, "%s: decoded to %dx%d, not the %dx%d of its header", im->label, im->img.w, im->img.h, im->w,
+                   im->h);
+    } else if (im->identified && memcmp(im->img.image_id, im->image_id, 32) != 0) {
+        ph_err_set(err, "%s: decoded to other pixels than before", im->label);
+    } else {
+        return 0;
+    }
+    ph_image_free(&im->img);
+    return -1;
+}
+
+int engine_image_identify(ph_engine *e, ph_image_in *im, ph_err *err) {
+    if (im->identified) return 0;
+    image_memo_entry *hit = memo_find(e, im->bytes_id);
+    if (hit) {
+        memcpy(im->image_id, hit->image_id, 32);
+        hit->used = ++e->memo_clock;
+    } else {
+        if (engine_image_pixels(im, err)) return -1;
+        memcpy(im->image_id, im->img.image_id, 32);
+        memo_put(e, im);
+    }
+    im->identified = true;
     return 0;
 }
 
@@ -103,10 +131,7 @@ void engine_embed_key(const ph_engine *e, const ph_image_in *im, uint8_t key[32]
                       int32_t *grid_y) {
     const ph_prep_params *p = &e->enc.prep;
     int tw, th;
-    ph_prep_geometry(im->w, im->h, p, &tw, &th);
-    const int f = p->patch_size * p->n_merge;
-    *grid_x = tw / f;
-    *grid_y = th / f;
+    picture_geometry(e, im->w, im->h, &tw, &th, grid_x, grid_y);
     /* everything that decides the rows: the encoder file, the pixels, the
      * preprocessing (target size, letterbox, resampler, mean/std, budget)
      * and the kernel set */
