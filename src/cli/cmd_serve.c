@@ -31,6 +31,10 @@ static void serve_usage(FILE *out) {
             "  --max-images N            most pictures per request (default 16)\n"
             "  --max-queue N             most requests waiting for the model; past it 503 with\n"
             "                            Retry-After (default 64; 0: no bound)\n"
+            "  --max-pixels-in-flight N  most picture pixels (their headers' sizes) of the requests\n"
+            "                            queued and running; past it 503 with Retry-After, a request\n"
+            "                            over it alone 400 (default 268435456 = 256 Mpx, 768 MiB\n"
+            "                            decoded; 0: no bound)\n"
             "  --max-body-mb N           largest request body in MiB (default 64)\n"
             "  --request-timeout-s S     stop a request that has not finished S seconds after it arrived:\n"
             "                            503, or an error event if it was streaming (default 0: none)\n"
@@ -147,7 +151,8 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
                       char **key_buf) {
     ph_engine_params ep;
     ph_engine_params_default(&ep);
-    srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_queue = 64, .max_body = (size_t)64 << 20,
+    srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_queue = 64,
+                      .max_pixels_in_flight = (uint64_t)256 << 20, .max_body = (size_t)64 << 20,
                       .max_connections = 256, .max_connections_per_ip = 64, .header_timeout_s = 10,
                       .body_timeout_s = 60, .temperature = 1.0, .top_p = 1.0, .top_k = 0,
                       .max_tokens = PH_SERVE_MAX_TOKENS};
@@ -175,6 +180,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &l)) return 2; ep.n_threads = (int)l; }
         else if (!strcmp(a, "--max-images")) { if (arg_int(a, v, 0, 4096, &l)) return 2; cfg.max_images = (int)l; }
         else if (!strcmp(a, "--max-queue")) { if (arg_int(a, v, 0, 1 << 20, &l)) return 2; cfg.max_queue = (int)l; }
+        else if (!strcmp(a, "--max-pixels-in-flight")) { if (arg_u64(a, v, &cfg.max_pixels_in_flight)) return 2; }
         else if (!strcmp(a, "--max-body-mb")) { if (arg_int(a, v, 1, 1 << 20, &l)) return 2; cfg.max_body = (size_t)l << 20; }
         else if (!strcmp(a, "--request-timeout-s")) { if (arg_float(a, v, 0, 1e9, &d)) return 2; cfg.request_timeout_s = d; }
         else if (!strcmp(a, "--max-connections")) { if (arg_int(a, v, 8, 1 << 20, &l)) return 2; cfg.max_connections = (int)l; }

@@ -66,6 +66,8 @@ struct job {
     ph_image_in **images;
     size_t n_images, cap_images;
     int max_images;
+    uint64_t pixels;              /* its pictures' pixels and rows, from their headers (0 for a count */
+    int64_t picture_rows;         /* or without an encoder: nothing is decoded) */
     ph_gen_params gen;
     /* tools (the schema texts are owned) and the calls of history turns */
     ph_tool *tools;

@@ -123,10 +123,14 @@ static int add_image_bytes(job *j, void *bytes, size_t len, ph_err *err) {
     }
     char label[32];
     snprintf(label, sizeof label, "picture %zu", j->n_images + 1);
-    ph_image_in *im = srv_decode_image(j->s, bytes, len, label, err);
+    ph_image_in *im = srv_read_image(j->s, bytes, len, label, err);
     free(bytes);
     if (!im) return -1;
     j->images[j->n_images++] = im;
+    if (!j->count_only && ph_engine_has_vision(srv_engine(j->s))) { /* else nothing is decoded */
+        j->pixels += ph_image_in_pixels(im);
+        j->picture_rows += ph_image_in_tokens(im);
+    }
     ph_chat_part *p = new_part(j, err);
     if (!p) return -1;
     p->image = im;

@@ -1,12 +1,12 @@
 /* The HTTP server: libmicrohttpd polling with epoll on a small fixed pool
  * of threads. A pool thread reads and checks a request (size, key, JSON,
- * fields, pictures decoded and fingerprinted) and queues a job; one
- * inference worker runs the jobs in arrival order and writes their answers
- * (SSE or a JSON body) back through the job. While a connection waits for
- * its job it is suspended (it holds no thread) and the job resumes it. A
- * watcher thread enforces the connections' deadlines and limits (conns.h),
- * cancels the jobs whose clients left or whose time is up, and keeps quiet
- * streams alive. */
+ * fields, pictures fingerprinted and their headers read) and queues a job;
+ * one inference worker runs the jobs in arrival order (decoding their
+ * pictures then) and writes their answers (SSE or a JSON body) back through
+ * the job. While a connection waits for its job it is suspended (it holds
+ * no thread) and the job resumes it. A watcher thread enforces the
+ * connections' deadlines and limits (conns.h), cancels the jobs whose
+ * clients left or whose time is up, and keeps quiet streams alive. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -51,6 +51,7 @@ struct srv {
     job **q;
     size_t q_head, q_len, q_cap;
     job *running;
+    uint64_t pixels_in_flight; /* the pictures of the queued and running jobs (--max-pixels-in-flight) */
     bool stopping;
     int n_streams;             /* streamed responses not yet finished (under mu) */
     ph_engine_stats snap;      /* the engine's counters, as of the last job or tick */
@@ -65,7 +66,7 @@ ph_engine *srv_engine(srv *s) { return s->e; }
 
 bool srv_allow_forced(const srv *s) { return s->cfg.allow_forced_output; }
 
-ph_image_in *srv_decode_image(srv *s, const void *data, size_t len, const char *label, ph_err *err) {
+ph_image_in *srv_read_image(srv *s, const void *data, size_t len, const char *label, ph_err *err) {
     return ph_engine_image(s->e, data, len, label, err);
 }
 
@@ -158,8 +159,42 @@ static bool job_timed_out(job *j) {
     return t;
 }
 
+/* ---- pictures in flight ----------------------------------------------------------- */
+
+/* What a job's pictures alone rule out, before anything is decoded or
+ * queued: a prompt that cannot fit the context (the worker's 400) and
+ * pictures that could never be in flight together (--max-pixels-in-flight). */
+static int check_pictures(const srv *s, const job *j, ph_err *err) {
+    const int32_t n_ctx = ph_engine_n_ctx(s->e);
+    if (j->picture_rows + 1 > n_ctx)
+        return ph_err_setc(err, PH_ERR_TOO_LONG,
+                           "the prompt is at least %lld tokens long (its pictures alone) but the context holds %d "
+                           "(and needs room for the answer)",
+                           (long long)j->picture_rows, n_ctx);
+    const uint64_t most = s->cfg.max_pixels_in_flight;
+    if (most && j->pixels > most)
+        return ph_err_setc(err, PH_ERR_INPUT,
+                           "the request's pictures are %llu pixels in all, more than the %llu the server takes in at "
+                           "once (--max-pixels-in-flight)",
+                           (unsigned long long)j->pixels, (unsigned long long)most);
+    return 0;
+}
+
+/* Counts a job's pictures in (s->mu held); false when they would pass
+ * --max-pixels-in-flight. */
+static bool pixels_admit(srv *s, const job *j) {
+    const uint64_t most = s->cfg.max_pixels_in_flight;
+    if (most && s->pixels_in_flight + j->pixels > most) return false;
+    s->pixels_in_flight += j->pixels;
+    return true;
+}
+
+/* Counts them out when the job has ended (s->mu held). */
+static void pixels_release(srv *s, const job *j) { s->pixels_in_flight -= j->pixels; }
+
 /* Queues a job: 0; -1 when the server is stopping (or out of memory); -2
- * when --max-queue requests wait already. */
+ * when --max-queue requests wait already; -3 when its pictures would pass
+ * --max-pixels-in-flight. */
 static int enqueue(srv *s, job *j) {
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
@@ -182,6 +217,10 @@ static int enqueue(srv *s, job *j) {
         s->q = q;
         s->q_head = 0;
         s->q_cap = cap;
+    }
+    if (!pixels_admit(s, j)) {
+        pthread_mutex_unlock(&s->mu);
+        return -3;
     }
     s->q[(s->q_head + s->q_len) % s->q_cap] = j;
     s->q_len++;
@@ -271,9 +310,11 @@ static void run_job(srv *s, job *j) {
 }
 
 /* A job that will not run (the server is stopping, its client left, or
- * its time is up) is answered as such and released: its connection (if
- * suspended) resumes. Drops the queue's reference. */
+ * its time is up) is answered as such and released: its pictures are
+ * counted out, its connection (if suspended) resumes. Drops the queue's
+ * reference (s->mu held). */
 static void job_drop(srv *s, job *j, bool stopping) {
+    pixels_release(s, j);
     j->failed = true;
     j->rep.finish = PH_FINISH_CANCELLED;
     if (stopping) {
@@ -325,6 +366,7 @@ static void *worker_main(void *arg) {
         ph_engine_get_stats(s->e, &st);
         pthread_mutex_lock(&s->mu);
         s->snap = st; /* before the answer is released, so a client sees its own turn counted */
+        pixels_release(s, j); /* and finds its pictures counted out */
         pthread_mutex_unlock(&s->mu);
         job_finish(j);
         pthread_mutex_lock(&s->mu);
@@ -532,7 +574,7 @@ static bool client_gone(int fd) {
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* 503 with Retry-After: the queue is full. */
+/* 503 with Retry-After: the queue is full, or the pictures in flight. */
 static enum MHD_Result send_busy(srv *s, struct MHD_Connection *c, const api_kind *api, const char *msg) {
     metrics_request(&s->met, api->endpoint, 503);
     return send_json_ex(s, c, 503, api->anthropic ? anthropic_error_body(503, msg) : openai_error_body(503, msg), false,
@@ -612,13 +654,22 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = fd ? fd->connect_fd : -1;
     int q = 0;
-    if (api->parse(j, &err) || parse_auxiliary(j, c, &err) || (q = enqueue(s, j)) != 0) {
+    if (api->parse(j, &err) || parse_auxiliary(j, c, &err) || check_pictures(s, j, &err) ||
+        (q = enqueue(s, j)) != 0) {
+        const uint64_t pixels = j->pixels;
         job_unref(j);
+        char busy[200];
         if (q == -2) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "the server is busy: %d requests are waiting (--max-queue); try again later",
+            snprintf(busy, sizeof busy, "the server is busy: %d requests are waiting (--max-queue); try again later",
                      s->cfg.max_queue);
-            return send_busy(s, c, api, msg);
+            return send_busy(s, c, api, busy);
+        }
+        if (q == -3) {
+            snprintf(busy, sizeof busy,
+                     "the server is busy: the pictures of the requests before this one and its %llu pixels would "
+                     "pass --max-pixels-in-flight (%llu); try again later",
+                     (unsigned long long)pixels, (unsigned long long)s->cfg.max_pixels_in_flight);
+            return send_busy(s, c, api, busy);
         }
         int status = err.msg[0] ? status_for(&err) : 503;
         const char *msg = err.msg[0] ? err.msg : "the server is shutting down";

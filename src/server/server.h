@@ -1,12 +1,14 @@
 /* pinhole serve: an HTTP server for the OpenAI Chat Completions, OpenAI
- * Responses and Anthropic Messages APIs (DESIGN 9). A pool of HTTP threads parse,
- * validate, decode and fingerprint; one inference worker runs requests in
- * arrival order. */
+ * Responses and Anthropic Messages APIs (DESIGN 9). A pool of HTTP threads
+ * parse, validate, fingerprint pictures and read their headers; one
+ * inference worker runs requests in arrival order (and decodes their
+ * pictures). */
 #ifndef PH_SERVER_SERVER_H
 #define PH_SERVER_SERVER_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "pinhole.h"
 
@@ -24,6 +26,8 @@ typedef struct srv_config {
     int max_connections_per_ip;
     double header_timeout_s;
     double body_timeout_s;
+    uint64_t max_pixels_in_flight; /* the pictures of the queued and running requests, in pixels
+                                    * (their headers' sizes); past it 503 (0: no bound) */
     size_t max_body;           /* bytes */
     const char *api_key;       /* NULL: no key needed; else every request but GET /health and
                                 * CORS preflights must carry it */

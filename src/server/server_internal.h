@@ -5,8 +5,8 @@
 #include "server/api.h"
 #include "server/server.h"
 
-/* Decodes and fingerprints a picture (any thread). */
-ph_image_in *srv_decode_image(srv *s, const void *data, size_t len, const char *label, ph_err *err);
+/* Fingerprints a picture and reads its header (any thread). */
+ph_image_in *srv_read_image(srv *s, const void *data, size_t len, const char *label, ph_err *err);
 
 ph_engine *srv_engine(srv *s);
 /* Resumes the job's connection if it is suspended, waiting for the job

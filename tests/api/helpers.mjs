@@ -39,6 +39,9 @@ export const MODEL_ID = 'tiny-f16';
 for (const f of [BIN, MODEL, MMPROJ]) {
   if (!existsSync(f)) throw new Error(`${f} does not exist (PINHOLE_BIN / PH_ORACLE_DIR)`);
 }
+// Whether BIN is the AddressSanitizer build (-DPH_SANITIZE=ON): its shadow
+// memory and its quarantine of freed blocks make memory figures its own.
+export const SANITIZED = readFileSync(BIN).includes('__asan_init');
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
