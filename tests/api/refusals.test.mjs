@@ -203,6 +203,10 @@ describe('refusals', { timeout: 300_000 }, () => {
     await openaiError(oa.chat.completions.create({
       model: MODEL_ID, messages: chatWith(chatImage('data:image/png;base64,@@not base64@@')), max_tokens: N,
     }), 400);
+    // the cut file's header is sound: the worker finds it out, before a stream begins
+    await openaiError(oa.chat.completions.create({
+      model: MODEL_ID, messages: chatWith(chatImage(bad.url)), max_tokens: N, stream: true,
+    }), 400, /^picture 1: PNG data is truncated/);
   });
 
   test('bad JSON: 400 in each API\'s error shape', async () => {
