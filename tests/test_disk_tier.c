@@ -10,7 +10,8 @@
  * file left under this pid blocks no write; release_rows lets the caller
  * change its cells; two processes share a folder; verify and prune; the
  * folder is 0700 and every file in it 0600; the free-space floor evicts
- * the least recently used and skips a checkpoint there is no room for. */
+ * the least recently used and skips a checkpoint there is no room for;
+ * isolation domains never find, hold or drop each other's files. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -140,9 +141,10 @@ static uint64_t file_bytes(int32_t n_rows, int32_t n_pictures) {
 }
 
 /* Provenance equal for the first n rows: tokens, positions, pictures with
- * their image_id, embed_key and cond_hash; model_id and format tag. */
+ * their image_id, embed_key and cond_hash; model_id, format tag and domain. */
 static bool same_prov(const seq_state *a, const seq_state *b, int32_t n) {
-    if (a->n_rows < n || b->n_rows < n || memcmp(a->model_id, b->model_id, 32) || strcmp(a->format, b->format))
+    if (a->n_rows < n || b->n_rows < n || memcmp(a->model_id, b->model_id, 32) || strcmp(a->format, b->format) ||
+        memcmp(a->domain, b->domain, 32))
         return false;
     for (int32_t r = 0; r < n; r++)
         if (a->tok[r] != b->tok[r] || a->pos_after[r] != b->pos_after[r]) return false;
@@ -1049,6 +1051,57 @@ static void floor_space(void) {
     }
 }
 
+/* 13. Isolation domains: a checkpoint is found by the requests of its own
+ * domain only; the default domain's file is version 1 (as written before
+ * domains), another's version 2 with the domain in its header; a file
+ * holding a request's rows, or a prefix of it, in another domain is neither
+ * taken for it nor removed by it; a lost index finds each file again in its
+ * domain; a damaged domain is refused. */
+static void domains(void) {
+    char dir[128], name_a[DISK_NAME_LEN], name_b[DISK_NAME_LEN], name_c[DISK_NAME_LEN];
+    make_dir(dir, sizeof dir, "domains");
+    disk_tier *t = open_tier(dir, BIG);
+    conv_seq(&A, 1, true);
+    kv_fill(&kvA, 1, CONV_ROWS);
+    seq_copy(&B, &A, 150, NULL); /* A's first 150 rows, in domain 0x11 */
+    memset(B.domain, 0x11, 32);
+    CHECK(save_flush(t, &B, B.n_rows, &kvA));
+    CHECK(save_flush(t, &A, A.n_rows, &kvA)); /* extends B's rows, in another domain: B stays */
+    name_of(t, &A, name_a);
+    name_of(t, &B, name_b);
+    CHECK(name_a[0] && name_b[0] && strcmp(name_a, name_b) && list(t).n == 2 && stats(t).evictions == 0);
+    CHECK(file_size(dir, name_a) == (off_t)file_bytes(CONV_ROWS, 2));  /* version 1 */
+    CHECK(file_size(dir, name_b) == (off_t)file_bytes(150, 1) + 32);   /* version 2: and the domain */
+    /* the same rows asked for in each domain */
+    seq_copy(&R, &A, A.n_rows, NULL);
+    RESTORES(t, &R, &A, &kvA, CONV_ROWS);
+    memset(R.domain, 0x11, 32);
+    RESTORES(t, &R, &B, &kvA, 150);
+    memset(R.domain, 0x22, 32);
+    RESTORES(t, &R, &A, &kvA, 0);
+    /* held by a file of another domain is not held: written in its own */
+    const uint64_t saves = stats(t).saves;
+    CHECK(save_flush(t, &R, R.n_rows, &kvA) && stats(t).saves == saves + 1 && list(t).n == 3);
+    name_of(t, &R, name_c);
+    CHECK(name_c[0] && strcmp(name_c, name_a) && strcmp(name_c, name_b));
+    disk_tier_close(t);
+    /* a lost index: every file indexed again, under its own domain's keys */
+    forget_index(dir);
+    t = open_tier(dir, BIG);
+    CHECK(list(t).n == 3 && stats(t).rejected == 0);
+    seq_copy(&R, &A, A.n_rows, NULL);
+    RESTORES(t, &R, &A, &kvA, CONV_ROWS);
+    memset(R.domain, 0x11, 32);
+    RESTORES(t, &R, &B, &kvA, 150);
+    disk_tier_close(t);
+    /* a byte of B's domain flipped: refused and removed, never taken for another domain's */
+    flip_byte(dir, name_b, 256);
+    t = open_tier(dir, BIG);
+    RESTORES(t, &R, &B, &kvA, 0);
+    CHECK(stats(t).rejected == 1 && !exists(dir, name_b) && list(t).n == 2);
+    disk_tier_close(t);
+}
+
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)flag;
@@ -1080,6 +1133,7 @@ int main(void) {
     verify_prune();
     modes();
     floor_space();
+    domains();
 
     seq_free(&A);
     seq_free(&B);

@@ -1,6 +1,7 @@
 /* The RAM tier (src/state/ram_tier.c) on hand-made sequences: only
  * complete state is kept, a held prefix is not saved twice, a longer
- * sequence replaces its prefixes, the best match wins, the byte budget
+ * sequence replaces its prefixes, the best match wins, another isolation
+ * domain matches nothing and holds or replaces nothing, the byte budget
  * holds, and a memory floor refuses without losing anything. */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,17 +41,30 @@ int main(void) {
     fill_seq(&b, 10, 200, true);                            /* shares 5 rows with a */
     CHECK(ram_tier_put(&t, &b, b.n_rows, 16) != NULL && t.n == 2);
     int32_t pre = 0;
+    ram_ckpt c;
     fill_seq(&b, 3, 100, true);
     b.tok[b.n_rows - 1] = 999;                              /* a's first 7 rows, then another token */
     int32_t i = ram_tier_find(&t, &b, &pre);
     CHECKF(i >= 0 && pre == 7 && t.v[i].seq.tok[7] == 102, "best match: %d rows", pre);
     memset(b.model_id, 2, 32);                              /* another model never matches */
     CHECK(ram_tier_find(&t, &b, &pre) < 0 && pre == 0);
-    ram_ckpt c;
     ram_tier_take(&t, 0, &c);
     CHECK(t.n == 1 && t.hits == 1);
     ram_tier_return(&t, &c);
     CHECK(t.n == 2 && c.kv == NULL);
+    fill_seq(&b, 10, 100, true);                            /* a's rows, in another isolation domain */
+    memset(b.domain, 0x11, 32);
+    CHECK(ram_tier_find(&t, &b, &pre) < 0 && pre == 0);
+    b.n_rows = 8;
+    void *kd = ram_tier_put(&t, &b, b.n_rows, 16);         /* held by a, but not in its domain */
+    CHECK(kd != NULL && t.n == 3);
+    b.n_rows = 15;                                          /* extends that prefix in its domain: replaces it */
+    CHECK(ram_tier_put(&t, &b, b.n_rows, 16) != NULL && t.n == 3 && t.evictions == 2);
+    i = ram_tier_find(&t, &b, &pre);
+    CHECKF(i >= 0 && pre == 15 && !memcmp(t.v[i].seq.domain, b.domain, 32), "its own domain: %d rows", pre);
+    memset(b.domain, 0x22, 32);
+    CHECK(ram_tier_find(&t, &b, &pre) < 0 && pre == 0);
+    memset(b.domain, 0, 32);
     /* a budget for one (KV plus its bookkeeping) but not two: the least
      * recently used goes */
     ram_tier_free(&t);

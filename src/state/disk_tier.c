@@ -21,10 +21,12 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/timeutil.h"
+#include "state/domain.h"
 
-#define HDR 256
+#define HDR_V1 256 /* version 1: the default domain */
+#define HDR_V2 288 /* version 2: the domain in the header */
+#define DOMAIN_AT 248
 #define MAGIC "PHKVCK01"
-#define VERSION 1u
 #define SPAN_REC (5 * 4 + 3 * 32)
 #define SUFFIX ".phkv"
 #define MAX_CANDIDATES 4
@@ -101,6 +103,7 @@ static key_point *seq_keys(const seq_state *s, int32_t n, int32_t *n_keys, int32
     memset(buf + 32, 0, 128);
     memcpy(buf + 32, s->format, strnlen(s->format, sizeof s->format));
     ph_sha256(buf, sizeof buf, h);
+    domain_fold(h, s->domain);
     ph_sha256_ctx c;
     bool open = false;
     int32_t span = 0;
@@ -155,8 +158,10 @@ static void key_name(const uint8_t h[32], char name[DISK_NAME_LEN]) {
 /* ---- files ------------------------------------------------------------------- */
 
 typedef struct header {
+    uint32_t version, hdr_bytes;
     uint8_t model_id[32];
     char format[129];
+    uint8_t domain[DOMAIN_LEN];
     uint8_t key[32];
     int32_t n_rows, n_spans, n_layer;
     uint32_t row_bytes;
@@ -208,6 +213,7 @@ static int prov_decode(const header *h, const uint8_t *p, seq_state *s) {
     memcpy(s->model_id, h->model_id, 32);
     memcpy(s->format, h->format, sizeof s->format - 1);
     s->format[sizeof s->format - 1] = '\0';
+    memcpy(s->domain, h->domain, sizeof s->domain);
     const uint8_t *sp = p + (size_t)h->n_rows * 8;
     int32_t r = 0;
     for (int32_t i = 0; i <= h->n_spans; i++) {
@@ -241,11 +247,22 @@ static int prov_decode(const header *h, const uint8_t *p, seq_state *s) {
     return 0;
 }
 
-static void header_encode(const header *h, uint8_t b[HDR]) {
-    memset(b, 0, HDR);
+static uint32_t header_bytes(uint32_t version) { return version == 1 ? HDR_V1 : HDR_V2; }
+
+/* The version (and header size) of a checkpoint of domain: 1 for the
+ * default domain, 2 with the domain in the header. */
+static void header_layout(header *h, const uint8_t domain[DOMAIN_LEN]) {
+    h->version = domain_is_default(domain) ? 1 : 2;
+    h->hdr_bytes = header_bytes(h->version);
+    memcpy(h->domain, domain, DOMAIN_LEN);
+}
+
+/* The header's h->hdr_bytes bytes, but its checksum. */
+static void header_encode(const header *h, uint8_t b[HDR_V2]) {
+    memset(b, 0, HDR_V2);
     memcpy(b, MAGIC, 8);
-    put32(b + 8, VERSION);
-    put32(b + 12, HDR);
+    put32(b + 8, h->version);
+    put32(b + 12, h->hdr_bytes);
     memcpy(b + 16, h->model_id, 32);
     memcpy(b + 48, h->format, strnlen(h->format, 128));
     memcpy(b + 176, h->key, 32);
@@ -256,13 +273,15 @@ static void header_encode(const header *h, uint8_t b[HDR]) {
     put64(b + 224, h->kv_bytes);
     put64(b + 232, (uint64_t)h->created);
     put64(b + 240, h->kv_sum);
+    if (h->version == 2) memcpy(b + DOMAIN_AT, h->domain, DOMAIN_LEN);
 }
 
-static uint64_t header_sum(const uint8_t b[HDR], const uint8_t *prov, size_t n_prov) {
+/* The checksum of a header of hdr_bytes and the provenance. */
+static uint64_t header_sum(const uint8_t *b, uint32_t hdr_bytes, const uint8_t *prov, size_t n_prov) {
     XXH3_state_t *x = XXH3_createState();
     if (!x) return 0;
     XXH3_64bits_reset(x);
-    XXH3_64bits_update(x, b, HDR - 8);
+    XXH3_64bits_update(x, b, hdr_bytes - 8);
     XXH3_64bits_update(x, prov, n_prov);
     uint64_t v = XXH3_64bits_digest(x);
     XXH3_freeState(x);
@@ -292,12 +311,19 @@ static int open_checked(const disk_tier *t, const char *name, opened *o, char *w
     o->fd = open(path, O_RDONLY | O_CLOEXEC);
     free(path);
     if (o->fd < 0) return errno == ENOENT ? -2 : fail(why, cap, strerror(errno));
-    uint8_t b[HDR];
+    uint8_t b[HDR_V2];
     struct stat st;
-    if (fstat(o->fd, &st) || pread(o->fd, b, HDR, 0) != HDR) return fail(why, cap, "shorter than its header");
+    if (fstat(o->fd, &st) || pread(o->fd, b, HDR_V1, 0) != HDR_V1) return fail(why, cap, "shorter than its header");
     header *h = &o->h;
-    if (memcmp(b, MAGIC, 8) || get32(b + 8) != VERSION || get32(b + 12) != HDR)
+    h->version = get32(b + 8);
+    h->hdr_bytes = get32(b + 12);
+    if (memcmp(b, MAGIC, 8) || h->version < 1 || h->version > 2 || h->hdr_bytes != header_bytes(h->version))
         return fail(why, cap, "not a pinhole checkpoint of this version");
+    if (h->version == 2) {
+        if (pread(o->fd, b + HDR_V1, HDR_V2 - HDR_V1, HDR_V1) != HDR_V2 - HDR_V1)
+            return fail(why, cap, "shorter than its header");
+        memcpy(h->domain, b + DOMAIN_AT, DOMAIN_LEN);
+    }
     memcpy(h->model_id, b + 16, 32);
     memcpy(h->format, b + 48, 128);
     h->format[128] = '\0';
@@ -309,18 +335,19 @@ static int open_checked(const disk_tier *t, const char *name, opened *o, char *w
     h->kv_bytes = get64(b + 224);
     h->created = (int64_t)get64(b + 232);
     h->kv_sum = get64(b + 240);
-    h->hdr_sum = get64(b + 248);
+    h->hdr_sum = get64(b + h->hdr_bytes - 8);
     if (h->n_rows <= 0 || h->n_rows > (1 << 22) || h->n_spans < 0 || h->n_spans > h->n_rows || h->n_layer <= 0 ||
         h->n_layer > 1024 || h->row_bytes == 0 || h->row_bytes > (1u << 20) ||
         h->kv_bytes != 2 * (uint64_t)h->n_layer * (uint64_t)h->n_rows * h->row_bytes)
         return fail(why, cap, "header sizes do not hold together");
     const size_t np = prov_bytes(h->n_rows, h->n_spans);
-    if ((uint64_t)st.st_size != HDR + np + h->kv_bytes) return fail(why, cap, "its length is not what its header says");
+    if ((uint64_t)st.st_size != h->hdr_bytes + np + h->kv_bytes)
+        return fail(why, cap, "its length is not what its header says");
     uint8_t *prov = malloc(np + 1);
     if (!prov) return fail(why, cap, "out of memory");
     int rc = 0;
-    if (pread(o->fd, prov, np, HDR) != (ssize_t)np) rc = fail(why, cap, "cannot read its provenance");
-    else if (header_sum(b, prov, np) != h->hdr_sum) rc = fail(why, cap, "header checksum mismatch");
+    if (pread(o->fd, prov, np, h->hdr_bytes) != (ssize_t)np) rc = fail(why, cap, "cannot read its provenance");
+    else if (header_sum(b, h->hdr_bytes, prov, np) != h->hdr_sum) rc = fail(why, cap, "header checksum mismatch");
     else if (prov_decode(h, prov, &o->seq)) rc = fail(why, cap, "provenance does not hold together");
     free(prov);
     if (rc) return rc;
@@ -355,7 +382,7 @@ static int read_kv(int fd, const header *h, kv_cache *kv, double *secs, char *wh
     }
     XXH3_64bits_reset(x);
     const double t0 = ph_now_s();
-    off_t off = HDR + (off_t)prov_bytes(h->n_rows, h->n_spans);
+    off_t off = (off_t)h->hdr_bytes + (off_t)prov_bytes(h->n_rows, h->n_spans);
     int rc = 0;
     for (int l = 0; rc == 0 && l < h->n_layer; l++)
         for (int kvi = 0; rc == 0 && kvi < 2; kvi++) {
@@ -677,6 +704,7 @@ static void write_job(disk_tier *t, job *j) {
     int32_t nk, nat;
     key_point *k = seq_keys(s, n, &nk, &nat);
     header h = {0};
+    header_layout(&h, s->domain);
     memcpy(h.model_id, s->model_id, 32);
     memcpy(h.format, s->format, sizeof s->format);
     h.n_rows = n;
@@ -686,7 +714,7 @@ static void write_job(disk_tier *t, job *j) {
     h.kv_bytes = kv_cache_bytes(kv, n);
     h.created = (int64_t)time(NULL);
     const size_t np = prov_bytes(n, s->n_spans);
-    const uint64_t bytes = HDR + np + h.kv_bytes;
+    const uint64_t bytes = h.hdr_bytes + np + h.kv_bytes;
     char name[DISK_NAME_LEN], tmp[64];
     bool skip = !k || bytes > t->budget;
     if (k) {
@@ -728,8 +756,8 @@ static void write_job(disk_tier *t, job *j) {
     uint8_t *prov = prov_encode(s, n, s->n_spans);
     XXH3_state_t *x = XXH3_createState();
     int rc = fd >= 0 && fpath && prov && x ? 0 : -1;
-    uint8_t b[HDR] = {0};
-    if (rc == 0) rc = write_all(fd, b, HDR) || write_all(fd, prov, np);
+    uint8_t b[HDR_V2] = {0};
+    if (rc == 0) rc = write_all(fd, b, h.hdr_bytes) || write_all(fd, prov, np);
     if (rc == 0) {
         XXH3_64bits_reset(x);
         const size_t part = (size_t)n * kv->row_bytes;
@@ -743,9 +771,9 @@ static void write_job(disk_tier *t, job *j) {
     rows_read(t, j); /* the cells are in the kernel's hands now */
     if (rc == 0) {
         header_encode(&h, b);
-        h.hdr_sum = header_sum(b, prov, np);
-        put64(b + 248, h.hdr_sum);
-        rc = pwrite(fd, b, HDR, 0) == HDR ? 0 : -1;
+        h.hdr_sum = header_sum(b, h.hdr_bytes, prov, np);
+        put64(b + h.hdr_bytes - 8, h.hdr_sum);
+        rc = pwrite(fd, b, h.hdr_bytes, 0) == (ssize_t)h.hdr_bytes ? 0 : -1;
     }
     if (rc == 0) {
         kill_here(t, FAULT_BEFORE_FSYNC);
@@ -1172,6 +1200,7 @@ int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match
     m->kv_sum = bestf.h.kv_sum;
     m->n_layer = bestf.h.n_layer;
     m->row_bytes = bestf.h.row_bytes;
+    m->hdr_bytes = bestf.h.hdr_bytes;
     return 1;
 }
 
@@ -1181,6 +1210,7 @@ int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err 
     h.n_spans = m->seq.n_spans;
     h.n_layer = m->n_layer;
     h.row_bytes = m->row_bytes;
+    h.hdr_bytes = m->hdr_bytes;
     h.kv_sum = m->kv_sum;
     if (m->n_layer != kv->n_layer || m->row_bytes != kv->row_bytes || h.n_rows > kv->rows.n_ctx || n > h.n_rows)
         return ph_err_set(e, "checkpoint %s does not fit this context (%d rows)", m->name, h.n_rows);

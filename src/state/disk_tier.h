@@ -12,8 +12,10 @@
  * Keys. The stream of a sequence is cut at its boundaries: the end of each
  * picture, every DISK_KEY_STRIDE rows (where that row is not inside a
  * picture) and its end. The key of a boundary is a chained SHA-256: it
- * starts from the model_id and the format tag, and each segment adds its
- * items (a token as its id, a picture as its embed_key and grid). A file
+ * starts from the model_id and the format tag with the sequence's isolation
+ * domain folded in (state/domain.h; the default domain folds in nothing),
+ * and each segment adds its items (a token as its id, a picture as its
+ * embed_key and grid); so a domain's lookups never find another's files. A file
  * is named by the key of its end and indexed under the keys of all its
  * boundaries, so the longest stored prefix of a new prompt is found by
  * hashing the prompt's own boundaries and asking the index (no file read);
@@ -22,21 +24,28 @@
  * inside a picture), so a checkpoint ending anywhere serves every prompt
  * that shares its rows. A kept picture keeps the cond_hash stored with it.
  *
- * File DIR/<64 hex of the end key>.phkv, little-endian:
- *    0  magic "PHKVCK01"            8  version (u32) = 1
- *   12  header bytes (u32) = 256   16  model_id (32)
- *   48  format tag (128, NUL-padded)
+ * File DIR/<64 hex of the end key>.phkv, little-endian; a checkpoint of
+ * the default domain is version 1 (as written before domains existed, so
+ * that older builds sharing the folder still read it), one of another
+ * domain version 2, whose header holds the domain too:
+ *    0  magic "PHKVCK01"            8  version (u32) = 1 or 2
+ *   12  header bytes (u32) H: 256 (version 1) or 288 (version 2)
+ *   16  model_id (32)              48  format tag (128, NUL-padded)
  *  176  key (32): the chained key of its end, the name of the file
  *  208  n_rows (i32)              212  n_pictures (i32)
  *  216  n_layer (i32)             220  bytes of one K (or V) cell (u32)
  *  224  KV bytes (u64)            232  created, unix seconds (i64)
- *  240  XXH3-64 of the KV bytes   248  XXH3-64 of bytes 0..247 and the provenance
- *  256  provenance: per row its token id (or -1 for a picture row) and the
+ *  240  XXH3-64 of the KV bytes
+ *  248  version 2: the isolation domain (32)
+ *  H-8  XXH3-64 of bytes 0..H-9 and the provenance
+ *    H  provenance: per row its token id (or -1 for a picture row) and the
  *       position after it (i32 each); then per picture start, rows,
  *       grid_x, grid_y, positions (i32 each), image_id, embed_key,
  *       cond_hash (32 each)
  *  then the KV bytes: per layer its n K cells then its n V cells
  *       (state/kv_cache's checkpoint layout).
+ * A version 1 file is of the default domain. The domain is a digest (of a
+ * salt or a key), never the salt or key itself.
  * A file is used only if everything checks out: magic, version, sizes
  * (header, provenance and KV add up to the file's length), both checksums,
  * the key recomputed from the provenance equal to the header's and to the
@@ -139,10 +148,11 @@ typedef struct disk_match {
     uint64_t kv_bytes, kv_sum;
     int32_t n_layer;
     uint32_t row_bytes;
+    uint32_t hdr_bytes;     /* where its provenance starts */
 } disk_match;
 
 /* The stored checkpoint with the longest common prefix with want (same
- * model_id and format tag), read and checked: 1 with *m filled (release
+ * model_id, format tag and domain), read and checked: 1 with *m filled (release
  * it with disk_match_free), 0 when none shares more than beat rows (what
  * the caller has already; files no longer than that are not even opened).
  * Bad files met on the way are removed and counted. */

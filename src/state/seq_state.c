@@ -78,6 +78,7 @@ int seq_copy(seq_state *dst, const seq_state *src, int32_t n, ph_err *e) {
     }
     memcpy(dst->model_id, src->model_id, sizeof dst->model_id);
     memcpy(dst->format, src->format, sizeof dst->format);
+    memcpy(dst->domain, src->domain, sizeof dst->domain);
     memcpy(dst->tok, src->tok, (size_t)n * sizeof *dst->tok);
     memcpy(dst->pos_after, src->pos_after, (size_t)n * sizeof *dst->pos_after);
     if (ns) memcpy(dst->spans, src->spans, (size_t)ns * sizeof *dst->spans);
@@ -108,6 +109,7 @@ int32_t seq_back_off(const seq_state *s, int32_t n) {
 }
 
 int32_t seq_common_prefix(const seq_state *a, const seq_state *b) {
+    if (memcmp(a->domain, b->domain, sizeof a->domain) != 0) return 0;
     const int32_t n = a->n_rows < b->n_rows ? a->n_rows : b->n_rows;
     int32_t r = 0;
     while (r < n) {

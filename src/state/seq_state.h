@@ -6,7 +6,8 @@
  * with the picture's image_id, embed_key and cond_hash (the hash of the
  * rows actually put into the context). A request's prompt stream has the
  * same shape (without cond_hash until its pictures are resolved), so the
- * two compare item by item. */
+ * two compare item by item. Both carry the isolation domain they belong to
+ * (state/domain.h): rows of different domains are never common. */
 #ifndef PH_STATE_SEQ_STATE_H
 #define PH_STATE_SEQ_STATE_H
 
@@ -14,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "state/domain.h"
 
 typedef struct seq_span {
     int32_t start;            /* first row */
@@ -31,6 +33,7 @@ typedef struct seq_span {
 typedef struct seq_state {
     uint8_t model_id[32];
     char format[128];         /* state-format tag: what the KV bytes depend on */
+    uint8_t domain[DOMAIN_LEN]; /* the isolation domain that made it (all zero: the default) */
     int32_t n_rows, cap;
     int32_t *tok;             /* per row: token id, or SEQ_ROW_PICTURE */
     int32_t *pos_after;       /* per row: the next position after it */
@@ -55,7 +58,8 @@ int32_t seq_pos_at(const seq_state *s, int32_t n);
 
 /* The length of the common prefix of a and b (rows): tokens equal by id,
  * spans equal by embed_key and grid; a difference inside a span backs off
- * to its start (DESIGN 6.1). */
+ * to its start (DESIGN 6.1). States of different isolation domains have
+ * none. */
 int32_t seq_common_prefix(const seq_state *a, const seq_state *b);
 /* Backs n off to the start of a span it would cut. */
 int32_t seq_back_off(const seq_state *s, int32_t n);
