@@ -226,7 +226,8 @@ int ph_synth(const ph_synth_params *p, ph_err *err);
  * caches around it. A request is a conversation (messages of text and
  * pictures); the engine renders it in the model's chat format, plans what
  * it can reuse (the longest common prefix of the live KV or of a RAM
- * checkpoint of a displaced conversation, cached picture embeddings),
+ * checkpoint of a displaced conversation, cached picture embeddings; all
+ * made in the request's isolation domain, ph_gen_params.domain),
  * encodes and prefills the rest, then samples and streams the answer.
  * One thread at a time may call ph_engine_chat / ph_engine_tick;
  * ph_engine_image may be called from any thread. */
@@ -264,8 +265,9 @@ int32_t ph_engine_n_ctx(const ph_engine *e);
 
 /* A picture as received: its bytes, fingerprinted, and its header read
  * and checked (format, size limits), its pixels not decoded. A turn that
- * takes it decodes it only to identify it (bytes seen before, with the same
- * bytes_id, are not decoded again) or to encode it, and frees the pixels
+ * takes it decodes it only to identify it (bytes seen before in the turn's
+ * isolation domain, with the same bytes_id, are not decoded again) or to
+ * encode it, and frees the pixels
  * once its rows are made or found. Errors: PH_ERR_INPUT. */
 typedef struct ph_image_in ph_image_in;
 ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const char *label, ph_err *err);
@@ -344,6 +346,12 @@ typedef struct ph_gen_params {
     int32_t top_logprobs;       /* alternatives per token in events (0..20) */
     bool auxiliary;             /* a side call (an agent's title, summary, tool check...): the primary
                                    conversation's state is parked first and never displaced by it */
+    /* the isolation domain (all zero: the default one): state (the live KV,
+     * RAM checkpoints, the parked conversation, checkpoint files) and
+     * picture embeddings are reused only by requests of the same domain, so
+     * that one client cannot learn another's prompt or pictures from what is
+     * reused; a server makes it a digest of what a client alone knows */
+    uint8_t domain[32];
     /* tools: shown in the prompt as the model's template does; calls in the
      * answer are parsed out (events PH_DELTA_TOOL_*) and their arguments
      * constrained to the tool's schema */

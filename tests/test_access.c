@@ -1,6 +1,7 @@
 /* The server's access checks (src/server/access): Host names against DNS
- * rebinding, CORS origins, the JSON Content-Type, and the API key compared
- * over its full length. */
+ * rebinding, CORS origins, the JSON Content-Type, the API keys compared
+ * over their full length, and the isolation domains of keys and salts. */
+#include <stdio.h>
 #include <string.h>
 
 #include "server/access.h"
@@ -84,15 +85,30 @@ static void test_keys(void) {
     CHECK(!access_key_equal(NULL, k));
     /* a longer given key that matches the key over the key's length */
     CHECK(!access_key_equal("sk-0123456789abcdef\x01", k));
-    CHECK(access_key_ok(k, NULL, k));
-    CHECK(access_key_ok(NULL, "Bearer sk-0123456789abcdef", k));
-    CHECK(access_key_ok(NULL, "bearer sk-0123456789abcdef", k));
-    CHECK(access_key_ok("wrong", "Bearer sk-0123456789abcdef", k));
-    CHECK(access_key_ok(k, "Bearer wrong", k));
-    CHECK(!access_key_ok(NULL, "sk-0123456789abcdef", k)); /* no scheme */
-    CHECK(!access_key_ok(NULL, "Basic sk-0123456789abcdef", k));
-    CHECK(!access_key_ok("wrong", "Bearer wrong", k));
-    CHECK(!access_key_ok(NULL, NULL, k));
+    const char *one[] = {k};
+    CHECK(access_key_index(k, NULL, one, 1) == 0);
+    CHECK(access_key_index(NULL, "Bearer sk-0123456789abcdef", one, 1) == 0);
+    CHECK(access_key_index(NULL, "bearer sk-0123456789abcdef", one, 1) == 0);
+    CHECK(access_key_index("wrong", "Bearer sk-0123456789abcdef", one, 1) == 0);
+    CHECK(access_key_index(k, "Bearer wrong", one, 1) == 0);
+    CHECK(access_key_index(NULL, "sk-0123456789abcdef", one, 1) == -1); /* no scheme */
+    CHECK(access_key_index(NULL, "Basic sk-0123456789abcdef", one, 1) == -1);
+    CHECK(access_key_index("wrong", "Bearer wrong", one, 1) == -1);
+    CHECK(access_key_index(NULL, NULL, one, 1) == -1);
+    CHECK(access_key_index(k, NULL, one, 0) == -1);
+    /* several keys: the index of the one given, by either header */
+    const char *three[] = {"sk-alice-0001", "sk-bob-0002", "sk-carol-000003"};
+    for (int i = 0; i < 3; i++) {
+        char bearer[64];
+        snprintf(bearer, sizeof bearer, "Bearer %s", three[i]);
+        CHECKF(access_key_index(three[i], NULL, three, 3) == i, "key %d by x-api-key", i);
+        CHECKF(access_key_index(NULL, bearer, three, 3) == i, "key %d by Authorization", i);
+        CHECKF(access_key_index(three[i], bearer, three, 3) == i, "key %d by both", i);
+        CHECKF(access_key_index("wrong", bearer, three, 3) == i, "key %d with a wrong x-api-key", i);
+    }
+    CHECK(access_key_index("sk-alice-000", NULL, three, 3) == -1);  /* a prefix */
+    CHECK(access_key_index("sk-bob-00020", NULL, three, 3) == -1);  /* longer */
+    CHECK(access_key_index("sk-alice-0001", "Bearer sk-bob-0002", three, 3) == -1); /* two keys at once */
     CHECK(access_key_problem("sk-x") == NULL);
     CHECK(access_key_problem("") != NULL);
     CHECK(access_key_problem(NULL) != NULL);
@@ -101,10 +117,41 @@ static void test_keys(void) {
     CHECK(access_key_problem("sk ") != NULL);
 }
 
+static bool is_zero(const uint8_t d[32]) {
+    static const uint8_t zero[32];
+    return !memcmp(d, zero, 32);
+}
+
+static void test_domains(void) {
+    uint8_t ka[32], kb[32], d[8][32];
+    access_key_domain("sk-alice-0001", ka);
+    access_key_domain("sk-bob-0002", kb);
+    CHECK(!is_zero(ka) && memcmp(ka, kb, 32));
+    uint8_t again[32];
+    access_key_domain("sk-alice-0001", again);
+    CHECK(!memcmp(ka, again, 32)); /* a restart finds a key's state again */
+    access_domain(NULL, NULL, 0, d[0]);
+    CHECK(is_zero(d[0])); /* neither: the default domain */
+    access_domain(NULL, "s1", 2, d[1]);
+    access_domain(NULL, "s2", 2, d[2]);
+    access_domain(ka, NULL, 0, d[3]);
+    access_domain(kb, NULL, 0, d[4]);
+    access_domain(ka, "s1", 2, d[5]);
+    access_domain(kb, "s1", 2, d[6]);
+    access_domain(NULL, "s1\0", 3, d[7]); /* every byte of the salt counts */
+    for (int i = 1; i < 8; i++) {
+        CHECKF(!is_zero(d[i]), "domain %d is the default one", i);
+        for (int j = 1; j < i; j++) CHECKF(memcmp(d[i], d[j], 32), "domains %d and %d are the same", i, j);
+    }
+    access_domain(ka, "s1", 2, again);
+    CHECK(!memcmp(d[5], again, 32));
+}
+
 int main(void) {
     test_hosts();
     test_origins();
     test_content_type();
     test_keys();
+    test_domains();
     TEST_END();
 }

@@ -86,20 +86,26 @@ static int collect(void *ud, const ph_gen_event *ev) {
 
 #define RAM_ON ((size_t)256 << 20)
 
-static ph_engine *engine_ram(bool warm, int entries, size_t bytes, const char *dir, double idle, size_t ram) {
+/* The defaults, with the tiny model pair (model: the LLM file). */
+static ph_engine_params params(const char *model) {
     ph_engine_params p;
     ph_engine_params_default(&p);
-    p.model_path = LLM;
+    p.model_path = model;
     p.mmproj_path = MMPROJ;
     p.n_ctx = 2048;
     p.n_threads = 2;
+    p.id_cache_dir = idcache;
+    return p;
+}
+
+static ph_engine *engine_ram(bool warm, int entries, size_t bytes, const char *dir, double idle, size_t ram) {
+    ph_engine_params p = params(LLM);
     p.reuse = warm;
     p.image_cache_entries = warm ? entries : 0;
     p.image_cache_bytes = bytes;
     p.image_cache_dir = warm ? dir : NULL;
     p.vision_idle_s = idle;
     p.ram_cache_bytes = ram;
-    p.id_cache_dir = idcache;
     ph_err err = {0};
     ph_engine *e = ph_engine_new(&p, &err);
     if (!e) fprintf(stderr, "engine: %s\n", err.msg);
@@ -131,11 +137,13 @@ static void msg(conv *c, char role, const char *const *parts, size_t n, ph_image
     }
 }
 
-static result turn_as(ph_engine *e, const conv *c, bool auxiliary) {
+/* A turn, auxiliary or not, in an isolation domain (NULL: the default). */
+static result turn_in(ph_engine *e, const conv *c, bool auxiliary, const uint8_t *domain) {
     result res = {0};
     ph_gen_params g;
     ph_gen_params_default(&g);
     g.auxiliary = auxiliary;
+    if (domain) memcpy(g.domain, domain, sizeof g.domain);
     g.max_tokens = NGEN;
     g.top_logprobs = NTOP;
     ph_err err = {0};
@@ -146,6 +154,7 @@ static result turn_as(ph_engine *e, const conv *c, bool auxiliary) {
     return res;
 }
 
+static result turn_as(ph_engine *e, const conv *c, bool auxiliary) { return turn_in(e, c, auxiliary, NULL); }
 static result turn(ph_engine *e, const conv *c) { return turn_as(e, c, false); }
 
 /* The warm turn must match a cold engine's answer to the same request. */
@@ -615,14 +624,8 @@ static void test_disk(file a) {
 }
 
 static ph_engine *engine_kv(const char *model, const char *dir) {
-    ph_engine_params p;
-    ph_engine_params_default(&p);
-    p.model_path = model;
-    p.mmproj_path = MMPROJ;
-    p.n_ctx = 2048;
-    p.n_threads = 2;
+    ph_engine_params p = params(model);
     p.image_cache_entries = 0; /* pictures come from the checkpoint or the encoder */
-    p.id_cache_dir = idcache;
     p.kv_disk_dir = dir;
     ph_err err = {0};
     ph_engine *e = ph_engine_new(&p, &err);
@@ -762,6 +765,70 @@ static void test_kv_disk(void) {
     free(p2.p);
 }
 
+/* Isolation domains: a request of another domain reuses nothing of the
+ * live state, the RAM tier, a parked conversation, the embedding cache or
+ * a checkpoint file (its picture is encoded again) and answers as a cold
+ * engine does; the requests of one domain reuse as before, a restart
+ * included. */
+static void test_domains(file a) {
+    uint8_t dom_b[32], dom_c[32];
+    memset(dom_b, 0xb, sizeof dom_b);
+    memset(dom_c, 0xc, sizeof dom_c);
+    char dir[] = "/tmp/ph-dom-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    ph_engine_params p = params(LLM);
+    p.ram_cache_bytes = RAM_ON;
+    p.kv_disk_dir = dir;
+    p.image_cache_dir = dir;
+    ph_err err = {0};
+    ph_engine *e = ph_engine_new(&p, &err);
+    CHECKF(e != NULL, "engine: %s", err.msg);
+    ph_image_in *pa[1] = {pic(e, a)}, *pb[1] = {pic(e, a)};
+    const char *const q[] = {"@0", "What is in this picture? Tell me everything you see."};
+    conv ca = {0}, cb = {0};
+    msg(&ca, 'u', q, 2, pa);
+    msg(&cb, 'u', q, 2, pb);
+    result r = turn(e, &ca);
+    CHECK(r.r.pics_encoded == 1);
+    r = turn_in(e, &cb, false, dom_b);
+    CHECKF(r.r.n_reused == 0 && r.r.pics_encoded == 1 && r.r.pics_from_cache == 0,
+           "another domain: reused %d, encoded %d, from the cache %d", r.r.n_reused, r.r.pics_encoded,
+           r.r.pics_from_cache);
+    same_as_cold(&cb, &r, "the same request in another domain");
+    r = turn(e, &ca); /* back from the RAM tier, in its own domain */
+    CHECKF(r.r.n_from_ram > 0 && r.r.pics_encoded == 0, "its own domain: %d rows from RAM, encoded %d", r.r.n_from_ram,
+           r.r.pics_encoded);
+    r = turn_in(e, &ca, true, dom_c); /* an auxiliary request of a third domain parks the default one's... */
+    CHECKF(r.r.parked && r.r.n_reused == 0 && r.r.pics_encoded == 1, "auxiliary: parked %d, reused %d, encoded %d",
+           r.r.parked, r.r.n_reused, r.r.pics_encoded);
+    r = turn_in(e, &ca, false, dom_c); /* ...which a primary request of that domain does not restore */
+    CHECKF(!r.r.from_parked && r.r.n_from_ram == 0, "parked: restored %d, %d rows from RAM", r.r.from_parked,
+           r.r.n_from_ram);
+    ph_engine_free(e); /* a clean shutdown: the live state is saved too */
+    ph_image_in_free(pa[0]);
+    ph_image_in_free(pb[0]);
+    /* a restart: the checkpoint files and embeddings are found again by their own domain only */
+    e = ph_engine_new(&p, &err);
+    CHECKF(e != NULL, "engine: %s", err.msg);
+    uint8_t dom_d[32];
+    memset(dom_d, 0xd, sizeof dom_d);
+    cb.parts[0].image = pb[0] = pic(e, a);
+    r = turn_in(e, &cb, false, dom_d);
+    CHECKF(r.r.n_from_disk == 0 && r.r.pics_encoded == 1, "a fourth domain after a restart: %d rows from disk, "
+           "encoded %d", r.r.n_from_disk, r.r.pics_encoded);
+    ph_image_in_free(pb[0]);
+    cb.parts[0].image = pb[0] = pic(e, a);
+    r = turn_in(e, &cb, false, dom_b);
+    CHECKF(r.r.n_from_disk > 0 && r.r.pics_encoded == 0, "its own domain after a restart: %d rows from disk, "
+           "encoded %d", r.r.n_from_disk, r.r.pics_encoded);
+    same_as_cold(&cb, &r, "a domain's checkpoint after a restart");
+    ph_engine_free(e);
+    ph_image_in_free(pb[0]);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* DESIGN 6.1 at the level of sequences: a prefix never ends inside a span. */
 static void test_back_off(void) {
     seq_state a, b;
@@ -861,6 +928,7 @@ int main(void) {
     test_auxiliary(a, b);
     test_disk(b);
     test_kv_disk();
+    test_domains(a);
     free(a.p);
     free(b.p);
     free(s.p);

@@ -49,8 +49,10 @@ static void serve_usage(FILE *out) {
             "  --api-key KEY             require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
             "                            on every request but GET /health; other local users can read\n"
             "                            it in the process list: prefer --api-key-file or PINHOLE_API_KEY\n"
-            "  --api-key-file FILE       the key is FILE's first line (refused if empty; a warning if\n"
-            "                            the file is readable by group or others)\n"
+            "  --api-key-file FILE       the keys, one a line (blank lines and lines starting with #\n"
+            "                            are skipped; refused without a key; a warning if the file is\n"
+            "                            readable by group or others); with several keys, each key's\n"
+            "                            requests reuse no state or picture cached by another key's\n"
             "                            Without either flag the environment variable PINHOLE_API_KEY,\n"
             "                            when set, is the key.\n"
             "  --cors-origin ORIGIN      let pages of ORIGIN (scheme://host[:port], or * for any) read\n"
@@ -106,10 +108,35 @@ static void on_progress(void *ud, const char *what, double f) {
     fprintf(stderr, "pinhole: [%3.0f%%] %s\n", f * 100.0, what);
 }
 
-/* Reads the key from the first line of path (its newline, and a CR before
- * it, stripped) into *out (malloc'd). Refuses an empty key; warns when
- * the file is readable by group or others. Returns 0 or 2. */
-static int read_key_file(const char *path, char **out) {
+/* API keys read from a file (freed with keys_free). */
+typedef struct key_list {
+    char **v;
+    size_t n;
+} key_list;
+
+static void keys_free(key_list *k) {
+    for (size_t i = 0; i < k->n; i++) {
+        explicit_bzero(k->v[i], strlen(k->v[i]));
+        free(k->v[i]);
+    }
+    free(k->v);
+    memset(k, 0, sizeof *k);
+}
+
+/* Why the key of a line (its line ending stripped) cannot be one: NULL
+ * when it can. */
+static const char *line_key_problem(const key_list *keys, const char *key) {
+    const char *why = access_key_problem(key);
+    for (size_t i = 0; !why && i < keys->n; i++)
+        if (!strcmp(keys->v[i], key)) why = "the same key as an earlier line";
+    return why;
+}
+
+/* Reads the keys of path, one a line (line endings stripped; lines that
+ * are blank or start with '#' skipped), into *keys. Refuses a file without
+ * a key, a bad key and a key given twice; warns when the file is readable
+ * by group or others. Returns 0 or 2. */
+static int read_key_file(const char *path, key_list *keys) {
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "pinhole serve: --api-key-file %s: %s\n", path, strerror(errno));
@@ -120,35 +147,50 @@ static int read_key_file(const char *path, char **out) {
         fprintf(stderr, "pinhole: warning: --api-key-file %s can be read by group or others (mode %03o); "
                         "chmod 600 it\n", path, (unsigned)(st.st_mode & 0777));
     char *line = NULL;
-    size_t cap = 0;
+    size_t cap = 0, line_no = 0;
+    ssize_t n;
+    int rc = 0;
     errno = 0;
-    ssize_t n = getline(&line, &cap, f);
-    if (n < 0 && ferror(f)) {
+    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
+        line_no++;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+        line[n] = '\0';
+        const size_t lead = strspn(line, " \t");
+        if (!line[lead] || line[lead] == '#') continue;
+        const char *why = line_key_problem(keys, line);
+        char **v = why ? NULL : realloc(keys->v, (keys->n + 1) * sizeof *v);
+        if (why) {
+            fprintf(stderr, "pinhole serve: --api-key-file %s: line %zu: %s\n", path, line_no, why);
+            rc = 2;
+        } else if (!v || !(v[keys->n] = strdup(line))) {
+            if (v) keys->v = v;
+            fprintf(stderr, "pinhole serve: out of memory\n");
+            rc = 2;
+        } else {
+            keys->v = v;
+            keys->n++;
+        }
+    }
+    if (rc == 0 && ferror(f)) {
         fprintf(stderr, "pinhole serve: --api-key-file %s: %s\n", path, strerror(errno ? errno : EIO));
-        fclose(f);
-        free(line);
-        return 2;
+        rc = 2;
+    }
+    if (rc == 0 && keys->n == 0) {
+        fprintf(stderr, "pinhole serve: --api-key-file %s: no key in it (it is empty, or has only blank lines "
+                        "and comments)\n", path);
+        rc = 2;
     }
     fclose(f);
-    if (n < 0) n = 0;
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
-    if (line) line[n] = '\0';
-    const char *why = access_key_problem(line);
-    if (why) {
-        fprintf(stderr, "pinhole serve: --api-key-file %s: %s\n", path, why);
-        if (line) explicit_bzero(line, cap);
-        free(line);
-        return 2;
-    }
-    *out = line;
-    return 0;
+    if (line) explicit_bzero(line, cap);
+    free(line);
+    return rc;
 }
 
 /* aliases, cors, hosts: room for argc names each (the --alias,
- * --cors-origin and --allow-host values). key_buf: a key read from a
+ * --cors-origin and --allow-host values). file_keys: the keys read from a
  * file (freed by the caller). */
 static int serve_main(int argc, char **argv, const char **aliases, const char **cors, const char **hosts,
-                      char **key_buf) {
+                      key_list *file_keys) {
     ph_engine_params ep;
     ph_engine_params_default(&ep);
     srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_queue = 64,
@@ -158,7 +200,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
                       .max_tokens = PH_SERVE_MAX_TOKENS};
     long l;
     double d;
-    const char *key_file = NULL;
+    const char *key_file = NULL, *one_key[1] = {NULL};
     bool key_flag = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -187,7 +229,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         else if (!strcmp(a, "--max-connections-per-ip")) { if (arg_int(a, v, 1, 1 << 20, &l)) return 2; cfg.max_connections_per_ip = (int)l; }
         else if (!strcmp(a, "--header-timeout-s")) { if (arg_float(a, v, 0.1, 1e6, &d)) return 2; cfg.header_timeout_s = d; }
         else if (!strcmp(a, "--body-timeout-s")) { if (arg_float(a, v, 0.1, 1e6, &d)) return 2; cfg.body_timeout_s = d; }
-        else if (!strcmp(a, "--api-key")) { cfg.api_key = v; key_flag = true; }
+        else if (!strcmp(a, "--api-key")) { one_key[0] = v; key_flag = true; }
         else if (!strcmp(a, "--api-key-file")) key_file = v;
         else if (!strcmp(a, "--cors-origin")) {
             if (!access_origin_valid(v)) {
@@ -244,21 +286,20 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     }
     const char *key_from = NULL;
     if (key_file) {
-        if (read_key_file(key_file, key_buf)) return 2;
-        cfg.api_key = *key_buf;
+        if (read_key_file(key_file, file_keys)) return 2;
+        cfg.api_keys = (const char *const *)file_keys->v;
+        cfg.n_api_keys = file_keys->n;
         key_from = "--api-key-file";
-    } else if (key_flag) {
-        key_from = "--api-key";
-    } else if (getenv("PINHOLE_API_KEY")) {
-        cfg.api_key = getenv("PINHOLE_API_KEY");
-        key_from = "PINHOLE_API_KEY";
-    }
-    if (key_from) {
-        const char *why = access_key_problem(cfg.api_key);
+    } else {
+        if (!key_flag) one_key[0] = getenv("PINHOLE_API_KEY");
+        key_from = key_flag ? "--api-key" : one_key[0] ? "PINHOLE_API_KEY" : NULL;
+        const char *why = key_from ? access_key_problem(one_key[0]) : NULL;
         if (why) {
             fprintf(stderr, "pinhole serve: the API key (%s): %s\n", key_from, why);
             return 2;
         }
+        cfg.api_keys = one_key;
+        cfg.n_api_keys = key_from ? 1 : 0;
     }
     cfg.cors_origins = cors;
     cfg.allow_hosts = hosts;
@@ -290,7 +331,11 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
             ph_engine_has_vision(e) ? (ep.vision_idle_s > 0 ? "pictures on (encoder loaded on demand)" : "pictures on")
                                     : "text only",
             ph_cpu_isa());
-    if (key_from) fprintf(stderr, "pinhole: an API key is required (from %s)\n", key_from);
+    if (cfg.n_api_keys > 1)
+        fprintf(stderr, "pinhole: one of %zu API keys is required (from %s); each key's requests are isolated from "
+                        "the others'\n", cfg.n_api_keys, key_from);
+    else if (key_from)
+        fprintf(stderr, "pinhole: an API key is required (from %s)\n", key_from);
     if (cfg.n_cors_origins) fprintf(stderr, "pinhole: CORS: pages of %s%s may read answers\n", cors[0],
                                     cfg.n_cors_origins > 1 ? " and the other --cors-origin values" : "");
     int rc = server_run(e, &cfg);
@@ -302,14 +347,11 @@ int cmd_serve(int argc, char **argv) {
     size_t n = argc > 0 ? (size_t)argc : 1;
     const char **aliases = calloc(n, sizeof *aliases), **cors = calloc(n, sizeof *cors),
                **hosts = calloc(n, sizeof *hosts);
-    char *key = NULL;
+    key_list keys = {0};
     int rc = 1;
     if (!aliases || !cors || !hosts) fprintf(stderr, "pinhole: out of memory\n");
-    else rc = serve_main(argc, argv, aliases, cors, hosts, &key);
-    if (key) {
-        explicit_bzero(key, strlen(key));
-        free(key);
-    }
+    else rc = serve_main(argc, argv, aliases, cors, hosts, &keys);
+    keys_free(&keys);
     free(aliases);
     free(cors);
     free(hosts);

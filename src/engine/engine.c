@@ -192,6 +192,7 @@ double ph_engine_tick(ph_engine *e) { return e->has_vision ? encoder_tick(&e->en
 
 typedef struct turn {
     ph_engine *e;
+    const uint8_t *domain;     /* the request's isolation domain (32 bytes) */
     ph_prompt prompt;
     ph_image_in **pics;
     seq_state want;            /* the request's stream as rows */
@@ -243,7 +244,7 @@ static int check_fits(const turn *t, ph_err *err) {
  * encoder until the turn's pictures are resolved). */
 static int identify_pictures(turn *t, ph_err *err) {
     for (int32_t k = 0; k < t->prompt.n_pictures; k++)
-        if (engine_image_identify(t->e, t->pics[k], err)) return -1;
+        if (engine_image_identify(t->e, t->pics[k], t->domain, err)) return -1;
     return 0;
 }
 
@@ -253,6 +254,7 @@ static int build_want(turn *t, ph_err *err) {
     if (seq_init(&t->want, (int32_t)prompt_rows(t), err)) return -1;
     memcpy(t->want.model_id, e->model_id, 32);
     memcpy(t->want.format, e->format_tag, sizeof t->want.format);
+    memcpy(t->want.domain, t->domain, sizeof t->want.domain);
     t->item_row = malloc((t->prompt.n + 1) * sizeof *t->item_row);
     t->embeds = calloc((size_t)t->prompt.n_pictures + 1, sizeof *t->embeds);
     if (!t->item_row || !t->embeds) return ph_err_set(err, "out of memory");
@@ -267,7 +269,7 @@ static int build_want(turn *t, ph_err *err) {
         }
         const ph_image_in *im = t->pics[it->picture];
         seq_span sp = {0};
-        engine_embed_key(e, im, sp.embed_key, &sp.grid_x, &sp.grid_y);
+        engine_embed_key(e, im, t->domain, sp.embed_key, &sp.grid_x, &sp.grid_y);
         memcpy(sp.image_id, im->image_id, 32);
         sp.n_tokens = sp.grid_x * sp.grid_y;
         sp.n_pos = sp.grid_x > sp.grid_y ? sp.grid_x : sp.grid_y;
@@ -701,7 +703,8 @@ static bool park_primary(ph_engine *e, int32_t keep) {
  * rendered otherwise) saves nothing. A checkpoint file that fails its
  * checks on the way in leaves the live state empty (the prompt is then
  * evaluated from the start). Returns the rows kept; the session and the
- * live provenance hold exactly those. */
+ * live provenance hold exactly those. Nothing of another isolation domain
+ * is ever a match (seq_common_prefix, and the disk tier's keys). */
 static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_report *r) {
     int32_t keep = e->reuse ? usable(want, seq_common_prefix(&e->live, want)) : 0;
     const int32_t most = usable(want, want->n_rows);
@@ -797,6 +800,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     }
     e->live_prompt = keep;
     e->live_is_aux = aux;
+    memcpy(e->live.domain, want->domain, sizeof e->live.domain); /* what is kept is of its domain already */
     /* a kept picture keeps the cond_hash it was evaluated with (DESIGN 6.2) */
     for (int32_t i = 0; i < want->n_spans && want->spans[i].start < keep; i++) {
         memcpy(want->spans[i].cond_hash, e->live.spans[i].cond_hash, 32);
@@ -819,7 +823,7 @@ static int render(turn *t, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_
 
 int ph_engine_count(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, int32_t *n_rows,
                     ph_err *err) {
-    turn t = {.e = e};
+    turn t = {.e = e, .domain = gp->domain};
     int rc = render(&t, msgs, n_msgs, gp, err);
     *n_rows = rc ? 0 : (int32_t)prompt_rows(&t);
     turn_free(&t);
@@ -830,7 +834,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
                    void *ud, ph_turn_report *r, ph_err *err) {
     memset(r, 0, sizeof *r);
     const double t0 = ph_now_s();
-    turn t = {.e = e};
+    turn t = {.e = e, .domain = gp->domain};
     constraint con = {.call_token = -1};
     ph_tokens forced = {0};
     int rc = render(&t, msgs, n_msgs, gp, err);

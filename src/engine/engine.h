@@ -29,7 +29,8 @@ struct ph_image_in {
 #define ENGINE_MEMO 256
 
 typedef struct image_memo_entry {
-    uint8_t bytes_id[32], image_id[32];
+    uint8_t key[32];         /* bytes_id, with the isolation domain folded in */
+    uint8_t image_id[32];
     uint64_t used;
 } image_memo_entry;
 
@@ -52,22 +53,23 @@ struct ph_engine {
     int32_t checkpoint_every;
     bool reuse;
     char format_tag[128];
-    /* bytes_id -> image_id memo (the turn's thread only) */
+    /* bytes_id -> image_id memo, per isolation domain (the turn's thread only) */
     image_memo_entry memo[ENGINE_MEMO];
     uint64_t memo_clock;
     ph_engine_stats st;
     jc_vocab *jv;            /* the constraint's tables over the vocabulary, built on first use */
 };
 
-/* The embed_key of a picture of w x h with this encoder (DESIGN 4), and
- * its merged grid. */
-void engine_embed_key(const ph_engine *e, const ph_image_in *im, uint8_t key[32], int32_t *grid_x,
-                      int32_t *grid_y);
+/* The embed_key of a picture of w x h with this encoder (DESIGN 4) in an
+ * isolation domain (state/domain.h), and its merged grid. */
+void engine_embed_key(const ph_engine *e, const ph_image_in *im, const uint8_t domain[32], uint8_t key[32],
+                      int32_t *grid_x, int32_t *grid_y);
 /* Decodes the picture's pixels if only its bytes are held (PH_ERR_INPUT
  * when the bytes do not decode). */
 int engine_image_pixels(ph_image_in *im, ph_err *err);
-/* Makes the picture's image_id known: from the bytes_id memo, else by
- * decoding it (the pixels are then kept in im->img). */
-int engine_image_identify(ph_engine *e, ph_image_in *im, ph_err *err);
+/* Makes the picture's image_id known: from the bytes_id memo of the
+ * request's isolation domain, else by decoding it (the pixels are then
+ * kept in im->img). */
+int engine_image_identify(ph_engine *e, ph_image_in *im, const uint8_t domain[32], ph_err *err);
 
 #endif

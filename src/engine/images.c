@@ -1,21 +1,23 @@
 /* Pictures as received (ph_engine_image): in the caller's thread only
  * fingerprinted (bytes_id) and their headers read, which gives their size
- * and their rows; the worker identifies them (image_id: the bytes_id memo,
- * or a decode) when their turn comes, and decodes their pixels only for
- * that or to encode them. */
+ * and their rows; the worker identifies them (image_id: the bytes_id memo
+ * of the request's isolation domain, or a decode) when their turn comes,
+ * and decodes their pixels only for that or to encode them. (A memo hit in
+ * another domain would tell by timing that someone sent the picture.) */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/sha256.h"
 #include "engine/engine.h"
+#include "state/domain.h"
 
-static image_memo_entry *memo_find(ph_engine *e, const uint8_t bytes_id[32]) {
+static image_memo_entry *memo_find(ph_engine *e, const uint8_t key[32]) {
     for (int i = 0; i < ENGINE_MEMO; i++)
-        if (e->memo[i].used && memcmp(e->memo[i].bytes_id, bytes_id, 32) == 0) return &e->memo[i];
+        if (e->memo[i].used && memcmp(e->memo[i].key, key, 32) == 0) return &e->memo[i];
     return NULL;
 }
 
-static void memo_put(ph_engine *e, const ph_image_in *im) {
+static void memo_put(ph_engine *e, const uint8_t key[32], const ph_image_in *im) {
     image_memo_entry *slot = &e->memo[0];
     for (int i = 0; i < ENGINE_MEMO; i++) {
         if (!e->memo[i].used) {
@@ -24,7 +26,7 @@ static void memo_put(ph_engine *e, const ph_image_in *im) {
         }
         if (e->memo[i].used < slot->used) slot = &e->memo[i];
     }
-    memcpy(slot->bytes_id, im->bytes_id, 32);
+    memcpy(slot->key, key, 32);
     memcpy(slot->image_id, im->image_id, 32);
     slot->used = ++e->memo_clock;
 }
@@ -103,16 +105,19 @@ int engine_image_pixels(ph_image_in *im, ph_err *err) {
     return -1;
 }
 
-int engine_image_identify(ph_engine *e, ph_image_in *im, ph_err *err) {
+int engine_image_identify(ph_engine *e, ph_image_in *im, const uint8_t domain[32], ph_err *err) {
     if (im->identified) return 0;
-    image_memo_entry *hit = memo_find(e, im->bytes_id);
+    uint8_t key[32];
+    memcpy(key, im->bytes_id, 32);
+    domain_fold(key, domain);
+    image_memo_entry *hit = memo_find(e, key);
     if (hit) {
         memcpy(im->image_id, hit->image_id, 32);
         hit->used = ++e->memo_clock;
     } else {
         if (engine_image_pixels(im, err)) return -1;
         memcpy(im->image_id, im->img.image_id, 32);
-        memo_put(e, im);
+        memo_put(e, key, im);
     }
     im->identified = true;
     return 0;
@@ -127,8 +132,8 @@ typedef struct prep_key {
     float mean[3], std[3];
 } prep_key;
 
-void engine_embed_key(const ph_engine *e, const ph_image_in *im, uint8_t key[32], int32_t *grid_x,
-                      int32_t *grid_y) {
+void engine_embed_key(const ph_engine *e, const ph_image_in *im, const uint8_t domain[32], uint8_t key[32],
+                      int32_t *grid_x, int32_t *grid_y) {
     const ph_prep_params *p = &e->enc.prep;
     int tw, th;
     picture_geometry(e, im->w, im->h, &tw, &th, grid_x, grid_y);
@@ -152,4 +157,8 @@ void engine_embed_key(const ph_engine *e, const ph_image_in *im, uint8_t key[32]
     snprintf(in.resampler, sizeof in.resampler, "%s", "bicubic-pillow/letterbox-center-black");
     snprintf(in.isa, sizeof in.isa, "%s", ph_cpu_isa());
     ph_sha256(&in, sizeof in, key);
+    /* and, outside the default domain, the domain: embeddings (in memory
+     * and in --image-cache-dir) and the spans that hold them are then that
+     * domain's alone */
+    domain_fold(key, domain);
 }

@@ -3,8 +3,11 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
+
+#include "base/sha256.h"
 
 /* Splits a Host value into its name (brackets kept for IPv6) and checks
  * that what follows is nothing or ":PORT". Returns false when malformed. */
@@ -121,16 +124,27 @@ bool access_key_equal(const char *given, const char *key) {
     return (acc | (unsigned)(diff != 0)) == 0;
 }
 
-bool access_key_ok(const char *x_api_key, const char *authorization, const char *key) {
+/* The index of the key equal to given, or -1: every key compared, the
+ * index picked with masks (keys differ, so at most one matches). */
+static int key_index(const char *given, const char *const *keys, size_t n) {
+    unsigned found = 0; /* index + 1 */
+    for (size_t i = 0; i < n; i++) {
+        unsigned mask = 0u - (unsigned)access_key_equal(given, keys[i]);
+        found |= mask & (unsigned)(i + 1);
+    }
+    return (int)found - 1;
+}
+
+int access_key_index(const char *x_api_key, const char *authorization, const char *const *keys, size_t n) {
     const char *bearer = NULL;
     if (authorization && !strncasecmp(authorization, "Bearer ", 7)) {
         bearer = authorization + 7;
         while (*bearer == ' ') bearer++;
     }
-    /* both are compared, whichever matches */
-    bool x = access_key_equal(x_api_key, key);
-    bool b = access_key_equal(bearer, key);
-    return x | b;
+    /* both are compared, whichever matches; two different keys are none */
+    int x = key_index(x_api_key, keys, n), b = key_index(bearer, keys, n);
+    if (x >= 0 && b >= 0 && x != b) return -1;
+    return x >= 0 ? x : b;
 }
 
 const char *access_key_problem(const char *key) {
@@ -140,4 +154,36 @@ const char *access_key_problem(const char *key) {
     size_t n = strlen(key);
     if (key[0] == ' ' || key[n - 1] == ' ') return "the key starts or ends with a space (HTTP drops those from headers)";
     return NULL;
+}
+
+/* The digests below hash a fixed-size record: a label, then digests (so
+ * that no length can shift one field into the next). */
+void access_key_domain(const char *key, uint8_t out[32]) {
+    struct {
+        char label[24];
+        uint8_t key[32];
+    } in;
+    memset(&in, 0, sizeof in);
+    snprintf(in.label, sizeof in.label, "%s", "pinhole key domain 1");
+    ph_sha256(key, strlen(key), in.key);
+    ph_sha256(&in, sizeof in, out);
+}
+
+void access_domain(const uint8_t *key_domain, const char *salt, size_t salt_len, uint8_t out[32]) {
+    memset(out, 0, 32);
+    if (!key_domain && !salt) return;
+    struct {
+        char label[24];
+        uint8_t key_domain[32];
+        uint8_t salted;
+        uint8_t salt[32];
+    } in;
+    memset(&in, 0, sizeof in);
+    snprintf(in.label, sizeof in.label, "%s", "pinhole domain 1");
+    if (key_domain) memcpy(in.key_domain, key_domain, 32);
+    if (salt) {
+        in.salted = 1;
+        ph_sha256(salt, salt_len, in.salt);
+    }
+    ph_sha256(&in, sizeof in, out);
 }

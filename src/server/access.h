@@ -1,12 +1,14 @@
 /* Who may talk to the server (issue 13): the Host check against DNS
- * rebinding, the CORS origin list, the JSON Content-Type of API bodies and
- * the API key, compared in constant time. Pure functions of strings, so
- * that they can be tested without a socket. */
+ * rebinding, the CORS origin list, the JSON Content-Type of API bodies,
+ * the API keys, compared in constant time, and the isolation domain a
+ * request runs in. Pure functions of strings, so that they can be tested
+ * without a socket. */
 #ifndef PH_SERVER_ACCESS_H
 #define PH_SERVER_ACCESS_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Whether a Host header value may reach this server: a loopback name
  * (localhost, 127.x.x.x, [::1], [::ffff:127.x.x.x]) or bound (the --host
@@ -32,14 +34,28 @@ bool access_is_json(const char *content_type);
  * a different length does not end the comparison early. NULL given: false. */
 bool access_key_equal(const char *given, const char *key);
 
-/* Whether the request's headers carry key: x-api-key: KEY, or
- * Authorization: Bearer KEY (the scheme case-insensitive). Both are
- * checked. */
-bool access_key_ok(const char *x_api_key, const char *authorization, const char *key);
+/* Which of the n keys the request's headers carry (x-api-key: KEY, or
+ * Authorization: Bearer KEY, the scheme case-insensitive): its index, or
+ * -1 for none (or for two headers that carry two different keys). Both
+ * headers are compared with every key, with no early exit, and the index
+ * is picked without a branch on which key matched: the time depends on
+ * the keys' lengths only. The keys must differ from each other. */
+int access_key_index(const char *x_api_key, const char *authorization, const char *const *keys, size_t n);
 
 /* Checks an API key's text: not empty, no control characters, no
  * leading or trailing blanks (HTTP trims them from header values, so such
  * a key could never match). Returns NULL when good, else why not. */
 const char *access_key_problem(const char *key);
+
+/* Isolation domains (state/domain.h: saved state and picture embeddings
+ * are reused only within the domain that made them). A key's domain, used
+ * when a server has several keys (each key then its own domain): SHA-256
+ * of a label and the key's SHA-256. */
+void access_key_domain(const char *key, uint8_t out[32]);
+/* A request's domain from its key's domain (NULL: keys are not isolated)
+ * and its cache_salt (NULL: none): all zero, the default domain, when it
+ * has neither; else SHA-256 of a label, the key's domain (or 32 zero
+ * bytes) and the salt's SHA-256. */
+void access_domain(const uint8_t *key_domain, const char *salt, size_t salt_len, uint8_t out[32]);
 
 #endif

@@ -235,7 +235,7 @@ static const field_rule FIELDS[] = {
     {"frequency_penalty", F_USE, NULL}, {"repetition_penalty", F_USE, NULL}, {"logit_bias", F_USE, NULL},
     {"stop_sequences", F_USE, NULL}, {"tools", F_USE, NULL}, {"tool_choice", F_USE, NULL},
     {"thinking", F_USE, NULL}, {"output_config", F_USE, NULL}, {"output_format", F_USE, NULL},
-    {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL},
+    {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL}, {"cache_salt", F_USE, NULL},
     {"metadata", F_IGNORE, NULL}, {"service_tier", F_IGNORE, NULL}, {"context_management", F_IGNORE, NULL},
     {"inference_geo", F_IGNORE, NULL},
     {"container", F_REFUSE, "this server runs no code containers"},

@@ -137,7 +137,7 @@ static const field_rule FIELDS[] = {
     {"max_completion_tokens", F_USE, NULL}, {"stop", F_USE, NULL}, {"n", F_USE, NULL}, {"logprobs", F_USE, NULL},
     {"top_logprobs", F_USE, NULL}, {"tools", F_USE, NULL}, {"tool_choice", F_USE, NULL},
     {"parallel_tool_calls", F_USE, NULL}, {"response_format", F_USE, NULL}, {"reasoning_effort", F_USE, NULL},
-    {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL},
+    {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL}, {"cache_salt", F_USE, NULL},
     {"user", F_IGNORE, NULL}, {"metadata", F_IGNORE, NULL}, {"safety_identifier", F_IGNORE, NULL},
     {"prompt_cache_key", F_IGNORE, NULL}, {"service_tier", F_IGNORE, NULL}, {"verbosity", F_IGNORE, NULL},
     {"store", F_REFUSE, "nothing is stored: completions cannot be retrieved later"},

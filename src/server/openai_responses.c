@@ -171,6 +171,7 @@ static const field_rule FIELDS[] = {
     {"repetition_penalty", F_USE, NULL}, {"logit_bias", F_USE, NULL}, {"max_output_tokens", F_USE, NULL},
     {"tools", F_USE, NULL}, {"tool_choice", F_USE, NULL}, {"parallel_tool_calls", F_USE, NULL},
     {"text", F_USE, NULL}, {"reasoning", F_USE, NULL}, {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL},
+    {"cache_salt", F_USE, NULL},
     {"user", F_IGNORE, NULL}, {"metadata", F_IGNORE, NULL}, {"safety_identifier", F_IGNORE, NULL},
     {"prompt_cache_key", F_IGNORE, NULL}, {"service_tier", F_IGNORE, NULL}, {"store", F_IGNORE, NULL},
     {"truncation", F_USE, NULL}, {"stream_options", F_IGNORE, NULL}, {"include", F_USE, NULL},

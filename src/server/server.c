@@ -60,6 +60,7 @@ struct srv {
     conns conns;
     pthread_t watcher;
     bool watcher_stop;         /* under mu */
+    uint8_t (*key_domains)[32]; /* per API key its isolation domain (NULL: keys are not isolated) */
 };
 
 ph_engine *srv_engine(srv *s) { return s->e; }
@@ -386,6 +387,7 @@ typedef struct conn {
     int refused;       /* the status to answer with once the upload is over (0: none) */
     char why[200];
     bool answered;     /* refused at the door: the answer is queued, the body is never read */
+    int key;           /* the index of the API key the request carries (-1: none needed) */
     job *j;            /* the request's job while the connection waits for it (a reference) */
     conn_rec *rec;     /* the connection's entry in s->conns (NULL: untracked) */
 } conn;
@@ -545,11 +547,31 @@ static void stream_free(void *cls) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static bool authorized(srv *s, struct MHD_Connection *c) {
-    if (!s->cfg.api_key) return true;
+/* Whether the request carries an API key (or needs none); *key: which
+ * (-1: none needed). */
+static bool authorized(srv *s, struct MHD_Connection *c, int *key) {
+    *key = -1;
+    if (!s->cfg.n_api_keys) return true;
     const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
-    return access_key_ok(x, a, s->cfg.api_key); /* constant time in the key's bytes */
+    *key = access_key_index(x, a, s->cfg.api_keys, s->cfg.n_api_keys); /* constant time in the keys' bytes */
+    return *key >= 0;
+}
+
+#define CACHE_SALT_MAX 256
+
+/* The request's isolation domain: from its "cache_salt" (a string of 1 to
+ * CACHE_SALT_MAX bytes; null: none) and, when each API key is isolated,
+ * its key. Set before the pictures are decoded (their memo is per domain). */
+static int parse_domain(srv *s, job *j, int key, ph_err *err) {
+    json_t *v = json_object_get(j->root, "cache_salt");
+    const bool salted = v && !json_is_null(v);
+    if (salted && (!json_is_string(v) || json_string_length(v) < 1 || json_string_length(v) > CACHE_SALT_MAX))
+        return ph_err_setc(err, PH_ERR_INPUT, "'cache_salt' must be a non-empty string of at most %d bytes",
+                           CACHE_SALT_MAX);
+    access_domain(s->key_domains && key >= 0 ? s->key_domains[key] : NULL, salted ? json_string_value(v) : NULL,
+                  salted ? json_string_length(v) : 0, j->gen.domain);
+    return 0;
 }
 
 /* An auxiliary request (DESIGN 7): "auxiliary": true in the body, or the
@@ -654,8 +676,8 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = fd ? fd->connect_fd : -1;
     int q = 0;
-    if (api->parse(j, &err) || parse_auxiliary(j, c, &err) || check_pictures(s, j, &err) ||
-        (q = enqueue(s, j)) != 0) {
+    if (parse_domain(s, j, cn->key, &err) || api->parse(j, &err) || parse_auxiliary(j, c, &err) ||
+        check_pictures(s, j, &err) || (q = enqueue(s, j)) != 0) {
         const uint64_t pixels = j->pixels;
         job_unref(j);
         char busy[200];
@@ -841,7 +863,7 @@ static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, c
         return refuse_now(s, c, cn, label, anth, 403, msg);
     }
     if (!strcmp(method, "OPTIONS")) return handle_options(s, c, cn, url, api);
-    if (strcmp(url, "/health") && !authorized(s, c))
+    if (strcmp(url, "/health") && !authorized(s, c, &cn->key))
         return refuse_now(s, c, cn, label, anth, 401,
                           "a valid API key is required (Authorization: Bearer KEY or x-api-key: KEY)");
     if (!strcmp(method, "POST") && api) {
@@ -1066,6 +1088,14 @@ int server_run(ph_engine *e, const srv_config *cfg) {
     conns_init(&s->conns, s->cfg.max_connections, s->cfg.max_connections_per_ip, s->cfg.header_timeout_s,
                s->cfg.body_timeout_s);
     ph_engine_get_stats(e, &s->snap);
+    int rc = 1;
+    if (cfg->n_api_keys > 1) { /* each key its own isolation domain */
+        if (!(s->key_domains = calloc(cfg->n_api_keys, sizeof *s->key_domains))) {
+            fprintf(stderr, "pinhole: out of memory\n");
+            goto out;
+        }
+        for (size_t i = 0; i < cfg->n_api_keys; i++) access_key_domain(cfg->api_keys[i], s->key_domains[i]);
+    }
     /* signals go to sigwait below, not to any thread */
     sigset_t set;
     sigemptyset(&set);
@@ -1080,7 +1110,6 @@ int server_run(ph_engine *e, const srv_config *cfg) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    int rc = 1;
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
         fprintf(stderr, "pinhole: cannot start the worker thread\n");
         goto out;
@@ -1148,6 +1177,7 @@ stop_worker:
 out:
     conns_free(&s->conns);
     metrics_free(&s->met);
+    free(s->key_domains);
     free(s->q);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

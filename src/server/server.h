@@ -29,8 +29,12 @@ typedef struct srv_config {
     uint64_t max_pixels_in_flight; /* the pictures of the queued and running requests, in pixels
                                     * (their headers' sizes); past it 503 (0: no bound) */
     size_t max_body;           /* bytes */
-    const char *api_key;       /* NULL: no key needed; else every request but GET /health and
-                                * CORS preflights must carry it */
+    /* the API keys (none: no key needed); else every request but GET
+     * /health and CORS preflights must carry one of them. With more than
+     * one, each key is an isolation domain of its own: its requests reuse
+     * no state or picture embedding made by another key's */
+    const char *const *api_keys;
+    size_t n_api_keys;
     /* --cors-origin: the origins whose pages may read answers ("*": any);
      * none: no CORS headers at all */
     const char *const *cors_origins;

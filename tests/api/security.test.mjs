@@ -1,8 +1,8 @@
 // Browser exposure and key handling (issue 13, items 4 and 5): no CORS
 // headers unless --cors-origin, JSON bodies only (a page's text/plain POST
 // needs no preflight), the Host header against DNS rebinding, /metrics
-// behind the key, the key from a file or PINHOLE_API_KEY, and an
-// unauthorised body refused before it is read.
+// behind the key, the keys from a file (one a line) or PINHOLE_API_KEY,
+// and an unauthorised body refused before it is read.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -270,11 +270,11 @@ describe('security: the API key', { timeout: 300_000 }, () => {
     });
   });
 
-  test('--api-key-file: the first line is the key, and the key is not on the command line', async () => {
+  test('--api-key-file: the key of its one line (blank lines and # comments skipped), not on the command line', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'pinhole-key-'));
     try {
       const file = join(dir, 'key');
-      writeFileSync(file, `${KEY}\nsecond line ignored\n`, { mode: 0o600 });
+      writeFileSync(file, `# the server's key\n\n${KEY}\n   \n`, { mode: 0o600 });
       chmodSync(file, 0o600);
       await withServer({ vision: false, extra: ['--api-key-file', file] }, async (srv) => {
         const cmdline = readFileSync(`/proc/${srv.proc.pid}/cmdline`, 'utf8');
@@ -292,13 +292,22 @@ describe('security: the API key', { timeout: 300_000 }, () => {
         assert.match(srv.stderr, /warning: --api-key-file .* can be read by group or others/);
         assert.equal((await raw(srv, { path: '/metrics', headers: { 'x-api-key': KEY } })).status, 200);
       });
-      // refused: an empty file, an empty first line, a missing file, both flags
-      for (const content of ['', '\n', '\nsk-on-the-second-line\n']) {
+      // refused: a file without a key, a bad key, a key twice, a missing file, both flags
+      for (const content of ['', '\n', '# a comment\n\n   \n']) {
         writeFileSync(file, content);
         chmodSync(file, 0o600);
         const r = await serveFails(['--api-key-file', file]);
         assert.equal(r.code, 2, JSON.stringify(content));
-        assert.match(r.stderr, /--api-key-file .*empty/);
+        assert.match(r.stderr, /--api-key-file .*no key in it \(it is empty/);
+      }
+      for (const [content, why] of [[`${KEY}\n sk-indented\n`, /line 2: the key starts or ends with a space/],
+                                    [`${KEY}\nsk-a\tb\n`, /line 2: the key has a control character/],
+                                    [`${KEY}\n\n${KEY}\n`, /line 3: the same key as an earlier line/]]) {
+        writeFileSync(file, content);
+        const r = await serveFails(['--api-key-file', file]);
+        assert.equal(r.code, 2, JSON.stringify(content));
+        assert.match(r.stderr, why);
+        assert.doesNotMatch(r.stderr, new RegExp(KEY), 'no key in the message');
       }
       const missing = await serveFails(['--api-key-file', join(dir, 'nope')]);
       assert.equal(missing.code, 2);
@@ -307,6 +316,26 @@ describe('security: the API key', { timeout: 300_000 }, () => {
       const both = await serveFails(['--api-key', KEY, '--api-key-file', file]);
       assert.equal(both.code, 2);
       assert.match(both.stderr, /not both/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('--api-key-file with several keys: each opens the server, two different keys in one request do not', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pinhole-key-'));
+    try {
+      const file = join(dir, 'keys');
+      const KEY2 = 'sk-pinhole-test-second-key';
+      writeFileSync(file, `# alice\n${KEY}\n# bob\n${KEY2}\r\n`, { mode: 0o600 });
+      await withServer({ vision: false, extra: ['--api-key-file', file] }, async (srv) => {
+        assert.match(srv.stderr, /one of 2 API keys is required \(from --api-key-file\); each key's requests are isolated/);
+        await onlyKeyWorks(srv, KEY);
+        await onlyKeyWorks(srv, KEY2);
+        const both = await raw(srv, { path: '/metrics', headers: { 'x-api-key': KEY, authorization: `Bearer ${KEY2}` } });
+        assert.equal(both.status, 401, 'two different keys: which one would it be?');
+        const same = await raw(srv, { path: '/metrics', headers: { 'x-api-key': KEY2, authorization: `Bearer ${KEY2}` } });
+        assert.equal(same.status, 200);
+      });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
