@@ -554,8 +554,9 @@ export function parseMetrics(text) {
   return out;
 }
 
-export async function metrics(srv) {
-  const r = await get(srv, '/metrics');
+/** The samples of /metrics (headers: an API key's, say). */
+export async function metrics(srv, headers = {}) {
+  const r = await get(srv, '/metrics', headers);
   assert.equal(r.status, 200);
   return parseMetrics(r.text);
 }
@@ -590,8 +591,8 @@ export const COUNTERS = {
   ram_saves: 'pinhole_ram_cache_saves_total', disk: 'pinhole_disk_cache_tokens_restored_total',
   disk_hits: 'pinhole_disk_cache_hits_total', disk_rejected: 'pinhole_disk_cache_rejected_total',
 };
-export async function counters(srv) {
-  const s = await metrics(srv);
+export async function counters(srv, headers = {}) {
+  const s = await metrics(srv, headers);
   return Object.fromEntries(Object.entries(COUNTERS).map(([k, n]) => [k, metric(s, n)]));
 }
 export const diff = (a, b) => Object.fromEntries(Object.keys(a).map((k) => [k, b[k] - a[k]]));
