@@ -1109,6 +1109,43 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
     return remove(p);
 }
 
+/* 14. A write that fails for want of space though statvfs showed room (a
+ * quota, or others' writes since): the least recently used checkpoints
+ * make room for it and it is written once more, whole. */
+static void full_write(void) {
+    char dir[128];
+    make_dir(dir, sizeof dir, "enospc");
+    setenv("PINHOLE_TEST_DISK_ENOSPC", "3", 1); /* the third checkpoint's first try fails */
+    disk_tier *t = open_tier(dir, BIG);
+    unsetenv("PINHOLE_TEST_DISK_ENOSPC");
+    seq_state c[3];
+    kv_cache kv[3];
+    char names[3][DISK_NAME_LEN];
+    for (int i = 0; i < 3; i++) {
+        seq_init(&c[i], NCTX, NULL);
+        conv_seq(&c[i], 71 + (uint32_t)i, true);
+        kv_make(&kv[i]);
+        kv_fill(&kv[i], 71 + (uint32_t)i, CONV_ROWS);
+        CHECK(save_flush(t, &c[i], CONV_ROWS, &kv[i]));
+        name_of(t, &c[i], names[i]);
+        sleep_ms(5);
+    }
+    disk_tier_stats st = stats(t);
+    CHECKF(st.saves == 3 && st.evictions == 1, "saves %llu evictions %llu", (unsigned long long)st.saves,
+           (unsigned long long)st.evictions);
+    CHECK(!names[0][0] || !exists(dir, names[0]));
+    CHECK(names[1][0] && exists(dir, names[1]) && names[2][0] && exists(dir, names[2]));
+    int n_tmp = -1;
+    CHECK(count_files(dir, &n_tmp) == 2 && n_tmp == 0);
+    RESTORES(t, &c[2], &c[2], &kv[2], CONV_ROWS);
+    RESTORES(t, &c[1], &c[1], &kv[1], CONV_ROWS);
+    disk_tier_close(t);
+    for (int i = 0; i < 3; i++) {
+        seq_free(&c[i]);
+        kv_drop(&kv[i]);
+    }
+}
+
 int main(void) {
     ph_log_set_level(PH_LOG_ERROR); /* rejections are expected here */
     umask(022);                     /* the usual one: the tier must not rely on a stricter umask */
@@ -1134,6 +1171,7 @@ int main(void) {
     modes();
     floor_space();
     domains();
+    full_write();
 
     seq_free(&A);
     seq_free(&B);

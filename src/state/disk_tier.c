@@ -64,6 +64,8 @@ struct disk_tier {
     seq_state last;            /* the writer's last file (its provenance), named last_name */
     char last_name[DISK_NAME_LEN];
     fault fault;
+    int enospc_at;             /* a test's: the checkpoint (1: the first written) whose first try fails */
+    int n_writes;              /* checkpoints the writer has tried */
     bool warned_full;          /* a shortage of space is logged once until a write succeeds */
     disk_tier_stats st;
 };
@@ -757,16 +759,40 @@ static void write_job(disk_tier *t, job *j) {
     XXH3_state_t *x = XXH3_createState();
     int rc = fd >= 0 && fpath && prov && x ? 0 : -1;
     uint8_t b[HDR_V2] = {0};
-    if (rc == 0) rc = write_all(fd, b, h.hdr_bytes) || write_all(fd, prov, np);
-    if (rc == 0) {
-        XXH3_64bits_reset(x);
-        const size_t part = (size_t)n * kv->row_bytes;
-        for (int l = 0; rc == 0 && l < kv->n_layer; l++) {
-            rc = write_all(fd, kv->rows.k[l], part) || write_all(fd, kv->rows.v[l], part);
-            XXH3_64bits_update(x, kv->rows.k[l], part);
-            XXH3_64bits_update(x, kv->rows.v[l], part);
+    const bool test_full = ++t->n_writes == t->enospc_at;
+    for (int attempt = 0; rc == 0; attempt++) {
+        rc = write_all(fd, b, h.hdr_bytes) || write_all(fd, prov, np);
+        if (rc == 0) {
+            XXH3_64bits_reset(x);
+            const size_t part = (size_t)n * kv->row_bytes;
+            for (int l = 0; rc == 0 && l < kv->n_layer; l++) {
+                rc = write_all(fd, kv->rows.k[l], part) || write_all(fd, kv->rows.v[l], part);
+                XXH3_64bits_update(x, kv->rows.k[l], part);
+                XXH3_64bits_update(x, kv->rows.v[l], part);
+            }
+            h.kv_sum = XXH3_64bits_digest(x);
         }
-        h.kv_sum = XXH3_64bits_digest(x);
+        if (rc == 0 && test_full && attempt == 0) {
+            errno = ENOSPC;
+            rc = -1;
+        }
+        if (rc == 0 || attempt > 0 || (errno != ENOSPC && errno != EDQUOT)) break;
+        /* The file system is fuller than statvfs said (a quota, or others'
+         * writes since): the least recently used files make room for this
+         * one's bytes, and it is written once more (the rows are still
+         * held: rows_read has not been called). */
+        const int why = errno;
+        pthread_mutex_lock(&t->db_lock);
+        refresh_totals(t);
+        const bool any = t->st.bytes > 0;
+        if (any) evict(t, t->st.bytes > bytes ? t->st.bytes - bytes : 0, NULL, 0, NULL, NULL);
+        pthread_mutex_unlock(&t->db_lock);
+        if (!any || ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
+            errno = why;
+            break;
+        }
+        PH_INFO("disk cache: %s is full: removed the least recently used checkpoints and wrote again", t->dir);
+        rc = 0;
     }
     rows_read(t, j); /* the cells are in the kernel's hands now */
     if (rc == 0) {
@@ -1044,6 +1070,8 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *e) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the writer waits for due times */
     pthread_cond_init(&t->q_cv, &ca);
     pthread_condattr_destroy(&ca);
+    const char *full = getenv("PINHOLE_TEST_DISK_ENOSPC"); /* set by tests only */
+    if (full && *full) t->enospc_at = atoi(full);
     const char *f = getenv("PINHOLE_TEST_DISK_KILL"); /* set by tests only */
     if (f && *f) {
         t->fault = !strcmp(f, "before-fsync")   ? FAULT_BEFORE_FSYNC
