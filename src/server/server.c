@@ -562,7 +562,7 @@ static bool authorized(srv *s, struct MHD_Connection *c, int *key) {
 
 /* The request's isolation domain: from its "cache_salt" (a string of 1 to
  * CACHE_SALT_MAX bytes; null: none) and, when each API key is isolated,
- * its key. Set before the pictures are decoded (their memo is per domain). */
+ * its key: the turn reuses only what was saved in it. */
 static int parse_domain(srv *s, job *j, int key, ph_err *err) {
     json_t *v = json_object_get(j->root, "cache_salt");
     const bool salted = v && !json_is_null(v);
