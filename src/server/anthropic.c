@@ -153,24 +153,8 @@ static int add_system(job *j, json_t *root, json_t *msgs, ph_err *err) {
 }
 
 static int parse_tools(job *j, json_t *root, ph_err *err) {
-    json_t *tools = json_object_get(root, "tools");
-    if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) return ph_err_setc(err, PH_ERR_INPUT, "'tools' must be an array");
-        size_t i;
-        json_t *t;
-        json_array_foreach(tools, i, t) {
-            char where[64];
-            snprintf(where, sizeof where, "tools[%zu]", i);
-            const char *type = json_string_value(json_object_get(t, "type"));
-            if (type && strcmp(type, "custom"))
-                return ph_err_setc(err, PH_ERR_INPUT, "tools[%zu]: tool type '%s' is not supported (this server has "
-                                                      "no built-in tools; declare client tools with input_schema)", i,
-                                   type);
-            if (job_add_tool(j, json_object_get(t, "name"), json_object_get(t, "description"),
-                             json_object_get(t, "input_schema"), where, err))
-                return -1;
-        }
-    }
+    static const tool_shape shape = {.type = "custom", .type_optional = true, .schema = "input_schema"};
+    if (job_parse_tools(j, root, &shape, err)) return -1;
     json_t *tc = json_object_get(root, "tool_choice");
     if (!tc || json_is_null(tc)) return 0;
     const char *type = json_string_value(json_object_get(tc, "type"));

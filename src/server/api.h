@@ -140,9 +140,25 @@ char *job_own(job *j, char *s);
 /* Adds a declared tool (name, description may be NULL, parameters a JSON
  * schema object or NULL). where names the field in errors. */
 int job_add_tool(job *j, json_t *name, json_t *description, json_t *parameters, const char *where, ph_err *err);
+/* How an API declares a function tool: each element of "tools" has "type"
+ * `type` (or none, when type_optional), and its name, description and JSON
+ * schema (the member `schema`) are members of `holder` (NULL: of the tool
+ * itself). */
+typedef struct tool_shape {
+    const char *type;
+    bool type_optional;
+    const char *holder;
+    const char *schema;
+} tool_shape;
+/* The request's "tools" (absent or null: none), each through job_add_tool. */
+int job_parse_tools(job *j, json_t *root, const tool_shape *shape, ph_err *err);
 /* After the tools: checks tool_choice's name against them and fills the
  * tool fields of j->gen. */
 int job_set_tool_choice(job *j, ph_tool_choice choice, const char *name, const char *where, ph_err *err);
+/* OpenAI's "tool_choice" (absent or null: auto): "auto", "none",
+ * "required", or {"type": "function", ...} with the tool's name in
+ * `holder`.name (NULL: name). */
+int job_parse_openai_tool_choice(job *j, json_t *root, const char *holder, ph_err *err);
 /* A response format: "text", "json_object" or "json_schema" with schema. */
 int job_set_format(job *j, const char *type, json_t *schema, const char *where, ph_err *err);
 /* Thinking switched by an effort word (none, minimal: off; low, medium,

@@ -77,6 +77,47 @@ int job_add_tool(job *j, json_t *name, json_t *description, json_t *parameters, 
     return 0;
 }
 
+int job_parse_tools(job *j, json_t *root, const tool_shape *shape, ph_err *err) {
+    json_t *tools = json_object_get(root, "tools");
+    if (!tools || json_is_null(tools)) return 0;
+    if (!json_is_array(tools)) return ph_err_setc(err, PH_ERR_INPUT, "'tools' must be an array");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *type = json_string_value(json_object_get(t, "type"));
+        json_t *decl = shape->holder ? json_object_get(t, shape->holder) : t;
+        if ((type ? strcmp(type, shape->type) != 0 : !shape->type_optional) || !json_is_object(decl))
+            return ph_err_setc(err, PH_ERR_INPUT,
+                               "tools[%zu]: only tools of type '%s'%s%s%s are supported (this server has no built-in "
+                               "tools), not %s%s%s",
+                               i, shape->type, shape->holder ? " with a '" : "", shape->holder ? shape->holder : "",
+                               shape->holder ? "' object" : "", type ? "'" : "a tool without a type", type ? type : "",
+                               type ? "'" : "");
+        char where[96];
+        snprintf(where, sizeof where, "tools[%zu]%s%s", i, shape->holder ? "." : "", shape->holder ? shape->holder : "");
+        if (job_add_tool(j, json_object_get(decl, "name"), json_object_get(decl, "description"),
+                         json_object_get(decl, shape->schema), where, err))
+            return -1;
+    }
+    return 0;
+}
+
+int job_parse_openai_tool_choice(job *j, json_t *root, const char *holder, ph_err *err) {
+    json_t *tc = json_object_get(root, "tool_choice");
+    if (!tc || json_is_null(tc)) return 0;
+    const char *s = json_string_value(tc);
+    if (s && !strcmp(s, "auto")) return job_set_tool_choice(j, PH_TOOL_AUTO, NULL, "tool_choice", err);
+    if (s && !strcmp(s, "none")) return job_set_tool_choice(j, PH_TOOL_NONE, NULL, "tool_choice", err);
+    if (s && !strcmp(s, "required")) return job_set_tool_choice(j, PH_TOOL_REQUIRED, NULL, "tool_choice", err);
+    const char *type = json_string_value(json_object_get(tc, "type"));
+    const char *name = json_string_value(json_object_get(holder ? json_object_get(tc, holder) : tc, "name"));
+    if (type && !strcmp(type, "function") && name)
+        return job_set_tool_choice(j, PH_TOOL_NAMED, name, "tool_choice", err);
+    return ph_err_setc(err, PH_ERR_INPUT,
+                       "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", %s%s%s\"name\": ...%s}",
+                       holder ? "\"" : "", holder ? holder : "", holder ? "\": {" : "", holder ? "}" : "");
+}
+
 int job_set_tool_choice(job *j, ph_tool_choice choice, const char *name, const char *where, ph_err *err) {
     if ((choice == PH_TOOL_REQUIRED || choice == PH_TOOL_NAMED) && j->n_tools == 0)
         return ph_err_setc(err, PH_ERR_INPUT, "'%s' asks for a tool call but the request declares no tools", where);

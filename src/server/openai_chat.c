@@ -86,38 +86,9 @@ static int parse_calls(job *j, json_t *calls, size_t mi, ph_err *err) {
 }
 
 static int parse_tools(job *j, json_t *root, ph_err *err) {
-    json_t *tools = json_object_get(root, "tools");
-    if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) return ph_err_setc(err, PH_ERR_INPUT, "'tools' must be an array");
-        size_t i;
-        json_t *t;
-        json_array_foreach(tools, i, t) {
-            char where[96];
-            snprintf(where, sizeof where, "tools[%zu].function", i);
-            const char *type = json_string_value(json_object_get(t, "type"));
-            json_t *fn = json_object_get(t, "function");
-            if (!type || strcmp(type, "function") || !json_is_object(fn))
-                return ph_err_setc(err, PH_ERR_INPUT, "tools[%zu]: only tools of type 'function' with a 'function' "
-                                                      "object are supported", i);
-            if (job_add_tool(j, json_object_get(fn, "name"), json_object_get(fn, "description"),
-                             json_object_get(fn, "parameters"), where, err))
-                return -1;
-        }
-    }
-    json_t *tc = json_object_get(root, "tool_choice");
-    if (tc && !json_is_null(tc)) {
-        const char *s = json_string_value(tc);
-        if (s && !strcmp(s, "auto")) return job_set_tool_choice(j, PH_TOOL_AUTO, NULL, "tool_choice", err);
-        if (s && !strcmp(s, "none")) return job_set_tool_choice(j, PH_TOOL_NONE, NULL, "tool_choice", err);
-        if (s && !strcmp(s, "required")) return job_set_tool_choice(j, PH_TOOL_REQUIRED, NULL, "tool_choice", err);
-        const char *type = json_string_value(json_object_get(tc, "type"));
-        const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
-        if (type && !strcmp(type, "function") && name)
-            return job_set_tool_choice(j, PH_TOOL_NAMED, name, "tool_choice", err);
-        return ph_err_setc(err, PH_ERR_INPUT, "'tool_choice' must be \"auto\", \"none\", \"required\" or "
-                                              "{\"type\": \"function\", \"function\": {\"name\": ...}}");
-    }
-    return 0;
+    static const tool_shape shape = {.type = "function", .holder = "function", .schema = "parameters"};
+    if (job_parse_tools(j, root, &shape, err)) return -1;
+    return job_parse_openai_tool_choice(j, root, "function", err);
 }
 
 static int parse_format(job *j, json_t *root, ph_err *err) {

@@ -239,6 +239,11 @@ describe('refusals', { timeout: 300_000 }, () => {
       'top_p 1.5': { top_p: 1.5 },
       'top_logprobs 50': { logprobs: true, top_logprobs: 50 },
       'stop a number': { stop: 7 },
+      'a tool of another type': { tools: [{ type: 'web_search', function: { name: 'f' } }] },
+      'a function tool without its function': { tools: [{ type: 'function', name: 'f' }] },
+      'tools an object': { tools: { type: 'function' } },
+      'tool_choice naming no declared tool': { tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: { type: 'function', function: { name: 'g' } } },
+      'tool_choice a bad word': { tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'always' },
     };
     for (const [what, o] of Object.entries(chat)) {
       await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, ...o }), 400)
@@ -248,6 +253,9 @@ describe('refusals', { timeout: 300_000 }, () => {
       'input a number': { input: 42 },
       'max_output_tokens a string': { max_output_tokens: 'x' },
       'temperature 3': { temperature: 3 },
+      'a built-in tool': { tools: [{ type: 'web_search_preview' }] },
+      'a tool without a type': { tools: [{ name: 'f' }] },
+      'tool_choice in the chat shape without a name': { tools: [{ type: 'function', name: 'f' }], tool_choice: { type: 'function', function: { name: 'f' } } },
     };
     for (const [what, o] of Object.entries(resp)) {
       await openaiError(oa.responses.create({ model: MODEL_ID, input: 'hi', max_output_tokens: N, ...o }), 400)
@@ -260,6 +268,8 @@ describe('refusals', { timeout: 300_000 }, () => {
       'temperature 1.5 (range 0..1)': { temperature: 1.5 },
       'stop_sequences a string': { stop_sequences: 'x' },
       'a developer role message': { messages: [{ role: 'developer', content: 'hi' }] },
+      'a server tool': { tools: [{ type: 'web_search_20250305', name: 'web_search' }] },
+      'a tool without a name': { tools: [{ input_schema: { type: 'object' } }] },
     };
     for (const [what, o] of Object.entries(msg)) {
       await anthropicError(an.messages.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, ...o }), 400, 'invalid_request_error')
