@@ -1,6 +1,7 @@
 /* The server's connection table (src/server/conns): deadlines that a
  * trickle of bytes does not extend, and limits that close the oldest idle
- * connection of the full scope, never a busy one. Sockets are socketpairs:
+ * connection of the full scope, never a busy one; and the door's check of
+ * a request line (src/server/door). Sockets are socketpairs:
  * a connection the table closes reads as ended at the other end. */
 #include <arpa/inet.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "server/conns.h"
+#include "server/door.h"
 #include "test.h"
 
 typedef struct pair {
@@ -132,8 +134,41 @@ static void test_limits(void) {
     conns_free(&t2);
 }
 
+/* The door's first look at a connection: a whole, sound request line. */
+static void test_request_line(void) {
+    struct {
+        const char *in;
+        int want;
+    } cases[] = {
+        {"GET / HTTP/1.1\r\n", 1},
+        {"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n", 1},
+        {"\r\n\r\nGET /health HTTP/1.1\r\n", 1},   /* empty lines first are allowed */
+        {"GET /x\n", 1},                               /* HTTP/0.9's shape: the library answers it */
+        {"GET / HTTP/1.1", 0},                         /* not whole yet */
+        {"", 0},
+        {"\r\n", 0},
+        {"GARBAGE\r\n", -1},                           /* no target */
+        {"GET\r\n", -1},
+        {"GET \r\n", -1},
+        {" / HTTP/1.1\r\n", -1},                      /* no method */
+        {"G@T / HTTP/1.1\r\n", -1},                   /* not a token */
+        {"\x16\x03\x01\x02\x05\x01\xfc\x03\x03\n", -1}, /* TLS to a plain HTTP port */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int got = door_line_check(cases[i].in, strlen(cases[i].in), 64);
+        CHECKF(got == cases[i].want, "%zu: %d, not %d", i, got, cases[i].want);
+    }
+    const char nul[] = "GE\0T / HTTP/1.1\r\n";
+    CHECK(door_line_check(nul, sizeof nul - 1, 64) == -1);
+    char longline[100];
+    memset(longline, 'a', sizeof longline);
+    CHECK(door_line_check(longline, sizeof longline, 64) == -1); /* past the longest line, still no end */
+    CHECK(door_line_check(longline, 63, 64) == 0);
+}
+
 int main(void) {
     test_deadlines();
     test_limits();
+    test_request_line();
     TEST_END();
 }

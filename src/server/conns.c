@@ -99,13 +99,38 @@ conn_rec *conns_add(conns *t, int fd, const struct sockaddr *addr, double now) {
     return r;
 }
 
-void conns_remove(conns *t, conn_rec *r) {
-    if (!r) return;
-    pthread_mutex_lock(&t->mu);
+static void unlink_locked(conns *t, conn_rec *r) {
     if (r->prev) r->prev->next = r->next;
     else t->head = r->next;
     if (r->next) r->next->prev = r->prev;
     if (!r->closing) t->n--;
+}
+
+void conns_remove(conns *t, conn_rec *r) {
+    if (!r) return;
+    pthread_mutex_lock(&t->mu);
+    unlink_locked(t, r);
+    pthread_mutex_unlock(&t->mu);
+    free(r);
+}
+
+static conn_rec *find_fd_locked(conns *t, int fd) {
+    for (conn_rec *r = t->head; r; r = r->next)
+        if (r->fd == fd) return r;
+    return NULL;
+}
+
+conn_rec *conns_find_fd(conns *t, int fd) {
+    pthread_mutex_lock(&t->mu);
+    conn_rec *r = find_fd_locked(t, fd);
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+void conns_remove_fd(conns *t, int fd) {
+    pthread_mutex_lock(&t->mu);
+    conn_rec *r = find_fd_locked(t, fd);
+    if (r) unlink_locked(t, r);
     pthread_mutex_unlock(&t->mu);
     free(r);
 }

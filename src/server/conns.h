@@ -58,6 +58,10 @@ bool conns_admit(conns *t, const struct sockaddr *addr, double now);
 /* An accepted connection: its record (NULL: out of memory, not tracked). */
 conn_rec *conns_add(conns *t, int fd, const struct sockaddr *addr, double now);
 void conns_remove(conns *t, conn_rec *r);
+/* The record of the connection on socket fd (NULL: none). */
+conn_rec *conns_find_fd(conns *t, int fd);
+/* Removes the record of the connection on socket fd, if there is one. */
+void conns_remove_fd(conns *t, int fd);
 void conns_set_phase(conns *t, conn_rec *r, conn_phase p, double now);
 /* Closes the connections past their deadline. */
 void conns_sweep(conns *t, double now);

@@ -1,5 +1,6 @@
-/* The HTTP server: libmicrohttpd polling with epoll on a small fixed pool
- * of threads. A pool thread reads and checks a request (size, key, JSON,
+/* The HTTP server: the door (door.h) accepts connections and checks their
+ * request lines; libmicrohttpd serves them on a small fixed pool of epoll
+ * threads. A pool thread reads and checks a request (size, key, JSON,
  * fields, pictures fingerprinted and their headers read) and queues a job;
  * one inference worker runs the jobs in arrival order (decoding their
  * pictures then) and writes their answers (SSE or a JSON body) back through
@@ -7,10 +8,8 @@
  * no thread) and the job resumes it. A watcher thread enforces the
  * connections' deadlines and limits (conns.h), cancels the jobs whose
  * clients left or whose time is up, and keeps quiet streams alive. */
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <signal.h>
@@ -27,6 +26,7 @@
 #include "base/timeutil.h"
 #include "server/access.h"
 #include "server/conns.h"
+#include "server/door.h"
 #include "server/metrics.h"
 #include "server/server_internal.h"
 
@@ -40,10 +40,18 @@ static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds)
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
+/* The HTTP threads (epoll, a fixed pool): they only read, check and
+ * answer; no thread waits for a job. */
+#define HTTP_THREADS 4
+
 struct srv {
     ph_engine *e;
     srv_config cfg;
-    struct MHD_Daemon *d;
+    /* the HTTP library: HTTP_THREADS daemons of one epoll thread each, fed
+     * by the door, which listens and checks each request line (door.h) */
+    struct MHD_Daemon *d[HTTP_THREADS];
+    unsigned next_d;           /* the door's round robin (its thread only) */
+    door *door;
     metrics met;
     /* the queue */
     pthread_mutex_t mu;
@@ -959,27 +967,38 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
-/* The connection table follows MHD's connections: a record from accept to
- * close (conns_remove runs before MHD closes the socket). */
+/* A connection's record in the table, made by the door at accept, goes
+ * with it into MHD and is removed when MHD closes it (before the socket
+ * is closed). */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
     srv *s = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        const union MHD_ConnectionInfo *addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        *socket_context = fd ? conns_add(&s->conns, fd->connect_fd, addr ? addr->client_addr : NULL, ph_now_s()) : NULL;
+        *socket_context = fd ? conns_find_fd(&s->conns, fd->connect_fd) : NULL;
     } else {
         conns_remove(&s->conns, *socket_context);
         *socket_context = NULL;
     }
 }
 
-/* A new connection: room is made for it within --max-connections and
- * --max-connections-per-ip, or it is refused. */
-static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
-    (void)len;
-    srv *s = cls;
-    return conns_admit(&s->conns, addr, ph_now_s()) ? MHD_YES : MHD_NO;
+/* The door hands over a connection whose request line is sound: to the
+ * HTTP threads in turn. MHD closes the socket if it cannot take it; the
+ * record then goes too (no other connection can have that socket yet: the
+ * door is the only one that accepts). */
+static void door_hand(void *ud, int fd, const struct sockaddr *addr, socklen_t len, conn_rec *rec) {
+    (void)rec;
+    srv *s = ud;
+    struct MHD_Daemon *d = s->d[s->next_d++ % HTTP_THREADS];
+    if (MHD_add_connection(d, fd, addr, len) != MHD_YES) {
+        PH_WARN("cannot take a connection: %s", strerror(errno));
+        conns_remove_fd(&s->conns, fd);
+    }
+}
+
+static void door_refused(void *ud) {
+    srv *s = ud;
+    metrics_request(&s->met, "other", 400);
 }
 
 /* The watcher (s->mu held): a job whose client left or whose time is up
@@ -1038,9 +1057,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     PH_DEBUG("http: %s", buf);
 }
 
-/* The HTTP library's threads (epoll, a fixed pool): they only read,
- * check and answer; no thread waits for a job. */
-#define HTTP_THREADS 4
 /* MHD's limit over --max-connections: room for the connections being
  * closed to make room (conns.h), and file descriptors kept for the
  * model, the caches and the logs. */
@@ -1123,24 +1139,26 @@ int server_run(ph_engine *e, const srv_config *cfg) {
         pthread_join(s->worker, NULL);
         goto out;
     }
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
-    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
-        fprintf(stderr, "pinhole: --host %s is not an IPv4 address\n", cfg->host);
+    for (int i = 0; i < HTTP_THREADS; i++) {
+        s->d[i] = MHD_start_daemon(
+            MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
+            NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->cfg.max_connections + CONN_SLACK),
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
+            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+        if (!s->d[i]) {
+            fprintf(stderr, "pinhole: cannot start the HTTP threads: %s\n", strerror(errno));
+            goto stop_worker;
+        }
+    }
+    ph_err derr = {0};
+    int port = 0;
+    const door_hooks hooks = {door_hand, door_refused, s};
+    if (!(s->door = door_open(cfg->host, cfg->port, &s->conns, &hooks, &port, &derr))) {
+        fprintf(stderr, "pinhole: %s\n", derr.msg);
         goto stop_worker;
     }
-    s->d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, on_accept,
-                            s, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)(s->cfg.max_connections + CONN_SLACK), MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
-    if (!s->d) {
-        fprintf(stderr, "pinhole: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, strerror(errno));
-        goto stop_worker;
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "pinhole: listening on http://%s:%u\n", cfg->host, info ? info->port : (unsigned)cfg->port);
+    fprintf(stderr, "pinhole: listening on http://%s:%d\n", cfg->host, port);
     fflush(stderr);
     int sig = 0;
     sigwait(&set, &sig);
@@ -1150,7 +1168,9 @@ int server_run(ph_engine *e, const srv_config *cfg) {
     fprintf(stderr, "pinhole: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
     rc = 0;
 stop_worker:
-    /* stop taking requests, cancel the running one, refuse the queued ones */
+    /* stop taking connections and requests, cancel the running one, refuse
+     * the queued ones */
+    door_close(s->door);
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     if (s->running) {
@@ -1169,7 +1189,8 @@ stop_worker:
         cond_wait_s(&s->cv, &s->mu, 0.05);
     }
     pthread_mutex_unlock(&s->mu);
-    if (s->d) MHD_stop_daemon(s->d);
+    for (int i = 0; i < HTTP_THREADS; i++)
+        if (s->d[i]) MHD_stop_daemon(s->d[i]);
     pthread_mutex_lock(&s->mu);
     s->watcher_stop = true;
     pthread_mutex_unlock(&s->mu);

@@ -134,7 +134,7 @@ describe('slow clients', { timeout: 300_000 }, () => {
     for (const c of other) c.sock.destroy();
   });
 
-  test('a request line that is not HTTP gets 400; an unknown method 405', async () => {
+  test('a request line that is not HTTP gets 400, whatever it is; an unknown method 405', async () => {
     const raw = (text) => new Promise((resolve) => {
       let got = '';
       const sock = net.connect({ port: srv.port, host: '127.0.0.1' }, () => sock.write(text));
@@ -144,6 +144,12 @@ describe('slow clients', { timeout: 300_000 }, () => {
       sock.on('close', () => resolve(got));
     });
     assert.match(await raw('G@T /health HTTP/1.1\r\nHost: localhost\r\n\r\n'), /^HTTP\/1\.1 400 /);
+    for (const garbage of ['GARBAGE\r\n\r\n', '\x00\x01\x02\r\n\r\n', 'GET\r\n\r\n', ' /health HTTP/1.1\r\n\r\n']) {
+      const got = await raw(garbage);
+      assert.match(got, /^HTTP\/1\.1 400 [^]*"the request line is not HTTP/, `${JSON.stringify(garbage)}: ${JSON.stringify(got.slice(0, 80))}`);
+    }
+    // empty lines before the request line are allowed (RFC 9112, 2.2)
+    assert.match(await raw('\r\n\r\nGET /health HTTP/1.1\r\nHost: localhost\r\n\r\n'), /^HTTP\/1\.1 200 /);
     assert.match(await raw('PUT /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n'), /^HTTP\/1\.1 405 [^]*Allow: GET, POST, OPTIONS/i);
   });
 });
@@ -173,10 +179,12 @@ describe('--request-timeout-s', { timeout: 300_000 }, () => {
                  - metric(s0, 'pinhole_requests_timed_out_total'), 2);
   });
 
-  test('a request queued behind a long one is answered at its deadline', async () => {
+  test('a request queued behind a long one is stopped at its deadline too', async () => {
     const ac = new AbortController();
     const busy = await chat(srv, { stream: true, max_tokens: 100000, content: 'Write a very long essay about rivers.', signal: ac.signal });
-    const queued = await timed(() => chat(srv).then(async (r) => ({ status: r.status, body: await r.json() })));
+    // long too: whether it is dropped from the queue or cut once it runs, it ends at its deadline
+    const queued = await timed(() => chat(srv, { max_tokens: 100000, content: 'Write a very long essay about lakes.' })
+      .then(async (r) => ({ status: r.status, body: await r.json() })));
     ac.abort();
     await busy.text().catch(() => {});
     assert.equal(queued.v.status, 503, JSON.stringify(queued.v.body));
