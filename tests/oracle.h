@@ -9,11 +9,23 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The reference line for case `id` of model `model` ("tiny-f16", ...), or
- * NULL. The caller json_decref()s it. */
+/* The path of one of model `model`'s files in the oracle folder:
+ * <prefix><model><suffix>, for a model of a subfolder ("qwen35/tiny") in
+ * that subfolder: oracle_path(p, n, "qwen35/tiny", "models/", ".gguf") is
+ * <oracle>/qwen35/models/tiny.gguf. */
+static inline void oracle_path(char *path, size_t n, const char *model, const char *prefix, const char *suffix) {
+    const char *slash = strrchr(model, '/');
+    if (slash)
+        snprintf(path, n, "%s/%.*s/%s%s%s", PH_ORACLE_DIR, (int)(slash - model), model, prefix, slash + 1, suffix);
+    else
+        snprintf(path, n, "%s/%s%s%s", PH_ORACLE_DIR, prefix, model, suffix);
+}
+
+/* The reference line for case `id` of model `model` ("tiny-f16", ...,
+ * "qwen35/tiny"), or NULL. The caller json_decref()s it. */
 static inline json_t *oracle_ref(const char *model, const char *id) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/ref-%s.jsonl", PH_ORACLE_DIR, model);
+    oracle_path(path, sizeof path, model, "ref-", ".jsonl");
     FILE *f = fopen(path, "r");
     if (!f) return NULL;
     char *line = NULL;
@@ -29,13 +41,14 @@ static inline json_t *oracle_ref(const char *model, const char *id) {
     return found;
 }
 
-/* Tolerance of a step: the larger of 0.5 and 2% of its top logit, times
- * `mult` (2 for the JPEG case). */
-static inline double oracle_tol(json_t *ref_step, double mult) {
+/* Tolerance of a step: the larger of `floor` (0.5; 1.0 for qwen35's q4k
+ * picture cases) and 2% of its top logit, times `mult` (2 for the JPEG
+ * case). */
+static inline double oracle_tol(json_t *ref_step, double mult, double floor) {
     json_t *top = json_object_get(ref_step, "top");
     double top0 = json_real_value(json_array_get(json_array_get(top, 0), 1));
     double t = fabs(top0) * 0.02;
-    return (t > 0.5 ? t : 0.5) * mult;
+    return (t > floor ? t : floor) * mult;
 }
 
 /* Compares one step. logit_of(id) gives our logit for any id (NULL when we
@@ -63,9 +76,10 @@ static inline int oracle_have(const oracle_mine *m, int id, double *val) {
     return 0;
 }
 
-static inline int oracle_compare_step(json_t *ref_step, const oracle_mine *m, double mult, double *worst, char *why,
-                               size_t whylen) {
-    const double t = oracle_tol(ref_step, mult);
+/* oracle_compare_step with a tolerance floor other than 0.5 */
+static inline int oracle_compare_step_floor(json_t *ref_step, const oracle_mine *m, double mult, double floor,
+                                            double *worst, char *why, size_t whylen) {
+    const double t = oracle_tol(ref_step, mult, floor);
     json_t *top = json_object_get(ref_step, "top");
     int bad = 0;
     double d = fabs(json_real_value(json_object_get(ref_step, "lse")) - m->lse);
@@ -103,6 +117,11 @@ static inline int oracle_compare_step(json_t *ref_step, const oracle_mine *m, do
         snprintf(why, whylen, "argmax %d, reference %d", m->top_ids[0], ref_arg);
     }
     return bad;
+}
+
+static inline int oracle_compare_step(json_t *ref_step, const oracle_mine *m, double mult, double *worst, char *why,
+                                      size_t whylen) {
+    return oracle_compare_step_floor(ref_step, m, mult, 0.5, worst, why, whylen);
 }
 
 /* The ids of a JSON array of integers into a malloc'd array. */

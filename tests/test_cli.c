@@ -1,6 +1,7 @@
 /* The command line as a user and outside tooling meet it: `pinhole run
  * --json --force-tokens` output compared with the oracle (text and
- * pictures, including the picture rows), and clear refusals. */
+ * pictures, including the picture rows; Qwen3-VL and Qwen3.5), and clear
+ * refusals. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,12 +27,13 @@ static void check_case(const char *model, const char *id, const char *images) {
     for (size_t i = 0; i < json_array_size(gen); i++)
         snprintf(forced + strlen(forced), sizeof forced - strlen(forced), i ? ",%lld" : "%lld",
                  (long long)json_integer_value(json_array_get(gen, i)));
-    char cmd[16384];
+    char cmd[16384], llm[1024], mmproj[1024];
+    oracle_path(llm, sizeof llm, model, "models/", ".gguf");
+    oracle_path(mmproj, sizeof mmproj, model, "models/", "-mmproj.gguf");
     snprintf(cmd, sizeof cmd,
              "p=\"$(cat %s; printf x)\"; p=\"${p%%x}\"; " /* keeps the prompt's trailing newline */
-             "%s run -m %s/models/%s.gguf --mmproj %s/models/%s-mmproj.gguf %s --raw \"$p\" --json "
-             "--force-tokens %s -t 2 2>/dev/null",
-             pfile, PH_PINHOLE_BIN, PH_ORACLE_DIR, model, PH_ORACLE_DIR, model, images, forced);
+             "%s run -m %s --mmproj %s %s --raw \"$p\" --json --force-tokens %s -t 2 2>/dev/null",
+             pfile, PH_PINHOLE_BIN, llm, mmproj, images, forced);
     char *out = NULL;
     int rc = t_run(cmd, &out);
     unlink(pfile);
@@ -163,6 +165,9 @@ int main(void) {
     check_case("tiny-f16", "img_two", images);
     snprintf(images, sizeof images, "--image %s/img/photo.jpg", PH_ORACLE_DIR);
     check_case("mid-q8", "img_jpeg", images);
+    /* Qwen3.5: two turns, a picture in the first (its rows through the recurrent layers) */
+    snprintf(images, sizeof images, "--image %s/img/wide.png", PH_ORACLE_DIR);
+    check_case("qwen35/q8", "gdn_turns_image", images);
 
     char args[4096];
     snprintf(args, sizeof args, "info %s/gguf_bad/EXPECTED.txt", PH_TEST_DATA);

@@ -1,5 +1,6 @@
 /* The Qwen3-VL vision tower against ../shared/oracle: every picture of every
- * case, on all three model pairs, decoded, preprocessed and encoded here,
+ * case, on all three model pairs and the three Qwen3.5 ones of
+ * oracle/qwen35 (no deepstack), decoded, preprocessed and encoded here,
  * then compared with llama.cpp's rows (README tolerances: every row norm
  * within 1%, every value of the first and last rows within 0.03 + 1%, four
  * times that for the JPEG case). Also: malformed mmproj files fail to load
@@ -14,9 +15,10 @@
 #include "gguf/gguf.h"
 #include "image/image.h"
 #include "model/vision.h"
+#include "oracle.h"
 #include "test.h"
 
-static const char *models[] = {"tiny-f16", "mid-q8", "small-q4k"};
+static const char *models[] = {"tiny-f16", "mid-q8", "small-q4k", "qwen35/tiny", "qwen35/q8", "qwen35/q4k"};
 
 /* Encodes one picture and compares it with a reference image chunk. */
 static void check_picture(ph_vision *v, const char *model, const char *id, const char *img_rel, json_t *chunk,
@@ -102,13 +104,13 @@ static void check_picture(ph_vision *v, const char *model, const char *id, const
 
 static void run_model(ph_pool *pool, const char *model) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/%s-mmproj.gguf", PH_ORACLE_DIR, model);
+    oracle_path(path, sizeof path, model, "models/", "-mmproj.gguf");
     ph_err e = {0};
     ph_vision *v = ph_vision_load(path, pool, &e);
     CHECKF(v != NULL, "%s: %s", model, e.msg);
     if (!v) return;
 
-    snprintf(path, sizeof path, "%s/ref-%s.jsonl", PH_ORACLE_DIR, model);
+    oracle_path(path, sizeof path, model, "ref-", ".jsonl");
     FILE *f = fopen(path, "r");
     CHECKF(f != NULL, "cannot open %s", path);
     if (!f) {

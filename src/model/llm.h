@@ -1,5 +1,6 @@
 /* The LLM: hyperparameters and weights read from a GGUF file, and the
- * forward pass over a batch of rows (architectures qwen3, qwen3vl; spec B). */
+ * forward pass over a batch of rows (architectures qwen3, qwen3vl: spec B;
+ * qwen35, gated delta net layers between gated attention layers: spec H). */
 #ifndef PH_MODEL_LLM_H
 #define PH_MODEL_LLM_H
 
@@ -14,7 +15,7 @@
 #include "pinhole.h"
 #include "text/tokenizer.h"
 
-typedef enum { LLM_ARCH_QWEN3, LLM_ARCH_QWEN3VL } llm_arch;
+typedef enum { LLM_ARCH_QWEN3, LLM_ARCH_QWEN3VL, LLM_ARCH_QWEN35 } llm_arch;
 
 typedef struct llm_hparams {
     llm_arch arch;
@@ -22,11 +23,26 @@ typedef struct llm_hparams {
     int32_t n_deepstack, n_embd_inp;
     float rms_eps;
     ph_rope rope;
+    bool gated_attn;          /* qwen35: each query head has a gate head beside it (spec H.6) */
+    int32_t n_attn_layer;     /* layers with a KV cache */
+    /* qwen35's gated delta net layers (spec H.1): n_rec_layer of them, conv_k
+     * taps, hk key heads and hv value heads of ssm_d (= key head size) */
+    int32_t n_rec_layer, conv_k, ssm_hk, ssm_hv, ssm_d, conv_dim;
 } llm_hparams;
 
+/* A gated delta net layer's own weights (spec H.2). */
+typedef struct llm_gdn {
+    ph_mat qkv, z, beta, alpha, out;
+    const float *conv;        /* [conv_k][conv_dim], tap-major (the file's transposed) */
+    const float *dt_bias, *a, *norm;
+} llm_gdn;
+
 typedef struct llm_layer {
-    const float *attn_norm, *ffn_norm, *q_norm, *k_norm;
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* ffn_norm: qwen35's post_attention_norm */
     ph_mat wq, wk, wv, wo, gate, up, down;
+    bool recurrent;
+    int32_t slot;             /* index among the layers of its kind (KV cells, or recurrent state) */
+    llm_gdn gdn;              /* when recurrent (then wq .. wo are unused) */
 } llm_layer;
 
 struct ph_model {
@@ -43,12 +59,16 @@ struct ph_model {
     ph_model_info info;
 };
 
-/* The KV rows the forward pass reads and appends to: per layer n_ctx cells
- * of n_head_kv * head_dim F16 values for K and for V, the first n_rows in
- * use (the attention mask is the cell order). The memory is owned by
- * state/kv_cache, which also saves, restores and truncates it. */
+/* The KV rows the forward pass reads and appends to: per attention layer
+ * n_ctx cells of n_head_kv * head_dim F16 values for K and for V, the first
+ * n_rows in use (the attention mask is the cell order); and per recurrent
+ * layer the state after those n_rows rows: the convolution's last conv_k - 1
+ * input rows ([conv_k - 1][conv_dim]) and the delta net's matrices
+ * ([ssm_hv][ssm_d][ssm_d], spec H.7), zero for an empty sequence. The memory
+ * is owned by state/kv_cache, which also saves, restores and truncates it. */
 typedef struct llm_kv {
     ph_f16 **k, **v;
+    float **conv, **ssm;
     int32_t n_ctx;
     int32_t n_rows;
 } llm_kv;
@@ -58,6 +78,7 @@ typedef struct llm_kv {
 typedef struct llm_scratch {
     int32_t cap;
     float *x, *h, *q, *kx, *vx, *att, *ga, *up, *rope_cs;
+    float *gate;       /* qwen35: attention gates [cap][n_head * head_dim], delta net beta and decay [cap][2][ssm_hv] */
     int32_t *pos;      /* [4][cap] positions for one chunk */
     float *logits;     /* n_vocab */
 } llm_scratch;
@@ -73,5 +94,14 @@ void llm_scratch_free(llm_scratch *sc);
  * else decoded tokens. */
 int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *sc, const int32_t *tokens, const float *embd, int64_t n,
                 const int32_t *pos, bool want_logits, bool prompt, ph_err *e);
+
+/* ---- qwen35 (llm_qwen35.c), for llm_qwen3.c -------------------------------- */
+/* Reads the recurrent layers' settings and which layers they are (spec H.1). */
+int llm_qwen35_hparams(ph_model *m, ph_err *e);
+/* Loads layer l's delta net weights (spec H.2). */
+int llm_qwen35_gdn_load(ph_model *m, int l, ph_err *e);
+/* The delta net mixer of layer L over the n normed rows in sc->h; its
+ * output rows (n_embd wide) go to sc->h. */
+void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *sc, int64_t n);
 
 #endif

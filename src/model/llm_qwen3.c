@@ -1,4 +1,5 @@
-/* Qwen3 / Qwen3-VL language model: loading and the forward pass (spec B). */
+/* Qwen3 / Qwen3-VL / Qwen3.5 language model: loading and the forward pass
+ * (spec B, H; Qwen3.5's delta net layers are llm_qwen35.c's). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,11 @@ static int load_hparams(ph_model *m, ph_err *e) {
     hp->n_embd = (int32_t)u;
     if (get_u32(f, a, "block_count", &u, true, e)) return -1;
     hp->n_layer = (int32_t)u;
+    /* blocks for multi-token prediction follow the trunk; they are not run */
+    uint32_t nextn = 0;
+    get_u32(f, a, "nextn_predict_layers", &nextn, false, e);
+    if (nextn >= u) return ph_err_set(e, "%u blocks, %u of them for multi-token prediction", u, nextn);
+    hp->n_layer -= (int32_t)nextn;
     if (get_u32(f, a, "feed_forward_length", &u, true, e)) return -1;
     hp->n_ff = (int32_t)u;
     if (get_u32(f, a, "attention.head_count", &u, true, e)) return -1;
@@ -56,12 +62,14 @@ static int load_hparams(ph_model *m, ph_err *e) {
         return ph_err_set(e, "key length %d and value length %u differ", hp->head_dim, vlen);
     uint32_t n_rot = (uint32_t)hp->head_dim;
     get_u32(f, a, "rope.dimension_count", &n_rot, false, e);
-    if ((int32_t)n_rot != hp->head_dim)
-        return ph_err_set(e, "rope dimension count %u differs from the head size %d", n_rot, hp->head_dim);
+    /* Qwen3.5 rotates the first n_rot dims of a head (spec H.6) */
+    if (hp->arch == LLM_ARCH_QWEN35 ? n_rot == 0 || n_rot % 2 || (int32_t)n_rot > hp->head_dim
+                                    : (int32_t)n_rot != hp->head_dim)
+        return ph_err_set(e, "rope dimension count %u does not fit the head size %d", n_rot, hp->head_dim);
     if (get_f32(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps, true, e)) return -1;
     hp->rope.freq_base = 10000.0f;
     get_f32(f, a, "rope.freq_base", &hp->rope.freq_base, false, e);
-    hp->rope.n_dims = hp->head_dim;
+    hp->rope.n_dims = (int)n_rot;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     gguf_str st;
@@ -72,7 +80,7 @@ static int load_hparams(ph_model *m, ph_err *e) {
         return ph_err_set(e, "rope scaling factor %g is not supported", (double)factor);
 
     hp->n_deepstack = 0;
-    if (hp->arch == LLM_ARCH_QWEN3VL) {
+    if (hp->arch != LLM_ARCH_QWEN3) {
         hp->rope.mode = PH_ROPE_IMROPE;
         snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
         const gguf_kv *kv = gguf_find_kv(f, key);
@@ -92,7 +100,8 @@ static int load_hparams(ph_model *m, ph_err *e) {
         }
         int S = hp->rope.sections[0] + hp->rope.sections[1] + hp->rope.sections[2] + hp->rope.sections[3];
         if (S <= 0 || S > hp->head_dim / 2 * 2) return ph_err_set(e, "'%s' sections sum to %d", key, S);
-        if (get_u32(f, a, "n_deepstack_layers", &u, false, e) == 0) hp->n_deepstack = (int32_t)u;
+        if (hp->arch == LLM_ARCH_QWEN3VL && get_u32(f, a, "n_deepstack_layers", &u, false, e) == 0)
+            hp->n_deepstack = (int32_t)u;
         if (hp->n_deepstack > hp->n_layer)
             return ph_err_set(e, "%d deepstack layers but only %d layers", hp->n_deepstack, hp->n_layer);
     } else {
@@ -103,6 +112,12 @@ static int load_hparams(ph_model *m, ph_err *e) {
         hp->n_embd > (1 << 16) || hp->n_ff > (1 << 18) || hp->head_dim > 1024 || hp->n_layer > 1024 ||
         hp->n_head > 1024)
         return ph_err_set(e, "the model's dimensions are not usable");
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return ph_err_set(e, "out of memory");
+    hp->gated_attn = hp->arch == LLM_ARCH_QWEN35;
+    if (hp->arch == LLM_ARCH_QWEN35) return llm_qwen35_hparams(m, e);
+    hp->n_attn_layer = hp->n_layer;
+    for (int l = 0; l < hp->n_layer; l++) m->layers[l].slot = l;
     return 0;
 }
 
@@ -110,31 +125,35 @@ static int load_weights(ph_model *m, ph_err *e) {
     llm_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff, hd = hp->head_dim;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    const int64_t nq_out = hp->gated_attn ? 2 * nq : nq;
     if (ph_weights_mat(&m->w, "token_embd.weight", E, V, true, &m->tok_embd, e)) return -1;
     if (ph_weights_vec(&m->w, "output_norm.weight", E, &m->output_norm, e)) return -1;
     int r = ph_weights_mat(&m->w, "output.weight", E, V, false, &m->output, e);
     if (r < 0) return -1;
     if (r == 1) m->output = m->tok_embd; /* tied */
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return ph_err_set(e, "out of memory");
     char name[96];
 #define BLK(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
     for (int l = 0; l < hp->n_layer; l++) {
         llm_layer *L = &m->layers[l];
+        const char *ffn_norm = hp->arch == LLM_ARCH_QWEN35 ? "post_attention_norm.weight" : "ffn_norm.weight";
         if (ph_weights_vec(&m->w, BLK("attn_norm.weight"), E, &L->attn_norm, e) ||
-            ph_weights_vec(&m->w, BLK("ffn_norm.weight"), E, &L->ffn_norm, e) ||
-            ph_weights_vec(&m->w, BLK("attn_q_norm.weight"), hd, &L->q_norm, e) ||
-            ph_weights_vec(&m->w, BLK("attn_k_norm.weight"), hd, &L->k_norm, e) ||
-            ph_weights_mat(&m->w, BLK("attn_q.weight"), E, nq, true, &L->wq, e) ||
-            ph_weights_mat(&m->w, BLK("attn_k.weight"), E, nkv, true, &L->wk, e) ||
-            ph_weights_mat(&m->w, BLK("attn_v.weight"), E, nkv, true, &L->wv, e) ||
-            ph_weights_mat(&m->w, BLK("attn_output.weight"), nq, E, true, &L->wo, e) ||
+            ph_weights_vec(&m->w, BLK(ffn_norm), E, &L->ffn_norm, e) ||
             ph_weights_mat(&m->w, BLK("ffn_gate.weight"), E, F, true, &L->gate, e) ||
             ph_weights_mat(&m->w, BLK("ffn_up.weight"), E, F, true, &L->up, e) ||
             ph_weights_mat(&m->w, BLK("ffn_down.weight"), F, E, true, &L->down, e))
             return -1;
-        ph_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        if (L->recurrent) {
+            if (llm_qwen35_gdn_load(m, l, e)) return -1;
+        } else if (ph_weights_vec(&m->w, BLK("attn_q_norm.weight"), hd, &L->q_norm, e) ||
+                   ph_weights_vec(&m->w, BLK("attn_k_norm.weight"), hd, &L->k_norm, e) ||
+                   ph_weights_mat(&m->w, BLK("attn_q.weight"), E, nq_out, true, &L->wq, e) ||
+                   ph_weights_mat(&m->w, BLK("attn_k.weight"), E, nkv, true, &L->wk, e) ||
+                   ph_weights_mat(&m->w, BLK("attn_v.weight"), E, nkv, true, &L->wv, e) ||
+                   ph_weights_mat(&m->w, BLK("attn_output.weight"), nq, E, true, &L->wo, e)) {
+            return -1;
+        }
+        ph_mat *mats[] = {&L->gate, &L->up, &L->down, &L->wq, &L->wk, &L->wv, &L->wo};
+        for (size_t i = 0; i < (L->recurrent ? 3 : sizeof mats / sizeof mats[0]); i++)
             if (ph_weights_pack(&m->w, m->pool, mats[i], true, e)) return -1;
     }
     /* a tied output matrix is also the embedding table, whose rows are read */
@@ -174,7 +193,9 @@ static void fill_info(ph_model *m) {
     uint64_t db = m->tok_embd.row_bytes + mat_bytes(&m->output);
     for (int l = 0; l < hp->n_layer; l++) {
         const llm_layer *L = &m->layers[l];
-        const ph_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        const llm_gdn *g = &L->gdn; /* the matrices a layer does not have are empty */
+        const ph_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
+                                &g->qkv, &g->z, &g->beta, &g->alpha, &g->out};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) db += mat_bytes(mats[i]);
     }
     in->decode_bytes = db;
@@ -200,11 +221,13 @@ ph_model *ph_model_load(const char *path, int n_threads, ph_err *e) {
         m->hp.arch = LLM_ARCH_QWEN3;
     } else if (gguf_str_eq(s, "qwen3vl")) {
         m->hp.arch = LLM_ARCH_QWEN3VL;
+    } else if (gguf_str_eq(s, "qwen35")) {
+        m->hp.arch = LLM_ARCH_QWEN35;
     } else if (gguf_str_eq(s, "clip")) {
         ph_err_set(e, "%s is a vision projector (mmproj) file; give it with --mmproj and the LLM with -m", path);
         goto fail;
     } else {
-        ph_err_set(e, "%s: architecture '%s' is not supported (pinhole runs qwen3 and qwen3vl)", path,
+        ph_err_set(e, "%s: architecture '%s' is not supported (pinhole runs qwen3, qwen3vl and qwen35)", path,
                    m->arch_name);
         goto fail;
     }
@@ -250,21 +273,28 @@ int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *e)
     const llm_hparams *hp = &m->hp;
     const size_t nkv = (size_t)hp->n_head_kv * hp->head_dim, nq = (size_t)hp->n_head * hp->head_dim;
     const size_t C = (size_t)cap, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
+    /* a delta net layer's rows: the convolution's input in q, z in kx, its
+     * output in att, beta and the decay in gate */
+    const size_t conv = (size_t)hp->conv_dim, di = (size_t)hp->ssm_hv * hp->ssm_d;
+    const size_t q_w = hp->gated_attn ? 2 * nq : nq, gate_w = hp->gated_attn ? nq : 0;
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
     memset(sc, 0, sizeof *sc);
     sc->cap = cap;
     sc->x = malloc(C * E * sizeof(float));
     sc->h = malloc(C * E * sizeof(float));
-    sc->q = malloc(C * nq * sizeof(float));
-    sc->kx = malloc(C * nkv * sizeof(float));
+    sc->q = malloc(C * MAX(q_w, conv) * sizeof(float));
+    sc->kx = malloc(C * MAX(nkv, di) * sizeof(float));
     sc->vx = malloc(C * nkv * sizeof(float));
-    sc->att = malloc(C * nq * sizeof(float));
+    sc->att = malloc(C * MAX(nq, di) * sizeof(float));
+    sc->gate = malloc((C * MAX(gate_w, 2 * (size_t)hp->ssm_hv) + 1) * sizeof(float)); /* never malloc(0) */
+#undef MAX
     sc->ga = malloc(C * F * sizeof(float));
     sc->up = malloc(C * F * sizeof(float));
-    sc->rope_cs = malloc(C * (size_t)hp->head_dim * sizeof(float));
+    sc->rope_cs = malloc(C * (size_t)hp->rope.n_dims * sizeof(float));
     sc->pos = malloc(C * 4 * sizeof(int32_t));
     sc->logits = malloc((size_t)hp->n_vocab * sizeof(float));
-    if (sc->x && sc->h && sc->q && sc->kx && sc->vx && sc->att && sc->ga && sc->up && sc->rope_cs && sc->pos &&
-        sc->logits)
+    if (sc->x && sc->h && sc->q && sc->kx && sc->vx && sc->att && sc->gate && sc->ga && sc->up && sc->rope_cs &&
+        sc->pos && sc->logits)
         return 0;
     llm_scratch_free(sc);
     return ph_err_set(e, "out of memory for the forward pass's buffers");
@@ -277,6 +307,7 @@ void llm_scratch_free(llm_scratch *sc) {
     free(sc->kx);
     free(sc->vx);
     free(sc->att);
+    free(sc->gate);
     free(sc->ga);
     free(sc->up);
     free(sc->rope_cs);
@@ -285,11 +316,54 @@ void llm_scratch_free(llm_scratch *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
+/* The attention mixer of layer L over the n normed rows in s->h (its
+ * output rows to s->h), appending their K and V to the cells; Qwen3.5's
+ * query heads come with gate heads (spec H.6). */
+static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *s, int64_t n, bool prompt) {
+    const llm_hparams *hp = &m->hp;
+    const int64_t hd = hp->head_dim, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    const int32_t c = L->slot;
+    ph_matmul(m->pool, &L->wq, s->h, n, s->q);
+    ph_matmul(m->pool, &L->wk, s->h, n, s->kx);
+    ph_matmul(m->pool, &L->wv, s->h, n, s->vx);
+    if (hp->gated_attn) /* rows of [q_h | gate_h] per head: gates aside, queries packed (dst <= src) */
+        for (int64_t i = 0; i < n; i++)
+            for (int h = 0; h < hp->n_head; h++) {
+                const float *src = s->q + 2 * (i * nq + h * hd);
+                memcpy(s->gate + i * nq + h * hd, src + hd, (size_t)hd * sizeof(float));
+                memmove(s->q + i * nq + h * hd, src, (size_t)hd * sizeof(float));
+            }
+    for (int64_t i = 0; i < n; i++) {
+        const float *cs = s->rope_cs + i * hp->rope.n_dims;
+        for (int h = 0; h < hp->n_head; h++) {
+            float *qh = s->q + i * nq + h * hd;
+            ph_rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
+            ph_rope_apply(qh, hp->rope.n_dims, cs);
+        }
+        for (int h = 0; h < hp->n_head_kv; h++) {
+            float *kh = s->kx + i * nkv + h * hd;
+            ph_rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
+            ph_rope_apply(kh, hp->rope.n_dims, cs);
+        }
+        ph_quantize_act_row(PH_TYPE_F16, s->kx + i * nkv, kv->k[c] + (kv->n_rows + i) * nkv, nkv);
+        ph_quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, kv->v[c] + (kv->n_rows + i) * nkv, nkv);
+    }
+    ph_attn_args aa = {
+        .q = s->q, .q_stride = nq, .k = kv->k[c], .v = kv->v[c], .kv_stride = nkv,
+        .n_q = n, .n_kv = kv->n_rows + n, .causal = true, .first_cell = kv->n_rows,
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = (int)hd,
+        .scale = 1.0f / sqrtf((float)hd), .out = s->att, .out_stride = nq, .prompt = prompt,
+    };
+    ph_attention(m->pool, &aa);
+    if (hp->gated_attn)
+        for (int64_t i = 0; i < n * nq; i++) s->att[i] *= 1.0f / (1.0f + expf(-s->gate[i]));
+    ph_matmul(m->pool, &L->wo, s->att, n, s->h);
+}
+
 int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *tokens, const float *embd, int64_t n,
                 const int32_t *pos, bool want_logits, bool prompt, ph_err *e) {
     const llm_hparams *hp = &m->hp;
-    const int64_t E = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
-    const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
+    const int64_t E = hp->n_embd, F = hp->n_ff;
     if (n <= 0 || n > s->cap) return ph_err_set(e, "internal: batch of %lld rows", (long long)n);
     if (kv->n_rows + n > kv->n_ctx)
         return ph_err_set(e, "the context is full (%d of %d rows used, %lld more needed)", kv->n_rows, kv->n_ctx,
@@ -306,37 +380,12 @@ int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *to
         }
     }
     ph_rope_table(&hp->rope, pos, n, s->rope_cs);
-    const float scale = 1.0f / sqrtf((float)hd);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const llm_layer *L = &m->layers[l];
         for (int64_t i = 0; i < n; i++) ph_rmsnorm(s->h + i * E, s->x + i * E, L->attn_norm, E, hp->rms_eps);
-        ph_matmul(m->pool, &L->wq, s->h, n, s->q);
-        ph_matmul(m->pool, &L->wk, s->h, n, s->kx);
-        ph_matmul(m->pool, &L->wv, s->h, n, s->vx);
-        for (int64_t i = 0; i < n; i++) {
-            const float *cs = s->rope_cs + i * hp->rope.n_dims;
-            for (int h = 0; h < hp->n_head; h++) {
-                float *qh = s->q + i * nq + h * hd;
-                ph_rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
-                ph_rope_apply(qh, hp->rope.n_dims, cs);
-            }
-            for (int h = 0; h < hp->n_head_kv; h++) {
-                float *kh = s->kx + i * nkv + h * hd;
-                ph_rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
-                ph_rope_apply(kh, hp->rope.n_dims, cs);
-            }
-            ph_quantize_act_row(PH_TYPE_F16, s->kx + i * nkv, kv->k[l] + (kv->n_rows + i) * nkv, nkv);
-            ph_quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, kv->v[l] + (kv->n_rows + i) * nkv, nkv);
-        }
-        ph_attn_args aa = {
-            .q = s->q, .q_stride = nq, .k = kv->k[l], .v = kv->v[l], .kv_stride = nkv,
-            .n_q = n, .n_kv = kv->n_rows + n, .causal = true, .first_cell = kv->n_rows,
-            .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = (int)hd,
-            .scale = scale, .out = s->att, .out_stride = nq, .prompt = prompt,
-        };
-        ph_attention(m->pool, &aa);
-        ph_matmul(m->pool, &L->wo, s->att, n, s->h);
+        if (L->recurrent) llm_qwen35_gdn(m, L, kv, s, n);
+        else attention(m, L, kv, s, n, prompt);
         add_rows(s->x, s->h, n * E);
 
         for (int64_t i = 0; i < n; i++) ph_rmsnorm(s->h + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);

@@ -19,15 +19,39 @@ static void point(kv_cache *c) {
     }
 }
 
+/* Back to the state of an empty sequence. */
+static void clear_recurrent(kv_cache *c) {
+    if (c->recurrent) memset(c->recurrent, 0, c->recurrent_floats * sizeof(float));
+}
+
+/* The recurrent layers' state: per layer its convolution's rows, then its
+ * delta net matrices (llm_kv). */
+static int init_recurrent(kv_cache *c, const llm_hparams *hp) {
+    const int n = hp->n_rec_layer;
+    if (n == 0) return 0;
+    const size_t conv = (size_t)(hp->conv_k - 1) * (size_t)hp->conv_dim,
+                 ssm = (size_t)hp->ssm_hv * (size_t)hp->ssm_d * (size_t)hp->ssm_d;
+    c->recurrent_floats = (size_t)n * (conv + ssm);
+    c->recurrent = calloc(c->recurrent_floats, sizeof(float));
+    c->rows.conv = calloc((size_t)n, sizeof *c->rows.conv);
+    c->rows.ssm = calloc((size_t)n, sizeof *c->rows.ssm);
+    if (!c->recurrent || !c->rows.conv || !c->rows.ssm) return -1;
+    for (int l = 0; l < n; l++) {
+        c->rows.conv[l] = c->recurrent + (size_t)l * (conv + ssm);
+        c->rows.ssm[l] = c->rows.conv[l] + conv;
+    }
+    return 0;
+}
+
 int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e) {
     memset(c, 0, sizeof *c);
-    c->n_layer = m->hp.n_layer;
+    c->n_layer = m->hp.n_attn_layer;
     c->row_bytes = (size_t)m->hp.n_head_kv * m->hp.head_dim * sizeof(ph_f16);
     c->rows.n_ctx = n_ctx;
     c->rows.k = calloc((size_t)c->n_layer, sizeof *c->rows.k);
     c->rows.v = calloc((size_t)c->n_layer, sizeof *c->rows.v);
     c->map_bytes = 2 * (size_t)c->n_layer * part_bytes(c);
-    if (c->rows.k && c->rows.v && (c->map = ph_big_alloc(c->map_bytes))) {
+    if (c->rows.k && c->rows.v && init_recurrent(c, &m->hp) == 0 && (c->map = ph_big_alloc(c->map_bytes))) {
         point(c);
         return 0;
     }
@@ -39,6 +63,9 @@ void kv_cache_free(kv_cache *c) {
     ph_big_free(c->map, c->map_bytes);
     free(c->rows.k);
     free(c->rows.v);
+    free(c->rows.conv);
+    free(c->rows.ssm);
+    free(c->recurrent);
     memset(c, 0, sizeof *c);
 }
 
@@ -46,6 +73,7 @@ void *kv_cache_swap_map(kv_cache *c, void *fresh) {
     void *old = c->map;
     c->map = fresh;
     c->rows.n_rows = 0;
+    clear_recurrent(c);
     point(c);
     return old;
 }
@@ -67,6 +95,7 @@ void kv_cache_trim_map(const kv_cache *c, void *map, int32_t n) {
 
 void kv_cache_truncate(kv_cache *c, int32_t n) {
     if (n < c->rows.n_rows) c->rows.n_rows = n < 0 ? 0 : n;
+    if (c->rows.n_rows == 0) clear_recurrent(c);
 }
 
 size_t kv_cache_bytes(const kv_cache *c, int32_t n) { return 2 * (size_t)c->n_layer * (size_t)n * c->row_bytes; }

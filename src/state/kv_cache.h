@@ -11,7 +11,13 @@
  *
  * Checkpoint layout (what kv_cache_save writes, kv_cache_load reads and the
  * disk tier stores): per layer, its n K cells then its n V cells, each cell
- * row_bytes of F16 values. */
+ * row_bytes of F16 values.
+ *
+ * A model with recurrent layers (qwen35) also has their state here: what
+ * its n_rows rows left behind, which no prefix of them can be cut from.
+ * Such a cache is only ever emptied (truncated to 0, or given a fresh
+ * mapping), never truncated to other rows nor saved or loaded: issue 14's
+ * snapshots of the recurrent state will lift that. */
 #ifndef PH_STATE_KV_CACHE_H
 #define PH_STATE_KV_CACHE_H
 
@@ -27,12 +33,15 @@ typedef struct kv_cache {
     size_t row_bytes;   /* one K (or V) cell: n_head_kv * head_dim F16 values */
     void *map;          /* the cells: a checkpoint of n_ctx cells */
     size_t map_bytes;
+    float *recurrent;   /* the recurrent layers' states (rows.conv, rows.ssm point into it), or NULL */
+    size_t recurrent_floats;
 } kv_cache;
 
 int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e);
 void kv_cache_free(kv_cache *c);
 
-/* Keeps the first n cells (later ones are overwritten as rows come). */
+/* Keeps the first n cells (later ones are overwritten as rows come); with
+ * recurrent layers, n is 0 (their state back to zero) or at least n_rows. */
 void kv_cache_truncate(kv_cache *c, int32_t n);
 
 /* The size of a copy of the first n cells. */
@@ -49,7 +58,7 @@ void kv_cache_adopt_map(kv_cache *c, void *map, int32_t n);
 /* Gives back the pages of such a mapping past its first n cells. */
 void kv_cache_trim_map(const kv_cache *c, void *map, int32_t n);
 /* Makes the cache the first n cells of a copy of src_rows cells (n <=
- * src_rows; n <= n_ctx). */
+ * src_rows; n <= n_ctx; not for a model with recurrent layers). */
 void kv_cache_load(kv_cache *c, const void *src, int32_t src_rows, int32_t n);
 
 #endif

@@ -1,0 +1,126 @@
+/* Qwen3.5's gated delta net layers (spec H): their settings, weights and
+ * the per-token recurrence. The gated attention layers and everything
+ * else are llm_qwen3.c's. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gdn.h"
+#include "model/llm.h"
+
+static int want_u32(const gguf_file *f, const char *suffix, uint32_t *out, ph_err *e) {
+    char key[128];
+    snprintf(key, sizeof key, "qwen35.%s", suffix);
+    if (gguf_get_u32(f, key, out) == 0) return 0;
+    return ph_err_set(e, "metadata key '%s' is %s", key, gguf_find_kv(f, key) ? "not a u32" : "missing");
+}
+
+int llm_qwen35_hparams(ph_model *m, ph_err *e) {
+    const gguf_file *f = m->gguf;
+    llm_hparams *hp = &m->hp;
+    uint32_t kc, inner, d, hv, hk, interval = 4;
+    if (want_u32(f, "ssm.conv_kernel", &kc, e) || want_u32(f, "ssm.inner_size", &inner, e) ||
+        want_u32(f, "ssm.state_size", &d, e) || want_u32(f, "ssm.time_step_rank", &hv, e) ||
+        want_u32(f, "ssm.group_count", &hk, e))
+        return -1;
+    if (kc < 1 || kc > 64 || d == 0 || d > 1024 || hv == 0 || hv > 1024 || hk == 0 || hv % hk || inner != hv * d)
+        return ph_err_set(e, "the delta net's settings (conv %u, inner %u, state %u, heads %u/%u) are not usable "
+                             "(the value head size must equal the key head size)", kc, inner, d, hv, hk);
+    hp->conv_k = (int32_t)kc;
+    hp->ssm_d = (int32_t)d;
+    hp->ssm_hv = (int32_t)hv;
+    hp->ssm_hk = (int32_t)hk;
+    hp->conv_dim = (int32_t)(2 * hk * d + hv * d);
+    /* which layers are recurrent: a per-layer array, else every layer but
+     * each interval-th (spec H.1); MTP blocks past the trunk never are */
+    const gguf_kv *rl = gguf_find_kv(f, "qwen35.attention.recurrent_layers");
+    if (!rl && gguf_get_u32(f, "qwen35.full_attention_interval", &interval) != 0 &&
+        gguf_find_kv(f, "qwen35.full_attention_interval"))
+        return ph_err_set(e, "metadata key 'qwen35.full_attention_interval' is not a u32");
+    if (rl && (rl->type != GGUF_ARRAY || rl->v.arr.n < (uint64_t)hp->n_layer))
+        return ph_err_set(e, "'qwen35.attention.recurrent_layers' does not hold a value per layer");
+    if (interval == 0) return ph_err_set(e, "'qwen35.full_attention_interval' is 0");
+    hp->n_rec_layer = hp->n_attn_layer = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        llm_layer *L = &m->layers[l];
+        int64_t v = 0;
+        if (rl && gguf_arr_i64(rl, (uint64_t)l, &v))
+            return ph_err_set(e, "'qwen35.attention.recurrent_layers' holds a value that is not a number");
+        L->recurrent = rl ? v != 0 : (uint32_t)(l + 1) % interval != 0;
+        L->slot = L->recurrent ? hp->n_rec_layer++ : hp->n_attn_layer++;
+    }
+    return 0;
+}
+
+int llm_qwen35_gdn_load(ph_model *m, int l, ph_err *e) {
+    const llm_hparams *hp = &m->hp;
+    llm_gdn *g = &m->layers[l].gdn;
+    const int64_t E = hp->n_embd, C = hp->conv_dim, K = hp->conv_k, hv = hp->ssm_hv, di = hv * hp->ssm_d;
+    char name[96];
+#define BLK(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
+    if (ph_weights_mat(&m->w, BLK("attn_qkv.weight"), E, C, true, &g->qkv, e) ||
+        ph_weights_mat(&m->w, BLK("attn_gate.weight"), E, di, true, &g->z, e) ||
+        ph_weights_mat(&m->w, BLK("ssm_beta.weight"), E, hv, true, &g->beta, e) ||
+        ph_weights_mat(&m->w, BLK("ssm_alpha.weight"), E, hv, true, &g->alpha, e) ||
+        ph_weights_mat(&m->w, BLK("ssm_out.weight"), di, E, true, &g->out, e) ||
+        ph_weights_vec(&m->w, BLK("ssm_dt.bias"), hv, &g->dt_bias, e) ||
+        ph_weights_vec(&m->w, BLK("ssm_a"), hv, &g->a, e) ||
+        ph_weights_vec(&m->w, BLK("ssm_norm.weight"), hp->ssm_d, &g->norm, e))
+        return -1;
+    const int64_t ne[4] = {K, C, 1, 1};
+    const gguf_tensor *t = ph_weights_find(&m->w, BLK("ssm_conv1d.weight"), ne, e);
+#undef BLK
+    if (!t) return -1;
+    const float *w = ph_weights_f32(&m->w, t, K * C, e); /* channel-major: [C][K] */
+    float *tw = w ? ph_weights_alloc(&m->w, (size_t)(K * C) * sizeof(float), e) : NULL;
+    if (!tw) return -1;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t i = 0; i < K; i++) tw[i * C + c] = w[c * K + i];
+    g->conv = tw;
+    ph_mat *mats[] = {&g->qkv, &g->z, &g->beta, &g->alpha, &g->out};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        if (ph_weights_pack(&m->w, m->pool, mats[i], true, e)) return -1;
+    return 0;
+}
+
+/* x / max(|x|, eps), the sum of squares in double (spec H.4 step 4) */
+static void l2norm(float *x, int n, float eps) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
+    for (int i = 0; i < n; i++) x[i] *= scale;
+}
+
+void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *s, int64_t n) {
+    const llm_hparams *hp = &m->hp;
+    const llm_gdn *g = &L->gdn;
+    const int hk = hp->ssm_hk, hv = hp->ssm_hv, d = hp->ssm_d, C = hp->conv_dim;
+    const int64_t di = (int64_t)hv * d;
+    float *mix = s->q, *z = s->kx, *beta = s->gate, *alpha = s->gate + n * hv, *o = s->att;
+    ph_matmul(m->pool, &g->qkv, s->h, n, mix);
+    ph_matmul(m->pool, &g->z, s->h, n, z);
+    ph_matmul(m->pool, &g->beta, s->h, n, beta);
+    ph_matmul(m->pool, &g->alpha, s->h, n, alpha);
+    const ph_gdn_kernels *kk = ph_gdn_kernels_get();
+    float *conv = kv->conv[L->slot], *S = kv->ssm[L->slot];
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int64_t i = 0; i < n; i++) {
+        float *u = mix + i * C;
+        kk->conv(conv, g->conv, u, u, C, C, hp->conv_k);
+        for (int c = 0; c < C; c++) u[c] = u[c] / (1.0f + expf(-u[c])); /* silu */
+        for (int j = 0; j < 2 * hk; j++) l2norm(u + j * d, d, hp->rms_eps); /* q heads, then k heads */
+        for (int h = 0; h < hv; h++) {
+            const int j = h % hk; /* value heads take key heads in turn (spec H.4 step 5) */
+            const float b = 1.0f / (1.0f + expf(-beta[i * hv + h]));
+            const float x = alpha[i * hv + h] + g->dt_bias[h];
+            const float sp = x > 20.0f ? x : logf(1.0f + expf(x));
+            float *oh = o + i * di + (int64_t)h * d;
+            kk->step(S + (size_t)h * d * d, u + j * d, u + (hk + j) * d, u + 2 * hk * d + h * d, expf(sp * g->a[h]),
+                     b, scale, oh, d, d);
+            ph_rmsnorm(oh, oh, g->norm, d, hp->rms_eps);
+            ph_swiglu(oh, z + i * di + (int64_t)h * d, oh, d); /* times silu(z) */
+        }
+    }
+    ph_matmul(m->pool, &g->out, o, n, s->h);
+}
