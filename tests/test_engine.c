@@ -1,7 +1,9 @@
 /* The engine's state reuse (DESIGN 4-6, 8) through the public API, on the
  * oracle's tiny model pair: what each turn reuses, takes from the embedding
  * cache and encodes, and that every reusing turn generates the same tokens
- * and top log-probabilities as a cold engine with all caches off. */
+ * and top log-probabilities as a cold engine with all caches off; and that
+ * a model with recurrent layers (the oracle's tiny qwen35 pair) reuses no
+ * state, so that its turns are cold ones. */
 #include <math.h>
 #include <spng.h>
 #include <stdio.h>
@@ -18,10 +20,14 @@
 
 #define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
 #define MMPROJ PH_ORACLE_DIR "/models/tiny-f16-mmproj.gguf"
+#define LLM_Q35 PH_ORACLE_DIR "/qwen35/models/tiny.gguf"
+#define MMPROJ_Q35 PH_ORACLE_DIR "/qwen35/models/tiny-mmproj.gguf"
 #define NGEN 6
 #define NTOP 5
 
 static char idcache[64];
+/* the model pair of the engines made below (test_recurrent changes it) */
+static const char *llm = LLM, *mmproj = MMPROJ;
 
 typedef struct file {
     void *p;
@@ -91,7 +97,7 @@ static ph_engine_params params(const char *model) {
     ph_engine_params p;
     ph_engine_params_default(&p);
     p.model_path = model;
-    p.mmproj_path = MMPROJ;
+    p.mmproj_path = mmproj;
     p.n_ctx = 2048;
     p.n_threads = 2;
     p.id_cache_dir = idcache;
@@ -99,7 +105,7 @@ static ph_engine_params params(const char *model) {
 }
 
 static ph_engine *engine_ram(bool warm, int entries, size_t bytes, const char *dir, double idle, size_t ram) {
-    ph_engine_params p = params(LLM);
+    ph_engine_params p = params(llm);
     p.reuse = warm;
     p.image_cache_entries = warm ? entries : 0;
     p.image_cache_bytes = bytes;
@@ -907,6 +913,46 @@ out:
     ph_engine_free(e);
 }
 
+/* A model with recurrent layers (qwen35): no state is reused, whatever the
+ * engine is allowed (the live state, a RAM checkpoint, parking, the disk
+ * tier, which it does not open), so every turn is a cold one. */
+static void test_recurrent(file a) {
+    llm = LLM_Q35;
+    mmproj = MMPROJ_Q35;
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/ph-q35-XXXXXX");
+    CHECK(mkdtemp(dir) != NULL);
+    ph_engine_params p = params(llm);
+    p.kv_disk_dir = dir;
+    ph_err err = {0};
+    ph_engine *e = ph_engine_new(&p, &err);
+    CHECKF(e != NULL, "qwen35 engine: %s", err.msg);
+    if (!e) goto out;
+    ph_image_in *pics[1] = {pic(e, a)};
+    conv c1, c2, x = {0};
+    chat_about(&c1, pics, 0, 1);
+    chat_about(&c2, pics, 0, 2);
+    msg(&x, 'u', (const char *[]){"A side question."}, 1, pics);
+    result r1 = turn(e, &c1);
+    CHECK(r1.n > 0 && r1.r.n_reused == 0);
+    result r2 = turn(e, &c2);
+    CHECKF(r2.r.n_reused == 0 && r2.r.n_prefilled == r2.r.n_prompt && r2.r.n_prompt > r1.r.n_prompt,
+           "second turn: %d of %d rows reused", r2.r.n_reused, r2.r.n_prompt);
+    same_as_cold(&c2, &r2, "qwen35: second turn");
+    result rx = turn_as(e, &x, true);
+    CHECK(rx.n > 0 && !rx.r.parked);
+    r2 = turn(e, &c2);
+    CHECKF(r2.r.n_reused == 0 && !r2.r.from_parked, "after a side call: %d rows reused", r2.r.n_reused);
+    same_as_cold(&c2, &r2, "qwen35: after a side call");
+    ph_image_in_free(pics[0]);
+    ph_engine_free(e);
+    CHECKF(count_files(dir) == 0, "%d files in the unused checkpoint folder", count_files(dir));
+out:
+    rmdir(dir);
+    llm = LLM;
+    mmproj = MMPROJ;
+}
+
 int main(void) {
     snprintf(idcache, sizeof idcache, "/tmp/ph-ids-XXXXXX");
     if (!mkdtemp(idcache)) return 1;
@@ -929,6 +975,7 @@ int main(void) {
     test_disk(b);
     test_kv_disk();
     test_domains(a);
+    test_recurrent(a);
     free(a.p);
     free(b.p);
     free(s.p);

@@ -64,6 +64,14 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     }
     progress(p, "loading the model", 0.2);
     if (!(e->m = ph_model_load(p->model_path, p->n_threads, err))) goto fail;
+    /* A recurrent layer's state (qwen35) is what all of a sequence's rows
+     * left behind: no shorter prefix can be had by dropping rows, and
+     * checkpoints do not hold it yet. Such a model reuses nothing (every
+     * prompt is prefilled from the start; no RAM or disk checkpoints, no
+     * parking): the cold answer, always. Issue 14's snapshots of the
+     * recurrent state will lift this. */
+    const bool recurrent = e->m->hp.n_rec_layer > 0;
+    if (recurrent) e->reuse = false;
     if (p->mmproj_path) {
         progress(p, "loading the vision encoder", 0.6);
         if (e->m->hp.rope.mode != PH_ROPE_IMROPE) {
@@ -101,12 +109,14 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
              hp->rope.sections[3], ph_cpu_isa());
     snprintf(e->live.format, sizeof e->live.format, "%s", e->format_tag);
     e->fmt = chat_format_for(e->m);
-    ram_tier_init(&e->ram, p->reuse ? p->ram_cache_bytes : 0);
-    e->park_budget = p->reuse ? p->conversation_cache_bytes : 0;
+    ram_tier_init(&e->ram, e->reuse ? p->ram_cache_bytes : 0);
+    e->park_budget = e->reuse ? p->conversation_cache_bytes : 0;
     if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
         goto fail;
     ph_embed_cache_set_disk_budget(e->cache, p->image_cache_disk_bytes);
-    if (p->kv_disk_dir) {
+    if (p->kv_disk_dir && recurrent) {
+        PH_WARN("%s models do not reuse state yet: %s is not used", e->m->arch_name, p->kv_disk_dir);
+    } else if (p->kv_disk_dir) {
         progress(p, "opening the checkpoint folder", 0.95);
         if (!(e->disk = disk_tier_open(p->kv_disk_dir, p->kv_disk_bytes, err))) goto fail;
         e->checkpoint_every = p->checkpoint_every > 0 ? p->checkpoint_every : 0;
