@@ -92,35 +92,60 @@ static void l2norm(float *x, int n, float eps) {
     for (int i = 0; i < n; i++) x[i] *= scale;
 }
 
+/* The delta rule of value heads [lo, hi) over the n rows (the heads are
+ * independent: the same numbers however they are split among threads). */
+typedef struct gdn_job {
+    const llm_hparams *hp;
+    const llm_gdn *g;
+    const ph_gdn_kernels *kk;
+    float *S;                       /* the layer's state */
+    const float *mix, *z, *beta, *alpha;
+    float *o;
+    int64_t n;
+} gdn_job;
+
+static void gdn_heads(void *ctx, int ith, int nth) {
+    const gdn_job *jb = ctx;
+    const llm_hparams *hp = jb->hp;
+    const llm_gdn *g = jb->g;
+    const int hk = hp->ssm_hk, hv = hp->ssm_hv, d = hp->ssm_d, C = hp->conv_dim;
+    const int64_t di = (int64_t)hv * d;
+    const float scale = 1.0f / sqrtf((float)d);
+    long lo, hi;
+    ph_split_range(hv, ith, nth, &lo, &hi);
+    for (int h = (int)lo; h < (int)hi; h++) {
+        const int j = h % hk; /* value heads take key heads in turn (spec H.4 step 5) */
+        float *S = jb->S + (size_t)h * d * d;
+        for (int64_t i = 0; i < jb->n; i++) {
+            const float *u = jb->mix + i * C;
+            const float b = 1.0f / (1.0f + expf(-jb->beta[i * hv + h]));
+            const float x = jb->alpha[i * hv + h] + g->dt_bias[h];
+            const float sp = x > 20.0f ? x : logf(1.0f + expf(x)); /* softplus */
+            float *oh = jb->o + i * di + (int64_t)h * d;
+            jb->kk->step(S, u + j * d, u + (hk + j) * d, u + 2 * hk * d + h * d, expf(sp * g->a[h]), b, scale, oh, d,
+                         d);
+            ph_rmsnorm(oh, oh, g->norm, d, hp->rms_eps);
+            ph_swiglu(oh, jb->z + i * di + (int64_t)h * d, oh, d); /* times silu(z) */
+        }
+    }
+}
+
 void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *s, int64_t n) {
     const llm_hparams *hp = &m->hp;
     const llm_gdn *g = &L->gdn;
     const int hk = hp->ssm_hk, hv = hp->ssm_hv, d = hp->ssm_d, C = hp->conv_dim;
-    const int64_t di = (int64_t)hv * d;
-    float *mix = s->q, *z = s->kx, *beta = s->gate, *alpha = s->gate + n * hv, *o = s->att;
-    ph_matmul(m->pool, &g->qkv, s->h, n, mix);
-    ph_matmul(m->pool, &g->z, s->h, n, z);
-    ph_matmul(m->pool, &g->beta, s->h, n, beta);
-    ph_matmul(m->pool, &g->alpha, s->h, n, alpha);
-    const ph_gdn_kernels *kk = ph_gdn_kernels_get();
-    float *conv = kv->conv[L->slot], *S = kv->ssm[L->slot];
-    const float scale = 1.0f / sqrtf((float)d);
+    gdn_job jb = {hp, g, ph_gdn_kernels_get(), kv->ssm[L->slot], s->q, s->kx, s->gate, s->gate + n * hv, s->att, n};
+    ph_matmul(m->pool, &g->qkv, s->h, n, s->q);
+    ph_matmul(m->pool, &g->z, s->h, n, s->kx);
+    ph_matmul(m->pool, &g->beta, s->h, n, s->gate);
+    ph_matmul(m->pool, &g->alpha, s->h, n, s->gate + n * hv);
+    float *conv = kv->conv[L->slot];
     for (int64_t i = 0; i < n; i++) {
-        float *u = mix + i * C;
-        kk->conv(conv, g->conv, u, u, C, C, hp->conv_k);
+        float *u = s->q + i * C;
+        jb.kk->conv(conv, g->conv, u, u, C, C, hp->conv_k);
         for (int c = 0; c < C; c++) u[c] = u[c] / (1.0f + expf(-u[c])); /* silu */
         for (int j = 0; j < 2 * hk; j++) l2norm(u + j * d, d, hp->rms_eps); /* q heads, then k heads */
-        for (int h = 0; h < hv; h++) {
-            const int j = h % hk; /* value heads take key heads in turn (spec H.4 step 5) */
-            const float b = 1.0f / (1.0f + expf(-beta[i * hv + h]));
-            const float x = alpha[i * hv + h] + g->dt_bias[h];
-            const float sp = x > 20.0f ? x : logf(1.0f + expf(x));
-            float *oh = o + i * di + (int64_t)h * d;
-            kk->step(S + (size_t)h * d * d, u + j * d, u + (hk + j) * d, u + 2 * hk * d + h * d, expf(sp * g->a[h]),
-                     b, scale, oh, d, d);
-            ph_rmsnorm(oh, oh, g->norm, d, hp->rms_eps);
-            ph_swiglu(oh, z + i * di + (int64_t)h * d, oh, d); /* times silu(z) */
-        }
     }
-    ph_matmul(m->pool, &g->out, o, n, s->h);
+    ph_pool_run(m->pool, gdn_heads, &jb);
+    ph_matmul(m->pool, &g->out, s->att, n, s->h);
 }
