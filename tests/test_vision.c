@@ -15,6 +15,7 @@
 #include "gguf/gguf.h"
 #include "image/image.h"
 #include "model/vision.h"
+#include "gguf_variant.h"
 #include "oracle.h"
 #include "test.h"
 
@@ -149,58 +150,6 @@ static void run_model(ph_pool *pool, const char *model) {
 }
 
 /* ---- malformed files ------------------------------------------------------ */
-
-/* A copy of a good mmproj with one change: a tensor dropped, a tensor
- * reshaped, or a metadata key replaced. */
-typedef struct variant {
-    const char *drop_tensor;
-    const char *reshape_tensor; /* its ne[1] grows by one */
-    const char *key;            /* replaced (or removed when value is NULL) */
-    const char *str_value;
-    int bool_value;             /* for key when str_value is NULL: 0/1, -1 = remove */
-} variant;
-
-typedef struct copy_ctx {
-    const gguf_file *src;
-    const char **names; /* tensors written, in order */
-} copy_ctx;
-
-static int fill_tensor(void *vctx, uint64_t i, void *buf, uint64_t nbytes) {
-    const copy_ctx *c = vctx;
-    const gguf_tensor *t = gguf_find_tensor(c->src, c->names[i]);
-    memset(buf, 0, nbytes);
-    memcpy(buf, t->data, t->nbytes < nbytes ? t->nbytes : nbytes);
-    return 0;
-}
-
-static int write_variant(const char *src_path, const char *dst_path, const variant *var) {
-    ph_err e;
-    gguf_file *src = gguf_open(src_path, &e);
-    if (!src) return -1;
-    gguf_writer *w = gguf_writer_new();
-    for (uint64_t i = 0; i < src->n_kv; i++) {
-        const gguf_kv *kv = &src->kv[i];
-        if (var->key && gguf_str_eq(kv->key, var->key)) continue;
-        gguf_writer_copy_kv(w, kv);
-    }
-    if (var->key && var->str_value) gguf_writer_set_str(w, var->key, var->str_value);
-    else if (var->key && var->bool_value >= 0) gguf_writer_set_bool(w, var->key, var->bool_value != 0);
-    copy_ctx c = {src, calloc(src->n_tensors, sizeof(char *))};
-    uint64_t n = 0;
-    for (uint64_t i = 0; i < src->n_tensors; i++) {
-        const gguf_tensor *t = &src->tensors[i];
-        if (var->drop_tensor && !strcmp(t->name, var->drop_tensor)) continue;
-        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
-        if (var->reshape_tensor && !strcmp(t->name, var->reshape_tensor)) ne[1]++;
-        gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne);
-        c.names[n++] = t->name;
-    }
-    int rc = gguf_writer_write(w, dst_path, fill_tensor, &c, &e);
-    gguf_writer_free(w);
-    free(c.names);
-    gguf_close(src);
-    return rc;
-}
 
 static void check_malformed(ph_pool *pool) {
     char src[1024], dir[] = "/tmp/ph_test_vision_XXXXXX", dst[1100];

@@ -41,5 +41,7 @@ const ph_gdn_kernels ph_gdn_kernels_ref = {ref_conv, ref_step};
 
 const ph_gdn_kernels *ph_gdn_kernels_get(void) {
     const ph_isa isa = ph_kernels_isa();
-    return isa >= PH_ISA_AVX512 ? &ph_gdn_kernels_avx512 : isa >= PH_ISA_AVX2 ? &ph_gdn_kernels_avx2 : &ph_gdn_kernels_ref;
+    return isa >= PH_ISA_AVX512 ? &ph_gdn_kernels_avx512
+           : isa >= PH_ISA_AVX2 ? &ph_gdn_kernels_avx2
+                                : &ph_gdn_kernels_ref;
 }

@@ -78,7 +78,8 @@ typedef struct llm_kv {
 typedef struct llm_scratch {
     int32_t cap;
     float *x, *h, *q, *kx, *vx, *att, *ga, *up, *rope_cs;
-    float *gate;       /* qwen35: attention gates [cap][n_head * head_dim], delta net beta and decay [cap][2][ssm_hv] */
+    float *gate;       /* qwen35: attention gates [cap][n_head * head_dim]; the delta net's
+                          beta, then alpha, logits ([n][ssm_hv] each) */
     int32_t *pos;      /* [4][cap] positions for one chunk */
     float *logits;     /* n_vocab */
 } llm_scratch;

@@ -45,7 +45,8 @@ int llm_qwen35_hparams(ph_model *m, ph_err *e) {
     for (int l = 0; l < hp->n_layer; l++) {
         llm_layer *L = &m->layers[l];
         int64_t v = 0;
-        if (rl && gguf_arr_i64(rl, (uint64_t)l, &v))
+        if (rl && rl->v.arr.type == GGUF_BOOL) v = rl->v.arr.data[l]; /* one byte each */
+        else if (rl && gguf_arr_i64(rl, (uint64_t)l, &v))
             return ph_err_set(e, "'qwen35.attention.recurrent_layers' holds a value that is not a number");
         L->recurrent = rl ? v != 0 : (uint32_t)(l + 1) % interval != 0;
         L->slot = L->recurrent ? hp->n_rec_layer++ : hp->n_attn_layer++;
