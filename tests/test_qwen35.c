@@ -77,7 +77,6 @@ static void test_layer_kinds(const float *want, int n_vocab) {
          "'blk.3.attn_qkv.weight' is missing"},
         {{.arr_key = layers, .arr_type = GGUF_BOOL, .arr_data = short_, .arr_n = N_LAYER - 1, .bool_value = -1},
          "does not hold a value per layer"},
-        {{.key = interval, .bool_value = 0}, "'qwen35.full_attention_interval' is not a u32"},
         {{.drop_tensor = "blk.5.ssm_a", .bool_value = -1}, "'blk.5.ssm_a' is missing"},
         {{.reshape_tensor = "blk.0.ssm_conv1d.weight", .bool_value = -1}, "'blk.0.ssm_conv1d.weight' has shape"},
         {{.key = "qwen35.ssm.group_count", .bool_value = -1}, "'qwen35.ssm.group_count' is missing"},

@@ -96,6 +96,11 @@ void llm_scratch_free(llm_scratch *sc);
 int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *sc, const int32_t *tokens, const float *embd, int64_t n,
                 const int32_t *pos, bool want_logits, bool prompt, ph_err *e);
 
+/* The u32 metadata value `<arch>.<suffix>`: 0; 1 when it is not required
+ * and absent (or of another type); -1 with e set when required and absent
+ * or of another type. */
+int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required, ph_err *e);
+
 /* ---- qwen35 (llm_qwen35.c), for llm_qwen3.c -------------------------------- */
 /* Reads the recurrent layers' settings and which layers they are (spec H.1). */
 int llm_qwen35_hparams(ph_model *m, ph_err *e);

@@ -11,8 +11,8 @@
 
 /* ---- loading ------------------------------------------------------------ */
 
-static int get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required,
-                   ph_err *e) {
+int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required,
+                ph_err *e) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (gguf_get_u32(f, key, out) == 0) return 0;
@@ -36,32 +36,32 @@ static int load_hparams(ph_model *m, ph_err *e) {
     llm_hparams *hp = &m->hp;
     const char *a = m->arch_name;
     uint32_t u;
-    if (get_u32(f, a, "context_length", &u, true, e)) return -1;
+    if (llm_get_u32(f, a, "context_length", &u, true, e)) return -1;
     hp->n_ctx_train = (int32_t)u;
-    if (get_u32(f, a, "embedding_length", &u, true, e)) return -1;
+    if (llm_get_u32(f, a, "embedding_length", &u, true, e)) return -1;
     hp->n_embd = (int32_t)u;
-    if (get_u32(f, a, "block_count", &u, true, e)) return -1;
+    if (llm_get_u32(f, a, "block_count", &u, true, e)) return -1;
     hp->n_layer = (int32_t)u;
     /* blocks for multi-token prediction follow the trunk; they are not run */
     uint32_t nextn = 0;
-    get_u32(f, a, "nextn_predict_layers", &nextn, false, e);
+    llm_get_u32(f, a, "nextn_predict_layers", &nextn, false, e);
     if (nextn >= u) return ph_err_set(e, "%u blocks, %u of them for multi-token prediction", u, nextn);
     hp->n_layer -= (int32_t)nextn;
-    if (get_u32(f, a, "feed_forward_length", &u, true, e)) return -1;
+    if (llm_get_u32(f, a, "feed_forward_length", &u, true, e)) return -1;
     hp->n_ff = (int32_t)u;
-    if (get_u32(f, a, "attention.head_count", &u, true, e)) return -1;
+    if (llm_get_u32(f, a, "attention.head_count", &u, true, e)) return -1;
     hp->n_head = (int32_t)u;
     hp->n_head_kv = hp->n_head;
-    if (get_u32(f, a, "attention.head_count_kv", &u, false, e) == 0) hp->n_head_kv = (int32_t)u;
+    if (llm_get_u32(f, a, "attention.head_count_kv", &u, false, e) == 0) hp->n_head_kv = (int32_t)u;
     if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
         return ph_err_set(e, "head counts %d / %d (kv) are not usable", hp->n_head, hp->n_head_kv);
     hp->head_dim = hp->n_embd / hp->n_head;
-    if (get_u32(f, a, "attention.key_length", &u, false, e) == 0) hp->head_dim = (int32_t)u;
+    if (llm_get_u32(f, a, "attention.key_length", &u, false, e) == 0) hp->head_dim = (int32_t)u;
     uint32_t vlen = (uint32_t)hp->head_dim;
-    if (get_u32(f, a, "attention.value_length", &vlen, false, e) == 0 && (int32_t)vlen != hp->head_dim)
+    if (llm_get_u32(f, a, "attention.value_length", &vlen, false, e) == 0 && (int32_t)vlen != hp->head_dim)
         return ph_err_set(e, "key length %d and value length %u differ", hp->head_dim, vlen);
     uint32_t n_rot = (uint32_t)hp->head_dim;
-    get_u32(f, a, "rope.dimension_count", &n_rot, false, e);
+    llm_get_u32(f, a, "rope.dimension_count", &n_rot, false, e);
     /* Qwen3.5 rotates the first n_rot dims of a head (spec H.6) */
     if (hp->arch == LLM_ARCH_QWEN35 ? n_rot == 0 || n_rot % 2 || (int32_t)n_rot > hp->head_dim
                                     : (int32_t)n_rot != hp->head_dim)
@@ -100,7 +100,7 @@ static int load_hparams(ph_model *m, ph_err *e) {
         }
         int S = hp->rope.sections[0] + hp->rope.sections[1] + hp->rope.sections[2] + hp->rope.sections[3];
         if (S <= 0 || S > hp->head_dim / 2 * 2) return ph_err_set(e, "'%s' sections sum to %d", key, S);
-        if (hp->arch == LLM_ARCH_QWEN3VL && get_u32(f, a, "n_deepstack_layers", &u, false, e) == 0)
+        if (hp->arch == LLM_ARCH_QWEN3VL && llm_get_u32(f, a, "n_deepstack_layers", &u, false, e) == 0)
             hp->n_deepstack = (int32_t)u;
         if (hp->n_deepstack > hp->n_layer)
             return ph_err_set(e, "%d deepstack layers but only %d layers", hp->n_deepstack, hp->n_layer);

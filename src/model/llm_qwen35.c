@@ -9,20 +9,14 @@
 #include "kernels/gdn.h"
 #include "model/llm.h"
 
-static int want_u32(const gguf_file *f, const char *suffix, uint32_t *out, ph_err *e) {
-    char key[128];
-    snprintf(key, sizeof key, "qwen35.%s", suffix);
-    if (gguf_get_u32(f, key, out) == 0) return 0;
-    return ph_err_set(e, "metadata key '%s' is %s", key, gguf_find_kv(f, key) ? "not a u32" : "missing");
-}
-
 int llm_qwen35_hparams(ph_model *m, ph_err *e) {
     const gguf_file *f = m->gguf;
     llm_hparams *hp = &m->hp;
     uint32_t kc, inner, d, hv, hk, interval = 4;
-    if (want_u32(f, "ssm.conv_kernel", &kc, e) || want_u32(f, "ssm.inner_size", &inner, e) ||
-        want_u32(f, "ssm.state_size", &d, e) || want_u32(f, "ssm.time_step_rank", &hv, e) ||
-        want_u32(f, "ssm.group_count", &hk, e))
+    const char *a = m->arch_name;
+    if (llm_get_u32(f, a, "ssm.conv_kernel", &kc, true, e) || llm_get_u32(f, a, "ssm.inner_size", &inner, true, e) ||
+        llm_get_u32(f, a, "ssm.state_size", &d, true, e) || llm_get_u32(f, a, "ssm.time_step_rank", &hv, true, e) ||
+        llm_get_u32(f, a, "ssm.group_count", &hk, true, e))
         return -1;
     if (kc < 1 || kc > 64 || d == 0 || d > 1024 || hv == 0 || hv > 1024 || hk == 0 || hv % hk || inner != hv * d)
         return ph_err_set(e, "the delta net's settings (conv %u, inner %u, state %u, heads %u/%u) are not usable "
@@ -35,9 +29,7 @@ int llm_qwen35_hparams(ph_model *m, ph_err *e) {
     /* which layers are recurrent: a per-layer array, else every layer but
      * each interval-th (spec H.1); MTP blocks past the trunk never are */
     const gguf_kv *rl = gguf_find_kv(f, "qwen35.attention.recurrent_layers");
-    if (!rl && gguf_get_u32(f, "qwen35.full_attention_interval", &interval) != 0 &&
-        gguf_find_kv(f, "qwen35.full_attention_interval"))
-        return ph_err_set(e, "metadata key 'qwen35.full_attention_interval' is not a u32");
+    if (!rl) llm_get_u32(f, a, "full_attention_interval", &interval, false, e);
     if (rl && (rl->type != GGUF_ARRAY || rl->v.arr.n < (uint64_t)hp->n_layer))
         return ph_err_set(e, "'qwen35.attention.recurrent_layers' does not hold a value per layer");
     if (interval == 0) return ph_err_set(e, "'qwen35.full_attention_interval' is 0");
