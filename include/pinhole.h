@@ -250,7 +250,7 @@ typedef struct ph_engine_params {
     double vision_idle_s;         /* > 0: load the encoder on demand, release it after this long idle */
     const char *kv_disk_dir;      /* disk tier: checkpoints written here, found again after a restart (NULL: off) */
     uint64_t kv_disk_bytes;       /* at most this many bytes of checkpoint files (default 16 GiB) */
-    int32_t checkpoint_every;     /* also checkpoint every N rows of a long prompt (default 4096; 0: never) */
+    int32_t checkpoint_every;     /* also checkpoint (recurrent layers: snapshot) every N rows of a long prompt (default 4096; 0: never) */
     const char *id_cache_dir;     /* where file ids are remembered; NULL: $XDG_CACHE_HOME/pinhole */
     void (*progress)(void *ud, const char *what, double fraction); /* loading progress, may be NULL */
     void *progress_ud;
@@ -426,7 +426,11 @@ typedef struct ph_turn_report {
 /* Runs one turn. With a disk tier (kv_disk_dir), the sequence is saved as
  * a checkpoint file at the end of its prompt, every checkpoint_every rows
  * of a long prompt, at the end of the turn, and when the engine is freed;
- * a writer thread writes them while the turn goes on. An auxiliary turn (g->auxiliary) first parks the primary
+ * a writer thread writes them while the turn goes on. A model with
+ * recurrent layers (qwen35) resumes the live state only where a snapshot of
+ * its recurrent state was taken: after each picture, every checkpoint_every
+ * rows of a long prompt, at the end of the prompt and of the turn (the
+ * last 4 kept). An auxiliary turn (g->auxiliary) first parks the primary
  * conversation (the live state, when a primary request made it and the
  * auxiliary one would drop any of its rows) in a slot of its own; later
  * auxiliary turns never displace it; the next primary turn restores it when

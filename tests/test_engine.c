@@ -2,8 +2,8 @@
  * oracle's tiny model pair: what each turn reuses, takes from the embedding
  * cache and encodes, and that every reusing turn generates the same tokens
  * and top log-probabilities as a cold engine with all caches off; and that
- * a model with recurrent layers (the oracle's tiny qwen35 pair) reuses no
- * state, so that its turns are cold ones. */
+ * a model with recurrent layers (the oracle's tiny qwen35 pair) resumes its
+ * live state only at a snapshot of its recurrent state. */
 #include <math.h>
 #include <spng.h>
 #include <stdio.h>
@@ -190,10 +190,16 @@ static ph_image_in *pic(ph_engine *e, file f) {
     return im;
 }
 
+/* The tokens of text for the model that the tests use now (llm). */
 static int32_t count_tokens(ph_engine *e, const char *text) {
     (void)e;
     static ph_model *m;
-    if (!m) m = ph_model_load(LLM, 1, NULL);
+    static const char *path;
+    if (m && path != llm) {
+        ph_model_free(m);
+        m = NULL;
+    }
+    if (!m) m = ph_model_load(path = llm, 1, NULL);
     ph_tokens t = {0};
     ph_tokenize(m, text, strlen(text), true, &t, NULL);
     int32_t n = (int32_t)t.n;
@@ -913,9 +919,12 @@ out:
     ph_engine_free(e);
 }
 
-/* A model with recurrent layers (qwen35): no state is reused, whatever the
- * engine is allowed (the live state, a RAM checkpoint, parking, the disk
- * tier, which it does not open), so every turn is a cold one. */
+/* A model with recurrent layers (qwen35): the live state is cut back only
+ * to a row after which a snapshot of its recurrent state was taken (a
+ * picture's end, the end of a prompt or of a turn), the nearest one at or
+ * before the end of what a request shares with it; nothing else is reused
+ * (no RAM checkpoints, no parking, no disk tier, which it does not open).
+ * Every warm turn equals a cold one. */
 static void test_recurrent(file a) {
     llm = LLM_Q35;
     mmproj = MMPROJ_Q35;
@@ -929,26 +938,94 @@ static void test_recurrent(file a) {
     CHECKF(e != NULL, "qwen35 engine: %s", err.msg);
     if (!e) goto out;
     ph_image_in *pics[1] = {pic(e, a)};
-    conv c1, c2, x = {0};
+    conv c1, c2, c3, x = {0};
     chat_about(&c1, pics, 0, 1);
     chat_about(&c2, pics, 0, 2);
     msg(&x, 'u', (const char *[]){"A side question."}, 1, pics);
+    /* the prompt's rows after the picture, and the answer's opener (a
+     * thinking template's history does not have it) */
+    const int32_t tail = count_tokens(e, "<|vision_end|>What is in this picture?<|im_end|>\n"
+                                         "<|im_start|>assistant\n<think>\n"),
+                  opener = count_tokens(e, "<think>\n");
     result r1 = turn(e, &c1);
     CHECK(r1.n > 0 && r1.r.n_reused == 0);
+    const int32_t pic_end = r1.r.n_prompt - tail;
+    /* the history re-sent with a new question: from the end of the last
+     * prompt, less the opener */
     result r2 = turn(e, &c2);
-    CHECKF(r2.r.n_reused == 0 && r2.r.n_prefilled == r2.r.n_prompt && r2.r.n_prompt > r1.r.n_prompt,
-           "second turn: %d of %d rows reused", r2.r.n_reused, r2.r.n_prompt);
+    CHECKF(r2.r.n_reused == r1.r.n_prompt - opener && r2.r.pics_from_kv == 1 && r2.r.pics_encoded == 0,
+           "second turn: %d rows reused, the first prompt has %d (%d of them the opener); picture from kv %d",
+           r2.r.n_reused, r1.r.n_prompt, opener, r2.r.pics_from_kv);
     same_as_cold(&c2, &r2, "qwen35: second turn");
-    result rx = turn_as(e, &x, true);
-    CHECK(rx.n > 0 && !rx.r.parked);
+    /* the same request again: from the same row of its own prompt */
+    result again = turn(e, &c2);
+    CHECKF(again.r.n_reused == r2.r.n_prompt - opener, "the same request again: %d rows reused of %d",
+           again.r.n_reused, again.r.n_prompt);
+    same_as_cold(&c2, &again, "qwen35: the same request again");
+    /* the question after the picture edited: from the picture's end, not
+     * from the end of what the two share */
+    chat_about(&c3, pics, 0, 2);
+    c3.parts[1].text = "What is this?";
+    c3.parts[1].len = strlen(c3.parts[1].text);
+    result r3 = turn(e, &c3);
+    CHECKF(r3.r.n_reused == pic_end && r3.r.pics_from_kv == 1 && r3.r.n_prefilled == r3.r.n_prompt - pic_end,
+           "edit after the picture: %d rows reused, %d prefilled of %d; the picture ends at row %d", r3.r.n_reused,
+           r3.r.n_prefilled, r3.r.n_prompt, pic_end);
+    same_as_cold(&c3, &r3, "qwen35: edit after the picture");
+    /* the picture re-sent with another first question: from its end again */
     r2 = turn(e, &c2);
-    CHECKF(r2.r.n_reused == 0 && !r2.r.from_parked, "after a side call: %d rows reused", r2.r.n_reused);
+    CHECKF(r2.r.n_reused == pic_end && r2.r.pics_from_kv == 1, "back to the first question: %d rows reused",
+           r2.r.n_reused);
+    same_as_cold(&c2, &r2, "qwen35: picture re-sent");
+    /* a side call shares a few rows, with no snapshot after them: cold */
+    result rx = turn_as(e, &x, true);
+    CHECKF(rx.n > 0 && !rx.r.parked && rx.r.n_reused == 0 && rx.r.n_prefilled == rx.r.n_prompt,
+           "side call: %d rows reused", rx.r.n_reused);
+    same_as_cold(&x, &rx, "qwen35: side call");
+    r2 = turn(e, &c2);
+    CHECKF(r2.r.n_reused == 0 && !r2.r.from_parked && r2.r.n_from_ram == 0, "after a side call: %d rows reused",
+           r2.r.n_reused);
     same_as_cold(&c2, &r2, "qwen35: after a side call");
     ph_image_in_free(pics[0]);
     ph_engine_free(e);
     CHECKF(count_files(dir) == 0, "%d files in the unused checkpoint folder", count_files(dir));
 out:
     rmdir(dir);
+    llm = LLM;
+    mmproj = MMPROJ;
+}
+
+/* With recurrent layers, a long prompt has a snapshot every
+ * checkpoint_every rows too: an edit late in it resumes at the last such
+ * row before the edit, not at the edit. */
+static void test_recurrent_every(void) {
+    llm = LLM_Q35;
+    mmproj = MMPROJ_Q35;
+    ph_engine_params p = params(llm);
+    p.checkpoint_every = 8;
+    ph_err err = {0};
+    ph_engine *e = ph_engine_new(&p, &err);
+    CHECKF(e != NULL, "qwen35 engine: %s", err.msg);
+    if (e) {
+        static const char first[] = "one two three four five six seven eight nine ten eleven twelve thirteen "
+                                    "fourteen fifteen sixteen seventeen eighteen nineteen";
+        char text[sizeof first + 16];
+        snprintf(text, sizeof text, "%s twenty", first);
+        conv c = {0};
+        msg(&c, 'u', (const char *[]){text}, 1, NULL);
+        result r1 = turn(e, &c);
+        snprintf(text, sizeof text, "%s thirty", first);
+        c.parts[0].len = strlen(text);
+        result r2 = turn(e, &c);
+        char shared[sizeof first + 32];
+        snprintf(shared, sizeof shared, "<|im_start|>user\n%s", first);
+        const int32_t n = count_tokens(e, shared);
+        CHECKF(r1.n > 0 && r2.r.n_reused == n / 8 * 8 && n >= 16 && r2.r.n_prefilled == r2.r.n_prompt - n / 8 * 8,
+               "edit after row %d: %d rows reused, %d prefilled of %d", n, r2.r.n_reused, r2.r.n_prefilled,
+               r2.r.n_prompt);
+        same_as_cold(&c, &r2, "qwen35: edit late in a long prompt");
+        ph_engine_free(e);
+    }
     llm = LLM;
     mmproj = MMPROJ;
 }
@@ -976,6 +1053,7 @@ int main(void) {
     test_kv_disk();
     test_domains(a);
     test_recurrent(a);
+    test_recurrent_every();
     free(a.p);
     free(b.p);
     free(s.p);

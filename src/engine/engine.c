@@ -65,13 +65,11 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     progress(p, "loading the model", 0.2);
     if (!(e->m = ph_model_load(p->model_path, p->n_threads, err))) goto fail;
     /* A recurrent layer's state (qwen35) is what all of a sequence's rows
-     * left behind: no shorter prefix can be had by dropping rows, and
-     * checkpoints do not hold it yet. Such a model reuses nothing (every
-     * prompt is prefilled from the start; no RAM or disk checkpoints, no
-     * parking): the cold answer, always. Issue 14's snapshots of the
-     * recurrent state will lift this. */
+     * left behind: the live state can be cut back only to a row after
+     * which a snapshot of it was taken (state/kv_cache.h; plan_reuse), and
+     * checkpoints do not hold it yet. Such a model reuses the live state
+     * only: no RAM or disk checkpoints, no parking. */
     const bool recurrent = e->m->hp.n_rec_layer > 0;
-    if (recurrent) e->reuse = false;
     if (p->mmproj_path) {
         progress(p, "loading the vision encoder", 0.6);
         if (e->m->hp.rope.mode != PH_ROPE_IMROPE) {
@@ -109,18 +107,19 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
              hp->rope.sections[3], ph_cpu_isa());
     snprintf(e->live.format, sizeof e->live.format, "%s", e->format_tag);
     e->fmt = chat_format_for(e->m);
-    ram_tier_init(&e->ram, e->reuse ? p->ram_cache_bytes : 0);
-    e->park_budget = e->reuse ? p->conversation_cache_bytes : 0;
+    const bool checkpoints = e->reuse && !recurrent;
+    ram_tier_init(&e->ram, checkpoints ? p->ram_cache_bytes : 0);
+    e->park_budget = checkpoints ? p->conversation_cache_bytes : 0;
     if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
         goto fail;
     ph_embed_cache_set_disk_budget(e->cache, p->image_cache_disk_bytes);
     if (p->kv_disk_dir && recurrent) {
-        PH_WARN("%s models do not reuse state yet: %s is not used", e->m->arch_name, p->kv_disk_dir);
+        PH_WARN("%s models have no checkpoint files yet: %s is not used", e->m->arch_name, p->kv_disk_dir);
     } else if (p->kv_disk_dir) {
         progress(p, "opening the checkpoint folder", 0.95);
         if (!(e->disk = disk_tier_open(p->kv_disk_dir, p->kv_disk_bytes, err))) goto fail;
-        e->checkpoint_every = p->checkpoint_every > 0 ? p->checkpoint_every : 0;
     }
+    e->checkpoint_every = p->checkpoint_every > 0 ? p->checkpoint_every : 0;
     progress(p, "ready", 1.0);
     return e;
 fail:
@@ -208,6 +207,7 @@ typedef struct turn {
     seq_state want;            /* the request's stream as rows */
     const ph_embed **embeds;   /* per picture item: its rows (referenced) */
     int32_t *item_row;         /* per prompt item: its first row */
+    int32_t head;              /* with recurrent layers: the rows up to the answer's opener, or 0 */
 } turn;
 
 /* Frees the pictures' decoded pixels: they are needed only to identify
@@ -601,27 +601,40 @@ static void checkpoint(ph_engine *e, double delay_s) {
     if (e->disk) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv, delay_s);
 }
 
+/* Takes a snapshot of the recurrent layers' state after the live rows,
+ * where a later turn may resume (none without recurrent layers or reuse). */
+static void snapshot(ph_engine *e) {
+    if (e->reuse) kv_cache_snapshot(&e->s->kv);
+}
+
 /* Evaluates the request's rows from keep on, recording their provenance;
- * with a disk tier, checkpoints every checkpoint_every rows on the way. */
+ * with a disk tier or recurrent layers, checkpoints every checkpoint_every
+ * rows on the way. With recurrent layers, snapshots of their state are
+ * taken there, after each picture (a conversation that changes after it
+ * resumes there) and after the answer's header (t->head: the conversation
+ * re-sent with the answer and a new question resumes there). */
 static int prefill(turn *t, int32_t keep, ph_err *err) {
     ph_engine *e = t->e;
     const seq_state *w = &t->want;
-    const int32_t every = e->disk ? e->checkpoint_every : 0;
+    const int32_t every = e->disk || e->s->kv.recurrent ? e->checkpoint_every : 0;
     int32_t r = keep, span = 0, mark = every ? (keep / every + 1) * every : INT32_MAX;
     while (span < w->n_spans && w->spans[span].start < keep) span++;
     while (r < w->n_rows) {
         if (r >= mark) {
             checkpoint(e, CHECKPOINT_GRACE_S);
+            snapshot(e);
             mark = (r / every + 1) * every;
         }
         if (w->tok[r] != SEQ_ROW_PICTURE) {
+            const int32_t stop = t->head > r && t->head < mark ? t->head : mark;
             int32_t end = r;
-            while (end < w->n_rows && end < mark && w->tok[end] != SEQ_ROW_PICTURE) end++;
+            while (end < w->n_rows && end < stop && w->tok[end] != SEQ_ROW_PICTURE) end++;
             int32_t pos = ph_session_next_pos(e->s);
             if (session_eval_prompt(e->s, w->tok + r, (size_t)(end - r), err)) return -1;
             for (int32_t i = r; i < end; i++)
                 if (seq_push_token(&e->live, w->tok[i], pos + (i - r), err)) return -1;
             r = end;
+            if (r == t->head) snapshot(e);
             continue;
         }
         const seq_span *sp = &w->spans[span];
@@ -634,6 +647,7 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
         memcpy(rec.cond_hash, em->cond_hash, 32);
         rec.has_cond = true;
         if (seq_push_span(&e->live, &rec, pos, err)) return -1;
+        snapshot(e);
         r += sp->n_tokens;
         span++;
     }
@@ -716,7 +730,8 @@ static bool park_primary(ph_engine *e, int32_t keep) {
  * live provenance hold exactly those. Nothing of another isolation domain
  * is ever a match (seq_common_prefix, and the disk tier's keys). */
 static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_report *r) {
-    int32_t keep = e->reuse ? usable(want, seq_common_prefix(&e->live, want)) : 0;
+    /* with recurrent layers, the most that is kept is a snapshot's rows */
+    int32_t keep = e->reuse ? kv_cache_cut_point(&e->s->kv, usable(want, seq_common_prefix(&e->live, want))) : 0;
     const int32_t most = usable(want, want->n_rows);
     bool pinned = false;
     if (aux && !e->live_is_aux && !e->has_parked && keep < e->live.n_rows) {
@@ -819,6 +834,20 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     return keep;
 }
 
+/* With recurrent layers, t->head: the prompt's rows before the answer's
+ * opener (chat_format_opener), the last row that the conversation re-sent
+ * with this turn's answer shares. */
+static int find_head(turn *t, const chat_render_opts *ro, ph_err *err) {
+    ph_engine *e = t->e;
+    if (!e->s->kv.recurrent) return 0;
+    const char *op = chat_format_opener(&e->fmt, ro);
+    ph_tokens k = {0};
+    if (ph_tokenize(e->m, op, strlen(op), true, &k, err)) return -1;
+    t->head = t->want.n_rows - (int32_t)k.n;
+    ph_tokens_free(&k);
+    return 0;
+}
+
 /* Renders a turn's prompt stream; pictures need the vision encoder. */
 static int render(turn *t, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_err *err) {
     ph_engine *e = t->e;
@@ -859,7 +888,8 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     if ((rc = constraint_init(&con, e->m, e->jv, gp, chat_format_opens_think(&e->fmt, &ro), err)) != 0 ||
         (rc = forced_tokens(e, gp, &forced, err)) != 0)
         goto out;
-    if ((rc = check_fits(&t, err)) != 0 || (rc = identify_pictures(&t, err)) != 0 || (rc = build_want(&t, err)) != 0)
+    if ((rc = check_fits(&t, err)) != 0 || (rc = identify_pictures(&t, err)) != 0 || (rc = build_want(&t, err)) != 0 ||
+        (rc = find_head(&t, &ro, err)) != 0)
         goto out;
     r->n_prompt = t.want.n_rows;
 

@@ -19,9 +19,10 @@ static void point(kv_cache *c) {
     }
 }
 
-/* Back to the state of an empty sequence. */
+/* Back to the state of an empty sequence (no snapshots). */
 static void clear_recurrent(kv_cache *c) {
     if (c->recurrent) memset(c->recurrent, 0, c->recurrent_floats * sizeof(float));
+    c->n_snap = 0;
 }
 
 /* The recurrent layers' state: per layer its convolution's rows, then its
@@ -66,6 +67,7 @@ void kv_cache_free(kv_cache *c) {
     free(c->rows.conv);
     free(c->rows.ssm);
     free(c->recurrent);
+    for (int i = 0; i < KV_SNAPSHOTS; i++) free(c->snap[i]);
     memset(c, 0, sizeof *c);
 }
 
@@ -94,8 +96,37 @@ void kv_cache_trim_map(const kv_cache *c, void *map, int32_t n) {
 }
 
 void kv_cache_truncate(kv_cache *c, int32_t n) {
-    if (n < c->rows.n_rows) c->rows.n_rows = n < 0 ? 0 : n;
-    if (c->rows.n_rows == 0) clear_recurrent(c);
+    if (n >= c->rows.n_rows) return;
+    c->rows.n_rows = n < 0 ? 0 : n;
+    if (c->rows.n_rows == 0) {
+        clear_recurrent(c);
+        return;
+    }
+    while (c->n_snap && c->snap_rows[c->n_snap - 1] > n) c->n_snap--;
+    if (c->recurrent && c->n_snap)
+        memcpy(c->recurrent, c->snap[c->n_snap - 1], c->recurrent_floats * sizeof(float));
+}
+
+int32_t kv_cache_cut_point(const kv_cache *c, int32_t n) {
+    if (!c->recurrent || n >= c->rows.n_rows) return n < c->rows.n_rows ? n : c->rows.n_rows;
+    int i = c->n_snap;
+    while (i && c->snap_rows[i - 1] > n) i--;
+    return i ? c->snap_rows[i - 1] : 0;
+}
+
+void kv_cache_snapshot(kv_cache *c) {
+    const int32_t n = c->rows.n_rows;
+    if (!c->recurrent || n == 0 || (c->n_snap && c->snap_rows[c->n_snap - 1] == n)) return;
+    if (c->n_snap == KV_SNAPSHOTS) { /* the earliest one's copy is reused for this one */
+        float *first = c->snap[0];
+        memmove(c->snap, c->snap + 1, (KV_SNAPSHOTS - 1) * sizeof *c->snap);
+        memmove(c->snap_rows, c->snap_rows + 1, (KV_SNAPSHOTS - 1) * sizeof *c->snap_rows);
+        c->snap[--c->n_snap] = first;
+    }
+    float **s = &c->snap[c->n_snap];
+    if (!*s && !(*s = malloc(c->recurrent_floats * sizeof(float)))) return;
+    memcpy(*s, c->recurrent, c->recurrent_floats * sizeof(float));
+    c->snap_rows[c->n_snap++] = n;
 }
 
 size_t kv_cache_bytes(const kv_cache *c, int32_t n) { return 2 * (size_t)c->n_layer * (size_t)n * c->row_bytes; }

@@ -15,9 +15,14 @@
  *
  * A model with recurrent layers (qwen35) also has their state here: what
  * its n_rows rows left behind, which no prefix of them can be cut from.
- * Such a cache is only ever emptied (truncated to 0, or given a fresh
- * mapping), never truncated to other rows nor saved or loaded: issue 14's
- * snapshots of the recurrent state will lift that. */
+ * Such a cache can be cut back only to a row where that state is known:
+ * 0 (an empty sequence), or a snapshot, a copy of the recurrent state taken
+ * after some row (kv_cache_snapshot). At most KV_SNAPSHOTS are kept, the
+ * latest ones; each costs recurrent_floats * 4 bytes, that is
+ * n_rec_layer * ((conv_k - 1) * conv_dim + ssm_hv * ssm_d^2) floats, a
+ * little over 1 MiB per recurrent layer whose delta net has 16 value heads
+ * of 128 x 128, allocated when first taken. Such a cache is not saved or
+ * loaded yet (no checkpoints). */
 #ifndef PH_STATE_KV_CACHE_H
 #define PH_STATE_KV_CACHE_H
 
@@ -27,6 +32,9 @@
 #include "base/error.h"
 #include "model/llm.h"
 
+/* Snapshots of the recurrent state kept per sequence (below). */
+#define KV_SNAPSHOTS 4
+
 typedef struct kv_cache {
     llm_kv rows;        /* the cells and how many are in use (pointers into map) */
     int32_t n_layer;
@@ -35,14 +43,27 @@ typedef struct kv_cache {
     size_t map_bytes;
     float *recurrent;   /* the recurrent layers' states (rows.conv, rows.ssm point into it), or NULL */
     size_t recurrent_floats;
+    float *snap[KV_SNAPSHOTS]; /* copies of the recurrent state (allocated when first needed) */
+    int32_t snap_rows[KV_SNAPSHOTS]; /* the rows each was taken after, increasing, all <= rows.n_rows */
+    int n_snap;
 } kv_cache;
 
 int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e);
 void kv_cache_free(kv_cache *c);
 
 /* Keeps the first n cells (later ones are overwritten as rows come); with
- * recurrent layers, n is 0 (their state back to zero) or at least n_rows. */
+ * recurrent layers, n is one that kv_cache_cut_point gives (their state
+ * back to zero or to the snapshot after row n; later snapshots dropped). */
 void kv_cache_truncate(kv_cache *c, int32_t n);
+/* The most rows, at most n, that truncation can keep: n itself without
+ * recurrent layers; with them, n_rows when n >= n_rows (the state as it
+ * is), else the last snapshot at or before n, else 0. */
+int32_t kv_cache_cut_point(const kv_cache *c, int32_t n);
+/* Records the recurrent state after the rows in use as a snapshot (the
+ * earliest one dropped when KV_SNAPSHOTS are kept); nothing without
+ * recurrent layers, when it is recorded already, or when memory is short
+ * (a snapshot only saves work). */
+void kv_cache_snapshot(kv_cache *c);
 
 /* The size of a copy of the first n cells. */
 size_t kv_cache_bytes(const kv_cache *c, int32_t n);

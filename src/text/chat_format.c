@@ -103,9 +103,12 @@ ph_chat_format chat_format_for(const ph_model *m) {
 const chat_family *chat_format_family(const ph_chat_format *f) { return f->family ? f->family : &chat_families[0]; }
 
 bool chat_format_opens_think(const ph_chat_format *f, const chat_render_opts *o) {
-    int thinking = o ? o->thinking : -1;
-    if (thinking == 0 && f->thinking_switch) return false;
-    return f->think;
+    return strcmp(chat_format_opener(f, o), "<think>\n") == 0;
+}
+
+const char *chat_format_opener(const ph_chat_format *f, const chat_render_opts *o) {
+    if (o && o->thinking == 0 && f->thinking_switch) return "<think>\n\n</think>\n\n";
+    return f->think ? "<think>\n" : "";
 }
 
 /* ---- the render context ------------------------------------------------- */
@@ -376,8 +379,7 @@ static int render_all(chat_render *r, const ph_chat_msg *msgs, size_t n_msgs, co
         }
     }
     puts_(r, "<|im_start|>assistant\n");
-    if (o && o->thinking == 0 && r->f->thinking_switch) puts_(r, "<think>\n\n</think>\n\n");
-    else if (r->f->think) puts_(r, "<think>\n");
+    puts_(r, chat_format_opener(r->f, o));
     return r->buf.oom ? oom(r) : 0;
 }
 

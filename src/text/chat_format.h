@@ -65,6 +65,11 @@ typedef struct chat_render_opts {
 
 /* Whether the generation prompt leaves the answer inside <think>. */
 bool chat_format_opens_think(const ph_chat_format *f, const chat_render_opts *o);
+/* What the generation prompt puts after the assistant's header
+ * (<|im_start|>assistant\n): the opening of its reasoning, or "". The
+ * conversation re-sent with the answer renders the header, but not this
+ * (a thinking model's history keeps no reasoning before the last query). */
+const char *chat_format_opener(const ph_chat_format *f, const chat_render_opts *o);
 
 /* Renders messages, tools (may be 0) and the generation prompt into a
  * prompt stream: runs of tokens and pictures. The i-th picture item refers
