@@ -427,10 +427,11 @@ typedef struct ph_turn_report {
  * a checkpoint file at the end of its prompt, every checkpoint_every rows
  * of a long prompt, at the end of the turn, and when the engine is freed;
  * a writer thread writes them while the turn goes on. A model with
- * recurrent layers (qwen35) resumes the live state only where a snapshot of
- * its recurrent state was taken: after each picture, every checkpoint_every
- * rows of a long prompt, at the end of the prompt and of the turn (the
- * last 4 kept). An auxiliary turn (g->auxiliary) first parks the primary
+ * recurrent layers (qwen35) resumes a state (live, RAM checkpoint, parked)
+ * only at its end or where a snapshot of its recurrent state was taken:
+ * after each picture, every checkpoint_every rows of a long prompt, and
+ * after the answer's header that ends the prompt, before a thinking
+ * template's <think> opener (the last 4 kept). An auxiliary turn (g->auxiliary) first parks the primary
  * conversation (the live state, when a primary request made it and the
  * auxiliary one would drop any of its rows) in a slot of its own; later
  * auxiliary turns never displace it; the next primary turn restores it when

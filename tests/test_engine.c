@@ -2,8 +2,8 @@
  * oracle's tiny model pair: what each turn reuses, takes from the embedding
  * cache and encodes, and that every reusing turn generates the same tokens
  * and top log-probabilities as a cold engine with all caches off; and that
- * a model with recurrent layers (the oracle's tiny qwen35 pair) resumes its
- * live state only at a snapshot of its recurrent state. */
+ * a model with recurrent layers (the oracle's tiny qwen35 pair) resumes a
+ * state (live, RAM, parked) only at a snapshot of its recurrent state. */
 #include <math.h>
 #include <spng.h>
 #include <stdio.h>
@@ -919,13 +919,13 @@ out:
     ph_engine_free(e);
 }
 
-/* A model with recurrent layers (qwen35): the live state is cut back only
- * to a row after which a snapshot of its recurrent state was taken (a
- * picture's end, the end of a prompt or of a turn), the nearest one at or
- * before the end of what a request shares with it; nothing else is reused
- * (no RAM checkpoints, no parking, no disk tier, which it does not open).
- * Every warm turn equals a cold one. */
-static void test_recurrent(file a) {
+/* A model with recurrent layers (qwen35): the live state, a RAM checkpoint
+ * or the parked conversation is cut back only to a row after which a
+ * snapshot of its recurrent state was taken (a picture's end, the end of a
+ * prompt's header, every checkpoint_every rows) or to its end, the nearest
+ * one at or before the end of what a request shares with it (no disk
+ * tier, which it does not open). Every warm turn equals a cold one. */
+static void test_recurrent(file a, file b) {
     llm = LLM_Q35;
     mmproj = MMPROJ_Q35;
     char dir[64];
@@ -937,10 +937,12 @@ static void test_recurrent(file a) {
     ph_engine *e = ph_engine_new(&p, &err);
     CHECKF(e != NULL, "qwen35 engine: %s", err.msg);
     if (!e) goto out;
-    ph_image_in *pics[1] = {pic(e, a)};
-    conv c1, c2, c3, x = {0};
+    ph_image_in *pics[2] = {pic(e, a), pic(e, b)};
+    conv c1, c2, c3, b1, b2, x = {0};
     chat_about(&c1, pics, 0, 1);
     chat_about(&c2, pics, 0, 2);
+    chat_about(&b1, pics, 1, 1);
+    chat_about(&b2, pics, 1, 2);
     msg(&x, 'u', (const char *[]){"A side question."}, 1, pics);
     /* the prompt's rows after the picture, and the answer's opener (a
      * thinking template's history does not have it) */
@@ -959,34 +961,48 @@ static void test_recurrent(file a) {
     same_as_cold(&c2, &r2, "qwen35: second turn");
     /* the same request again: from the same row of its own prompt */
     result again = turn(e, &c2);
-    CHECKF(again.r.n_reused == r2.r.n_prompt - opener, "the same request again: %d rows reused of %d",
-           again.r.n_reused, again.r.n_prompt);
+    const int32_t c2_head = r2.r.n_prompt - opener;
+    CHECKF(again.r.n_reused == c2_head, "the same request again: %d rows reused of %d", again.r.n_reused,
+           again.r.n_prompt);
     same_as_cold(&c2, &again, "qwen35: the same request again");
     /* the question after the picture edited: from the picture's end, not
-     * from the end of what the two share */
+     * from the end of what the two share (the conversation before the edit
+     * goes to the RAM tier) */
     chat_about(&c3, pics, 0, 2);
     c3.parts[1].text = "What is this?";
     c3.parts[1].len = strlen(c3.parts[1].text);
     result r3 = turn(e, &c3);
-    CHECKF(r3.r.n_reused == pic_end && r3.r.pics_from_kv == 1 && r3.r.n_prefilled == r3.r.n_prompt - pic_end,
+    CHECKF(r3.r.n_reused == pic_end && r3.r.pics_from_kv == 1 && r3.r.n_prefilled == r3.r.n_prompt - pic_end &&
+               r3.r.n_from_ram == 0,
            "edit after the picture: %d rows reused, %d prefilled of %d; the picture ends at row %d", r3.r.n_reused,
            r3.r.n_prefilled, r3.r.n_prompt, pic_end);
     same_as_cold(&c3, &r3, "qwen35: edit after the picture");
-    /* the picture re-sent with another first question: from its end again */
+    /* back to the first question: from its RAM checkpoint, at the snapshot
+     * before its opener (the checkpoint shares one row more) */
     r2 = turn(e, &c2);
-    CHECKF(r2.r.n_reused == pic_end && r2.r.pics_from_kv == 1, "back to the first question: %d rows reused",
-           r2.r.n_reused);
-    same_as_cold(&c2, &r2, "qwen35: picture re-sent");
-    /* a side call shares a few rows, with no snapshot after them: cold */
+    CHECKF(r2.r.n_reused == c2_head && r2.r.n_from_ram == c2_head, "back to the first question: %d rows reused, %d "
+           "from ram, expected %d", r2.r.n_reused, r2.r.n_from_ram, c2_head);
+    same_as_cold(&c2, &r2, "qwen35: back from a RAM checkpoint");
+    /* a side call: the conversation parked, the side call cold (it shares a
+     * few rows, with no snapshot after them); then the conversation back */
     result rx = turn_as(e, &x, true);
-    CHECKF(rx.n > 0 && !rx.r.parked && rx.r.n_reused == 0 && rx.r.n_prefilled == rx.r.n_prompt,
-           "side call: %d rows reused", rx.r.n_reused);
+    CHECKF(rx.n > 0 && rx.r.parked && rx.r.n_reused == 0 && rx.r.n_prefilled == rx.r.n_prompt,
+           "side call: parked %d, %d rows reused", rx.r.parked, rx.r.n_reused);
     same_as_cold(&x, &rx, "qwen35: side call");
     r2 = turn(e, &c2);
-    CHECKF(r2.r.n_reused == 0 && !r2.r.from_parked && r2.r.n_from_ram == 0, "after a side call: %d rows reused",
-           r2.r.n_reused);
+    CHECKF(r2.r.n_reused == c2_head && r2.r.from_parked, "after a side call: %d rows reused, from parked %d",
+           r2.r.n_reused, r2.r.from_parked);
     same_as_cold(&c2, &r2, "qwen35: after a side call");
+    /* two conversations interleaved: each resumes from the RAM tier */
+    result rb1 = turn(e, &b1), ra2 = turn(e, &c2), rb2 = turn(e, &b2);
+    CHECKF(rb1.r.n_reused == 0 && ra2.r.n_from_ram == c2_head, "A again after B1: %d from ram, expected %d",
+           ra2.r.n_from_ram, c2_head);
+    CHECKF(rb2.r.n_from_ram == rb1.r.n_prompt - opener && rb2.r.n_reused == rb2.r.n_from_ram && rb2.r.pics_encoded == 0,
+           "B2: %d from ram, B1's prompt has %d rows", rb2.r.n_from_ram, rb1.r.n_prompt);
+    same_as_cold(&c2, &ra2, "qwen35: interleaved A (from RAM)");
+    same_as_cold(&b2, &rb2, "qwen35: interleaved B2 (from RAM)");
     ph_image_in_free(pics[0]);
+    ph_image_in_free(pics[1]);
     ph_engine_free(e);
     CHECKF(count_files(dir) == 0, "%d files in the unused checkpoint folder", count_files(dir));
 out:
@@ -1052,7 +1068,7 @@ int main(void) {
     test_disk(b);
     test_kv_disk();
     test_domains(a);
-    test_recurrent(a);
+    test_recurrent(a, b);
     test_recurrent_every();
     free(a.p);
     free(b.p);

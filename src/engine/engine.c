@@ -65,10 +65,10 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     progress(p, "loading the model", 0.2);
     if (!(e->m = ph_model_load(p->model_path, p->n_threads, err))) goto fail;
     /* A recurrent layer's state (qwen35) is what all of a sequence's rows
-     * left behind: the live state can be cut back only to a row after
-     * which a snapshot of it was taken (state/kv_cache.h; plan_reuse), and
-     * checkpoints do not hold it yet. Such a model reuses the live state
-     * only: no RAM or disk checkpoints, no parking. */
+     * left behind: the live state and a RAM checkpoint can be cut back only
+     * to a row after which a snapshot of it was taken (state/kv_cache.h;
+     * plan_reuse). Checkpoint files do not hold it yet: the disk tier is
+     * not opened for such a model. */
     const bool recurrent = e->m->hp.n_rec_layer > 0;
     if (p->mmproj_path) {
         progress(p, "loading the vision encoder", 0.6);
@@ -105,11 +105,15 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
              e->m->arch_name, hp->n_layer, hp->n_head_kv, hp->head_dim, (int)hp->rope.mode,
              (double)hp->rope.freq_base, hp->rope.sections[0], hp->rope.sections[1], hp->rope.sections[2],
              hp->rope.sections[3], ph_cpu_isa());
+    if (recurrent) { /* and with recurrent layers, what their states are */
+        const size_t n = strlen(e->format_tag);
+        snprintf(e->format_tag + n, sizeof e->format_tag - n, ";rec=%d:%d:%d:%d:%d", hp->n_rec_layer, hp->conv_k,
+                 hp->conv_dim, hp->ssm_hv, hp->ssm_d);
+    }
     snprintf(e->live.format, sizeof e->live.format, "%s", e->format_tag);
     e->fmt = chat_format_for(e->m);
-    const bool checkpoints = e->reuse && !recurrent;
-    ram_tier_init(&e->ram, checkpoints ? p->ram_cache_bytes : 0);
-    e->park_budget = checkpoints ? p->conversation_cache_bytes : 0;
+    ram_tier_init(&e->ram, e->reuse ? p->ram_cache_bytes : 0);
+    e->park_budget = e->reuse ? p->conversation_cache_bytes : 0;
     if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
         goto fail;
     ph_embed_cache_set_disk_budget(e->cache, p->image_cache_disk_bytes);
@@ -655,8 +659,9 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
 }
 
 /* Moves the live state into *c without copying its cells: *c takes the
- * session's KV mapping (the pages past its rows given back), the session a
- * fresh one holding a copy of the first `keep` rows. `put` decides whether
+ * session's KV mapping (the pages past its rows given back) and a copy of
+ * its recurrent states, the session a fresh one holding a copy of the
+ * first `keep` rows (a row where it can resume). `put` decides whether
  * *c is kept (false: nothing changes; *c is cleared). The disk writer must
  * no longer read the live cells past `keep`. */
 static bool move_live(ph_engine *e, ram_ckpt *c, int32_t keep, bool (*put)(ph_engine *, ram_ckpt *)) {
@@ -670,15 +675,25 @@ static bool move_live(ph_engine *e, ram_ckpt *c, int32_t keep, bool (*put)(ph_en
         return false;
     }
     void *old = kv->map;
-    if (!put(e, c)) {
+    if (ram_ckpt_set_recurrent(c, kv)) {
         c->kv = NULL; /* still the session's */
+        ram_ckpt_free(c);
+        ph_big_free(fresh, kv->map_bytes);
+        return false;
+    }
+    const ram_ckpt held = *c; /* its recurrent states stay where put leaves them */
+    if (!put(e, c)) {
+        c->kv = NULL;
         ram_ckpt_free(c);
         ph_big_free(fresh, kv->map_bytes);
         return false;
     }
     kv_cache_swap_map(kv, fresh);
     kv_cache_trim_map(kv, old, n);
-    if (keep > 0) kv_cache_load(kv, old, kv->rows.n_ctx, keep);
+    if (keep > 0) {
+        kv_cache_load(kv, old, kv->rows.n_ctx, keep);
+        if (held.rec) kv_cache_load_recurrent(kv, held.rec, held.rec_rows, held.n_rec, keep);
+    }
     return true;
 }
 
@@ -742,7 +757,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     int32_t best = keep;
     const bool had_parked = !aux && e->has_parked;
     if (had_parked) { /* the primary conversation is back, or has moved on */
-        int32_t n = usable(want, seq_common_prefix(&e->parked.seq, want));
+        int32_t n = ram_ckpt_cut(&e->parked, usable(want, seq_common_prefix(&e->parked.seq, want)));
         if (n > best) {
             c = e->parked;
             best = n;
@@ -754,8 +769,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         e->has_parked = false;
     }
     int32_t from_ram = 0;
-    const int32_t ck = e->reuse && best < most ? ram_tier_find(&e->ram, want, &from_ram) : -1;
-    from_ram = usable(want, from_ram);
+    const int32_t ck = e->reuse && best < most ? ram_tier_find(&e->ram, want, most, &from_ram) : -1;
     disk_match dm = {.fd = -1};
     int32_t from_disk = 0;
     if (e->disk && e->reuse && best < most && from_ram < most &&
@@ -806,17 +820,15 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
          * answer, which the client sends back in its own words) is used up;
          * one with more is kept for them, and its prefix copied. */
         const bool used_up = c.seq.n_rows - best <= best / 8;
-        if (!used_up) {
-            kv_cache_load(&e->s->kv, c.kv, c.kv_rows, best);
-            ram_tier_return(&e->ram, &c);
-        } else if (c.kv_rows == e->s->kv.rows.n_ctx && c.map_bytes == e->s->kv.map_bytes) {
+        if (used_up && c.kv_rows == e->s->kv.rows.n_ctx && c.map_bytes == e->s->kv.map_bytes) {
             kv_cache_adopt_map(&e->s->kv, c.kv, best); /* its cells become the live ones: no copy */
             c.kv = NULL;
-            ram_ckpt_free(&c);
         } else {
             kv_cache_load(&e->s->kv, c.kv, c.kv_rows, best);
-            ram_ckpt_free(&c); /* the live state holds all of it now */
         }
+        if (c.rec) kv_cache_load_recurrent(&e->s->kv, c.rec, c.rec_rows, c.n_rec, best);
+        if (!used_up) ram_tier_return(&e->ram, &c);
+        else ram_ckpt_free(&c); /* the live state holds all of it now */
         keep = best;
         r->n_from_ram = best;
     } else {

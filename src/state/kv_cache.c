@@ -1,6 +1,7 @@
 /* The KV cache of one sequence: per-layer cells, checkpoint copies. */
 #include "state/kv_cache.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -107,16 +108,19 @@ void kv_cache_truncate(kv_cache *c, int32_t n) {
         memcpy(c->recurrent, c->snap[c->n_snap - 1], c->recurrent_floats * sizeof(float));
 }
 
-int32_t kv_cache_cut_point(const kv_cache *c, int32_t n) {
-    if (!c->recurrent || n >= c->rows.n_rows) return n < c->rows.n_rows ? n : c->rows.n_rows;
-    int i = c->n_snap;
-    while (i && c->snap_rows[i - 1] > n) i--;
-    return i ? c->snap_rows[i - 1] : 0;
+int32_t kv_rows_at_most(const int32_t *rows, int n, int32_t x) {
+    while (n && rows[n - 1] > x) n--;
+    return n ? rows[n - 1] : 0;
 }
 
-void kv_cache_snapshot(kv_cache *c) {
-    const int32_t n = c->rows.n_rows;
-    if (!c->recurrent || n == 0 || (c->n_snap && c->snap_rows[c->n_snap - 1] == n)) return;
+int32_t kv_cache_cut_point(const kv_cache *c, int32_t n) {
+    if (!c->recurrent || n >= c->rows.n_rows) return n < c->rows.n_rows ? n : c->rows.n_rows;
+    return kv_rows_at_most(c->snap_rows, c->n_snap, n);
+}
+
+/* Adds state (the one after row n) as the latest snapshot, the earliest
+ * dropped when KV_SNAPSHOTS are kept; nothing when memory is short. */
+static void add_snapshot(kv_cache *c, const float *state, int32_t n) {
     if (c->n_snap == KV_SNAPSHOTS) { /* the earliest one's copy is reused for this one */
         float *first = c->snap[0];
         memmove(c->snap, c->snap + 1, (KV_SNAPSHOTS - 1) * sizeof *c->snap);
@@ -125,8 +129,38 @@ void kv_cache_snapshot(kv_cache *c) {
     }
     float **s = &c->snap[c->n_snap];
     if (!*s && !(*s = malloc(c->recurrent_floats * sizeof(float)))) return;
-    memcpy(*s, c->recurrent, c->recurrent_floats * sizeof(float));
+    memcpy(*s, state, c->recurrent_floats * sizeof(float));
     c->snap_rows[c->n_snap++] = n;
+}
+
+void kv_cache_snapshot(kv_cache *c) {
+    const int32_t n = c->rows.n_rows;
+    if (c->recurrent && n > 0 && !(c->n_snap && c->snap_rows[c->n_snap - 1] == n)) add_snapshot(c, c->recurrent, n);
+}
+
+int kv_cache_recurrent_points(const kv_cache *c, int32_t rows[KV_SNAPSHOTS + 1]) {
+    if (!c->recurrent) return 0;
+    memcpy(rows, c->snap_rows, (size_t)c->n_snap * sizeof *rows);
+    const bool frontier = !(c->n_snap && c->snap_rows[c->n_snap - 1] == c->rows.n_rows);
+    if (frontier) rows[c->n_snap] = c->rows.n_rows;
+    return c->n_snap + frontier;
+}
+
+void kv_cache_save_recurrent(const kv_cache *c, float *dst) {
+    int32_t rows[KV_SNAPSHOTS + 1];
+    const int n = kv_cache_recurrent_points(c, rows);
+    for (int i = 0; i < n; i++)
+        memcpy(dst + (size_t)i * c->recurrent_floats, i < c->n_snap ? c->snap[i] : c->recurrent,
+               c->recurrent_floats * sizeof(float));
+}
+
+void kv_cache_load_recurrent(kv_cache *c, const float *src, const int32_t *rows, int n_points, int32_t n) {
+    int at = n_points - 1;
+    while (at > 0 && rows[at] != n) at--;
+    c->n_snap = 0;
+    for (int i = at + 1 > KV_SNAPSHOTS ? at + 1 - KV_SNAPSHOTS : 0; i <= at; i++)
+        add_snapshot(c, src + (size_t)i * c->recurrent_floats, rows[i]);
+    memcpy(c->recurrent, src + (size_t)at * c->recurrent_floats, c->recurrent_floats * sizeof(float));
 }
 
 size_t kv_cache_bytes(const kv_cache *c, int32_t n) { return 2 * (size_t)c->n_layer * (size_t)n * c->row_bytes; }

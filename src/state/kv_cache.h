@@ -21,8 +21,9 @@
  * latest ones; each costs recurrent_floats * 4 bytes, that is
  * n_rec_layer * ((conv_k - 1) * conv_dim + ssm_hv * ssm_d^2) floats, a
  * little over 1 MiB per recurrent layer whose delta net has 16 value heads
- * of 128 x 128, allocated when first taken. Such a cache is not saved or
- * loaded yet (no checkpoints). */
+ * of 128 x 128, allocated when first taken. A RAM checkpoint copies the
+ * snapshots and the state after all rows (kv_cache_save_recurrent); the
+ * disk tier does not hold them yet. */
 #ifndef PH_STATE_KV_CACHE_H
 #define PH_STATE_KV_CACHE_H
 
@@ -59,6 +60,19 @@ void kv_cache_truncate(kv_cache *c, int32_t n);
  * recurrent layers; with them, n_rows when n >= n_rows (the state as it
  * is), else the last snapshot at or before n, else 0. */
 int32_t kv_cache_cut_point(const kv_cache *c, int32_t n);
+/* The last of rows[0..n) (increasing) that is at most x, or 0. */
+int32_t kv_rows_at_most(const int32_t *rows, int n, int32_t x);
+/* The rows after which the recurrent state is known (its snapshots, then
+ * all rows in use unless a snapshot is there): how many (0 without
+ * recurrent layers), their rows in rows[]. */
+int kv_cache_recurrent_points(const kv_cache *c, int32_t rows[KV_SNAPSHOTS + 1]);
+/* Copies the recurrent states at those points, in that order, to dst
+ * (recurrent_floats each). */
+void kv_cache_save_recurrent(const kv_cache *c, float *dst);
+/* Makes the recurrent state the one after row n of such a copy (n one of
+ * its n_points rows), the copy's states up to n its snapshots; the caller
+ * has put the cache at n rows. */
+void kv_cache_load_recurrent(kv_cache *c, const float *src, const int32_t *rows, int n_points, int32_t n);
 /* Records the recurrent state after the rows in use as a snapshot (the
  * earliest one dropped when KV_SNAPSHOTS are kept); nothing without
  * recurrent layers, when it is recorded already, or when memory is short
@@ -79,7 +93,8 @@ void kv_cache_adopt_map(kv_cache *c, void *map, int32_t n);
 /* Gives back the pages of such a mapping past its first n cells. */
 void kv_cache_trim_map(const kv_cache *c, void *map, int32_t n);
 /* Makes the cache the first n cells of a copy of src_rows cells (n <=
- * src_rows; n <= n_ctx; not for a model with recurrent layers). */
+ * src_rows; n <= n_ctx); with recurrent layers, kv_cache_load_recurrent
+ * then gives their state. */
 void kv_cache_load(kv_cache *c, const void *src, int32_t src_rows, int32_t n);
 
 #endif

@@ -39,20 +39,23 @@ static seq_state view(const seq_state *seq, int32_t n) {
     return v;
 }
 
-/* Makes room for a checkpoint of bytes holding seq's first n rows (v):
- * false when one already holds them (it is made most recent) or it cannot
- * fit. Checkpoints that are prefixes of it are dropped, then the least
- * recently used until it fits. */
-static bool make_room(ram_tier *t, const seq_state *v, size_t bytes) {
+int32_t ram_ckpt_cut(const ram_ckpt *c, int32_t n) { return c->rec ? kv_rows_at_most(c->rec_rows, c->n_rec, n) : n; }
+
+/* Makes room for nc, a checkpoint of bytes holding seq's rows (v):
+ * false when one already holds them and resumes at their end (it is made
+ * most recent) or it cannot fit. Checkpoints that are prefixes of it that
+ * it resumes at the end of are dropped, then the least recently used until
+ * it fits. */
+static bool make_room(ram_tier *t, const ram_ckpt *nc, const seq_state *v, size_t bytes) {
     for (int32_t i = t->n - 1; i >= 0; i--) {
         ram_ckpt *c = &t->v[i];
         if (!same_identity(&c->seq, v)) continue;
         int32_t common = seq_common_prefix(&c->seq, v);
-        if (common == v->n_rows) {
+        if (common == v->n_rows && ram_ckpt_cut(c, common) == common) {
             c->used = ++t->clock;
             return false;
         }
-        if (common == c->seq.n_rows) {
+        if (common == c->seq.n_rows && ram_ckpt_cut(nc, common) == common) {
             drop(t, i);
             t->evictions++;
         }
@@ -119,7 +122,7 @@ int ram_ckpt_wrap(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes,
 }
 
 bool ram_tier_add(ram_tier *t, ram_ckpt *c) {
-    if (c->kv_bytes > t->budget || !make_room(t, &c->seq, c->bytes)) return false;
+    if (c->kv_bytes > t->budget || !make_room(t, c, &c->seq, c->bytes)) return false;
     append(t, c);
     t->saves++;
     memset(c, 0, sizeof *c);
@@ -151,23 +154,34 @@ void ram_tier_take(ram_tier *t, int32_t i, ram_ckpt *out) {
 }
 
 void ram_tier_return(ram_tier *t, ram_ckpt *c) {
-    if (make_room(t, &c->seq, c->bytes)) append(t, c);
+    if (make_room(t, c, &c->seq, c->bytes)) append(t, c);
     else ram_ckpt_free(c);
     memset(c, 0, sizeof *c);
 }
 
+int ram_ckpt_set_recurrent(ram_ckpt *c, const kv_cache *kv) {
+    if (!(c->n_rec = kv_cache_recurrent_points(kv, c->rec_rows))) return 0;
+    const size_t bytes = (size_t)c->n_rec * kv->recurrent_floats * sizeof(float);
+    if (!(c->rec = malloc(bytes))) return -1;
+    kv_cache_save_recurrent(kv, c->rec);
+    c->bytes += bytes;
+    return 0;
+}
+
 void ram_ckpt_free(ram_ckpt *c) {
+    free(c->rec);
     ph_big_free(c->kv, c->map_bytes);
     seq_free(&c->seq);
     memset(c, 0, sizeof *c);
 }
 
-int32_t ram_tier_find(const ram_tier *t, const seq_state *want, int32_t *prefix) {
+int32_t ram_tier_find(const ram_tier *t, const seq_state *want, int32_t limit, int32_t *prefix) {
     int32_t best = -1, best_n = 0;
     for (int32_t i = 0; i < t->n; i++) {
         const ram_ckpt *c = &t->v[i];
         if (!same_identity(&c->seq, want)) continue;
         int32_t common = seq_common_prefix(&c->seq, want);
+        common = ram_ckpt_cut(c, common < limit ? common : limit);
         if (common > best_n || (common == best_n && common > 0 && c->used > t->v[best].used)) {
             best = i;
             best_n = common;

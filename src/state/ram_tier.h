@@ -10,6 +10,10 @@
  * rows are reused only for the same embed_key and grid, and a prefix never
  * ends inside a picture. Only complete state is kept (DESIGN 6.4).
  *
+ * A model with recurrent layers (qwen35) can resume a checkpoint only
+ * where it holds their state (ram_ckpt_cut): at its frontier or one of the
+ * live state's snapshots that it copied.
+ *
  * The KV bytes are opaque here (the session lays them out and reads them
  * back). The tier is bounded by bytes, evicts the least recently used
  * checkpoint first, and never keeps two checkpoints of which one is a
@@ -26,10 +30,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "state/kv_cache.h"
 #include "state/seq_state.h"
 
 typedef struct ram_ckpt {
     seq_state seq;     /* provenance of its rows; seq.n_rows is its frontier */
+    float *rec;        /* with recurrent layers, their states after rec_rows (kv_cache_save_recurrent), or NULL */
+    int32_t rec_rows[KV_SNAPSHOTS + 1];
+    int n_rec;
     void *kv;          /* its KV cells, as the session wrote them (a ph_big_alloc of map_bytes) */
     int32_t kv_rows;   /* cells per part of kv's layout: seq.n_rows for a copy, the context
                           size for a session's own mapping (kv_cache_swap_map) */
@@ -65,10 +73,19 @@ void ram_tier_free(ram_tier *t);
  * fits. */
 void *ram_tier_put(ram_tier *t, const seq_state *seq, int32_t n, size_t kv_bytes);
 
-/* The checkpoint with the longest common prefix with want (same model_id
- * and format tag; ties go to the most recent), its length in *prefix; -1
- * when none shares a row. */
-int32_t ram_tier_find(const ram_tier *t, const seq_state *want, int32_t *prefix);
+/* The checkpoint with the longest common prefix with want, at most limit
+ * rows and cut to where it can resume (ram_ckpt_cut) (same model_id and
+ * format tag; ties go to the most recent), its length in *prefix; -1 when
+ * none has a row to give. */
+int32_t ram_tier_find(const ram_tier *t, const seq_state *want, int32_t limit, int32_t *prefix);
+/* The most of c's first n rows that it can resume at: n, or with
+ * recurrent layers the last row at or before n after which it holds their
+ * state (0: none). */
+int32_t ram_ckpt_cut(const ram_ckpt *c, int32_t n);
+/* Copies the recurrent layers' states that kv holds (kv_cache_save_recurrent)
+ * into c, counted in its bytes: 0, or -1 when memory ran out. Nothing
+ * without recurrent layers. */
+int ram_ckpt_set_recurrent(ram_ckpt *c, const kv_cache *kv);
 
 /* A checkpoint of seq's first n rows outside any tier, with a kv_bytes KV
  * buffer (c->kv) for the caller to fill: 0; 1 when the rows are not
