@@ -427,8 +427,8 @@ typedef struct ph_turn_report {
  * a checkpoint file at the end of its prompt, every checkpoint_every rows
  * of a long prompt, at the end of the turn, and when the engine is freed;
  * a writer thread writes them while the turn goes on. A model with
- * recurrent layers (qwen35) resumes a state (live, RAM checkpoint, parked)
- * only at its end or where a snapshot of its recurrent state was taken:
+ * recurrent layers (qwen35) resumes a state (live, RAM checkpoint, parked,
+ * checkpoint file) only at its end or where a snapshot of its recurrent state was taken:
  * after each picture, every checkpoint_every rows of a long prompt, and
  * after the answer's header that ends the prompt, before a thinking
  * template's <think> opener (the last 4 kept). An auxiliary turn (g->auxiliary) first parks the primary

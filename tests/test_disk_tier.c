@@ -11,7 +11,11 @@
  * change its cells; two processes share a folder; verify and prune; the
  * folder is 0700 and every file in it 0600; the free-space floor evicts
  * the least recently used and skips a checkpoint there is no room for;
- * isolation domains never find, hold or drop each other's files. */
+ * isolation domains never find, hold or drop each other's files; a
+ * checkpoint with recurrent states (version 3) round trips, is found,
+ * held and replaced only at its state rows, is refused when its states are
+ * damaged and survives a kill at each step; a file of a newer version is
+ * left alone. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -580,6 +584,26 @@ static void recovery(void) {
     unlink(p);
 }
 
+/* A child process that saves s (cells kv) in dir is killed at mode. */
+static void killed_writing(const char *dir, const char *mode, const seq_state *s, const kv_cache *kv) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) die("fork");
+    if (pid == 0) {
+        setenv("PINHOLE_TEST_DISK_KILL", mode, 1);
+        ph_err e = {0};
+        disk_tier *c = disk_tier_open(dir, BIG, &e);
+        if (!c) _exit(2);
+        disk_tier_save(c, s, s->n_rows, kv, 0);
+        disk_tier_flush(c);
+        disk_tier_close(c);
+        _exit(3); /* not killed */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "%s: status %#x", mode, status);
+}
+
 /* 5. kill -9 at each step of a write. */
 static void killed(void) {
     const char *modes[] = {"before-fsync", "before-rename", "before-index", "in-index"};
@@ -593,22 +617,7 @@ static void killed(void) {
         disk_tier_close(t);
         conv_seq(&B, 3, true);
         kv_fill(&kvB, 3, CONV_ROWS);
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid < 0) die("fork");
-        if (pid == 0) {
-            setenv("PINHOLE_TEST_DISK_KILL", modes[i], 1);
-            ph_err e = {0};
-            disk_tier *c = disk_tier_open(dir, BIG, &e);
-            if (!c) _exit(2);
-            disk_tier_save(c, &B, B.n_rows, &kvB, 0);
-            disk_tier_flush(c);
-            disk_tier_close(c);
-            _exit(3); /* not killed */
-        }
-        int status = 0;
-        waitpid(pid, &status, 0);
-        CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "%s: status %#x", modes[i], status);
+        killed_writing(dir, modes[i], &B, &kvB);
         t = open_tier(dir, BIG);
         RESTORES(t, &A, &A, &kvA, CONV_ROWS);
         /* renamed complete: indexed at open; else never there */
@@ -1146,6 +1155,228 @@ static void full_write(void) {
     }
 }
 
+/* ---- recurrent states ----------------------------------------------------------- */
+
+#define RF 100 /* floats of one recurrent state */
+
+static float rec_value(int32_t row, int i) { return (float)row * 0.25f + (float)i * 0.001f; }
+
+static void rec_make(kv_cache *c) {
+    kv_make(c);
+    c->recurrent_floats = RF;
+    if (!(c->recurrent = calloc(RF, sizeof(float)))) die("out of memory");
+}
+
+static void rec_drop(kv_cache *c) {
+    free(c->recurrent);
+    for (int i = 0; i < KV_SNAPSHOTS; i++) free(c->snap[i]);
+    kv_drop(c);
+}
+
+static void rec_fill(float *dst, int32_t row) {
+    for (int i = 0; i < RF; i++) dst[i] = rec_value(row, i);
+}
+
+/* kv's recurrent state: snapshots after rows[0..n) and the state after end
+ * (its rows in use), each rec_fill of its row. */
+static void rec_set(kv_cache *c, const int32_t *rows, int n, int32_t end) {
+    c->n_snap = 0;
+    for (int i = 0; i < n; i++) {
+        if (!c->snap[i] && !(c->snap[i] = malloc(RF * sizeof(float)))) die("out of memory");
+        rec_fill(c->snap[i], rows[i]);
+        c->snap_rows[i] = rows[i];
+        c->n_snap++;
+    }
+    rec_fill(c->recurrent, end);
+    c->rows.n_rows = end;
+}
+
+static bool rec_is(const float *got, int32_t row) {
+    for (int i = 0; i < RF; i++)
+        if (got[i] != rec_value(row, i)) return false;
+    return true;
+}
+
+/* Finds want: expect prefix (0: nothing); when found, loads it into a
+ * fresh recurrent cache and checks the cells, the state after prefix and
+ * the snapshots up to it (snaps of them, the last at prefix). */
+static void rec_restores_at(int line, disk_tier *t, const seq_state *want, const kv_cache *saved_kv, int32_t prefix,
+                            int snaps) {
+    disk_match m;
+    int found = disk_tier_find(t, want, 0, &m);
+    CHECKF(found == (prefix > 0) && (!found || m.prefix == prefix), "line %d: found %d, prefix %d, want %d", line,
+           found, found ? m.prefix : 0, prefix);
+    if (!found) return;
+    CHECKF(disk_match_cut(&m, prefix + 1) == prefix, "line %d: the match cuts to %d", line,
+           disk_match_cut(&m, prefix + 1));
+    kv_cache got;
+    rec_make(&got);
+    kv_fill(&got, 0xdead, NCTX);
+    ph_err e = {0};
+    int rc = disk_tier_load(t, &m, &got, m.prefix, &e);
+    CHECKF(rc == 0 && got.rows.n_rows == prefix && kv_equal(&got, saved_kv, prefix), "line %d: load %d (%s)", line,
+           rc, e.msg);
+    CHECKF(rc == 0 && rec_is(got.recurrent, prefix) && got.n_snap == snaps &&
+               got.snap_rows[got.n_snap - 1] == prefix && rec_is(got.snap[got.n_snap - 1], prefix),
+           "line %d: recurrent state after the load (%d snapshots)", line, got.n_snap);
+    for (int i = 0; rc == 0 && i < got.n_snap; i++)
+        CHECKF(rec_is(got.snap[i], got.snap_rows[i]), "line %d: snapshot %d", line, i);
+    rec_drop(&got);
+    disk_match_free(t, &m);
+}
+#define REC_RESTORES(t, want, kv, prefix, snaps) rec_restores_at(__LINE__, t, want, kv, prefix, snaps)
+
+static uint32_t file_u32(const char *dir, const char *name, off_t off) {
+    char p[512];
+    path_in(p, sizeof p, dir, name);
+    int fd = open(p, O_RDONLY);
+    uint8_t b[4] = {0};
+    if (fd < 0 || pread(fd, b, 4, off) != 4) die("cannot read a file");
+    close(fd);
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+#define REC_PIC_END (PIC1_START + 64)
+#define REC_FILE(n_rows, n_states) (file_bytes(n_rows, 2) + 64 + (uint64_t)(n_states) * RF * 4)
+
+/* A in a fresh folder, with states after the first picture, row 200 and
+ * its end; its file's name. */
+static void rec_file(const char *dir, kv_cache *kv, char name[DISK_NAME_LEN]) {
+    disk_tier *t = open_tier(dir, BIG);
+    conv_seq(&A, 1, true);
+    kv_fill(kv, 1, CONV_ROWS);
+    rec_set(kv, (const int32_t[]){REC_PIC_END, 200}, 2, CONV_ROWS);
+    CHECK(save_flush(t, &A, A.n_rows, kv));
+    name_of(t, &A, name);
+    CHECK(name[0] != '\0');
+    disk_tier_close(t);
+}
+
+/* 15. Recurrent states (version 3). */
+static void recurrent(void) {
+    char dir[128], name[DISK_NAME_LEN];
+    kv_cache kv;
+    rec_make(&kv);
+    make_dir(dir, sizeof dir, "rec");
+    rec_file(dir, &kv, name);
+    CHECKF(file_u32(dir, name, 8) == 3 && file_u32(dir, name, 12) == 320 &&
+               (uint64_t)file_size(dir, name) == REC_FILE(CONV_ROWS, 3),
+           "version %u, %lld bytes", file_u32(dir, name, 8), (long long)file_size(dir, name));
+    /* the states change after the save was queued: the file has the old ones */
+    disk_tier *t = open_tier(dir, BIG);
+    rec_set(&kv, (const int32_t[]){1, 2}, 2, 3);
+    kv.rows.n_rows = CONV_ROWS;
+    /* found only at its state rows: its end, row 200, the picture's end, none */
+    REC_RESTORES(t, &A, &kv, CONV_ROWS, 3);
+    seq_copy(&R, &A, 250, NULL);
+    REC_RESTORES(t, &R, &kv, 200, 2);
+    seq_copy(&R, &A, 150, NULL);
+    add_text(&R, 9, 30);
+    REC_RESTORES(t, &R, &kv, REC_PIC_END, 1);
+    seq_copy(&R, &A, PIC1_START, NULL);
+    add_pic(&R, 99, 8, 8, true);
+    REC_RESTORES(t, &R, &kv, 0, 0);
+    /* its first 200 rows are held by it (a state there); not 250 rows,
+     * which it holds no state after: that is a file of its own */
+    rec_set(&kv, (const int32_t[]){REC_PIC_END, 200}, 2, CONV_ROWS);
+    CHECK(!save_flush(t, &A, 200, &kv) || (stats(t).skipped == 1 && count_files(dir, NULL) == 1));
+    CHECK(save_flush(t, &A, 250, &kv) && stats(t).saves == 1 && count_files(dir, NULL) == 2);
+    disk_tier_close(t);
+
+    /* a file is replaced only by one with a state at its end */
+    make_dir(dir, sizeof dir, "rec-drop");
+    rec_file(dir, &kv, name);
+    t = open_tier(dir, BIG);
+    conv_seq(&B, 1, true);
+    memcpy(B.domain, A.domain, sizeof B.domain); /* (domains() left another in B) */
+    add_text(&B, 1, 20);
+    kv_cache kvC;
+    rec_make(&kvC);
+    kv_fill(&kvC, 1, CONV_ROWS + 20);
+    rec_set(&kvC, (const int32_t[]){REC_PIC_END, 200}, 2, CONV_ROWS + 20);
+    CHECK(save_flush(t, &B, B.n_rows, &kvC));
+    CHECKF(exists(dir, name) && count_files(dir, NULL) == 2, "a longer file with no state at A's end dropped A's");
+    add_text(&B, 1, 20);
+    kv_fill(&kvC, 1, CONV_ROWS + 40);
+    rec_set(&kvC, (const int32_t[]){REC_PIC_END, 200, CONV_ROWS}, 3, CONV_ROWS + 40);
+    CHECK(save_flush(t, &B, B.n_rows, &kvC));
+    CHECKF(!exists(dir, name) && count_files(dir, NULL) == 2 && stats(t).evictions == 1,
+           "one with a state there: A's gone (%d files, A %d, evictions %llu)", count_files(dir, NULL), exists(dir, name), (unsigned long long)stats(t).evictions);
+    REC_RESTORES(t, &A, &kvC, CONV_ROWS, 3);
+    disk_tier_close(t);
+    rec_drop(&kvC);
+
+    /* a damaged state, a damaged state row: refused, removed */
+    const off_t states_at = (off_t)REC_FILE(CONV_ROWS, 3) - 3 * RF * 4;
+    const off_t spots[] = {states_at + 5, states_at + 2 * RF * 4 + 17, 288 + 4, 280};
+    for (size_t i = 0; i < sizeof spots / sizeof *spots; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "rec-dmg-%d", (int)i);
+        make_dir(dir, sizeof dir, what);
+        rec_file(dir, &kv, name);
+        flip_byte(dir, name, spots[i]);
+        t = open_tier(dir, BIG);
+        disk_match m;
+        int found = disk_tier_find(t, &A, 0, &m);
+        CHECKF(found == (i < 2), "damage %zu: found %d", i, found);
+        if (found) {
+            kv_cache got;
+            rec_make(&got);
+            ph_err e = {0};
+            CHECKF(disk_tier_load(t, &m, &got, m.prefix, &e) == -1, "damage %zu: loaded", i);
+            rec_drop(&got);
+            disk_match_free(t, &m);
+        }
+        CHECKF(stats(t).rejected == 1 && !exists(dir, name) && list(t).n == 0, "damage %zu: kept", i);
+        disk_tier_close(t);
+    }
+
+    /* kill -9 at each step of a write: complete files only */
+    const char *modes[] = {"before-fsync", "before-rename", "before-index", "in-index"};
+    for (int i = 0; i < 4; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "rec-%s", modes[i]);
+        make_dir(dir, sizeof dir, what);
+        rec_file(dir, &kv, name);
+        conv_seq(&B, 3, true);
+        kv_fill(&kvB, 3, CONV_ROWS);
+        kv_cache kvD;
+        rec_make(&kvD);
+        kv_fill(&kvD, 3, CONV_ROWS);
+        rec_set(&kvD, (const int32_t[]){REC_PIC_END}, 1, CONV_ROWS);
+        killed_writing(dir, modes[i], &B, &kvD);
+        t = open_tier(dir, BIG);
+        kv_fill(&kv, 1, CONV_ROWS);
+        REC_RESTORES(t, &A, &kv, CONV_ROWS, 3);
+        const bool renamed = i >= 2;
+        REC_RESTORES(t, &B, &kvB, renamed ? CONV_ROWS : 0, 2);
+        int n_tmp = -1;
+        CHECKF(count_files(dir, &n_tmp) == (renamed ? 2 : 1) && n_tmp == 0 && stats(t).rejected == 0, "%s",
+               modes[i]);
+        disk_tier_close(t);
+        rec_drop(&kvD);
+    }
+
+    /* a newer version's file (an unindexed one at open): left alone */
+    make_dir(dir, sizeof dir, "rec-newer");
+    rec_file(dir, &kv, name);
+    forget_index(dir);
+    char p[512];
+    path_in(p, sizeof p, dir, name);
+    int fd = open(p, O_RDWR);
+    const uint8_t v4[4] = {4, 0, 0, 0};
+    CHECK(fd >= 0 && pwrite(fd, v4, 4, 8) == 4);
+    if (fd >= 0) close(fd);
+    t = open_tier(dir, BIG);
+    CHECKF(exists(dir, name) && list(t).n == 0 && stats(t).rejected == 0, "a newer file: removed or indexed");
+    REC_RESTORES(t, &A, &kv, 0, 0);
+    uint64_t ok = 9, bad = 9;
+    ph_err e = {0};
+    CHECK(disk_tier_verify(t, NULL, NULL, &ok, &bad, &e) == 0 && ok == 0 && bad == 0 && exists(dir, name));
+    disk_tier_close(t);
+    rec_drop(&kv);
+}
+
 int main(void) {
     ph_log_set_level(PH_LOG_ERROR); /* rejections are expected here */
     umask(022);                     /* the usual one: the tier must not rely on a stricter umask */
@@ -1172,6 +1403,7 @@ int main(void) {
     floor_space();
     domains();
     full_write();
+    recurrent();
 
     seq_free(&A);
     seq_free(&B);

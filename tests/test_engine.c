@@ -3,7 +3,8 @@
  * cache and encodes, and that every reusing turn generates the same tokens
  * and top log-probabilities as a cold engine with all caches off; and that
  * a model with recurrent layers (the oracle's tiny qwen35 pair) resumes a
- * state (live, RAM, parked) only at a snapshot of its recurrent state. */
+ * state (live, RAM, parked, a checkpoint file after a restart) only at a
+ * snapshot of its recurrent state. */
 #include <math.h>
 #include <spng.h>
 #include <stdio.h>
@@ -923,8 +924,8 @@ out:
  * or the parked conversation is cut back only to a row after which a
  * snapshot of its recurrent state was taken (a picture's end, the end of a
  * prompt's header, every checkpoint_every rows) or to its end, the nearest
- * one at or before the end of what a request shares with it (no disk
- * tier, which it does not open). Every warm turn equals a cold one. */
+ * one at or before the end of what a request shares with it; a checkpoint
+ * file likewise, after a restart. Every warm turn equals a cold one. */
 static void test_recurrent(file a, file b) {
     llm = LLM_Q35;
     mmproj = MMPROJ_Q35;
@@ -1003,10 +1004,36 @@ static void test_recurrent(file a, file b) {
     same_as_cold(&b2, &rb2, "qwen35: interleaved B2 (from RAM)");
     ph_image_in_free(pics[0]);
     ph_image_in_free(pics[1]);
-    ph_engine_free(e);
-    CHECKF(count_files(dir) == 0, "%d files in the unused checkpoint folder", count_files(dir));
-out:
-    rmdir(dir);
+    ph_engine_free(e); /* a clean shutdown */
+    CHECKF(count_files(dir) > 1, "%d files in the checkpoint folder", count_files(dir));
+    /* a restart: the first conversation resumes from its file, at the
+     * snapshot before its opener */
+    e = ph_engine_new(&p, &err);
+    CHECKF(e != NULL, "qwen35 engine again: %s", err.msg);
+    if (e) {
+        pics[0] = pic(e, a);
+        pics[1] = pic(e, b);
+        chat_about(&c2, pics, 0, 2);
+        r2 = turn(e, &c2);
+        CHECKF(r2.r.n_reused == c2_head && r2.r.n_from_disk == c2_head && r2.r.pics_encoded == 0 &&
+                   r2.r.n_prefilled == r2.r.n_prompt - c2_head,
+               "after a restart: %d rows reused, %d from disk, expected %d; %d encoded", r2.r.n_reused,
+               r2.r.n_from_disk, c2_head, r2.r.pics_encoded);
+        same_as_cold(&c2, &r2, "qwen35: from a checkpoint file after a restart");
+        ph_engine_stats st;
+        ph_engine_get_stats(e, &st);
+        CHECKF(st.disk_cache_hits == 1 && st.disk_cache_tokens_restored == (uint64_t)c2_head &&
+                   st.disk_cache_rejected == 0,
+               "disk stats: %llu hits, %llu rows restored, %llu rejected", (unsigned long long)st.disk_cache_hits,
+               (unsigned long long)st.disk_cache_tokens_restored, (unsigned long long)st.disk_cache_rejected);
+        ph_image_in_free(pics[0]);
+        ph_image_in_free(pics[1]);
+        ph_engine_free(e);
+    }
+out:;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
     llm = LLM;
     mmproj = MMPROJ;
 }

@@ -67,8 +67,9 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     /* A recurrent layer's state (qwen35) is what all of a sequence's rows
      * left behind: the live state and a RAM checkpoint can be cut back only
      * to a row after which a snapshot of it was taken (state/kv_cache.h;
-     * plan_reuse). Checkpoint files do not hold it yet: the disk tier is
-     * not opened for such a model. */
+     * plan_reuse), and so can a checkpoint file, which holds copies of
+     * those snapshots and of the state at its end (state/disk_tier.h,
+     * version 3). */
     const bool recurrent = e->m->hp.n_rec_layer > 0;
     if (p->mmproj_path) {
         progress(p, "loading the vision encoder", 0.6);
@@ -117,9 +118,7 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
         goto fail;
     ph_embed_cache_set_disk_budget(e->cache, p->image_cache_disk_bytes);
-    if (p->kv_disk_dir && recurrent) {
-        PH_WARN("%s models have no checkpoint files yet: %s is not used", e->m->arch_name, p->kv_disk_dir);
-    } else if (p->kv_disk_dir) {
+    if (p->kv_disk_dir) {
         progress(p, "opening the checkpoint folder", 0.95);
         if (!(e->disk = disk_tier_open(p->kv_disk_dir, p->kv_disk_bytes, err))) goto fail;
     }
@@ -774,7 +773,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     int32_t from_disk = 0;
     if (e->disk && e->reuse && best < most && from_ram < most &&
         disk_tier_find(e->disk, want, best > from_ram ? best : from_ram, &dm))
-        from_disk = usable(want, dm.prefix);
+        from_disk = disk_match_cut(&dm, usable(want, dm.prefix));
     const bool disk = from_disk > best && from_disk > from_ram;
     if (disk) {
         ram_ckpt_free(&c); /* a parked conversation that the file beats */

@@ -25,7 +25,12 @@
 
 #define HDR_V1 256 /* version 1: the default domain */
 #define HDR_V2 288 /* version 2: the domain in the header */
+#define HDR_V3 320 /* version 3: the domain and the recurrent states' rows */
+#define HDR_MAX HDR_V3
 #define DOMAIN_AT 248
+#define REC_AT 280
+#define REC_MAX (KV_SNAPSHOTS + 1)
+#define MAX_REC_FLOATS ((uint32_t)1 << 28)
 #define MAGIC "PHKVCK01"
 #define SPAN_REC (5 * 4 + 3 * 32)
 #define SUFFIX ".phkv"
@@ -34,6 +39,10 @@
 typedef struct job {
     seq_state seq;           /* provenance of its rows (seq.n_rows = n) */
     const kv_cache *kv;      /* the live cells it reads */
+    float *rec;              /* with recurrent layers, copies of their states after rec_rows (taken when queued) */
+    int32_t rec_rows[REC_MAX];
+    int n_rec;
+    uint32_t rec_floats;     /* floats of one state */
     bool reading;            /* taken by the writer, KV not yet read */
     double due;              /* not written before this (ph_now_s); 0: at once */
     struct job *next;
@@ -169,7 +178,19 @@ typedef struct header {
     uint32_t row_bytes;
     uint64_t kv_bytes, kv_sum, hdr_sum;
     int64_t created;
+    int32_t rec_rows[REC_MAX]; /* version 3: the rows after which it holds the recurrent state */
+    int n_rec;                 /* 0 before version 3 */
+    uint32_t rec_floats;
 } header;
+
+/* The bytes of a file's recurrent section. */
+static uint64_t rec_bytes(const header *h) { return (uint64_t)h->n_rec * h->rec_floats * sizeof(float); }
+
+/* The most of a file's first n rows it can resume at: n, or with recurrent
+ * states the last of their rows at or before n (0: none). */
+static int32_t rec_cut(const int32_t *rows, int n_rec, int32_t n) {
+    return n_rec ? kv_rows_at_most(rows, n_rec, n) : n;
+}
 
 /* Copies a file name (shorter than DISK_NAME_LEN, or cut). */
 static void copy_name(char dst[DISK_NAME_LEN], const char *src) {
@@ -249,19 +270,20 @@ static int prov_decode(const header *h, const uint8_t *p, seq_state *s) {
     return 0;
 }
 
-static uint32_t header_bytes(uint32_t version) { return version == 1 ? HDR_V1 : HDR_V2; }
+static uint32_t header_bytes(uint32_t version) { return version == 1 ? HDR_V1 : version == 2 ? HDR_V2 : HDR_V3; }
 
-/* The version (and header size) of a checkpoint of domain: 1 for the
- * default domain, 2 with the domain in the header. */
+/* The version (and header size) of a checkpoint of domain: 3 with
+ * recurrent states (h->n_rec set), else 1 for the default domain, 2 with
+ * the domain in the header. */
 static void header_layout(header *h, const uint8_t domain[DOMAIN_LEN]) {
-    h->version = domain_is_default(domain) ? 1 : 2;
+    h->version = h->n_rec ? 3 : domain_is_default(domain) ? 1 : 2;
     h->hdr_bytes = header_bytes(h->version);
     memcpy(h->domain, domain, DOMAIN_LEN);
 }
 
 /* The header's h->hdr_bytes bytes, but its checksum. */
-static void header_encode(const header *h, uint8_t b[HDR_V2]) {
-    memset(b, 0, HDR_V2);
+static void header_encode(const header *h, uint8_t b[HDR_MAX]) {
+    memset(b, 0, HDR_MAX);
     memcpy(b, MAGIC, 8);
     put32(b + 8, h->version);
     put32(b + 12, h->hdr_bytes);
@@ -275,7 +297,12 @@ static void header_encode(const header *h, uint8_t b[HDR_V2]) {
     put64(b + 224, h->kv_bytes);
     put64(b + 232, (uint64_t)h->created);
     put64(b + 240, h->kv_sum);
-    if (h->version == 2) memcpy(b + DOMAIN_AT, h->domain, DOMAIN_LEN);
+    if (h->version >= 2) memcpy(b + DOMAIN_AT, h->domain, DOMAIN_LEN);
+    if (h->version == 3) {
+        put32(b + REC_AT, (uint32_t)h->n_rec);
+        put32(b + REC_AT + 4, h->rec_floats);
+        for (int i = 0; i < h->n_rec; i++) put32(b + REC_AT + 8 + 4 * i, (uint32_t)h->rec_rows[i]);
+    }
 }
 
 /* The checksum of a header of hdr_bytes and the provenance. */
@@ -303,8 +330,10 @@ static int fail(char *why, size_t cap, const char *msg) {
     return -1;
 }
 
-/* Opens t->dir/name and checks everything but the KV checksum: 0; -1 with
- * why set (the file is bad), -2 when it does not exist (gone meanwhile). */
+/* Opens t->dir/name and checks everything but the payload checksum: 0; -1
+ * with why set (the file is bad), -2 when it does not exist (gone
+ * meanwhile), -3 when it is of a newer version than this build knows (a
+ * newer build's: left alone, never loaded). */
 static int open_checked(const disk_tier *t, const char *name, opened *o, char *why, size_t cap) {
     memset(o, 0, sizeof *o);
     o->fd = -1;
@@ -313,18 +342,30 @@ static int open_checked(const disk_tier *t, const char *name, opened *o, char *w
     o->fd = open(path, O_RDONLY | O_CLOEXEC);
     free(path);
     if (o->fd < 0) return errno == ENOENT ? -2 : fail(why, cap, strerror(errno));
-    uint8_t b[HDR_V2];
+    uint8_t b[HDR_MAX];
     struct stat st;
     if (fstat(o->fd, &st) || pread(o->fd, b, HDR_V1, 0) != HDR_V1) return fail(why, cap, "shorter than its header");
     header *h = &o->h;
     h->version = get32(b + 8);
     h->hdr_bytes = get32(b + 12);
-    if (memcmp(b, MAGIC, 8) || h->version < 1 || h->version > 2 || h->hdr_bytes != header_bytes(h->version))
+    if (!memcmp(b, MAGIC, 8) && h->version > 3) {
+        snprintf(why, cap, "version %u, newer than this build's", h->version);
+        return -3;
+    }
+    if (memcmp(b, MAGIC, 8) || h->version < 1 || h->hdr_bytes != header_bytes(h->version))
         return fail(why, cap, "not a pinhole checkpoint of this version");
-    if (h->version == 2) {
-        if (pread(o->fd, b + HDR_V1, HDR_V2 - HDR_V1, HDR_V1) != HDR_V2 - HDR_V1)
-            return fail(why, cap, "shorter than its header");
+    if (h->version >= 2) {
+        const ssize_t more = (ssize_t)h->hdr_bytes - HDR_V1;
+        if (pread(o->fd, b + HDR_V1, (size_t)more, HDR_V1) != more) return fail(why, cap, "shorter than its header");
         memcpy(h->domain, b + DOMAIN_AT, DOMAIN_LEN);
+    }
+    if (h->version == 3) {
+        const uint32_t n_rec = get32(b + REC_AT);
+        h->rec_floats = get32(b + REC_AT + 4);
+        if (n_rec < 1 || n_rec > REC_MAX || h->rec_floats == 0 || h->rec_floats > MAX_REC_FLOATS)
+            return fail(why, cap, "recurrent section sizes do not hold together");
+        h->n_rec = (int)n_rec;
+        for (int i = 0; i < h->n_rec; i++) h->rec_rows[i] = (int32_t)get32(b + REC_AT + 8 + 4 * i);
     }
     memcpy(h->model_id, b + 16, 32);
     memcpy(h->format, b + 48, 128);
@@ -342,8 +383,11 @@ static int open_checked(const disk_tier *t, const char *name, opened *o, char *w
         h->n_layer > 1024 || h->row_bytes == 0 || h->row_bytes > (1u << 20) ||
         h->kv_bytes != 2 * (uint64_t)h->n_layer * (uint64_t)h->n_rows * h->row_bytes)
         return fail(why, cap, "header sizes do not hold together");
+    for (int i = 0; i < h->n_rec; i++)
+        if (h->rec_rows[i] <= (i ? h->rec_rows[i - 1] : 0) || h->rec_rows[i] > h->n_rows)
+            return fail(why, cap, "recurrent state rows do not hold together");
     const size_t np = prov_bytes(h->n_rows, h->n_spans);
-    if ((uint64_t)st.st_size != h->hdr_bytes + np + h->kv_bytes)
+    if ((uint64_t)st.st_size != h->hdr_bytes + np + h->kv_bytes + rec_bytes(h))
         return fail(why, cap, "its length is not what its header says");
     uint8_t *prov = malloc(np + 1);
     if (!prov) return fail(why, cap, "out of memory");
@@ -371,15 +415,32 @@ static void opened_close(opened *o) {
     o->fd = -1;
 }
 
-/* Reads the KV bytes (into the cells of kv when given, else through a
- * buffer) and checks their checksum. */
-static int read_kv(int fd, const header *h, kv_cache *kv, double *secs, char *why, size_t cap) {
+/* Reads count bytes at off into dst, adding them to the checksum x. */
+static int read_at(int fd, uint8_t *dst, size_t count, off_t off, XXH3_state_t *x) {
+    for (size_t done = 0; done < count;) {
+        ssize_t r = pread(fd, dst + done, count - done, off + (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        done += (size_t)r;
+    }
+    XXH3_64bits_update(x, dst, count);
+    return 0;
+}
+
+/* Reads the payload, the KV bytes (into the cells of kv when given, else
+ * through a buffer) and the recurrent states (into *rec, a malloc of
+ * rec_bytes that the caller frees, when rec is given, else through a
+ * buffer), and checks its checksum. */
+static int read_kv(int fd, const header *h, kv_cache *kv, float **rec, double *secs, char *why, size_t cap) {
     XXH3_state_t *x = XXH3_createState();
-    const size_t part = (size_t)h->n_rows * h->row_bytes;
-    uint8_t *buf = kv ? NULL : malloc(part);
-    if (!x || (!kv && !buf)) {
+    const size_t part = (size_t)h->n_rows * h->row_bytes, one = (size_t)h->rec_floats * sizeof(float);
+    uint8_t *buf = kv && (!h->n_rec || rec) ? NULL : malloc(part > one ? part : one);
+    float *states = rec && h->n_rec ? malloc((size_t)rec_bytes(h)) : NULL;
+    if (rec) *rec = NULL;
+    if (!x || (!(kv && (!h->n_rec || rec)) && !buf) || (rec && h->n_rec && !states)) {
         XXH3_freeState(x);
         free(buf);
+        free(states);
         return fail(why, cap, "out of memory");
     }
     XXH3_64bits_reset(x);
@@ -389,22 +450,18 @@ static int read_kv(int fd, const header *h, kv_cache *kv, double *secs, char *wh
     for (int l = 0; rc == 0 && l < h->n_layer; l++)
         for (int kvi = 0; rc == 0 && kvi < 2; kvi++) {
             uint8_t *dst = kv ? (uint8_t *)(kvi ? kv->rows.v[l] : kv->rows.k[l]) : buf;
-            for (size_t done = 0; done < part;) {
-                ssize_t r = pread(fd, dst + done, part - done, off + (off_t)done);
-                if (r < 0 && errno == EINTR) continue;
-                if (r <= 0) {
-                    rc = fail(why, cap, "cannot read its KV bytes");
-                    break;
-                }
-                done += (size_t)r;
-            }
-            if (rc == 0) XXH3_64bits_update(x, dst, part);
+            if (read_at(fd, dst, part, off, x)) rc = fail(why, cap, "cannot read its KV bytes");
             off += (off_t)part;
         }
+    for (int i = 0; rc == 0 && i < h->n_rec; i++, off += (off_t)one)
+        if (read_at(fd, states ? (uint8_t *)states + (size_t)i * one : buf, one, off, x))
+            rc = fail(why, cap, "cannot read its recurrent states");
     if (rc == 0 && XXH3_64bits_digest(x) != h->kv_sum) rc = fail(why, cap, "KV checksum mismatch");
     if (secs) *secs = ph_now_s() - t0;
     XXH3_freeState(x);
     free(buf);
+    if (rc == 0 && rec) *rec = states;
+    else free(states);
     return rc;
 }
 
@@ -637,7 +694,8 @@ static void rows_read(disk_tier *t, job *j) {
     pthread_mutex_unlock(&t->q_lock);
 }
 
-/* Whether a stored file already holds j's rows (then it is made most recent). */
+/* Whether a stored file already holds j's rows (then it is made most
+ * recent): with recurrent states, only one that holds them at j's end. */
 static bool held(disk_tier *t, const job *j, const key_point *k, int32_t nk, int32_t nat) {
     cand c[2 * MAX_CANDIDATES];
     /* a file holding j's rows has j's last natural key among its own, and
@@ -649,7 +707,8 @@ static bool held(disk_tier *t, const job *j, const key_point *k, int32_t nk, int
         opened o;
         char why[128];
         int rc = open_checked(t, c[i].name, &o, why, sizeof why);
-        bool holds = rc == 0 && seq_common_prefix(&o.seq, &j->seq) == j->seq.n_rows;
+        bool holds = rc == 0 && seq_common_prefix(&o.seq, &j->seq) == j->seq.n_rows &&
+                     rec_cut(o.h.rec_rows, o.h.n_rec, j->seq.n_rows) == j->seq.n_rows;
         opened_close(&o);
         if (rc == -1) reject(t, c[i].name, why);
         if (holds) {
@@ -660,7 +719,8 @@ static bool held(disk_tier *t, const job *j, const key_point *k, int32_t nk, int
     return false;
 }
 
-/* Removes the stored files that j's file extends. */
+/* Removes the stored files that j's file extends (with recurrent states,
+ * only those that end at a row where j's file holds them). */
 static void drop_prefixes(disk_tier *t, const job *j, const char *name, const key_point *k, int32_t nk) {
     for (int32_t i = 0; i < nk; i++) {
         cand c[MAX_CANDIDATES];
@@ -670,7 +730,8 @@ static void drop_prefixes(disk_tier *t, const job *j, const char *name, const ke
             opened o;
             char why[128];
             int rc = open_checked(t, c[m].name, &o, why, sizeof why);
-            bool prefix = rc == 0 && seq_common_prefix(&o.seq, &j->seq) == o.seq.n_rows;
+            bool prefix = rc == 0 && seq_common_prefix(&o.seq, &j->seq) == o.seq.n_rows &&
+                          rec_cut(j->rec_rows, j->n_rec, o.seq.n_rows) == o.seq.n_rows;
             opened_close(&o);
             if (rc == -1) reject(t, c[m].name, why);
             if (prefix) {
@@ -688,7 +749,8 @@ static void drop_prefixes(disk_tier *t, const job *j, const char *name, const ke
 static void drop_last_if_prefix(disk_tier *t, job *j, const char *name) {
     if (t->last.n_rows && strcmp(t->last_name, name) && !is_reading(t, t->last_name) &&
         !memcmp(t->last.model_id, j->seq.model_id, 32) && !strcmp(t->last.format, j->seq.format) &&
-        seq_common_prefix(&t->last, &j->seq) == t->last.n_rows && indexed(t, t->last_name)) {
+        seq_common_prefix(&t->last, &j->seq) == t->last.n_rows &&
+        rec_cut(j->rec_rows, j->n_rec, t->last.n_rows) == t->last.n_rows && indexed(t, t->last_name)) {
         remove_file(t, t->last_name);
         t->st.evictions++;
     }
@@ -706,6 +768,9 @@ static void write_job(disk_tier *t, job *j) {
     int32_t nk, nat;
     key_point *k = seq_keys(s, n, &nk, &nat);
     header h = {0};
+    h.n_rec = j->n_rec;
+    h.rec_floats = j->rec_floats;
+    memcpy(h.rec_rows, j->rec_rows, sizeof h.rec_rows);
     header_layout(&h, s->domain);
     memcpy(h.model_id, s->model_id, 32);
     memcpy(h.format, s->format, sizeof s->format);
@@ -716,7 +781,7 @@ static void write_job(disk_tier *t, job *j) {
     h.kv_bytes = kv_cache_bytes(kv, n);
     h.created = (int64_t)time(NULL);
     const size_t np = prov_bytes(n, s->n_spans);
-    const uint64_t bytes = h.hdr_bytes + np + h.kv_bytes;
+    const uint64_t bytes = h.hdr_bytes + np + h.kv_bytes + rec_bytes(&h);
     char name[DISK_NAME_LEN], tmp[64];
     bool skip = !k || bytes > t->budget;
     if (k) {
@@ -758,7 +823,7 @@ static void write_job(disk_tier *t, job *j) {
     uint8_t *prov = prov_encode(s, n, s->n_spans);
     XXH3_state_t *x = XXH3_createState();
     int rc = fd >= 0 && fpath && prov && x ? 0 : -1;
-    uint8_t b[HDR_V2] = {0};
+    uint8_t b[HDR_MAX] = {0};
     const bool test_full = ++t->n_writes == t->enospc_at;
     for (int attempt = 0; rc == 0; attempt++) {
         rc = write_all(fd, b, h.hdr_bytes) || write_all(fd, prov, np);
@@ -769,6 +834,10 @@ static void write_job(disk_tier *t, job *j) {
                 rc = write_all(fd, kv->rows.k[l], part) || write_all(fd, kv->rows.v[l], part);
                 XXH3_64bits_update(x, kv->rows.k[l], part);
                 XXH3_64bits_update(x, kv->rows.v[l], part);
+            }
+            if (rc == 0 && h.n_rec) { /* the recurrent states copied when it was queued */
+                rc = write_all(fd, j->rec, (size_t)rec_bytes(&h));
+                XXH3_64bits_update(x, j->rec, (size_t)rec_bytes(&h));
             }
             h.kv_sum = XXH3_64bits_digest(x);
         }
@@ -842,6 +911,7 @@ static void write_job(disk_tier *t, job *j) {
 
 static void job_free(job *j) {
     seq_free(&j->seq);
+    free(j->rec);
     free(j);
 }
 
@@ -891,6 +961,25 @@ bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cach
     }
     j->kv = kv;
     j->due = delay_s > 0 ? ph_now_s() + delay_s : 0;
+    if (kv->recurrent) {
+        /* the recurrent states at the points at or before n, copied now:
+         * the live ones change as rows come */
+        int32_t rows[REC_MAX];
+        const int np = kv_cache_recurrent_points(kv, rows);
+        int keep = 0;
+        while (keep < np && rows[keep] <= n) keep++;
+        const size_t one = kv->recurrent_floats * sizeof(float);
+        float *all = keep && kv->recurrent_floats <= MAX_REC_FLOATS ? malloc((size_t)np * one) : NULL;
+        if (!all) {
+            job_free(j);
+            return false;
+        }
+        kv_cache_save_recurrent(kv, all);
+        j->rec = all;
+        j->n_rec = keep;
+        j->rec_floats = (uint32_t)kv->recurrent_floats;
+        memcpy(j->rec_rows, rows, (size_t)keep * sizeof *rows);
+    }
     pthread_mutex_lock(&t->q_lock);
     /* a queued checkpoint that this one extends is not written; one that
      * extends this one makes it needless */
@@ -900,8 +989,9 @@ bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cach
         job *q = *pp;
         bool same = !memcmp(q->seq.model_id, j->seq.model_id, 32) && !strcmp(q->seq.format, j->seq.format);
         int32_t common = same ? seq_common_prefix(&q->seq, &j->seq) : 0;
-        if (same && common == n) needless = true;
-        if (q != t->busy && same && common == q->seq.n_rows && !needless) {
+        if (same && common == n && rec_cut(q->rec_rows, q->n_rec, n) == n) needless = true;
+        if (q != t->busy && same && common == q->seq.n_rows &&
+            rec_cut(j->rec_rows, j->n_rec, q->seq.n_rows) == q->seq.n_rows && !needless) {
             *pp = q->next;
             job_free(q);
             continue;
@@ -1016,7 +1106,7 @@ static void recover(disk_tier *t) {
         opened o;
         char why[128];
         int rc = open_checked(t, name, &o, why, sizeof why);
-        if (rc == 0) rc = read_kv(o.fd, &o.h, NULL, NULL, why, sizeof why);
+        if (rc == 0) rc = read_kv(o.fd, &o.h, NULL, NULL, NULL, why, sizeof why);
         if (rc == 0) {
             struct stat st;
             fstat(o.fd, &st);
@@ -1165,7 +1255,7 @@ static void pick(disk_tier *t, const seq_state *want, const cand *c, int n, open
             continue;
         }
         int32_t p = !memcmp(o.h.model_id, want->model_id, 32) && !strcmp(o.h.format, want->format)
-                        ? seq_common_prefix(&o.seq, want)
+                        ? rec_cut(o.h.rec_rows, o.h.n_rec, seq_common_prefix(&o.seq, want))
                         : 0;
         if (p > *best_prefix) {
             opened_close(best);
@@ -1229,6 +1319,9 @@ int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match
     m->n_layer = bestf.h.n_layer;
     m->row_bytes = bestf.h.row_bytes;
     m->hdr_bytes = bestf.h.hdr_bytes;
+    m->n_rec = bestf.h.n_rec;
+    m->rec_floats = bestf.h.rec_floats;
+    memcpy(m->rec_rows, bestf.h.rec_rows, sizeof m->rec_rows);
     return 1;
 }
 
@@ -1240,15 +1333,25 @@ int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err 
     h.row_bytes = m->row_bytes;
     h.hdr_bytes = m->hdr_bytes;
     h.kv_sum = m->kv_sum;
+    h.n_rec = m->n_rec;
+    h.rec_floats = m->rec_floats;
     if (m->n_layer != kv->n_layer || m->row_bytes != kv->row_bytes || h.n_rows > kv->rows.n_ctx || n > h.n_rows)
         return ph_err_set(e, "checkpoint %s does not fit this context (%d rows)", m->name, h.n_rows);
+    if (rec_cut(m->rec_rows, m->n_rec, n) != n)
+        return ph_err_set(e, "checkpoint %s holds no recurrent state after row %d", m->name, n);
     char why[128];
     double secs = 0;
-    int rc = read_kv(m->fd, &h, kv, &secs, why, sizeof why);
+    float *rec = NULL;
+    int rc = 0;
+    if (kv->recurrent ? !m->n_rec || m->rec_floats != kv->recurrent_floats : m->n_rec != 0)
+        rc = fail(why, sizeof why, "its recurrent states do not match the model's");
+    else
+        rc = read_kv(m->fd, &h, kv, &rec, &secs, why, sizeof why);
     pthread_mutex_lock(&t->db_lock);
     t->st.read_s += secs;
     if (rc == 0) {
         kv->rows.n_rows = n;
+        if (rec) kv_cache_load_recurrent(kv, rec, m->rec_rows, m->n_rec, n);
         t->st.hits++;
         t->st.bytes_read += m->kv_bytes;
         touch(t, m->name);
@@ -1258,8 +1361,11 @@ int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err 
         ph_err_set(e, "checkpoint %s is bad (%s)", m->name, why);
     }
     pthread_mutex_unlock(&t->db_lock);
+    free(rec);
     return rc;
 }
+
+int32_t disk_match_cut(const disk_match *m, int32_t n) { return rec_cut(m->rec_rows, m->n_rec, n); }
 
 void disk_match_free(disk_tier *t, disk_match *m) {
     if (m->fd >= 0) close(m->fd);
@@ -1339,12 +1445,13 @@ int disk_tier_verify(disk_tier *t, void (*bad)(void *ud, const char *name, const
         opened o;
         char why[128];
         int rc = open_checked(t, ns.v[i], &o, why, sizeof why);
-        if (rc == 0) rc = read_kv(o.fd, &o.h, NULL, NULL, why, sizeof why);
+        if (rc == 0) rc = read_kv(o.fd, &o.h, NULL, NULL, NULL, why, sizeof why);
         opened_close(&o);
         if (rc == 0) {
             (*n_ok)++;
             continue;
         }
+        if (rc == -3) continue; /* a newer build's: left alone */
         if (rc == -2) snprintf(why, sizeof why, "the file is missing");
         (*n_bad)++;
         if (bad) bad(ud, ns.v[i], why);

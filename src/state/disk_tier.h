@@ -27,27 +27,46 @@
  * File DIR/<64 hex of the end key>.phkv, little-endian; a checkpoint of
  * the default domain is version 1 (as written before domains existed, so
  * that older builds sharing the folder still read it), one of another
- * domain version 2, whose header holds the domain too:
- *    0  magic "PHKVCK01"            8  version (u32) = 1 or 2
- *   12  header bytes (u32) H: 256 (version 1) or 288 (version 2)
+ * domain version 2, whose header holds the domain too, and one of a model
+ * with recurrent layers (qwen35) version 3, whatever its domain, which
+ * also holds their states:
+ *    0  magic "PHKVCK01"            8  version (u32) = 1, 2 or 3
+ *   12  header bytes (u32) H: 256 (version 1), 288 (version 2), 320 (3)
  *   16  model_id (32)              48  format tag (128, NUL-padded)
  *  176  key (32): the chained key of its end, the name of the file
  *  208  n_rows (i32)              212  n_pictures (i32)
  *  216  n_layer (i32)             220  bytes of one K (or V) cell (u32)
  *  224  KV bytes (u64)            232  created, unix seconds (i64)
- *  240  XXH3-64 of the KV bytes
- *  248  version 2: the isolation domain (32)
+ *  240  XXH3-64 of the KV bytes (version 3: then of the recurrent states)
+ *  248  versions 2 and 3: the isolation domain (32)
+ *  280  version 3: states S (u32, 1..5), floats of one state F (u32),
+ *       then the rows after which they are (i32 each, S of 5 slots:
+ *       increasing, the last at most n_rows), zeros up to H-8
  *  H-8  XXH3-64 of bytes 0..H-9 and the provenance
  *    H  provenance: per row its token id (or -1 for a picture row) and the
  *       position after it (i32 each); then per picture start, rows,
  *       grid_x, grid_y, positions (i32 each), image_id, embed_key,
  *       cond_hash (32 each)
  *  then the KV bytes: per layer its n K cells then its n V cells
- *       (state/kv_cache's checkpoint layout).
+ *       (state/kv_cache's checkpoint layout);
+ *  version 3, then the recurrent states: S times F floats (f32), the
+ *       state after each of those rows (kv_cache_save_recurrent's layout).
+ * A version 3 file resumes only at one of its state rows: a lookup cuts
+ * its match back to the last of them (as ram_ckpt_cut does), a load
+ * restores the state there (its earlier ones as snapshots), and a file
+ * holds, or is extended by, another only at a row where the one that
+ * stands for both has a state. A queued checkpoint copies the states when
+ * it is queued (the live ones change as rows come; S * F * 4 bytes each).
+ * A file of a version newer than the reader knows (a newer build sharing
+ * the folder) is left alone: not loaded, not removed, not indexed by a
+ * recovery; builds before version 3 treat a version 3 file as bad and
+ * remove it (they meet one only when recovering an unindexed file or
+ * verifying the folder: they never look such a model's keys up).
  * A version 1 file is of the default domain. The domain is a digest (of a
  * salt or a key), never the salt or key itself.
  * A file is used only if everything checks out: magic, version, sizes
- * (header, provenance and KV add up to the file's length), both checksums,
+ * (header, provenance, KV and recurrent states add up to the file's
+ * length), both checksums,
  * the key recomputed from the provenance equal to the header's and to the
  * file's name, pictures whole and in order, and the model_id, format tag,
  * layers and cell size those of the reader. One that fails is removed,
@@ -59,7 +78,8 @@
  * n_pictures, bytes, last_use, created) and keys(hash, name, row).
  *
  * Writes. disk_tier_save queues a checkpoint; a writer thread of the tier's
- * own writes it from the live KV cells themselves (no copy): the caller
+ * own writes it from the live KV cells themselves (no copy; the recurrent
+ * states are copied): the caller
  * keeps those cells unchanged until disk_tier_release_rows says the writer
  * is done reading them (which is as soon as the bytes are in the kernel,
  * before fsync). A checkpoint may be queued with a delay; a queued one
@@ -149,17 +169,27 @@ typedef struct disk_match {
     int32_t n_layer;
     uint32_t row_bytes;
     uint32_t hdr_bytes;     /* where its provenance starts */
+    int32_t rec_rows[KV_SNAPSHOTS + 1]; /* with recurrent layers, the rows after which it holds their state */
+    int n_rec;
+    uint32_t rec_floats;
 } disk_match;
 
 /* The stored checkpoint with the longest common prefix with want (same
- * model_id, format tag and domain), read and checked: 1 with *m filled (release
+ * model_id, format tag and domain; with recurrent layers cut to the last
+ * row where it holds their state), read and checked: 1 with *m filled (release
  * it with disk_match_free), 0 when none shares more than beat rows (what
  * the caller has already; files no longer than that are not even opened).
  * Bad files met on the way are removed and counted. */
 int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match *m);
+/* The most of m's first n rows that it can resume at: n, or with
+ * recurrent layers the last row at or before n after which it holds their
+ * state (0: none). m->prefix is one already. */
+int32_t disk_match_cut(const disk_match *m, int32_t n);
 /* Reads m's KV cells into kv (which holds the model's layers and at least
- * m->seq.n_rows cells) and keeps the first n (n <= m->seq.n_rows), after
- * checking the checksum: 0; -1 when the file is bad (it is removed and
+ * m->seq.n_rows cells) and keeps the first n (n <= m->seq.n_rows; with
+ * recurrent layers one that disk_match_cut gives, their state then the
+ * file's after row n, its states up to n the snapshots), after checking
+ * the checksum: 0; -1 when the file is bad (it is removed and
  * counted; kv's cells are then undefined and the caller resets them). The
  * read and its time are counted. */
 int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err *e);

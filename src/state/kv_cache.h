@@ -22,8 +22,8 @@
  * n_rec_layer * ((conv_k - 1) * conv_dim + ssm_hv * ssm_d^2) floats, a
  * little over 1 MiB per recurrent layer whose delta net has 16 value heads
  * of 128 x 128, allocated when first taken. A RAM checkpoint copies the
- * snapshots and the state after all rows (kv_cache_save_recurrent); the
- * disk tier does not hold them yet. */
+ * snapshots and the state after all rows (kv_cache_save_recurrent), and so
+ * does a checkpoint file (state/disk_tier, version 3). */
 #ifndef PH_STATE_KV_CACHE_H
 #define PH_STATE_KV_CACHE_H
 
