@@ -8,49 +8,13 @@
  * maddubs pairs (two sub-block steps in int16) and scales them with VPDPWSSD:
  * that measured faster than VPDPBUSD and a VPMULLD per sub-block. F16 has
  * no VNNI kernel: the table keeps packed_avx2.c's. */
-#include <immintrin.h>
-#include <stddef.h>
-#include <string.h>
+#define PK_MADD_ACC(s, a, b) _mm256_dpwssd_avx_epi32((s), (a), (b))
+#include "kernels/packed_x86_256.h"
 
-#include "kernels/kernels_impl.h"
-
-#define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-#define MX 6 /* activation rows per prefill call (measured: 6 > 4 > 2) */
-/* Software prefetch distance (see packed_avx512.c), issued in the first
- * half's pass over each 64-byte line. */
-#define PF_K (4 * PH_PK_Q5_K_BYTES)
-#define PF_0 (16 * PH_PK_Q8_0_BYTES)
-#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-
-INLINE __m256i ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-INLINE __m128i ld128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
-INLINE __m256i bc32(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-INLINE __m256 ld_f16x8(const void *p) { return _mm256_cvtph_ps(ld128(p)); }
 INLINE __m256i dpbusd(__m256i s, __m256i u, __m256i x) { return _mm256_dpbusd_avx_epi32(s, u, x); }
 INLINE __m256i dpwssd(__m256i s, __m256i a, __m256i b) { return _mm256_dpwssd_avx_epi32(s, a, b); }
-INLINE __m256i mub(__m256i u, __m256i x) { return _mm256_maddubs_epi16(u, x); }
-
-/* acc[h] holds outputs 8h .. 8h+7 */
-INLINE void store(float *y, const __m256 *acc, int no) {
-    if (no == PH_PK_ROWS) {
-        _mm256_storeu_ps(y, acc[0]);
-        _mm256_storeu_ps(y + 8, acc[1]);
-    } else {
-        float t[PH_PK_ROWS];
-        _mm256_storeu_ps(t, acc[0]);
-        _mm256_storeu_ps(t + 8, acc[1]);
-        memcpy(y, t, sizeof(float) * (size_t)no);
-    }
-}
 
 /* ---- Q8_0 --------------------------------------------------------------------- */
-
-typedef struct { float d; int32_t c128; } q8_0_extra;
 
 INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                       const int NR) {
@@ -133,11 +97,7 @@ INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     const ph_block_q8_K *xr[MX];
     const int16_t *ex[MX];
     __m256 acc[MX][2];
-    UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_K *)(x + r * xb);
-        ex[r] = (const int16_t *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_K)));
-        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    }
+    kq_rows(x, xb, nb, xr, ex, acc, NR);
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q4_K_BYTES) {
         const uint8_t *sc = wg + 64, *mn = wg + 192, *qs = wg + 320;
@@ -160,19 +120,8 @@ INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                 __m256i scj = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j + 8 * h)));
                 UNROLL for (int r = 0; r < NR; r++) sumi[r] = _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(s[r], scj));
             }
-            UNROLL for (int m = 0; m < 4; m++) {
-                __m256i mp = _mm256_cvtepu8_epi16(ld128(mn + 32 * m + 16 * h));
-                UNROLL for (int r = 0; r < NR; r++)
-                    summ[r] = dpwssd(summ[r], mp, bc32(ex[r] + 8 * i + 2 * m));
-            }
-            __m256 d = ld_f16x8(wg + 16 * h), dmin = ld_f16x8(wg + 32 + 16 * h);
-            UNROLL for (int r = 0; r < NR; r++) {
-                /* reference: s += xd * d * sumi - xd * dmin * summ */
-                __m256 xd = _mm256_set1_ps(xr[r][i].d);
-                __m256 a = _mm256_mul_ps(_mm256_mul_ps(xd, d), _mm256_cvtepi32_ps(sumi[r]));
-                __m256 b = _mm256_mul_ps(_mm256_mul_ps(xd, dmin), _mm256_cvtepi32_ps(summ[r]));
-                acc[r][h] = _mm256_add_ps(acc[r][h], _mm256_sub_ps(a, b));
-            }
+            kq_mins(summ, mn, h, ex, i, NR);
+            kq_accumulate(acc, h, wg, xr, i, sumi, summ, NR);
         }
     }
     UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
@@ -180,25 +129,13 @@ INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
 
 /* ---- Q5_K ---------------------------------------------------------------------- */
 
-/* Bit `bit` of every byte moved to bit 4 (shifts within 16-bit lanes: what
- * crosses a byte boundary lands outside bit 4). */
-INLINE __m256i bit_to4(__m256i h, const int bit) {
-    if (bit < 4) h = _mm256_slli_epi16(h, (unsigned)(4 - bit));
-    if (bit > 4) h = _mm256_srli_epi16(h, (unsigned)(bit - 4));
-    return _mm256_and_si256(h, _mm256_set1_epi8(0x10));
-}
-
 INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                       const int NR) {
     int64_t nb = n / PH_QK_K;
     const ph_block_q8_K *xr[MX];
     const int16_t *ex[MX];
     __m256 acc[MX][2];
-    UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_K *)(x + r * xb);
-        ex[r] = (const int16_t *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_K)));
-        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    }
+    kq_rows(x, xb, nb, xr, ex, acc, NR);
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q5_K_BYTES) {
         const uint8_t *sc = wg + 64, *mn = wg + 192, *qs = wg + 320;
@@ -227,19 +164,8 @@ INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                 __m256i scj = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j + 8 * h)));
                 UNROLL for (int r = 0; r < NR; r++) sumi[r] = _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(s[r], scj));
             }
-            UNROLL for (int m = 0; m < 4; m++) {
-                __m256i mp = _mm256_cvtepu8_epi16(ld128(mn + 32 * m + 16 * h));
-                UNROLL for (int r = 0; r < NR; r++)
-                    summ[r] = dpwssd(summ[r], mp, bc32(ex[r] + 8 * i + 2 * m));
-            }
-            __m256 d = ld_f16x8(wg + 16 * h), dmin = ld_f16x8(wg + 32 + 16 * h);
-            UNROLL for (int r = 0; r < NR; r++) {
-                /* reference: s += xd * d * sumi - xd * dmin * summ */
-                __m256 xd = _mm256_set1_ps(xr[r][i].d);
-                __m256 a = _mm256_mul_ps(_mm256_mul_ps(xd, d), _mm256_cvtepi32_ps(sumi[r]));
-                __m256 b = _mm256_mul_ps(_mm256_mul_ps(xd, dmin), _mm256_cvtepi32_ps(summ[r]));
-                acc[r][h] = _mm256_add_ps(acc[r][h], _mm256_sub_ps(a, b));
-            }
+            kq_mins(summ, mn, h, ex, i, NR);
+            kq_accumulate(acc, h, wg, xr, i, sumi, summ, NR);
         }
     }
     UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
@@ -308,19 +234,6 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
 }
 
 /* ---- table ---------------------------------------------------------------------------- */
-
-#define TILE(T)                                                                                                  \
-    static void tile_##T(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy,     \
-                         int no) {                                                                               \
-        switch (nr) {                                                                                            \
-        case 1: T##_tile(n, wg, x, xb, y, ldy, no, 1); break;                                                    \
-        case 2: T##_tile(n, wg, x, xb, y, ldy, no, 2); break;                                                    \
-        case 3: T##_tile(n, wg, x, xb, y, ldy, no, 3); break;                                                    \
-        case 4: T##_tile(n, wg, x, xb, y, ldy, no, 4); break;                                                    \
-        case 5: T##_tile(n, wg, x, xb, y, ldy, no, 5); break;                                                    \
-        default: T##_tile(n, wg, x, xb, y, ldy, no, MX); break;                                                  \
-        }                                                                                                        \
-    }
 
 TILE(q8_0)
 TILE(q4_0)
