@@ -11,6 +11,13 @@
 
 #define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
 
+/* The model's chat format, as the engine picks it. */
+static ph_chat_format format_of(const ph_model *m) {
+    size_t n;
+    const char *t = llm_chat_template(m, &n);
+    return chat_format_detect(t, n, m->arch_name);
+}
+
 static bool same_tokens(const ph_model *m, const ph_prompt_item *it, const char *text) {
     ph_tokens t = {0};
     ph_tokenize(m, text, strlen(text), true, &t, NULL);
@@ -33,7 +40,7 @@ static void test_render(const ph_model *m) {
     ph_prompt p;
     ph_image_in **pics;
     ph_err err = {0};
-    CHECK(chat_format_render(&f, m, msgs, 4, NULL, 0, NULL, &p, &pics, &err) == 0);
+    CHECK(chat_format_render(&f, m->vocab, msgs, 4, NULL, 0, NULL, &p, &pics, &err) == 0);
     CHECKF(p.n == 3 && p.n_pictures == 1, "%zu items, %d pictures", p.n, p.n_pictures);
     if (p.n == 3) {
         CHECK(same_tokens(m, &p.items[0], "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nLook: "
@@ -47,17 +54,17 @@ static void test_render(const ph_model *m) {
     free(pics);
     /* the thinking variant opens the answer with <think> */
     ph_chat_format think = {.name = "chatml-think", .think = true};
-    CHECK(chat_format_render(&think, m, &msgs[3], 1, NULL, 0, NULL, &p, &pics, &err) == 0);
+    CHECK(chat_format_render(&think, m->vocab, &msgs[3], 1, NULL, 0, NULL, &p, &pics, &err) == 0);
     CHECK(p.n == 1 && same_tokens(m, &p.items[0], "<|im_start|>user\nSure?<|im_end|>\n<|im_start|>assistant\n<think>\n"));
     ph_prompt_free(&p);
     free(pics);
     /* refusals */
-    CHECK(chat_format_render(&f, m, msgs, 0, NULL, 0, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
+    CHECK(chat_format_render(&f, m->vocab, msgs, 0, NULL, 0, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
     ph_chat_part bad[] = {{.image = fake}};
     ph_chat_msg badm = {.role = PH_ROLE_ASSISTANT, .parts = bad, .n_parts = 1};
-    CHECK(chat_format_render(&f, m, &badm, 1, NULL, 0, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
+    CHECK(chat_format_render(&f, m->vocab, &badm, 1, NULL, 0, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
     /* no system message unless one is given; no chat template -> plain ChatML */
-    CHECK(!chat_format_for(m).think);
+    CHECK(!format_of(m).think);
 }
 
 typedef struct split_out {

@@ -7,10 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/llm.h"
 #include "test.h"
 #include "text/chat_format.h"
 #include "text/output_parser.h"
 #include "text/tool_json.h"
+
+/* The model's chat format, as the engine picks it. */
+static ph_chat_format format_of(const ph_model *m) {
+    size_t n;
+    const char *t = llm_chat_template(m, &n);
+    return chat_format_detect(t, n, m->arch_name);
+}
 
 #define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
 #define SPEC PH_ORACLE_DIR "/../spec/templates/"
@@ -119,7 +127,7 @@ static void test_detect(const ph_model *m) {
     a = chat_format_detect(NULL, 0, "llama");
     CHECK(!strcmp(chat_format_family(&a)->name, "hermes"));
     /* the test model's template is plain ChatML; it is a qwen3vl */
-    ph_chat_format t = chat_format_for(m);
+    ph_chat_format t = format_of(m);
     CHECK(!strcmp(chat_format_family(&t)->name, "hermes") && !t.family_from_template && !t.think);
 }
 
@@ -235,7 +243,7 @@ static void expect_render(const char *what, const ph_chat_format *f, const ph_mo
     if (!m) return;
     ph_prompt p;
     ph_image_in **pics = NULL;
-    rc = chat_format_render(f, m, msgs, n, &weather, n_tools, &o, &p, &pics, &err);
+    rc = chat_format_render(f, m->vocab, msgs, n, &weather, n_tools, &o, &p, &pics, &err);
     CHECKF(rc == 0, "%s: %s", what, err.msg);
     if (rc) return;
     /* the expected token stream: BOS, then text split at each picture */
@@ -393,14 +401,14 @@ static void test_more_renderings(const ph_model *m, const ph_chat_format *vl, co
         /* the pictures list follows message order */
         ph_prompt p;
         ph_image_in **pics = NULL;
-        CHECK(chat_format_render(vl, m, msgs, 4, NULL, 0, NULL, &p, &pics, NULL) == 0 && p.n_pictures == 2 &&
+        CHECK(chat_format_render(vl, m->vocab, msgs, 4, NULL, 0, NULL, &p, &pics, NULL) == 0 && p.n_pictures == 2 &&
               pics[0] == pic && pics[1] == pic);
         ph_prompt_free(&p);
         free(pics);
         /* still refused in system and assistant turns */
         ph_err err = {0};
         const ph_chat_msg bad[] = {{.role = PH_ROLE_SYSTEM, .parts = shot, .n_parts = 2}, USER};
-        CHECK(chat_format_render(vl, m, bad, 2, &weather, 1, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
+        CHECK(chat_format_render(vl, m->vocab, bad, 2, &weather, 1, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
     }
     {   /* arguments that are not JSON go back as they are; none is {} */
         static const ph_tool_call odd[] = {{.name = "get_weather", ARGS("{city: Paris}")}, {.name = "get_weather"}};

@@ -112,7 +112,9 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
                  hp->conv_dim, hp->ssm_hv, hp->ssm_d);
     }
     snprintf(e->live.format, sizeof e->live.format, "%s", e->format_tag);
-    e->fmt = chat_format_for(e->m);
+    size_t tlen;
+    const char *tmpl = llm_chat_template(e->m, &tlen);
+    e->fmt = chat_format_detect(tmpl, tlen, e->m->arch_name);
     ram_tier_init(&e->ram, e->reuse ? p->ram_cache_bytes : 0);
     e->park_budget = e->reuse ? p->conversation_cache_bytes : 0;
     if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
@@ -863,7 +865,7 @@ static int find_head(turn *t, const chat_render_opts *ro, ph_err *err) {
 static int render(turn *t, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_err *err) {
     ph_engine *e = t->e;
     const chat_render_opts ro = {.thinking = gp->thinking};
-    if (chat_format_render(&e->fmt, e->m, msgs, n_msgs, gp->tools, gp->n_tools, &ro, &t->prompt, &t->pics, err))
+    if (chat_format_render(&e->fmt, e->m->vocab, msgs, n_msgs, gp->tools, gp->n_tools, &ro, &t->prompt, &t->pics, err))
         return -1;
     if (t->prompt.n_pictures && !e->has_vision)
         return ph_err_setc(err, PH_ERR_NO_VISION,

@@ -3,18 +3,8 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "base/grow.h"
-#include "engine/prompt.h"
 #include "pinhole.h"
-
-ph_prompt_item *prompt_new_item(ph_prompt *p) {
-    ph_prompt_item *items = ph_grow(p->items, &p->cap, p->n, sizeof *items, 8);
-    if (!items) return NULL;
-    p->items = items;
-    ph_prompt_item *it = &p->items[p->n++];
-    memset(it, 0, sizeof *it);
-    return it;
-}
+#include "text/prompt.h"
 
 /* The text item to append tokens to: the last item if it is text. */
 static ph_prompt_item *text_item(ph_prompt *p) {

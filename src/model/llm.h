@@ -101,6 +101,10 @@ int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *sc, const int32_t *t
  * or of another type. */
 int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required, ph_err *e);
 
+/* The model's chat template (tokenizer.chat_template): NULL and *len 0 when
+ * it has none. Points into the model file. */
+const char *llm_chat_template(const ph_model *m, size_t *len);
+
 /* ---- qwen35 (llm_qwen35.c), for llm_qwen3.c -------------------------------- */
 /* Reads the recurrent layers' settings and which layers they are (spec H.1). */
 int llm_qwen35_hparams(ph_model *m, ph_err *e);

@@ -9,6 +9,13 @@
 #include "kernels/attention.h"
 #include "model/llm.h"
 
+const char *llm_chat_template(const ph_model *m, size_t *len) {
+    gguf_str t;
+    bool has = gguf_get_str(m->gguf, "tokenizer.chat_template", &t) == 0;
+    *len = has ? (size_t)t.len : 0;
+    return has ? t.ptr : NULL;
+}
+
 /* ---- loading ------------------------------------------------------------ */
 
 int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required,

@@ -34,9 +34,8 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "engine/prompt.h"
-#include "gguf/gguf.h"
-#include "model/llm.h"
+#include "text/prompt.h"
+#include "text/tokenizer.h"
 #include "text/tool_json.h"
 
 /* ---- detection ----------------------------------------------------------- */
@@ -94,12 +93,6 @@ ph_chat_format chat_format_detect(const char *t, size_t len, const char *arch) {
     return f;
 }
 
-ph_chat_format chat_format_for(const ph_model *m) {
-    gguf_str t;
-    bool has_t = gguf_get_str(m->gguf, "tokenizer.chat_template", &t) == 0;
-    return chat_format_detect(has_t ? t.ptr : NULL, has_t ? (size_t)t.len : 0, ph_model_get_info(m)->arch);
-}
-
 const chat_family *chat_format_family(const ph_chat_format *f) { return f->family ? f->family : &chat_families[0]; }
 
 bool chat_format_opens_think(const ph_chat_format *f, const chat_render_opts *o) {
@@ -116,7 +109,7 @@ const char *chat_format_opener(const ph_chat_format *f, const chat_render_opts *
 typedef struct chat_render {
     const ph_chat_format *f;
     const chat_family *fam;
-    const ph_model *m;  /* NULL: text only */
+    const ph_vocab *v;  /* NULL: text only */
     ph_prompt *out;
     ph_image_in **pics;
     size_t n_pics;
@@ -132,17 +125,17 @@ static int oom(chat_render *r) { return ph_err_set(r->e, "out of memory renderin
 /* Tokenizes the pending text into a text item. */
 static int flush_text(chat_render *r) {
     if (r->buf.oom) return oom(r);
-    if (!r->m || r->buf.n == 0) return 0;
+    if (!r->v || r->buf.n == 0) return 0;
     ph_prompt_item *it = prompt_new_item(r->out);
     if (!it) return oom(r);
-    if (ph_tokenize(r->m, r->buf.p, r->buf.n, true, &it->tokens, r->e)) return -1;
+    if (ph_vocab_tokenize(r->v, r->buf.p, r->buf.n, true, &it->tokens, r->e)) return -1;
     r->buf.n = 0;
     return 0;
 }
 
 static int put_picture(chat_render *r, ph_image_in *im) {
     puts_(r, "<|vision_start|>");
-    if (!r->m) {
+    if (!r->v) {
         puts_(r, "<|image_pad|>");
     } else {
         if (flush_text(r)) return -1;
@@ -390,18 +383,17 @@ static size_t count_pictures(const ph_chat_msg *msgs, size_t n_msgs) {
     return n;
 }
 
-int chat_format_render(const ph_chat_format *f, const ph_model *m, const ph_chat_msg *msgs, size_t n_msgs,
+int chat_format_render(const ph_chat_format *f, const ph_vocab *v, const ph_chat_msg *msgs, size_t n_msgs,
                        const ph_tool *tools, size_t n_tools, const chat_render_opts *o, ph_prompt *out,
                        ph_image_in ***pictures, ph_err *e) {
     memset(out, 0, sizeof *out);
     *pictures = NULL;
-    chat_render r = {.f = f, .fam = chat_format_family(f), .m = m, .out = out, .e = e};
+    chat_render r = {.f = f, .fam = chat_format_family(f), .v = v, .out = out, .e = e};
     size_t n_pic = count_pictures(msgs, n_msgs);
     if (n_pic && !(r.pics = calloc(n_pic, sizeof *r.pics))) return ph_err_set(e, "out of memory");
-    int32_t bos = ph_model_bos(m);
-    if (bos >= 0) {
+    if (ph_vocab_add_bos(v) && ph_vocab_bos(v) >= 0) {
         ph_prompt_item *it = prompt_new_item(out);
-        if (!it || ph_tokens_push(&it->tokens, bos)) {
+        if (!it || ph_tokens_push(&it->tokens, ph_vocab_bos(v))) {
             oom(&r);
             goto fail;
         }

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 #include "pinhole.h"
+#include "text/tokenizer.h"
 
 /* How the model writes a call inside <tool_call> ... </tool_call>. */
 typedef enum chat_call_syntax {
@@ -51,11 +52,9 @@ typedef struct ph_chat_format {
     bool reasoning_history;    /* the template renders reasoning_content back (turns after the last user query) */
 } ph_chat_format;
 
-/* Picks the format from the model's metadata (tokenizer.chat_template and,
- * when the template has no tool markup, general.architecture). */
-ph_chat_format chat_format_for(const ph_model *m);
-/* Picks the format from a template's text and an architecture name (either
- * may be NULL). */
+/* Picks the format from a template's text (the model's
+ * tokenizer.chat_template) and, when the template has no tool markup, an
+ * architecture name (general.architecture); either may be NULL. */
 ph_chat_format chat_format_detect(const char *tmpl, size_t len, const char *arch);
 const chat_family *chat_format_family(const ph_chat_format *f);
 
@@ -72,12 +71,12 @@ bool chat_format_opens_think(const ph_chat_format *f, const chat_render_opts *o)
 const char *chat_format_opener(const ph_chat_format *f, const chat_render_opts *o);
 
 /* Renders messages, tools (may be 0) and the generation prompt into a
- * prompt stream: runs of tokens and pictures. The i-th picture item refers
+ * prompt stream tokenized with v (BOS first where v adds one): runs of tokens and pictures. The i-th picture item refers
  * to the i-th picture part in message order (user and tool messages);
  * *pictures (malloc'd) lists them. o may be NULL (defaults). Errors are
  * PH_ERR_INPUT (an empty conversation, a picture in a system or assistant
  * turn, a tool without a name or with parameters that are not JSON). */
-int chat_format_render(const ph_chat_format *f, const ph_model *m, const ph_chat_msg *msgs, size_t n_msgs,
+int chat_format_render(const ph_chat_format *f, const ph_vocab *v, const ph_chat_msg *msgs, size_t n_msgs,
                        const ph_tool *tools, size_t n_tools, const chat_render_opts *o, ph_prompt *out,
                        ph_image_in ***pictures, ph_err *e);
 
