@@ -43,17 +43,17 @@ static char *read_all(const char *path, size_t *len) {
 /* ---- tojson ------------------------------------------------------------------ */
 
 static void check_float(double v, const char *want) {
-    txt t = {0};
+    strbuf t = {0};
     tojson_float(&t, v);
     CHECKF(t.n && !strcmp(t.p, want), "%.17g -> '%s', want '%s'", v, t.p ? t.p : "", want);
-    txt_free(&t);
+    strbuf_free(&t);
 }
 
 static void check_tojson(const char *in, const char *want) {
-    txt t = {0};
+    strbuf t = {0};
     int rc = tojson_text(&t, in, strlen(in));
     CHECKF(rc == 0 && t.n && !strcmp(t.p, want), "tojson(%s) -> '%s', want '%s'", in, t.p ? t.p : "", want);
-    txt_free(&t);
+    strbuf_free(&t);
 }
 
 static void test_tojson(void) {
@@ -79,20 +79,20 @@ static void test_tojson(void) {
     check_tojson("{\"z\":1,\"a\":2,\"z\":3}", "{\"z\": 3, \"a\": 2}"); /* as a Python dict */
     check_tojson("  [ ]  ", "[]");
     check_tojson("{}", "{}");
-    txt t = {0};
+    strbuf t = {0};
     CHECK(tojson_text(&t, "{\"a\":", 5) == -1 && t.n == 0);
     CHECK(tojson_text(&t, "123456789012345678901234", 24) == -1);
     pystr_value(&t, json_true());
     CHECK(!strcmp(t.p, "True"));
-    txt_free(&t);
+    strbuf_free(&t);
     ph_tool tool = {.name = "f"};
     CHECK(tool_json_render(&t, &tool, NULL) == 0 &&
           !strcmp(t.p, "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"\", \"parameters\": {}}}"));
-    txt_free(&t);
+    strbuf_free(&t);
     ph_err err = {0};
     tool.parameters = "{nope";
     CHECK(tool_json_render(&t, &tool, &err) == -1 && err.code == PH_ERR_INPUT);
-    txt_free(&t);
+    strbuf_free(&t);
 }
 
 /* ---- detection ------------------------------------------------------------------ */
@@ -442,8 +442,8 @@ typedef struct pcase {
 } pcase;
 
 typedef struct pout {
-    txt reasoning, content;
-    txt args[4];
+    strbuf reasoning, content;
+    strbuf args[4];
     const char *names[4];
     bool ended[4];
     int n_calls;
@@ -456,11 +456,11 @@ static void on_out(void *ud, out_kind k, int32_t call, const char *t, size_t n) 
     pout *o = ud;
     switch (k) {
     case OUT_CONTENT:
-        txt_put(&o->content, t, n);
+        strbuf_put(&o->content, t, n);
         if (memmem(t, n, "<tool_", 6)) o->tool_in_content = true;
         if (call != -1) o->bad = true;
         break;
-    case OUT_REASONING: txt_put(&o->reasoning, t, n); break;
+    case OUT_REASONING: strbuf_put(&o->reasoning, t, n); break;
     case OUT_CALL:
         if (call != o->n_calls || call >= 4 || (call > 0 && !o->ended[call - 1])) {
             o->bad = true;
@@ -470,7 +470,7 @@ static void on_out(void *ud, out_kind k, int32_t call, const char *t, size_t n) 
         break;
     case OUT_ARGS:
         if (call != o->n_calls - 1 || o->ended[call]) o->bad = true;
-        else txt_put(&o->args[call], t, n);
+        else strbuf_put(&o->args[call], t, n);
         break;
     case OUT_CALL_END:
         if (call != o->n_calls - 1 || o->ended[call]) o->bad = true;
@@ -485,7 +485,7 @@ static size_t rnd(size_t n) {
     return (size_t)(rng >> 33) % n;
 }
 
-static const char *s_or(const txt *t) { return t->n ? t->p : ""; }
+static const char *s_or(const strbuf *t) { return t->n ? t->p : ""; }
 
 /* mode 0: whole; 1: a byte at a time; 2+: random pieces */
 static void run_case(const pcase *c, int mode) {
@@ -527,9 +527,9 @@ static void run_case(const pcase *c, int mode) {
                s_or(&o.args[i]));
         CHECKF(o.ended[i], "%s (%s): call %d not ended", c->what, how, i);
     }
-    txt_free(&o.reasoning);
-    txt_free(&o.content);
-    for (int i = 0; i < 4; i++) txt_free(&o.args[i]);
+    strbuf_free(&o.reasoning);
+    strbuf_free(&o.content);
+    for (int i = 0; i < 4; i++) strbuf_free(&o.args[i]);
 }
 
 #define SF "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}\n</tool_call>"
@@ -646,15 +646,15 @@ static void test_parser(void) {
 
 /* Everything the parser said, as one string. */
 static void record(void *ud, out_kind k, int32_t call, const char *t, size_t n) {
-    txt *o = ud;
+    strbuf *o = ud;
     char head[32];
     snprintf(head, sizeof head, "|%d:%d:", (int)k, (int)call);
-    txt_puts(o, head);
-    txt_put(o, t, n);
+    strbuf_puts(o, head);
+    strbuf_put(o, t, n);
 }
 
 /* Merges consecutive pieces of the same kind and call. */
-static void normalise(const txt *in, txt *out) {
+static void normalise(const strbuf *in, strbuf *out) {
     const char *p = in->p, *end = in->p + in->n;
     char last[32] = "";
     while (p && p < end) {
@@ -664,8 +664,8 @@ static void normalise(const txt *in, txt *out) {
         char head[32];
         snprintf(head, sizeof head, "%.*s", (int)(c2 - h), h);
         bool merge = !strcmp(head, last) && strncmp(head, "|2:", 3) && strncmp(head, "|4:", 3);
-        if (!merge) txt_puts(out, head);
-        txt_put(out, c2, (size_t)(next - c2));
+        if (!merge) strbuf_puts(out, head);
+        strbuf_put(out, c2, (size_t)(next - c2));
         snprintf(last, sizeof last, "%s", head);
         p = next;
     }
@@ -682,14 +682,14 @@ static void test_parser_random(void) {
     const size_t nb = sizeof bits / sizeof *bits;
     int bad = 0;
     for (int iter = 0; iter < 2000 && bad < 5; iter++) {
-        txt text = {0};
+        strbuf text = {0};
         size_t k = 1 + rnd(40);
-        for (size_t i = 0; i < k; i++) txt_puts(&text, bits[rnd(nb)]);
+        for (size_t i = 0; i < k; i++) strbuf_puts(&text, bits[rnd(nb)]);
         bool xml = iter & 1, reasoning = (iter >> 1) & 1;
         ph_chat_format f = chat_format_detect(NULL, 0, xml ? "qwen35" : "qwen3vl");
         out_parser_cfg cfg = {.fmt = &f, .in_reasoning = reasoning, .parse_calls = true, .tools = ptools,
                               .n_tools = sizeof ptools / sizeof *ptools};
-        txt got[3] = {{0}}, norm[3] = {{0}};
+        strbuf got[3] = {{0}}, norm[3] = {{0}};
         for (int mode = 0; mode < 3; mode++) {
             out_parser p;
             out_parser_init(&p, &cfg, NULL);
@@ -711,10 +711,10 @@ static void test_parser_random(void) {
         }
         CHECKF(same, "random answer %d: the same whichever way it is cut", iter);
         for (int mode = 0; mode < 3; mode++) {
-            txt_free(&got[mode]);
-            txt_free(&norm[mode]);
+            strbuf_free(&got[mode]);
+            strbuf_free(&norm[mode]);
         }
-        txt_free(&text);
+        strbuf_free(&text);
     }
 }
 

@@ -12,6 +12,7 @@
 #include "base/bigbuf.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "base/strbuf.h"
 #include "base/timeutil.h"
 #include "state/file_id.h"
 #include "engine/constrain.h"
@@ -387,8 +388,7 @@ typedef struct gen {
     ph_gen_cb cb;
     void *ud;
     out_parser split;          /* reasoning, content and tool calls */
-    char *pend;                /* released text not yet passed on (stop strings) */
-    size_t n_pend, cap_pend;
+    strbuf pend;               /* released text not yet passed on (stop strings) */
     bool stopped;              /* a stop string was found */
     int32_t stop_index;
     bool cancelled;
@@ -434,36 +434,30 @@ static int release(gen *g, const char *text, size_t len, bool final) {
         out_parser_feed(&g->split, text, len, on_piece, g);
         return 0;
     }
-    if (g->n_pend + len + 1 > g->cap_pend) {
-        size_t cap = (g->n_pend + len + 1) * 2;
-        char *p = realloc(g->pend, cap);
-        if (!p) return -1;
-        g->pend = p;
-        g->cap_pend = cap;
-    }
-    memcpy(g->pend + g->n_pend, text, len);
-    g->n_pend += len;
-    size_t cut = g->n_pend;
+    strbuf *b = &g->pend;
+    strbuf_put(b, text, len);
+    if (b->oom) return -1;
+    size_t cut = b->n;
     for (size_t k = 0; k < g->g->n_stop; k++) {
         const char *st = g->g->stop[k];
         size_t sl = strlen(st);
         if (!sl) continue;
-        char *hit = memmem(g->pend, g->n_pend, st, sl);
-        if (hit && (size_t)(hit - g->pend) < cut) {
-            cut = (size_t)(hit - g->pend);
+        char *hit = memmem(b->p, b->n, st, sl);
+        if (hit && (size_t)(hit - b->p) < cut) {
+            cut = (size_t)(hit - b->p);
             g->stop_index = (int32_t)k;
         }
     }
-    if (cut < g->n_pend) {
+    if (cut < b->n) {
         g->stopped = true;
-        out_parser_feed(&g->split, g->pend, cut, on_piece, g);
-        g->n_pend = 0;
+        out_parser_feed(&g->split, b->p, cut, on_piece, g);
+        b->n = 0;
         return 0;
     }
-    size_t hold = final ? 0 : stop_holdback(g, g->pend, g->n_pend);
-    out_parser_feed(&g->split, g->pend, g->n_pend - hold, on_piece, g);
-    memmove(g->pend, g->pend + g->n_pend - hold, hold);
-    g->n_pend = hold;
+    size_t hold = final ? 0 : stop_holdback(g, b->p, b->n);
+    out_parser_feed(&g->split, b->p, b->n - hold, on_piece, g);
+    memmove(b->p, b->p + b->n - hold, hold);
+    b->n = hold;
     return 0;
 }
 
@@ -587,7 +581,7 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
     out_parser_free(&g.split);
     r->decode_s = t_first > 0 ? ph_now_s() - t_first : 0;
     e->st.tokens_generated += (uint64_t)r->n_generated;
-    free(g.pend);
+    strbuf_free(&g.pend);
     free(piece);
     ph_sampler_free(smp);
     return rc;

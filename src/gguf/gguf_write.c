@@ -14,49 +14,25 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "base/strbuf.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_internal.h"
 
 #define GGUF_WRITE_VERSION 3u
 #define GGUF_DEFAULT_ALIGNMENT 32u
 
-/* A growable byte buffer; `oom` sticks once an allocation fails. */
-typedef struct bbuf {
-    uint8_t *p;
-    size_t n, cap;
-    int oom;
-} bbuf;
-
-static void put(bbuf *b, const void *src, size_t n) {
-    if (b->oom) return;
-    if (n > b->cap - b->n) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap - b->n < n) {
-            if (cap > SIZE_MAX / 2) { b->oom = 1; return; }
-            cap *= 2;
-        }
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) { b->oom = 1; return; }
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-
-/* The host is little-endian (checked in gguf.c), so values are copied as is. */
-static void put_u32(bbuf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(bbuf *b, uint64_t v) { put(b, &v, 8); }
-static void put_str(bbuf *b, const char *s, uint64_t len) {
+static void put_u32(strbuf *b, uint32_t v) { strbuf_put(b, &v, 4); }
+static void put_u64(strbuf *b, uint64_t v) { strbuf_put(b, &v, 8); }
+static void put_str(strbuf *b, const char *s, uint64_t len) {
     put_u64(b, len);
-    put(b, s, (size_t)len);
+    strbuf_put(b, s, (size_t)len);
 }
 
 typedef struct wkv {
     char *key;
     size_t key_len;
     gguf_vtype type;
-    bbuf val; /* the serialized value (without key and type) */
+    strbuf val; /* the serialized value (without key and type) */
 } wkv;
 
 typedef struct wtensor {
@@ -114,7 +90,7 @@ void gguf_writer_free(gguf_writer *w) {
 
 /* Stores (or replaces) key with the serialized value `val`, taking ownership
  * of its buffer. */
-static void set_value(gguf_writer *w, const char *key, size_t key_len, gguf_vtype type, bbuf *val) {
+static void set_value(gguf_writer *w, const char *key, size_t key_len, gguf_vtype type, strbuf *val) {
     if (!key || key_len == 0) wfail(w, "empty key");
     else if (memchr(key, 0, key_len)) wfail(w, "key '%s' contains a NUL byte", key);
     else if (val->oom) wfail(w, "out of memory for the value of key '%.*s'", (int)(key_len > 64 ? 64 : key_len), key);
@@ -144,8 +120,8 @@ static void set_value(gguf_writer *w, const char *key, size_t key_len, gguf_vtyp
 }
 
 static void set_scalar(gguf_writer *w, const char *key, gguf_vtype t, const void *v, size_t n) {
-    bbuf b = {0};
-    put(&b, v, n);
+    strbuf b = {0};
+    strbuf_put(&b, v, n);
     set_value(w, key, key ? strlen(key) : 0, t, &b);
 }
 
@@ -163,7 +139,7 @@ void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
         wfail(w, "NULL string value for key '%s'", key ? key : "(null)");
         return;
     }
-    bbuf b = {0};
+    strbuf b = {0};
     put_str(&b, v, strlen(v));
     set_value(w, key, key ? strlen(key) : 0, GGUF_STRING, &b);
 }
@@ -171,7 +147,7 @@ void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
 /* Serializes an array header and its elements: strings from strs[] (or,
  * when strs is NULL, from the NUL-terminated cstrs[]); anything else from
  * the packed bytes at data. */
-static int put_array(gguf_writer *w, bbuf *b, const char *key, size_t key_len, gguf_vtype t, uint64_t n,
+static int put_array(gguf_writer *w, strbuf *b, const char *key, size_t key_len, gguf_vtype t, uint64_t n,
                      const void *data, const gguf_str *strs, const char *const *cstrs) {
     int kl = (int)(key_len > 64 ? 64 : key_len);
     if (t == GGUF_ARRAY || (int)t < 0 || t >= GGUF_VTYPE_COUNT) {
@@ -206,13 +182,13 @@ static int put_array(gguf_writer *w, bbuf *b, const char *key, size_t key_len, g
         wfail(w, "array '%.*s' has no data", kl, key);
         return -1;
     }
-    put(b, data, (size_t)bytes);
+    strbuf_put(b, data, (size_t)bytes);
     return 0;
 }
 
 void gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype t, const void *data, uint64_t n) {
     size_t kl = key ? strlen(key) : 0;
-    bbuf b = {0};
+    strbuf b = {0};
     const char *const *cstrs = t == GGUF_STRING ? (const char *const *)data : NULL;
     if (put_array(w, &b, key ? key : "", kl, t, n, data, NULL, cstrs)) {
         free(b.p);
@@ -224,14 +200,14 @@ void gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype t, const vo
 void gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv) {
     const char *key = kv->key.ptr ? kv->key.ptr : "";
     size_t kl = kv->key.ptr ? (size_t)kv->key.len : 0;
-    bbuf b = {0};
+    strbuf b = {0};
     switch (kv->type) {
-    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: { uint8_t x = (uint8_t)kv->v.u; put(&b, &x, 1); break; }
-    case GGUF_UINT16: case GGUF_INT16: { uint16_t x = (uint16_t)kv->v.u; put(&b, &x, 2); break; }
+    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: { uint8_t x = (uint8_t)kv->v.u; strbuf_put(&b, &x, 1); break; }
+    case GGUF_UINT16: case GGUF_INT16: { uint16_t x = (uint16_t)kv->v.u; strbuf_put(&b, &x, 2); break; }
     case GGUF_UINT32: case GGUF_INT32: put_u32(&b, (uint32_t)kv->v.u); break;
     case GGUF_UINT64: case GGUF_INT64: put_u64(&b, kv->v.u); break;
-    case GGUF_FLOAT32: { float x = (float)kv->v.f; put(&b, &x, 4); break; }
-    case GGUF_FLOAT64: put(&b, &kv->v.f, 8); break;
+    case GGUF_FLOAT32: { float x = (float)kv->v.f; strbuf_put(&b, &x, 4); break; }
+    case GGUF_FLOAT64: strbuf_put(&b, &kv->v.f, 8); break;
     case GGUF_STRING: put_str(&b, kv->v.s.ptr, kv->v.s.len); break;
     case GGUF_ARRAY:
         if (put_array(w, &b, key, kl, kv->v.arr.type, kv->v.arr.n, kv->v.arr.data, kv->v.arr.strs, NULL)) {
@@ -331,15 +307,15 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
     if (max_bytes && !fill) return ph_err_set(e, "gguf: %s: no fill callback for the tensor data", path);
     if (max_bytes > SIZE_MAX) return ph_err_set(e, "gguf: %s: a tensor is too large for memory", path);
 
-    bbuf h = {0};
-    put(&h, "GGUF", 4);
+    strbuf h = {0};
+    strbuf_put(&h, "GGUF", 4);
     put_u32(&h, GGUF_WRITE_VERSION);
     put_u64(&h, w->n_t);
     put_u64(&h, w->n_kv);
     for (size_t i = 0; i < w->n_kv; i++) {
         put_str(&h, w->kv[i].key, w->kv[i].key_len);
         put_u32(&h, (uint32_t)w->kv[i].type);
-        put(&h, w->kv[i].val.p, w->kv[i].val.n);
+        strbuf_put(&h, w->kv[i].val.p, w->kv[i].val.n);
     }
     for (size_t i = 0; i < w->n_t; i++) {
         const wtensor *t = &w->t[i];

@@ -8,18 +8,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/strbuf.h"
 #include "pinhole.h"
 
 struct MHD_Connection;
-
-typedef struct strbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} strbuf;
-
-void sb_put(strbuf *b, const char *s, size_t n);
-void sb_free(strbuf *b);
 
 typedef struct srv srv;
 typedef struct job job;

@@ -15,32 +15,9 @@
 #include "server/api.h"
 #include "server/server_internal.h"
 
-void sb_put(strbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-void sb_free(strbuf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
 void job_emit(job *j, const char *s, size_t n) {
     pthread_mutex_lock(&j->mu);
-    sb_put(&j->out, s, n);
+    strbuf_put(&j->out, s, n);
     job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
@@ -51,16 +28,16 @@ void job_sse(job *j, const char *name, json_t *v) {
     if (!js) return;
     strbuf b = {0};
     if (name) {
-        sb_put(&b, "event: ", 7);
-        sb_put(&b, name, strlen(name));
-        sb_put(&b, "\n", 1);
+        strbuf_put(&b, "event: ", 7);
+        strbuf_put(&b, name, strlen(name));
+        strbuf_put(&b, "\n", 1);
     }
-    sb_put(&b, "data: ", 6);
-    sb_put(&b, js, strlen(js));
-    sb_put(&b, "\n\n", 2);
+    strbuf_put(&b, "data: ", 6);
+    strbuf_put(&b, js, strlen(js));
+    strbuf_put(&b, "\n\n", 2);
     free(js);
     if (!b.oom) job_emit(j, b.p, b.n);
-    sb_free(&b);
+    strbuf_free(&b);
 }
 
 /* ---- the conversation ------------------------------------------------------ */
@@ -311,16 +288,16 @@ json_t *json_text(const char *s, size_t n) {
         size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
         json_t *ok = len && i + len <= n ? json_stringn(s + i, len) : NULL;
         if (ok) {
-            sb_put(&b, s + i, len);
+            strbuf_put(&b, s + i, len);
             json_decref(ok);
             i += len;
         } else {
-            sb_put(&b, "\xEF\xBF\xBD", 3);
+            strbuf_put(&b, "\xEF\xBF\xBD", 3);
             i++;
         }
     }
     v = json_stringn(b.p ? b.p : "", b.n);
-    sb_free(&b);
+    strbuf_free(&b);
     return v ? v : json_string("");
 }
 

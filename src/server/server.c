@@ -119,14 +119,14 @@ static void job_unref(job *j) {
     for (size_t i = 0; i < j->n_owned; i++) free(j->owned[i]);
     free(j->owned);
     for (size_t i = 0; i < j->n_out_calls; i++) {
-        sb_free(&j->out_calls[i].name);
-        sb_free(&j->out_calls[i].args);
+        strbuf_free(&j->out_calls[i].name);
+        strbuf_free(&j->out_calls[i].args);
     }
     free(j->out_calls);
     free(j->stop);
-    sb_free(&j->content);
-    sb_free(&j->reasoning);
-    sb_free(&j->out);
+    strbuf_free(&j->content);
+    strbuf_free(&j->reasoning);
+    strbuf_free(&j->out);
     json_decref(j->lp);
     json_decref(j->root);
     pthread_mutex_destroy(&j->mu);
@@ -259,9 +259,9 @@ static int on_gen(void *ud, const ph_gen_event *ev) {
     if (ev->kind == PH_DELTA_TOOL_CALL || ev->kind == PH_DELTA_TOOL_ARGS) {
         out_call *oc = job_out_call(j, ev->call_index, j->api->call_prefix);
         if (!oc) return 1; /* out of memory: stop */
-        sb_put(ev->kind == PH_DELTA_TOOL_CALL ? &oc->name : &oc->args, ev->text, ev->len);
+        strbuf_put(ev->kind == PH_DELTA_TOOL_CALL ? &oc->name : &oc->args, ev->text, ev->len);
     } else if (ev->len) {
-        sb_put(ev->kind == PH_DELTA_REASONING ? &j->reasoning : &j->content, ev->text, ev->len);
+        strbuf_put(ev->kind == PH_DELTA_REASONING ? &j->reasoning : &j->content, ev->text, ev->len);
     }
     if (j->stream) {
         start_stream(j, &c->started);
@@ -931,9 +931,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cn->refused && cn->body.n + *upload_size > s->cfg.max_body) {
             cn->refused = 413;
             snprintf(cn->why, sizeof cn->why, "the request body is over %zu MiB (--max-body-mb)", s->cfg.max_body >> 20);
-            sb_free(&cn->body);
+            strbuf_free(&cn->body);
         }
-        if (!cn->refused) sb_put(&cn->body, upload, *upload_size);
+        if (!cn->refused) strbuf_put(&cn->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -962,7 +962,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     }
     /* a kept-alive connection waits for its next request's head */
     conns_set_phase(&s->conns, cn->rec, CONN_HEAD, ph_now_s());
-    sb_free(&cn->body);
+    strbuf_free(&cn->body);
     free(cn);
     *con_cls = NULL;
 }

@@ -113,12 +113,12 @@ typedef struct chat_render {
     ph_prompt *out;
     ph_image_in **pics;
     size_t n_pics;
-    txt buf;            /* the text since the last picture (all of it when text only) */
+    strbuf buf;            /* the text since the last picture (all of it when text only) */
     ph_err *e;
 } chat_render;
 
-static void puts_(chat_render *r, const char *s) { txt_puts(&r->buf, s); }
-static void put(chat_render *r, const char *s, size_t n) { txt_put(&r->buf, s, n); }
+static void puts_(chat_render *r, const char *s) { strbuf_puts(&r->buf, s); }
+static void put(chat_render *r, const char *s, size_t n) { strbuf_put(&r->buf, s, n); }
 
 static int oom(chat_render *r) { return ph_err_set(r->e, "out of memory rendering the conversation"); }
 
@@ -217,13 +217,13 @@ static size_t rstrip_nl(const char *s, size_t n) {
 
 /* The text parts of a system or assistant message, concatenated (trimmed
  * when the family trims); a picture there is refused. */
-static int content_text(chat_render *r, const ph_chat_msg *m, size_t idx, txt *out) {
+static int content_text(chat_render *r, const ph_chat_msg *m, size_t idx, strbuf *out) {
     for (size_t j = 0; j < m->n_parts; j++) {
         if (m->parts[j].image)
             return ph_err_setc(r->e, PH_ERR_INPUT,
                                "pictures are only accepted in user and tool messages (message %zu is %s)", idx + 1,
                                role_name(m->role));
-        txt_put(out, m->parts[j].text, m->parts[j].len);
+        strbuf_put(out, m->parts[j].text, m->parts[j].len);
     }
     if (out->oom) return oom(r);
     if (r->fam->trim && out->n) {
@@ -277,17 +277,17 @@ static int put_parts(chat_render *r, const ph_chat_msg *m) {
 /* The text of a user message, to tell a real query from tool results a
  * client sent as a user message. */
 static bool is_tool_response_text(const chat_render *r, const ph_chat_msg *m) {
-    txt t = {0};
+    strbuf t = {0};
     for (size_t j = 0; j < m->n_parts; j++)
-        if (m->parts[j].image) txt_puts(&t, "<|vision_start|><|image_pad|><|vision_end|>");
-        else txt_put(&t, m->parts[j].text, m->parts[j].len);
+        if (m->parts[j].image) strbuf_puts(&t, "<|vision_start|><|image_pad|><|vision_end|>");
+        else strbuf_put(&t, m->parts[j].text, m->parts[j].len);
     size_t n = t.n;
     const char *s = t.p ? t.p : "";
     if (r->fam->trim) s = trim(s, &n);
     static const char open[] = "<tool_response>", close[] = "</tool_response>";
     bool yes = n >= strlen(open) && !memcmp(s, open, strlen(open)) && n >= strlen(close) &&
                !memcmp(s + n - strlen(close), close, strlen(close));
-    txt_free(&t);
+    strbuf_free(&t);
     return yes;
 }
 
@@ -337,14 +337,14 @@ static int render_all(chat_render *r, const ph_chat_msg *msgs, size_t n_msgs, co
         const ph_chat_msg *m = &msgs[i];
         switch (m->role) {
         case PH_ROLE_SYSTEM: {
-            txt t = {0};
+            strbuf t = {0};
             int rc = content_text(r, m, i, &t);
             if (!rc) {
                 puts_(r, "<|im_start|>system\n");
                 if (t.n) put(r, t.p, t.n);
                 puts_(r, "<|im_end|>\n");
             }
-            txt_free(&t);
+            strbuf_free(&t);
             if (rc) return -1;
             break;
         }
@@ -399,11 +399,11 @@ int chat_format_render(const ph_chat_format *f, const ph_vocab *v, const ph_chat
         }
     }
     if (render_all(&r, msgs, n_msgs, tools, n_tools, o) || flush_text(&r)) goto fail;
-    txt_free(&r.buf);
+    strbuf_free(&r.buf);
     *pictures = r.pics;
     return 0;
 fail:
-    txt_free(&r.buf);
+    strbuf_free(&r.buf);
     free(r.pics);
     ph_prompt_free(out);
     return -1;
@@ -419,7 +419,7 @@ int chat_format_render_text(const ph_chat_format *f, const ph_chat_msg *msgs, si
     int rc = render_all(&r, msgs, n_msgs, tools, n_tools, o);
     free(r.pics);
     if (rc) {
-        txt_free(&r.buf);
+        strbuf_free(&r.buf);
         return -1;
     }
     *text = r.buf.p;
@@ -440,10 +440,10 @@ static int tools_list(chat_render *r, const ph_tool *tools, size_t n_tools) {
 static int hermes_system(chat_render *r, const ph_chat_msg *sys, const ph_tool *tools, size_t n_tools) {
     puts_(r, "<|im_start|>system\n");
     if (sys) {
-        txt t = {0};
+        strbuf t = {0};
         int rc = content_text(r, sys, 0, &t);
         if (t.n) put(r, t.p, t.n);
-        txt_free(&t);
+        strbuf_free(&t);
         if (rc) return -1;
         puts_(r, "\n\n");
     }
@@ -457,9 +457,9 @@ static int hermes_system(chat_render *r, const ph_chat_msg *sys, const ph_tool *
 }
 
 static int hermes_assistant(chat_render *r, const ph_chat_msg *m, bool after_query, bool is_last) {
-    txt t = {0};
+    strbuf t = {0};
     if (content_text(r, m, 0, &t)) {
-        txt_free(&t);
+        strbuf_free(&t);
         return -1;
     }
     const char *content = t.p ? t.p : "", *reason = "";
@@ -507,7 +507,7 @@ static int hermes_assistant(chat_render *r, const ph_chat_msg *m, bool after_que
         puts_(r, "}\n</tool_call>");
     }
     puts_(r, "<|im_end|>\n");
-    txt_free(&t);
+    strbuf_free(&t);
     return 0;
 }
 
@@ -527,13 +527,13 @@ static int xml_system(chat_render *r, const ph_chat_msg *sys, const ph_tool *too
              "NOT after\n- If there is no function call available, answer the question like normal with your "
              "current knowledge and do not tell the user about function calls\n</IMPORTANT>");
     if (sys) {
-        txt t = {0};
+        strbuf t = {0};
         int rc = content_text(r, sys, 0, &t);
         if (t.n) {
             puts_(r, "\n\n");
             put(r, t.p, t.n);
         }
-        txt_free(&t);
+        strbuf_free(&t);
         if (rc) return -1;
     }
     puts_(r, "<|im_end|>\n");
@@ -563,9 +563,9 @@ static void xml_call(chat_render *r, const ph_tool_call *c) {
 
 static int xml_assistant(chat_render *r, const ph_chat_msg *m, bool after_query, bool is_last) {
     (void)is_last;
-    txt t = {0};
+    strbuf t = {0};
     if (content_text(r, m, 0, &t)) {
-        txt_free(&t);
+        strbuf_free(&t);
         return -1;
     }
     const char *content = t.p ? t.p : "", *reason = "";
@@ -591,7 +591,7 @@ static int xml_assistant(chat_render *r, const ph_chat_msg *m, bool after_query,
         xml_call(r, &m->tool_calls[j]);
     }
     puts_(r, "<|im_end|>\n");
-    txt_free(&t);
+    strbuf_free(&t);
     return 0;
 }
 

@@ -16,58 +16,33 @@
 
 #include "base/error.h"
 #include "base/grow.h"
+#include "base/strbuf.h"
 #include "text/json_constraint_impl.h"
 
-/* ---- growable byte buffer ------------------------------------------------- */
-typedef struct jc_buf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} jc_buf;
-
-static void buf_put(jc_buf *b, const void *s, size_t k) {
-    if (b->oom) return;
-    while (b->n + k + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 256;
-        char *q = realloc(b->p, nc);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, k);
-    b->n += k;
-    b->p[b->n] = '\0';
-}
-
-static void buf_str(jc_buf *b, const char *s) { buf_put(b, s, strlen(s)); }
-
 /* ---- canonical serialisation of literal values ----------------------------- */
-static void ser_string(jc_buf *b, const char *s, size_t len) {
-    buf_put(b, "\"", 1);
+static void ser_string(strbuf *b, const char *s, size_t len) {
+    strbuf_put(b, "\"", 1);
     for (size_t i = 0; i < len; i++) {
         const unsigned char c = (unsigned char)s[i];
         char esc[8];
         switch (c) {
-        case '"': buf_put(b, "\\\"", 2); break;
-        case '\\': buf_put(b, "\\\\", 2); break;
-        case '\b': buf_put(b, "\\b", 2); break;
-        case '\f': buf_put(b, "\\f", 2); break;
-        case '\n': buf_put(b, "\\n", 2); break;
-        case '\r': buf_put(b, "\\r", 2); break;
-        case '\t': buf_put(b, "\\t", 2); break;
+        case '"': strbuf_put(b, "\\\"", 2); break;
+        case '\\': strbuf_put(b, "\\\\", 2); break;
+        case '\b': strbuf_put(b, "\\b", 2); break;
+        case '\f': strbuf_put(b, "\\f", 2); break;
+        case '\n': strbuf_put(b, "\\n", 2); break;
+        case '\r': strbuf_put(b, "\\r", 2); break;
+        case '\t': strbuf_put(b, "\\t", 2); break;
         default:
             if (c < 0x20) {
                 snprintf(esc, sizeof esc, "\\u%04x", c);
-                buf_put(b, esc, 6);
+                strbuf_put(b, esc, 6);
             } else {
-                buf_put(b, &s[i], 1);
+                strbuf_put(b, &s[i], 1);
             }
         }
     }
-    buf_put(b, "\"", 1);
+    strbuf_put(b, "\"", 1);
 }
 
 /* The shortest %e precision that reads back as d. */
@@ -79,7 +54,7 @@ static int shortest_e(double d, char *out, size_t cap) {
     return 17;
 }
 
-static void ser_real(jc_buf *b, double d) {
+static void ser_real(strbuf *b, double d) {
     char s[48];
     /* like Python's repr: shortest digits, plain notation for exponents -4..15 */
     const int p = shortest_e(d, s, sizeof s);
@@ -89,43 +64,43 @@ static void ser_real(jc_buf *b, double d) {
         snprintf(s, sizeof s, "%.*f", p - 1 - x > 0 ? p - 1 - x : 0, d);
         if (!strchr(s, '.')) strcat(s, ".0");
     }
-    buf_str(b, s);
+    strbuf_puts(b, s);
 }
 
 /* spaced: ", " and ": " separators (json.dumps); else compact. */
-static void ser_value(jc_buf *b, const json_t *v, bool spaced) {
+static void ser_value(strbuf *b, const json_t *v, bool spaced) {
     switch (json_typeof(v)) {
-    case JSON_NULL: buf_str(b, "null"); break;
-    case JSON_TRUE: buf_str(b, "true"); break;
-    case JSON_FALSE: buf_str(b, "false"); break;
+    case JSON_NULL: strbuf_puts(b, "null"); break;
+    case JSON_TRUE: strbuf_puts(b, "true"); break;
+    case JSON_FALSE: strbuf_puts(b, "false"); break;
     case JSON_INTEGER: {
         char s[32];
         snprintf(s, sizeof s, "%lld", (long long)json_integer_value(v));
-        buf_str(b, s);
+        strbuf_puts(b, s);
         break;
     }
     case JSON_REAL: ser_real(b, json_real_value(v)); break;
     case JSON_STRING: ser_string(b, json_string_value(v), json_string_length(v)); break;
     case JSON_ARRAY:
-        buf_put(b, "[", 1);
+        strbuf_put(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) buf_str(b, spaced ? ", " : ",");
+            if (i) strbuf_puts(b, spaced ? ", " : ",");
             ser_value(b, json_array_get(v, i), spaced);
         }
-        buf_put(b, "]", 1);
+        strbuf_put(b, "]", 1);
         break;
     case JSON_OBJECT: {
-        buf_put(b, "{", 1);
+        strbuf_put(b, "{", 1);
         const char *k;
         json_t *x;
         size_t i = 0;
         json_object_foreach((json_t *)v, k, x) {
-            if (i++) buf_str(b, spaced ? ", " : ",");
+            if (i++) strbuf_puts(b, spaced ? ", " : ",");
             ser_string(b, k, strlen(k));
-            buf_str(b, spaced ? ": " : ":");
+            strbuf_puts(b, spaced ? ": " : ":");
             ser_value(b, x, spaced);
         }
-        buf_put(b, "}", 1);
+        strbuf_put(b, "}", 1);
         break;
     }
     }
@@ -170,7 +145,7 @@ typedef struct cc {
     size_t n_pend, cap_pend;
     lit_str *ls;
     size_t n_ls, cap_ls;
-    jc_buf lits;
+    strbuf lits;
     json_t **owned; /* schema copies made while compiling */
     size_t n_owned, cap_owned;
     bnode *bn;
@@ -464,7 +439,7 @@ static int compile_object(cc *c, json_t *js, const char *path, uint32_t id) {
                 break;
             }
             s->props = p;
-            jc_buf kb = {0};
+            strbuf kb = {0};
             ser_string(&kb, ord[j].key, strlen(ord[j].key));
             const uint32_t koff = s->n_bytes;
             for (size_t i = 0; i < kb.n && !kb.oom; i++) {
@@ -831,7 +806,7 @@ static bool accepts(const cc *c, uint32_t id, const json_t *v, int guard) {
         json_t *x;
         uint32_t found = 0; /* required keys present */
         json_object_foreach((json_t *)v, k, x) {
-            jc_buf kb = {0};
+            strbuf kb = {0};
             ser_string(&kb, k, strlen(k));
             uint32_t node = n->extra;
             for (uint32_t i = 0; i < n->n; i++) {
@@ -888,7 +863,7 @@ static int add_lit_str(cc *c, uint32_t node, const char *p, size_t len) {
     if (!q) return oom(c);
     c->ls = q;
     const size_t off = c->lits.n;
-    buf_put(&c->lits, p, len);
+    strbuf_put(&c->lits, p, len);
     if (c->lits.oom) return oom(c);
     c->ls[c->n_ls++] = (lit_str){node, (uint32_t)off, (uint32_t)len};
     return 0;
@@ -901,7 +876,7 @@ static int filter_literals(cc *c) {
             const json_t *v = json_array_get(p->values, j);
             if (p->filter != JC_NONE && !accepts(c, p->filter, v, 0)) continue;
             for (int spaced = 1; spaced >= 0; spaced--) {
-                jc_buf b = {0};
+                strbuf b = {0};
                 ser_value(&b, v, spaced);
                 const int rc = b.oom ? oom(c) : add_lit_str(c, p->node, b.p, b.n);
                 free(b.p);

@@ -208,7 +208,7 @@ static void emit(out_parser *p, out_kind k, const char *s, size_t n) {
     if (p->run.n && (k != p->run_kind || call != p->run_call)) flush(p);
     p->run_kind = k;
     p->run_call = call;
-    txt_put(&p->run, s, n);
+    strbuf_put(&p->run, s, n);
     if (p->run.oom) { /* pass it on unmerged */
         p->run.oom = false;
         flush(p);
@@ -218,13 +218,13 @@ static void emit(out_parser *p, out_kind k, const char *s, size_t n) {
 
 static void emits(out_parser *p, out_kind k, const char *s) { emit(p, k, s, strlen(s)); }
 
-static void emit_txt(out_parser *p, out_kind k, txt *t) {
+static void emit_txt(out_parser *p, out_kind k, strbuf *t) {
     if (t->n) emit(p, k, t->p, t->n);
     t->n = 0;
 }
 
 /* Gives text back to be read again before the rest. */
-static void give_back(out_parser *p, const char *s, size_t n) { txt_put(&p->back, s, n); }
+static void give_back(out_parser *p, const char *s, size_t n) { strbuf_put(&p->back, s, n); }
 
 /* ---- tags in text ------------------------------------------------------------ */
 
@@ -279,7 +279,7 @@ static void begin_call(out_parser *p) {
     p->call_in_reasoning = p->st == P_REASON;
     p->st = P_CALL;
     p->body.n = 0;
-    txt_puts(&p->body, T_CALL);
+    strbuf_puts(&p->body, T_CALL);
     p->cst = p->syntax == CHAT_CALLS_JSON ? J_OPEN : X_OPEN;
     p->header_sent = p->have_name = p->have_args = p->args_string = p->closed = false;
     p->key_name = p->key_args = false;
@@ -289,7 +289,7 @@ static void begin_call(out_parser *p) {
     p->n_params = 0;
 }
 
-static void append(out_parser *p, char c) { txt_putc(&p->body, c); }
+static void append(out_parser *p, char c) { strbuf_putc(&p->body, c); }
 
 static int32_t find_tool(const out_parser *p, const char *name, size_t n) {
     for (size_t i = 0; i < p->n_tools; i++)
@@ -638,10 +638,10 @@ static bool xml_step(out_parser *p, char c) {
             size_t n = p->body.n - p->tok;
             p->p_string = param_is_string(p, name, n);
             p->tmp.n = 0;
-            if (p->n_params++) txt_puts(&p->tmp, ", ");
+            if (p->n_params++) strbuf_puts(&p->tmp, ", ");
             tojson_string(&p->tmp, name, n);
-            txt_puts(&p->tmp, ": ");
-            if (p->p_string) txt_putc(&p->tmp, '"');
+            strbuf_puts(&p->tmp, ": ");
+            if (p->p_string) strbuf_putc(&p->tmp, '"');
             emit_txt(p, OUT_ARGS, &p->tmp);
             append(p, c);
             p->mark = p->body.n;
@@ -716,7 +716,7 @@ static void call_cut(out_parser *p) {
                 size_t from = p->v_sent - p->tok;
                 p->tmp.n = 0;
                 if (n > from) tojson_escape(&p->tmp, v + from, n - from);
-                txt_putc(&p->tmp, '"');
+                strbuf_putc(&p->tmp, '"');
                 emit_txt(p, OUT_ARGS, &p->tmp);
             } else {
                 send_value(p, v, n);
@@ -752,7 +752,7 @@ static bool step(out_parser *p, char c) {
             return false;
         }
         if (is_ws(c)) {
-            txt_putc(&p->ws, c);
+            strbuf_putc(&p->ws, c);
             return true;
         }
         if (c == '<') {
@@ -797,7 +797,7 @@ static bool step(out_parser *p, char c) {
         if (p->skip_ws && is_ws(c)) return true;
         p->skip_ws = false;
         if (p->calls && is_ws(c)) { /* perhaps the separator before a call */
-            txt_putc(&p->ws, c);
+            strbuf_putc(&p->ws, c);
         } else if (c == '<' && p->calls) {
             hold_start(p, c);
         } else {
@@ -850,8 +850,8 @@ static void run(out_parser *p, const char *s, size_t n) {
             else i++;
         }
         if (p->back.n) { /* before whatever comes next */
-            if (p->pb.n > p->pb_pos) txt_put(&p->back, p->pb.p + p->pb_pos, p->pb.n - p->pb_pos);
-            txt t = p->pb;
+            if (p->pb.n > p->pb_pos) strbuf_put(&p->back, p->pb.p + p->pb_pos, p->pb.n - p->pb_pos);
+            strbuf t = p->pb;
             p->pb = p->back;
             p->back = t;
             p->back.n = 0;
@@ -889,12 +889,12 @@ void out_parser_free(out_parser *p) {
     if (p->schemas)
         for (size_t i = 0; i < p->n_tools; i++) json_decref(p->schemas[i]);
     free(p->schemas);
-    txt_free(&p->ws);
-    txt_free(&p->body);
-    txt_free(&p->run);
-    txt_free(&p->tmp);
-    txt_free(&p->back);
-    txt_free(&p->pb);
+    strbuf_free(&p->ws);
+    strbuf_free(&p->body);
+    strbuf_free(&p->run);
+    strbuf_free(&p->tmp);
+    strbuf_free(&p->back);
+    strbuf_free(&p->pb);
     memset(p, 0, sizeof *p);
 }
 
@@ -915,7 +915,7 @@ void out_parser_finish(out_parser *p, out_fn fn, void *ud) {
         else call_broken(p);
         /* what was given back is read as content */
         if (p->back.n) {
-            txt t = p->pb;
+            strbuf t = p->pb;
             p->pb = p->back;
             p->back = t;
             p->back.n = 0;

@@ -97,9 +97,9 @@ typedef struct out_parser {
     bool skip_ws;            /* drop whitespace (after </think>) */
     char hold[16];           /* a partial tag held back */
     int n_hold;
-    txt ws;                  /* leading whitespace held (before a possible <think>) */
+    strbuf ws;                  /* leading whitespace held (before a possible <think>) */
     /* the call being read */
-    txt body;                /* its text from <tool_call> on */
+    strbuf body;                /* its text from <tool_call> on */
     int cst;                 /* the call's own state (J_* or X_*) */
     bool header_sent;        /* OUT_CALL came out */
     bool call_in_reasoning;  /* it began inside reasoning (xml) */
@@ -115,12 +115,12 @@ typedef struct out_parser {
     bool p_string;           /* xml: the parameter's value is a JSON string */
     size_t v_sent;           /* xml: value bytes passed on */
     /* the pieces of the current feed, merged by kind */
-    txt run;
+    strbuf run;
     out_kind run_kind;
     int32_t run_call;
-    txt tmp;
-    txt back;                /* text the current step gives back to be read again */
-    txt pb;                  /* text given back, read before the rest */
+    strbuf tmp;
+    strbuf back;                /* text the current step gives back to be read again */
+    strbuf pb;                  /* text given back, read before the rest */
     size_t pb_pos;
     out_fn fn;               /* during a feed */
     void *ud;

@@ -9,34 +9,13 @@
 #include "base/error.h"
 #include "base/grow.h"
 
-void txt_put(txt *t, const char *s, size_t n) {
-    if (t->oom) return;
-    char *p = ph_grow(t->p, &t->cap, t->n + n, 1, 64);
-    if (!p) {
-        t->oom = true;
-        return;
-    }
-    t->p = p;
-    if (n) memcpy(t->p + t->n, s, n);
-    t->n += n;
-    t->p[t->n] = '\0';
-}
-
-void txt_puts(txt *t, const char *s) { txt_put(t, s, strlen(s)); }
-void txt_putc(txt *t, char c) { txt_put(t, &c, 1); }
-
-void txt_free(txt *t) {
-    free(t->p);
-    *t = (txt){0};
-}
-
 json_t *tool_json_parse(const char *text, size_t len) {
     return json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 }
 
 /* json.dumps escapes '"', '\\', \b \f \n \r \t by name and every other
  * byte below 0x20 as \u00xx (lowercase hex); everything else passes. */
-void tojson_escape(txt *out, const char *s, size_t n) {
+void tojson_escape(strbuf *out, const char *s, size_t n) {
     size_t from = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -57,25 +36,25 @@ void tojson_escape(txt *out, const char *s, size_t n) {
             }
         }
         if (!esc) continue;
-        txt_put(out, s + from, i - from);
-        txt_puts(out, esc);
+        strbuf_put(out, s + from, i - from);
+        strbuf_puts(out, esc);
         from = i + 1;
     }
-    txt_put(out, s + from, n - from);
+    strbuf_put(out, s + from, n - from);
 }
 
-void tojson_string(txt *out, const char *s, size_t n) {
-    txt_putc(out, '"');
+void tojson_string(strbuf *out, const char *s, size_t n) {
+    strbuf_putc(out, '"');
     tojson_escape(out, s, n);
-    txt_putc(out, '"');
+    strbuf_putc(out, '"');
 }
 
 /* Python's float repr: the shortest digits that read back as v; plain
  * notation when the decimal point falls within -4 < decpt <= 16 (with ".0"
  * for whole numbers), otherwise d[.ddd]e[+-]XX. */
-void tojson_float(txt *out, double v) {
+void tojson_float(strbuf *out, double v) {
     if (isnan(v) || isinf(v) || v == 0) {
-        txt_puts(out, isnan(v) ? "NaN" : isinf(v) ? (v < 0 ? "-Infinity" : "Infinity") : signbit(v) ? "-0.0" : "0.0");
+        strbuf_puts(out, isnan(v) ? "NaN" : isinf(v) ? (v < 0 ? "-Infinity" : "Infinity") : signbit(v) ? "-0.0" : "0.0");
         return;
     }
     char buf[40];
@@ -95,83 +74,83 @@ void tojson_float(txt *out, double v) {
     while (nd > 1 && digits[nd - 1] == '0') nd--;
     int exp10 = atoi(p + 1);
     int decpt = exp10 + 1;
-    if (neg) txt_putc(out, '-');
+    if (neg) strbuf_putc(out, '-');
     if (decpt > -4 && decpt <= 16) {
         if (decpt <= 0) {
-            txt_puts(out, "0.");
-            for (int i = 0; i < -decpt; i++) txt_putc(out, '0');
-            txt_put(out, digits, (size_t)nd);
+            strbuf_puts(out, "0.");
+            for (int i = 0; i < -decpt; i++) strbuf_putc(out, '0');
+            strbuf_put(out, digits, (size_t)nd);
         } else if (decpt >= nd) {
-            txt_put(out, digits, (size_t)nd);
-            for (int i = nd; i < decpt; i++) txt_putc(out, '0');
-            txt_puts(out, ".0");
+            strbuf_put(out, digits, (size_t)nd);
+            for (int i = nd; i < decpt; i++) strbuf_putc(out, '0');
+            strbuf_puts(out, ".0");
         } else {
-            txt_put(out, digits, (size_t)decpt);
-            txt_putc(out, '.');
-            txt_put(out, digits + decpt, (size_t)(nd - decpt));
+            strbuf_put(out, digits, (size_t)decpt);
+            strbuf_putc(out, '.');
+            strbuf_put(out, digits + decpt, (size_t)(nd - decpt));
         }
     } else {
-        txt_putc(out, digits[0]);
+        strbuf_putc(out, digits[0]);
         if (nd > 1) {
-            txt_putc(out, '.');
-            txt_put(out, digits + 1, (size_t)(nd - 1));
+            strbuf_putc(out, '.');
+            strbuf_put(out, digits + 1, (size_t)(nd - 1));
         }
         char e[16];
         snprintf(e, sizeof e, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-        txt_puts(out, e);
+        strbuf_puts(out, e);
     }
 }
 
-void tojson_value(txt *out, const json_t *v) {
+void tojson_value(strbuf *out, const json_t *v) {
     char num[32];
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
-        txt_putc(out, '{');
+        strbuf_putc(out, '{');
         const char *k;
         size_t klen;
         json_t *x;
         bool first = true;
         json_object_keylen_foreach((json_t *)v, k, klen, x) {
-            if (!first) txt_puts(out, ", ");
+            if (!first) strbuf_puts(out, ", ");
             first = false;
             tojson_string(out, k, klen);
-            txt_puts(out, ": ");
+            strbuf_puts(out, ": ");
             tojson_value(out, x);
         }
-        txt_putc(out, '}');
+        strbuf_putc(out, '}');
         break;
     }
     case JSON_ARRAY:
-        txt_putc(out, '[');
+        strbuf_putc(out, '[');
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) txt_puts(out, ", ");
+            if (i) strbuf_puts(out, ", ");
             tojson_value(out, json_array_get(v, i));
         }
-        txt_putc(out, ']');
+        strbuf_putc(out, ']');
         break;
     case JSON_STRING: tojson_string(out, json_string_value(v), json_string_length(v)); break;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        txt_puts(out, num);
+        strbuf_puts(out, num);
         break;
     case JSON_REAL: tojson_float(out, json_real_value(v)); break;
-    case JSON_TRUE: txt_puts(out, "true"); break;
-    case JSON_FALSE: txt_puts(out, "false"); break;
-    case JSON_NULL: txt_puts(out, "null"); break;
+    case JSON_TRUE: strbuf_puts(out, "true"); break;
+    case JSON_FALSE: strbuf_puts(out, "false"); break;
+    case JSON_NULL: strbuf_puts(out, "null"); break;
     }
 }
 
-void pystr_value(txt *out, const json_t *v) {
+void pystr_value(strbuf *out, const json_t *v) {
     switch (json_typeof(v)) {
-    case JSON_STRING: txt_put(out, json_string_value(v), json_string_length(v)); break;
-    case JSON_TRUE: txt_puts(out, "True"); break;
-    case JSON_FALSE: txt_puts(out, "False"); break;
-    case JSON_NULL: txt_puts(out, "None"); break;
+    case JSON_STRING: strbuf_put(out, json_string_value(v), json_string_length(v)); break;
+    case JSON_TRUE: strbuf_puts(out, "True"); break;
+    case JSON_FALSE: strbuf_puts(out, "False"); break;
+    case JSON_NULL: strbuf_puts(out, "None"); break;
     default: tojson_value(out, v);
     }
 }
 
-int tojson_text(txt *out, const char *text, size_t len) {
+int tojson_text(strbuf *out, const char *text, size_t len) {
     json_t *v = tool_json_parse(text, len);
     if (!v) return -1;
     tojson_value(out, v);
@@ -179,23 +158,23 @@ int tojson_text(txt *out, const char *text, size_t len) {
     return 0;
 }
 
-int tool_json_render(txt *out, const ph_tool *t, ph_err *e) {
+int tool_json_render(strbuf *out, const ph_tool *t, ph_err *e) {
     if (!t->name || !*t->name) return ph_err_setc(e, PH_ERR_INPUT, "a tool has no name");
     json_t *params = NULL;
     if (t->parameters && !(params = tool_json_parse(t->parameters, strlen(t->parameters))))
         return ph_err_setc(e, PH_ERR_INPUT, "the parameters of tool '%s' are not valid JSON", t->name);
-    txt_puts(out, "{\"type\": \"function\", \"function\": {\"name\": ");
+    strbuf_puts(out, "{\"type\": \"function\", \"function\": {\"name\": ");
     tojson_string(out, t->name, strlen(t->name));
-    txt_puts(out, ", \"description\": ");
+    strbuf_puts(out, ", \"description\": ");
     const char *d = t->description ? t->description : "";
     tojson_string(out, d, strlen(d));
-    txt_puts(out, ", \"parameters\": ");
+    strbuf_puts(out, ", \"parameters\": ");
     if (params) {
         tojson_value(out, params);
         json_decref(params);
     } else {
-        txt_puts(out, "{}");
+        strbuf_puts(out, "{}");
     }
-    txt_puts(out, "}}");
+    strbuf_puts(out, "}}");
     return 0;
 }

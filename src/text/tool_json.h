@@ -12,44 +12,32 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/strbuf.h"
 #include "pinhole.h"
-
-/* A growable text buffer; on a failed allocation it stops growing and sets
- * oom (the caller checks once at the end). p is NUL-terminated when n > 0. */
-typedef struct txt {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} txt;
-
-void txt_put(txt *t, const char *s, size_t n);
-void txt_puts(txt *t, const char *s);
-void txt_putc(txt *t, char c);
-void txt_free(txt *t);
 
 /* Parses JSON text (any value; NUL allowed in strings); NULL if invalid. */
 json_t *tool_json_parse(const char *text, size_t len);
 
 /* Appends v as json.dumps(v, ensure_ascii=False). */
-void tojson_value(txt *out, const json_t *v);
+void tojson_value(strbuf *out, const json_t *v);
 /* Appends s as a JSON string literal ("..." with escapes), or only its
  * escaped characters. */
-void tojson_string(txt *out, const char *s, size_t n);
-void tojson_escape(txt *out, const char *s, size_t n);
+void tojson_string(strbuf *out, const char *s, size_t n);
+void tojson_escape(strbuf *out, const char *s, size_t n);
 /* Appends a float in Python repr form. */
-void tojson_float(txt *out, double v);
+void tojson_float(strbuf *out, double v);
 /* Appends Python str(v), as Jinja's `|string` prints a value: strings raw,
  * True/False/None, numbers as above, arrays and objects as tojson. */
-void pystr_value(txt *out, const json_t *v);
+void pystr_value(strbuf *out, const json_t *v);
 
 /* Re-serialises JSON text with tojson; -1 (nothing appended) if the text is
  * not JSON or holds an integer beyond 64 bits. */
-int tojson_text(txt *out, const char *text, size_t len);
+int tojson_text(strbuf *out, const char *text, size_t len);
 
 /* Appends a tool as the templates list it:
  * {"type": "function", "function": {"name": ..., "description": ..., "parameters": ...}}
  * description defaults to "" and parameters to {}. Errors: PH_ERR_INPUT
  * (no name, parameters not JSON). */
-int tool_json_render(txt *out, const ph_tool *t, ph_err *e);
+int tool_json_render(strbuf *out, const ph_tool *t, ph_err *e);
 
 #endif

@@ -15,7 +15,7 @@ static const ph_tool tools[] = {
 };
 
 typedef struct rec {
-    txt all;
+    strbuf all;
     int last_kind;
     int32_t last_call, n_calls;
     int open; /* a call began and has not ended */
@@ -37,9 +37,9 @@ static void on_out(void *ud, out_kind k, int32_t call, const char *t, size_t n) 
     if (!merge) {
         char head[32];
         int l = snprintf(head, sizeof head, "%c%d:%d:", 0, (int)k, (int)call);
-        txt_put(&r->all, head, (size_t)l);
+        strbuf_put(&r->all, head, (size_t)l);
     }
-    txt_put(&r->all, t, n);
+    strbuf_put(&r->all, t, n);
     r->last_kind = (int)k;
     r->last_call = call;
 }
@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     parse(&f, reasoning, data + 1, size - 1, size, &whole);
     parse(&f, reasoning, data + 1, size - 1, piece, &cut);
     if (whole.all.n != cut.all.n || (whole.all.n && memcmp(whole.all.p, cut.all.p, whole.all.n))) abort();
-    txt_free(&whole.all);
-    txt_free(&cut.all);
+    strbuf_free(&whole.all);
+    strbuf_free(&cut.all);
     return 0;
 }
