@@ -13,6 +13,8 @@
 # bench/peer-noamx.sh], JSONL [a file that collects the per-turn results;
 # default a temporary one]. Prints a table (bench/chat_table.mjs over JSONL);
 # with RECORD=1 writes it between the chat markers of bench/RESULTS.md.
+# ARCH [qwen3vl; qwen35: the synthetic Qwen3.5 2B pair synth35-2b-q4_k_m, its
+# table between the chat35 markers].
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -21,8 +23,13 @@ SIZE=${SIZE:-1024x768}
 THREADS=${THREADS:-2}
 ENGINES=${ENGINES:-"pinhole llama-server"}
 SEQUENCES=${SEQUENCES:-"resend interleaved"}
-MODEL=bench/models/synth-2b-q4_k_m
-[ -f "$MODEL.gguf" ] || { echo "chat.sh: run bench/run.sh first (it synthesizes $MODEL.gguf)" >&2; exit 1; }
+ARCH=${ARCH:-qwen3vl}
+case "$ARCH" in
+qwen3vl) MODEL=bench/models/synth-2b-q4_k_m; MARK=chat ;;
+qwen35) MODEL=bench/models/synth35-2b-q4_k_m; MARK=chat35 ;;
+*) echo "chat.sh: ARCH is qwen3vl or qwen35, not '$ARCH'" >&2; exit 1 ;;
+esac
+[ -f "$MODEL.gguf" ] || { echo "chat.sh: run ARCH=$ARCH bench/run.sh first (it synthesizes $MODEL.gguf)" >&2; exit 1; }
 TMP=$(mktemp -d /tmp/pinhole-chat.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 w=${SIZE%x*}; h=${SIZE#*x}
@@ -67,7 +74,7 @@ echo "$table"
 if [ "${RECORD:-0}" = 1 ]; then
     node -e '
 const fs = require("fs"), p = "bench/RESULTS.md", t = fs.readFileSync(p, "utf8")
-const begin = "<!-- chat:begin -->", end = "<!-- chat:end -->"
+const mark = process.argv[2], begin = "<!-- " + mark + ":begin -->", end = "<!-- " + mark + ":end -->"
 const body = begin + "\n" + process.argv[1] + "\n" + end
-fs.writeFileSync(p, t.includes(begin) ? t.replace(new RegExp(begin + "[\\s\\S]*" + end), body) : t + "\n" + body + "\n")' "$table"
+fs.writeFileSync(p, t.includes(begin) ? t.replace(new RegExp(begin + "[\\s\\S]*" + end), body) : t + "\n" + body + "\n")' "$table" "$MARK"
 fi

@@ -9,8 +9,9 @@
 #
 # SIZES ["448x448 1024x768"], THREADS [2], ROUNDS [2] (interleaved rounds:
 # pinhole, llama-server, pinhole, ...), REPS [2] (pictures per server start),
-# PEER [llama-peer.sh's bin folder], PEER_NOTE [none]. Writes the section
-# between the encode markers of bench/RESULTS.md.
+# PEER [llama-peer.sh's bin folder], PEER_NOTE [none], ARCH [qwen3vl; qwen35:
+# the synthetic Qwen3.5 2B pair, synth35-2b-q4_k_m]. Writes the section
+# between the encode markers (encode35 for qwen35) of bench/RESULTS.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -19,9 +20,14 @@ SIZES=${SIZES:-"448x448 1024x768"}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-2}
 REPS=${REPS:-2}
-MODEL=bench/models/synth-2b-q4_k_m
+ARCH=${ARCH:-qwen3vl}
+case "$ARCH" in
+qwen3vl) MODEL=bench/models/synth-2b-q4_k_m; MARK=encode; TITLE=""; REPRO="bash bench/encode.sh" ;;
+qwen35) MODEL=bench/models/synth35-2b-q4_k_m; MARK=encode35; TITLE="Qwen3.5: "; REPRO="ARCH=qwen35 bash bench/encode.sh" ;;
+*) echo "encode.sh: ARCH is qwen3vl or qwen35, not '$ARCH'" >&2; exit 1 ;;
+esac
 die() { echo "encode.sh: $*" >&2; exit 1; }
-[ -f "$MODEL.gguf" ] || die "run bench/run.sh first (it synthesizes $MODEL.gguf)"
+[ -f "$MODEL.gguf" ] || die "run ARCH=$ARCH bench/run.sh first (it synthesizes $MODEL.gguf)"
 if [ -z "${PEER:-}" ]; then
     PEER=$(PEER_ONLY_EXISTING=1 bash "$ROOT/../shared/tools/llama-peer.sh" 2>/dev/null) ||
         die "the native llama.cpp peer is not built: bash ../shared/tools/llama-peer.sh (10-40 minutes)"
@@ -61,11 +67,11 @@ for size in $SIZES; do
 done
 isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_vnni|avx_vnni|amx_int8)$' | tr '\n' ' ')
 section=$(cat <<MD
-<!-- encode:begin -->
-## Pictures: a cold picture turn through the servers (synthetic 2B mmproj, F16; LLM q4_k_m)
+<!-- $MARK:begin -->
+## ${TITLE}Pictures: a cold picture turn through the servers (synthetic 2B mmproj, F16; LLM q4_k_m)
 
 $(date -u +%Y-%m-%d), $(lscpu | sed -n 's/^Model name: *//p'), ISA flags: ${isa}, $THREADS threads.
-Reproduce: \`bash bench/encode.sh\`. Each sample is one chat request with a picture the server has not
+Reproduce: \`$REPRO\`. Each sample is one chat request with a picture the server has not
 seen and \`max_tokens: 1\`, timed by the client from sending to the answer (picture decode and encode, the
 prompt's prefill, one token): \`pinhole serve\` against the native \`llama-server\` ($PEER${PEER_NOTE:+; $PEER_NOTE}), the
 same context (8192) and threads, interleaved round by round; medians of $ROUNDS rounds x $REPS pictures.
@@ -80,15 +86,15 @@ Every sample (seconds; load average before / after):
 | picture | round | engine | seconds | load |
 |---|---|---|---|---|
 $samples
-<!-- encode:end -->
+<!-- $MARK:end -->
 MD
 )
 touch bench/RESULTS.md
 node -e '
-const fs = require("fs"); const f = "bench/RESULTS.md"; const sec = process.argv[1];
+const fs = require("fs"); const f = "bench/RESULTS.md"; const sec = process.argv[1], mark = process.argv[2];
 let s = fs.readFileSync(f, "utf8");
-const re = /<!-- encode:begin -->[\s\S]*<!-- encode:end -->/;
+const re = new RegExp("<!-- " + mark + ":begin -->[\\s\\S]*<!-- " + mark + ":end -->");
 s = re.test(s) ? s.replace(re, sec) : s.trimEnd() + "\n\n" + sec + "\n";
-fs.writeFileSync(f, s);' "$section"
+fs.writeFileSync(f, s);' "$section" "$MARK"
 echo "$section"
 rm -rf "$TMP"

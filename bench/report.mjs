@@ -9,6 +9,8 @@ const args = {}
 for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].replace(/^--/, '')] = process.argv[i + 1]
 const logdir = args.logdir
 const types = args.types.split(/\s+/).filter(Boolean)
+const q35 = args.arch === 'qwen35'
+const mname = q35 ? 'qwen35 2b' : '2b'
 
 const readJson = (f) => JSON.parse(fs.readFileSync(path.join(logdir, f), 'utf8').trim().split('\n').pop())
 const samples = fs.readFileSync(path.join(logdir, 'samples.jsonl'), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l))
@@ -64,7 +66,7 @@ for (const r of rows)
 
 // --- RESULTS.md ---
 const md = []
-md.push('# pinhole vs llama.cpp: prefill and decode speed')
+md.push(`# ${q35 ? 'Qwen3.5: ' : ''}pinhole vs llama.cpp: prefill and decode speed`)
 md.push('')
 md.push('Written by `bench/run.sh` (see `bench/README.md` for what is measured and how). Numbers are tokens per second,')
 md.push(`for each engine and model the median over ${args.rounds} interleaved rounds (pinhole, llama.cpp, pinhole, ...) of each run's`)
@@ -76,14 +78,15 @@ md.push(`- load average during the runs: ${fmt(Math.min(...loads))} to ${fmt(Mat
 md.push(`- reproduce: \`${args.command}\` (from the repository root; \`bash bench/run.sh\` with the defaults)`)
 md.push(`- pinhole: \`${args.pinhole}\` (source tree at ${gitRev} when the run started), kernels \`${phInfo.isa ?? '?'}\`: \`pinhole bench -m MODEL -p ${args.pp} -n ${args.tg} -r ${args.reps} -t ${args.threads}\``)
 md.push(`- llama.cpp: built natively for this CPU by \`../shared/tools/llama-peer.sh\` (${args.peer}), build ${llInfo.build ?? '?'}, its own \`llama-bench\` with flash attention ${llInfo.flash_attn ? 'on' : 'off'}, n_ubatch ${llInfo.n_ubatch}, KV ${llInfo.type_k}: \`node bench/llama_native.mjs MODEL --peer DIR --pp ${args.pp} --tg ${args.tg} --reps ${args.reps} --threads ${args.threads}\`${args['peer-note'] ? ` (${args['peer-note']})` : ''}`)
-md.push('- models: `pinhole synth --shape 2b --type TYPE` (Qwen3-VL-2B-Instruct\'s LLM shapes, random weights, tied embedding), in bench/models/')
+md.push(q35 ? '- models: `pinhole synth --arch qwen35 --shape 2b --type TYPE` (Qwen3.5-2B\'s LLM shapes: 18 gated delta net layers and 6 gated attention layers, random weights, tied embedding), in bench/models/'
+            : '- models: `pinhole synth --shape 2b --type TYPE` (Qwen3-VL-2B-Instruct\'s LLM shapes, random weights, tied embedding), in bench/models/')
 md.push('')
 md.push(`## Speed (tokens/s, ${args.threads} threads)`)
 md.push('')
 md.push(`| model | prefill ${args.pp}: pinhole | prefill: llama.cpp | prefill ratio pinhole/llama.cpp | decode ${args.tg}: pinhole | decode: llama.cpp | decode ratio pinhole/llama.cpp |`)
 md.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: |')
 for (const r of rows)
-  md.push(`| 2b ${r.t} | ${fmt(r.ph.pp)} | ${fmt(r.ll.pp)} | ${fmt(r.ph.pp / r.ll.pp)} | ${fmt(r.ph.tg)} | ${fmt(r.ll.tg)} | ${fmt(r.ph.tg / r.ll.tg)} |`)
+  md.push(`| ${mname} ${r.t} | ${fmt(r.ph.pp)} | ${fmt(r.ll.pp)} | ${fmt(r.ph.pp / r.ll.pp)} | ${fmt(r.ph.tg)} | ${fmt(r.ll.tg)} | ${fmt(r.ph.tg / r.ll.tg)} |`)
 md.push('')
 md.push('## Decode against the memory-bandwidth bound')
 md.push('')
@@ -95,7 +98,7 @@ md.push('')
 md.push('| model | bytes read per token | read bandwidth | bound (tokens/s) | pinhole decode | % of bound | llama.cpp decode | % of bound |')
 md.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
 for (const r of rows)
-  md.push(`| 2b ${r.t} | ${fmt(r.bytes.decode_bytes_per_token / 2 ** 20, 1)} MiB | ${fmt(bw)} GB/s | ${fmt(r.bound)} | ${fmt(r.ph.tg)} | ${fmt(r.phPct, 1)}% | ${fmt(r.ll.tg)} | ${fmt(r.llPct, 1)}% |`)
+  md.push(`| ${mname} ${r.t} | ${fmt(r.bytes.decode_bytes_per_token / 2 ** 20, 1)} MiB | ${fmt(bw)} GB/s | ${fmt(r.bound)} | ${fmt(r.ph.tg)} | ${fmt(r.phPct, 1)}% | ${fmt(r.ll.tg)} | ${fmt(r.llPct, 1)}% |`)
 md.push('')
 md.push('## Every sample')
 md.push('')

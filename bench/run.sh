@@ -6,13 +6,15 @@
 #   bash bench/run.sh [PINHOLE_BINARY]          (default: build/pinhole)
 #
 # Environment knobs (defaults in brackets):
+#   ARCH    [qwen3vl]        qwen3vl: the synthetic Qwen3-VL 2B (bench/models/synth-2b-TYPE);
+#                            qwen35: the synthetic Qwen3.5 2B (bench/models/synth35-2b-TYPE, `synth --arch qwen35`)
 #   TYPES   ["q4_k_m q8_0"]  weight types of the synthetic 2B models
 #   THREADS [2]              threads for both engines
 #   PP [512] TG [128]        prompt tokens prefilled / tokens decoded one at a time
 #   ROUNDS  [3]              interleaved rounds: pinhole, llama.cpp, pinhole, llama.cpp, ...
 #   REPS    [1]              repetitions inside each engine invocation (-r / --reps)
 #   VOCAB   [../shared/oracle/models/tiny-f16.gguf]  tokenizer source for `pinhole synth`
-#   OUT     [bench/RESULTS.md]
+#   OUT     [bench/RESULTS.md; with ARCH=qwen35 bench/results/qwen35-speed.md]
 #   PEER    [the llama.cpp bin folder that llama-peer.sh prints]
 #   PEER_NOTE [none]         a remark on the peer build printed in the report (e.g. why AMX is off:
 #                            see bench/peer-noamx.sh)
@@ -30,7 +32,13 @@ TG=${TG:-128}
 ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-1}
 VOCAB=${VOCAB:-../shared/oracle/models/tiny-f16.gguf}
-OUT=${OUT:-bench/RESULTS.md}
+ARCH=${ARCH:-qwen3vl}
+case "$ARCH" in
+qwen3vl) PREFIX=synth-2b; SYNTH_ARCH=(); DEFAULT_OUT=bench/RESULTS.md ;;
+qwen35) PREFIX=synth35-2b; SYNTH_ARCH=(--arch qwen35); DEFAULT_OUT=bench/results/qwen35-speed.md ;;
+*) echo "run.sh: ARCH is qwen3vl or qwen35, not '$ARCH'" >&2; exit 1 ;;
+esac
+OUT=${OUT:-$DEFAULT_OUT}
 MODELS=bench/models
 
 die() { echo "run.sh: $*" >&2; exit 1; }
@@ -56,14 +64,14 @@ echo "== logs in $LOGDIR"
 # --- models -----------------------------------------------------------------
 mkdir -p "$MODELS"
 for t in $TYPES; do
-    name=synth-2b-$t
+    name=$PREFIX-$t
     if [ ! -f "$MODELS/$name.gguf" ]; then
         [ -f "$VOCAB" ] || die "no tokenizer source '$VOCAB' (set VOCAB=...)"
         avail_kb=$(df -Pk "$MODELS" | awk 'NR==2 {print $4}')
         [ "$avail_kb" -gt $((4 * 1024 * 1024)) ] || die "less than 4 GiB free under $MODELS"
         echo "== synthesizing $MODELS/$name.gguf"
         # write under a temporary name so an interrupted synth is never mistaken for a model
-        "$PINHOLE" synth --shape 2b --type "$t" --vocab "$VOCAB" -o "$MODELS/.tmp-$name" >&2
+        "$PINHOLE" synth "${SYNTH_ARCH[@]}" --shape 2b --type "$t" --vocab "$VOCAB" -o "$MODELS/.tmp-$name" >&2
         mv "$MODELS/.tmp-$name-mmproj.gguf" "$MODELS/$name-mmproj.gguf"
         mv "$MODELS/.tmp-$name.gguf" "$MODELS/$name.gguf"
     fi
@@ -80,7 +88,7 @@ loadavg() { cut -d' ' -f1 /proc/loadavg; }
 
 # --- interleaved runs ---------------------------------------------------------
 for t in $TYPES; do
-    model=$MODELS/synth-2b-$t.gguf
+    model=$MODELS/$PREFIX-$t.gguf
     node bench/gguf_bytes.mjs "$model" >"$LOGDIR/bytes-$t.json"
     for ((r = 1; r <= ROUNDS; r++)); do
         for engine in pinhole llama.cpp; do
@@ -109,12 +117,12 @@ membw | tee "$LOGDIR/membw-after.json"
 # --- report -------------------------------------------------------------------
 CMD="bash bench/run.sh"
 [ "$PINHOLE" = build/pinhole ] || CMD="$CMD $PINHOLE"
-for v in TYPES THREADS PP TG ROUNDS REPS; do
+for v in ARCH TYPES THREADS PP TG ROUNDS REPS; do
     case "$v=${!v}" in
-    "TYPES=q4_k_m q8_0" | THREADS=2 | PP=512 | TG=128 | ROUNDS=3 | REPS=1) ;;
+    ARCH=qwen3vl | "TYPES=q4_k_m q8_0" | THREADS=2 | PP=512 | TG=128 | ROUNDS=3 | REPS=1) ;;
     *) CMD="$v=\"${!v}\" $CMD" ;;
     esac
 done
-node bench/report.mjs --logdir "$LOGDIR" --types "$TYPES" --threads "$THREADS" --pp "$PP" --tg "$TG" \
+node bench/report.mjs --arch "$ARCH" --logdir "$LOGDIR" --types "$TYPES" --threads "$THREADS" --pp "$PP" --tg "$TG" \
     --rounds "$ROUNDS" --reps "$REPS" --pinhole "$PINHOLE" --git "$GITREV" --command "$CMD" --out "$OUT" --peer "$PEER" --peer-note "${PEER_NOTE:-}"
 echo "== wrote $OUT"
