@@ -105,15 +105,21 @@ int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *
 const float *ph_session_logits(const ph_session *s); /* n_vocab floats */
 
 /* ---- pictures ------------------------------------------------------------------ */
-/* A decoded picture (orientation applied, RGB8) with its fingerprints. */
+/* A picture as received: its bytes (copied), fingerprinted, and its header
+ * read and checked (PNG, JPEG, WebP or GIF's first frame, sniffed from the
+ * bytes; at most 64 MiB, 16384 px a side, 64 Mpx), its pixels not decoded.
+ * What takes it (ph_session_eval_picture, an engine turn) decodes the
+ * pixels then and frees them once its rows are made or found; an engine
+ * turn decodes it only to identify it (bytes seen before in the turn's
+ * isolation domain are not decoded again) or to encode it. label names
+ * it in errors. Errors: PH_ERR_INPUT. Any thread may make one. */
 typedef struct ph_picture ph_picture;
 
-/* Decodes PNG, JPEG, WebP or GIF (first frame), sniffed from the bytes.
- * label names the picture in errors. Limits: 64 MiB, 16384 px a side,
- * 64 Mpx. */
-ph_picture *ph_picture_decode(const void *data, size_t len, const char *label, ph_err *err);
+ph_picture *ph_picture_new(const void *data, size_t len, const char *label, ph_err *err);
 ph_picture *ph_picture_load(const char *path, ph_err *err);
 void ph_picture_free(ph_picture *p);
+/* Its size as displayed (EXIF orientation applied), from its header;
+ * decoded, each pixel takes 3 bytes. */
 void ph_picture_size(const ph_picture *p, int *w, int *h);
 
 /* The vision tower of an mmproj GGUF, attached to its LLM. */
@@ -135,7 +141,7 @@ typedef struct ph_picture_chunk {
 /* Encodes a picture and evaluates its rows after what the session holds.
  * The caller writes <|vision_start|> before and <|vision_end|> after.
  * If rows is not NULL it receives the rows (malloc'd; the caller frees). */
-int ph_session_eval_picture(ph_session *s, ph_mmproj *v, const ph_picture *pic, ph_picture_chunk *chunk,
+int ph_session_eval_picture(ph_session *s, ph_mmproj *v, ph_picture *pic, ph_picture_chunk *chunk,
                             float **rows, ph_err *err);
 
 /* ---- prompts ------------------------------------------------------------------- */
@@ -230,7 +236,7 @@ int ph_synth(const ph_synth_params *p, ph_err *err);
  * made in the request's isolation domain, ph_gen_params.domain),
  * encodes and prefills the rest, then samples and streams the answer.
  * One thread at a time may call ph_engine_chat / ph_engine_tick;
- * ph_engine_image may be called from any thread. */
+ * ph_engine_picture_rows may be called from any thread. */
 typedef struct ph_engine ph_engine;
 
 typedef struct ph_engine_params {
@@ -263,28 +269,16 @@ const ph_model_info *ph_engine_model_info(const ph_engine *e);
 bool ph_engine_has_vision(const ph_engine *e);
 int32_t ph_engine_n_ctx(const ph_engine *e);
 
-/* A picture as received: its bytes, fingerprinted, and its header read
- * and checked (format, size limits), its pixels not decoded. A turn that
- * takes it decodes it only to identify it (bytes seen before in the turn's
- * isolation domain, with the same bytes_id, are not decoded again) or to
- * encode it, and frees the pixels
- * once its rows are made or found. Errors: PH_ERR_INPUT. */
-typedef struct ph_image_in ph_image_in;
-ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const char *label, ph_err *err);
-void ph_image_in_free(ph_image_in *im);
-/* Its pixels as its header declares them (width x height); decoded, each
- * takes 3 bytes. */
-uint64_t ph_image_in_pixels(const ph_image_in *im);
-/* The prompt rows it takes with the engine's encoder and token budget (0
- * without an encoder). */
-int32_t ph_image_in_tokens(const ph_image_in *im);
+/* The prompt rows a picture takes with the engine's encoder and token
+ * budget (0 without an encoder). */
+int32_t ph_engine_picture_rows(const ph_engine *e, const ph_picture *pic);
 
 typedef enum ph_role { PH_ROLE_SYSTEM, PH_ROLE_USER, PH_ROLE_ASSISTANT, PH_ROLE_TOOL } ph_role;
 
 typedef struct ph_chat_part {
     const char *text;   /* a text part (len bytes, UTF-8), or */
     size_t len;
-    ph_image_in *image; /* a picture (text NULL) */
+    ph_picture *picture; /* a picture (text NULL) */
 } ph_chat_part;
 
 /* A tool call in an assistant turn of the history. */

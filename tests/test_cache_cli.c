@@ -89,16 +89,16 @@ static int one_turn(const char *dir, const char *system, const char *user, const
         fprintf(stderr, "engine: %s\n", err.msg);
         return -1;
     }
-    ph_image_in *im = NULL;
+    ph_picture *im = NULL;
     if (picture) {
         FILE *f = fopen(picture, "rb");
         char buf[1 << 16];
         size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
         if (f) fclose(f);
-        if (!(im = ph_engine_image(e, buf, n, picture, &err))) fprintf(stderr, "picture: %s\n", err.msg);
+        if (!(im = ph_picture_new(buf, n, picture, &err))) fprintf(stderr, "picture: %s\n", err.msg);
     }
     ph_chat_part sp = {.text = system, .len = strlen(system)};
-    ph_chat_part up[2] = {{.image = im}, {.text = user, .len = strlen(user)}};
+    ph_chat_part up[2] = {{.picture = im}, {.text = user, .len = strlen(user)}};
     ph_chat_msg msgs[2] = {{.role = PH_ROLE_SYSTEM, .parts = &sp, .n_parts = 1}, {.role = PH_ROLE_USER, .parts = im ? up : up + 1, .n_parts = im ? 2u : 1u}};
     ph_gen_params g;
     ph_gen_params_default(&g);
@@ -107,7 +107,7 @@ static int one_turn(const char *dir, const char *system, const char *user, const
     int rc = ph_engine_chat(e, msgs, 2, &g, ignore, NULL, r, &err);
     if (rc) fprintf(stderr, "turn: %s\n", err.msg);
     ph_engine_free(e);
-    ph_image_in_free(im);
+    ph_picture_free(im);
     return rc;
 }
 

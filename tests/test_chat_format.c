@@ -28,9 +28,9 @@ static bool same_tokens(const ph_model *m, const ph_prompt_item *it, const char 
 
 static void test_render(const ph_model *m) {
     ph_chat_format f = {.name = "chatml"};
-    ph_image_in *fake = (ph_image_in *)(uintptr_t)0x1000; /* only its address is used */
+    ph_picture *fake = (ph_picture *)(uintptr_t)0x1000; /* only its address is used */
     ph_chat_part sys[] = {{.text = "Be brief.", .len = 9}};
-    ph_chat_part user[] = {{.text = "Look: ", .len = 6}, {.image = fake}, {.text = "What is it?", .len = 11}};
+    ph_chat_part user[] = {{.text = "Look: ", .len = 6}, {.picture = fake}, {.text = "What is it?", .len = 11}};
     ph_chat_part asst[] = {{.text = "<think>\nhm</think>\n\nA cat.", .len = 26}};
     ph_chat_part user2[] = {{.text = "Sure?", .len = 5}};
     ph_chat_msg msgs[] = {{.role = PH_ROLE_SYSTEM, .parts = sys, .n_parts = 1},
@@ -38,7 +38,7 @@ static void test_render(const ph_model *m) {
                           {.role = PH_ROLE_ASSISTANT, .parts = asst, .n_parts = 1},
                           {.role = PH_ROLE_USER, .parts = user2, .n_parts = 1}};
     ph_prompt p;
-    ph_image_in **pics;
+    ph_picture **pics;
     ph_err err = {0};
     CHECK(chat_format_render(&f, m->vocab, msgs, 4, NULL, 0, NULL, &p, &pics, &err) == 0);
     CHECKF(p.n == 3 && p.n_pictures == 1, "%zu items, %d pictures", p.n, p.n_pictures);
@@ -60,7 +60,7 @@ static void test_render(const ph_model *m) {
     free(pics);
     /* refusals */
     CHECK(chat_format_render(&f, m->vocab, msgs, 0, NULL, 0, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
-    ph_chat_part bad[] = {{.image = fake}};
+    ph_chat_part bad[] = {{.picture = fake}};
     ph_chat_msg badm = {.role = PH_ROLE_ASSISTANT, .parts = bad, .n_parts = 1};
     CHECK(chat_format_render(&f, m->vocab, &badm, 1, NULL, 0, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
     /* no system message unless one is given; no chat template -> plain ChatML */

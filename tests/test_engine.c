@@ -131,7 +131,7 @@ typedef struct conv {
     size_t n_msgs, n_parts;
 } conv;
 
-static void msg(conv *c, char role, const char *const *parts, size_t n, ph_image_in **pics) {
+static void msg(conv *c, char role, const char *const *parts, size_t n, ph_picture **pics) {
     ph_chat_msg *m = &c->msgs[c->n_msgs++];
     m->role = role == 's' ? PH_ROLE_SYSTEM : role == 'a' ? PH_ROLE_ASSISTANT : PH_ROLE_USER;
     m->parts = &c->parts[c->n_parts];
@@ -139,7 +139,7 @@ static void msg(conv *c, char role, const char *const *parts, size_t n, ph_image
     for (size_t i = 0; i < n; i++) {
         ph_chat_part *p = &c->parts[c->n_parts++];
         memset(p, 0, sizeof *p);
-        if (parts[i][0] == '@') p->image = pics[atoi(parts[i] + 1)];
+        if (parts[i][0] == '@') p->picture = pics[atoi(parts[i] + 1)];
         else p->text = parts[i], p->len = strlen(parts[i]);
     }
 }
@@ -184,9 +184,9 @@ static void same_as_cold(const conv *c, const result *warm, const char *what) {
     ph_engine_free(cold);
 }
 
-static ph_image_in *pic(ph_engine *e, file f) {
+static ph_picture *pic(file f) {
     ph_err err = {0};
-    ph_image_in *im = ph_engine_image(e, f.p, f.n, "test picture", &err);
+    ph_picture *im = ph_picture_new(f.p, f.n, "test picture", &err);
     if (!im) fprintf(stderr, "picture: %s\n", err.msg);
     return im;
 }
@@ -210,7 +210,7 @@ static int32_t count_tokens(ph_engine *e, const char *text) {
 
 static void test_resent_picture(file a) {
     ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
-    ph_image_in *pics[1] = {pic(e, a)};
+    ph_picture *pics[1] = {pic(a)};
     conv c = {0};
     msg(&c, 'u', (const char *[]){"@0", "What is in this picture?"}, 2, pics);
     result prev = turn(e, &c);
@@ -230,13 +230,13 @@ static void test_resent_picture(file a) {
     ph_engine_get_stats(e, &st);
     CHECKF(st.images_encoded == 1, "a picture re-sent on 4 turns was encoded %llu times",
            (unsigned long long)st.images_encoded);
-    ph_image_in_free(pics[0]);
+    ph_picture_free(pics[0]);
     ph_engine_free(e);
 }
 
 static void test_edit(file a) {
     ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
-    ph_image_in *pics[1] = {pic(e, a)};
+    ph_picture *pics[1] = {pic(a)};
     conv c = {0};
     msg(&c, 's', (const char *[]){"You describe pictures."}, 1, pics);
     msg(&c, 'u', (const char *[]){"First question about cats.", "@0"}, 2, pics);
@@ -253,26 +253,26 @@ static void test_edit(file a) {
     CHECKF(r.r.pics_from_kv == 0 && r.r.pics_from_cache == 1 && r.r.pics_encoded == 0,
            "picture after the edit: kv %d cache %d encoded %d", r.r.pics_from_kv, r.r.pics_from_cache, r.r.pics_encoded);
     same_as_cold(&c, &r, "edited earlier message");
-    ph_image_in_free(pics[0]);
+    ph_picture_free(pics[0]);
     ph_engine_free(e);
 }
 
 static void test_other_picture_same_size(void) {
     file p1 = make_png(64, 64, 1), p2 = make_png(64, 64, 2);
     ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
-    ph_image_in *pics[2] = {pic(e, p1), pic(e, p2)};
+    ph_picture *pics[2] = {pic(p1), pic(p2)};
     conv c = {0};
     msg(&c, 'u', (const char *[]){"Look:", "@0", "What is it?"}, 3, pics);
     turn(e, &c);
-    c.parts[1].image = pics[1];
+    c.parts[1].picture = pics[1];
     result r = turn(e, &c);
     int32_t before = count_tokens(e, "<|im_start|>user\nLook:<|vision_start|>");
     CHECKF(r.r.pics_encoded == 1 && r.r.pics_from_kv == 0, "other picture of the same size: encoded %d, kv %d",
            r.r.pics_encoded, r.r.pics_from_kv);
     CHECKF(r.r.n_reused == before, "other picture: reused %d rows, expected the %d before it", r.r.n_reused, before);
     same_as_cold(&c, &r, "other picture, same size and place");
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     ph_engine_free(e);
     free(p1.p);
     free(p2.p);
@@ -280,7 +280,7 @@ static void test_other_picture_same_size(void) {
 
 static void test_append_picture(file a, file b) {
     ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
-    ph_image_in *pics[2] = {pic(e, a), pic(e, b)};
+    ph_picture *pics[2] = {pic(a), pic(b)};
     conv c = {0};
     msg(&c, 'u', (const char *[]){"@0", "Describe."}, 2, pics);
     result r1 = turn(e, &c);
@@ -292,22 +292,22 @@ static void test_append_picture(file a, file b) {
     CHECKF(r.r.pics_from_kv == 1 && r.r.pics_encoded == 1, "appended picture: kv %d encoded %d", r.r.pics_from_kv,
            r.r.pics_encoded);
     same_as_cold(&c, &r, "picture appended after history");
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     ph_engine_free(e);
 }
 
 static void test_twice_in_one_message(file a) {
     ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
-    ph_image_in *pics[2] = {pic(e, a), pic(e, a)}; /* the same bytes sent twice */
+    ph_picture *pics[2] = {pic(a), pic(a)}; /* the same bytes sent twice */
     conv c = {0};
     msg(&c, 'u', (const char *[]){"@0", "and", "@1", "Same?"}, 4, pics);
     result r = turn(e, &c);
     CHECKF(r.r.pics_encoded == 1 && r.r.pics_from_cache == 1, "same picture twice: encoded %d, cache %d",
            r.r.pics_encoded, r.r.pics_from_cache);
     same_as_cold(&c, &r, "same picture twice in a message");
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     ph_engine_free(e);
 }
 
@@ -315,7 +315,7 @@ static void test_eviction(file a, file b, file g) {
     /* by count: one entry; A, B, A encodes A twice (the RAM tier is off: a
      * checkpoint of the first conversation would serve the third) */
     ph_engine *e = engine_ram(true, 1, 128u << 20, NULL, 0, 0);
-    ph_image_in *pics[3] = {pic(e, a), pic(e, b), pic(e, g)};
+    ph_picture *pics[3] = {pic(a), pic(b), pic(g)};
     for (int k = 0; k < 3; k++) {
         conv c = {0};
         msg(&c, 'u', (const char *[]){k == 1 ? "@1" : "@0", k == 2 ? "Again (new conversation)." : "Describe."}, 2,
@@ -338,13 +338,13 @@ static void test_eviction(file a, file b, file g) {
     CHECKF(st.image_cache_bytes <= 20000, "byte bound: %llu bytes held", (unsigned long long)st.image_cache_bytes);
     CHECKF(st.images_encoded == 3 && st.image_cache_evictions >= 1, "byte bound: encoded %llu, evictions %llu",
            (unsigned long long)st.images_encoded, (unsigned long long)st.image_cache_evictions);
-    for (int k = 0; k < 3; k++) ph_image_in_free(pics[k]);
+    for (int k = 0; k < 3; k++) ph_picture_free(pics[k]);
     ph_engine_free(e);
 }
 
 static void test_elastic(file a, file b) {
     ph_engine *e = engine(true, 32, 128u << 20, NULL, 0.2);
-    ph_image_in *pics[2] = {pic(e, a), pic(e, b)};
+    ph_picture *pics[2] = {pic(a), pic(b)};
     ph_engine_stats st;
     ph_engine_get_stats(e, &st);
     CHECK(!st.encoder_loaded);
@@ -372,14 +372,14 @@ static void test_elastic(file a, file b) {
     ph_engine_get_stats(e, &st);
     CHECKF(r.r.encoder_loaded && st.encoder_loads == 2 && r.r.pics_encoded == 1, "one new picture: loads %llu encoded %d",
            (unsigned long long)st.encoder_loads, r.r.pics_encoded);
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     ph_engine_free(e);
 }
 
 /* A conversation about picture p: the first question, then k-1 more turns
  * with a fixed answer in between. */
-static void chat_about(conv *c, ph_image_in **pics, int p, int k) {
+static void chat_about(conv *c, ph_picture **pics, int p, int k) {
     memset(c, 0, sizeof *c);
     msg(c, 'u', (const char *[]){p ? "@1" : "@0", "What is in this picture?"}, 2, pics);
     for (int i = 1; i < k; i++) {
@@ -393,7 +393,7 @@ static void chat_about(conv *c, ph_image_in **pics, int p, int k) {
  * evaluate only their new tokens and encode nothing. */
 static void test_interleaved(file a, file b) {
     ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
-    ph_image_in *pics[2] = {pic(e, a), pic(e, b)};
+    ph_picture *pics[2] = {pic(a), pic(b)};
     conv a1, b1, a2, b2;
     chat_about(&a1, pics, 0, 1);
     chat_about(&b1, pics, 1, 1);
@@ -424,8 +424,8 @@ static void test_interleaved(file a, file b) {
     ph_engine_get_stats(e, &st);
     CHECKF(st.ram_cache_hits == 2 && st.images_encoded == 2, "ram hits %llu, encoded %llu",
            (unsigned long long)st.ram_cache_hits, (unsigned long long)st.images_encoded);
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     ph_engine_free(e);
 }
 
@@ -435,7 +435,7 @@ static void test_interleaved(file a, file b) {
 static void test_ram_other_picture(void) {
     file p1 = make_png(64, 64, 3), p2 = make_png(64, 64, 4);
     ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
-    ph_image_in *pics[2] = {pic(e, p1), pic(e, p2)};
+    ph_picture *pics[2] = {pic(p1), pic(p2)};
     conv x = {0}, y = {0}, z = {0};
     msg(&x, 'u', (const char *[]){"Look:", "@0", "What is it?"}, 3, pics);
     msg(&y, 'u', (const char *[]){"Something else entirely."}, 1, pics);
@@ -448,8 +448,8 @@ static void test_ram_other_picture(void) {
            "other picture after a checkpoint: reused %d (the %d before it), kv %d, encoded %d", r.r.n_reused, before,
            r.r.pics_from_kv, r.r.pics_encoded);
     same_as_cold(&z, &r, "checkpoint of another picture");
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     ph_engine_free(e);
     free(p1.p);
     free(p2.p);
@@ -459,7 +459,7 @@ static void test_ram_other_picture(void) {
  * with no budget nothing is kept. */
 static void test_ram_budget(file a, file b, file g) {
     ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
-    ph_image_in *pics[3] = {pic(e, a), pic(e, b), pic(e, g)};
+    ph_picture *pics[3] = {pic(a), pic(b), pic(g)};
     conv a1, b1, a2, b2, c1;
     chat_about(&a1, pics, 0, 1);
     chat_about(&b1, pics, 1, 1);
@@ -468,11 +468,11 @@ static void test_ram_budget(file a, file b, file g) {
     ph_engine_stats st;
     ph_engine_get_stats(e, &st);
     const uint64_t one = st.ram_cache_bytes; /* A1's checkpoint */
-    for (int k = 0; k < 3; k++) ph_image_in_free(pics[k]);
+    for (int k = 0; k < 3; k++) ph_picture_free(pics[k]);
     ph_engine_free(e);
     /* room for one checkpoint (B1's, with the third picture, is about as big) */
     e = engine_ram(true, 32, 128u << 20, NULL, 0, one * 3 / 2);
-    for (int k = 0; k < 3; k++) pics[k] = pic(e, k == 0 ? a : k == 1 ? b : g);
+    for (int k = 0; k < 3; k++) pics[k] = pic(k == 0 ? a : k == 1 ? b : g);
     chat_about(&a1, pics, 0, 1);
     chat_about(&b1, pics, 1, 1);
     chat_about(&a2, pics, 0, 2);
@@ -493,11 +493,11 @@ static void test_ram_budget(file a, file b, file g) {
            "A2 after its checkpoint was evicted: from ram %d, kv %d, cache %d", r.r.n_from_ram, r.r.pics_from_kv,
            r.r.pics_from_cache);
     same_as_cold(&a2, &r, "evicted checkpoint, prefilled again");
-    for (int k = 0; k < 3; k++) ph_image_in_free(pics[k]);
+    for (int k = 0; k < 3; k++) ph_picture_free(pics[k]);
     ph_engine_free(e);
     /* no budget: nothing is saved */
     e = engine_ram(true, 32, 128u << 20, NULL, 0, 0);
-    pics[0] = pic(e, a), pics[1] = pic(e, b);
+    pics[0] = pic(a), pics[1] = pic(b);
     chat_about(&a1, pics, 0, 1);
     chat_about(&b1, pics, 1, 1);
     chat_about(&a2, pics, 0, 2);
@@ -507,8 +507,8 @@ static void test_ram_budget(file a, file b, file g) {
     ph_engine_get_stats(e, &st);
     CHECKF(st.ram_cache_saves == 0 && r.r.n_from_ram == 0 && r.n > 0, "--cache-ram-mib 0: saves %llu",
            (unsigned long long)st.ram_cache_saves);
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     ph_engine_free(e);
 }
 
@@ -518,7 +518,7 @@ static void test_ram_budget(file a, file b, file g) {
  * here, so only the parked slot can bring it back. */
 static void test_auxiliary(file a, file b) {
     ph_engine *e = engine_ram(true, 32, 128u << 20, NULL, 0, 0);
-    ph_image_in *pics[2] = {pic(e, a), pic(e, b)};
+    ph_picture *pics[2] = {pic(a), pic(b)};
     conv p1, p2, x1 = {0}, x2 = {0}, x3 = {0}, q1 = {0};
     chat_about(&p1, pics, 0, 1);
     chat_about(&p2, pics, 0, 2);
@@ -556,21 +556,21 @@ static void test_auxiliary(file a, file b) {
     CHECKF(!r.r.from_parked && st.conversations_parked == 2 && st.conversations_dropped == 1,
            "parked %llu dropped %llu", (unsigned long long)st.conversations_parked,
            (unsigned long long)st.conversations_dropped);
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     ph_engine_free(e);
     /* the same calls without the flag, with the RAM tier off: the main
      * conversation is read again */
     e = engine_ram(true, 32, 128u << 20, NULL, 0, 0);
-    pics[0] = pic(e, a), pics[1] = pic(e, b);
+    pics[0] = pic(a), pics[1] = pic(b);
     chat_about(&p1, pics, 0, 1);
     chat_about(&p2, pics, 0, 2);
     turn(e, &p1);
     turn(e, &x1);
     r = turn(e, &p2);
     CHECKF(r.r.n_from_ram == 0 && r.r.pics_from_kv == 0, "without the flag: from ram %d", r.r.n_from_ram);
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     ph_engine_free(e);
 }
 
@@ -588,23 +588,23 @@ static void test_disk(file a) {
     char dir[] = "/tmp/ph-embd-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     ph_engine *e = engine(true, 32, 128u << 20, dir, 0);
-    ph_image_in *im = pic(e, a);
-    ph_image_in *pics[1] = {im};
+    ph_picture *im = pic(a);
+    ph_picture *pics[1] = {im};
     conv c = {0};
     msg(&c, 'u', (const char *[]){"@0", "Describe."}, 2, pics);
     result r = turn(e, &c);
     CHECK(r.r.pics_encoded == 1);
-    ph_image_in_free(im);
+    ph_picture_free(im);
     ph_engine_free(e);
     CHECKF(count_files(dir) == 1, "%d files in the cache folder", count_files(dir));
     /* a restart: the picture comes from disk */
     e = engine(true, 32, 128u << 20, dir, 0);
-    c.parts[0].image = im = pic(e, a);
+    c.parts[0].picture = im = pic(a);
     r = turn(e, &c);
     CHECKF(r.r.pics_encoded == 0 && r.r.pics_from_cache == 1, "after a restart: encoded %d, cache %d", r.r.pics_encoded,
            r.r.pics_from_cache);
     same_as_cold(&c, &r, "embedding from disk after restart");
-    ph_image_in_free(im);
+    ph_picture_free(im);
     ph_engine_free(e);
     /* a damaged entry is refused, removed, and the picture encoded again */
     DIR *d = opendir(dir);
@@ -617,20 +617,20 @@ static void test_disk(file a) {
     stat(path, &sb);
     CHECK(truncate(path, sb.st_size / 2) == 0);
     e = engine(true, 32, 128u << 20, dir, 0);
-    c.parts[0].image = im = pic(e, a);
+    c.parts[0].picture = im = pic(a);
     r = turn(e, &c);
     CHECKF(r.r.pics_encoded == 1 && r.r.pics_from_cache == 0, "truncated entry: encoded %d, cache %d", r.r.pics_encoded,
            r.r.pics_from_cache);
     same_as_cold(&c, &r, "truncated cache file refused");
-    ph_image_in_free(im);
+    ph_picture_free(im);
     ph_engine_free(e);
     /* the re-encoded entry was written again; corrupt one byte of its rows */
     CHECK(t_flip_byte_from_end(path, 5) == 0);
     e = engine(true, 32, 128u << 20, dir, 0);
-    c.parts[0].image = im = pic(e, a);
+    c.parts[0].picture = im = pic(a);
     r = turn(e, &c);
     CHECKF(r.r.pics_encoded == 1, "corrupted entry: encoded %d", r.r.pics_encoded);
-    ph_image_in_free(im);
+    ph_picture_free(im);
     ph_engine_free(e);
     unlink(path);
     rmdir(dir);
@@ -668,7 +668,7 @@ static void test_kv_disk(void) {
     CHECK(mkdtemp(dir) != NULL);
     file p1 = make_png(96, 64, 1), p2 = make_png(96, 64, 2);
     ph_engine *e = engine_kv(LLM, dir);
-    ph_image_in *pics[2] = {pic(e, p1), pic(e, p2)};
+    ph_picture *pics[2] = {pic(p1), pic(p2)};
     conv c = {0};
     msg(&c, 's', (const char *[]){"You are a careful assistant who describes pictures in detail."}, 1, pics);
     msg(&c, 'u', (const char *[]){"Here is my photo:", "@0", "What is in this picture?"}, 3, pics);
@@ -679,12 +679,12 @@ static void test_kv_disk(void) {
     result r2 = turn(e, &c);
     CHECK(r2.r.pics_encoded == 0 && r2.r.n_from_disk == 0);
     ph_engine_free(e); /* a clean shutdown */
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
 
     e = engine_kv(LLM, dir);
-    c.parts[2].image = pics[0] = pic(e, p1);
-    pics[1] = pic(e, p2);
+    c.parts[2].picture = pics[0] = pic(p1);
+    pics[1] = pic(p2);
     msg(&c, 'a', (const char *[]){"It has colours."}, 1, pics);
     msg(&c, 'u', (const char *[]){"And the colours?"}, 1, pics);
     result r3 = turn(e, &c);
@@ -698,14 +698,14 @@ static void test_kv_disk(void) {
     ph_engine_get_stats(e, &st);
     CHECK(st.disk_cache_hits == 1 && st.disk_cache_tokens_restored == (uint64_t)r3.r.n_from_disk);
     ph_engine_free(e);
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
 
     /* another picture of the same size in the same place: nothing past it */
     e = engine_kv(LLM, dir);
-    pics[0] = pic(e, p1);
-    pics[1] = pic(e, p2);
-    c.parts[2].image = pics[1];
+    pics[0] = pic(p1);
+    pics[1] = pic(p2);
+    c.parts[2].picture = pics[1];
     int32_t before = count_tokens(e, "<|im_start|>system\nYou are a careful assistant who describes pictures in "
                                      "detail.<|im_end|>\n<|im_start|>user\nHere is my photo:<|vision_start|>");
     result r4 = turn(e, &c);
@@ -713,8 +713,8 @@ static void test_kv_disk(void) {
            "%d encoded", r4.r.n_from_disk, before, r4.r.pics_encoded);
     same_as_cold(&c, &r4, "other picture after a restart");
     ph_engine_free(e);
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
 
     /* the picture gone from the conversation */
     e = engine_kv(LLM, dir);
@@ -730,7 +730,7 @@ static void test_kv_disk(void) {
 
     /* the picture moved to a later message: the files above share its text, never its picture */
     e = engine_kv(LLM, dir);
-    pics[0] = pic(e, p1);
+    pics[0] = pic(p1);
     conv m = {0};
     msg(&m, 's', (const char *[]){"You are a careful assistant who describes pictures in detail."}, 1, pics);
     msg(&m, 'u', (const char *[]){"Here is my photo:", "What is in this picture?"}, 2, pics);
@@ -741,7 +741,7 @@ static void test_kv_disk(void) {
            "%d encoded", r5.r.n_from_disk, r5.r.pics_from_kv, r5.r.pics_encoded);
     same_as_cold(&m, &r5, "picture moved after a restart");
     ph_engine_free(e);
-    ph_image_in_free(pics[0]);
+    ph_picture_free(pics[0]);
 
     /* text only, and another model file with the same shapes */
     e = engine_kv(LLM, dir);
@@ -796,7 +796,7 @@ static void test_domains(file a) {
     ph_err err = {0};
     ph_engine *e = ph_engine_new(&p, &err);
     CHECKF(e != NULL, "engine: %s", err.msg);
-    ph_image_in *pa[1] = {pic(e, a)}, *pb[1] = {pic(e, a)};
+    ph_picture *pa[1] = {pic(a)}, *pb[1] = {pic(a)};
     const char *const q[] = {"@0", "What is in this picture? Tell me everything you see."};
     conv ca = {0}, cb = {0};
     msg(&ca, 'u', q, 2, pa);
@@ -818,25 +818,25 @@ static void test_domains(file a) {
     CHECKF(!r.r.from_parked && r.r.n_from_ram == 0, "parked: restored %d, %d rows from RAM", r.r.from_parked,
            r.r.n_from_ram);
     ph_engine_free(e); /* a clean shutdown: the live state is saved too */
-    ph_image_in_free(pa[0]);
-    ph_image_in_free(pb[0]);
+    ph_picture_free(pa[0]);
+    ph_picture_free(pb[0]);
     /* a restart: the checkpoint files and embeddings are found again by their own domain only */
     e = ph_engine_new(&p, &err);
     CHECKF(e != NULL, "engine: %s", err.msg);
     uint8_t dom_d[32];
     memset(dom_d, 0xd, sizeof dom_d);
-    cb.parts[0].image = pb[0] = pic(e, a);
+    cb.parts[0].picture = pb[0] = pic(a);
     r = turn_in(e, &cb, false, dom_d);
     CHECKF(r.r.n_from_disk == 0 && r.r.pics_encoded == 1, "a fourth domain after a restart: %d rows from disk, "
            "encoded %d", r.r.n_from_disk, r.r.pics_encoded);
-    ph_image_in_free(pb[0]);
-    cb.parts[0].image = pb[0] = pic(e, a);
+    ph_picture_free(pb[0]);
+    cb.parts[0].picture = pb[0] = pic(a);
     r = turn_in(e, &cb, false, dom_b);
     CHECKF(r.r.n_from_disk > 0 && r.r.pics_encoded == 0, "its own domain after a restart: %d rows from disk, "
            "encoded %d", r.r.n_from_disk, r.r.pics_encoded);
     same_as_cold(&cb, &r, "a domain's checkpoint after a restart");
     ph_engine_free(e);
-    ph_image_in_free(pb[0]);
+    ph_picture_free(pb[0]);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
@@ -884,7 +884,7 @@ static void test_header_only(file good) {
     ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
     file bad = read_file(PH_TEST_DATA "/images_bad/png_bad_data.png");
     ph_err err = {0};
-    ph_image_in *pics[2] = {ph_engine_image(e, bad.p, bad.n, "picture 1", &err), pic(e, good)};
+    ph_picture *pics[2] = {ph_picture_new(bad.p, bad.n, "picture 1", &err), pic(good)};
     CHECKF(pics[0] && pics[1], "a damaged picture with a sound header: %s", err.msg);
     if (!pics[0] || !pics[1]) goto out;
     conv c = {0};
@@ -893,29 +893,29 @@ static void test_header_only(file good) {
     ph_gen_params_default(&g);
     int32_t rows = 0, text = count_tokens(e, "<|im_start|>user\n<|vision_start|><|vision_end|>Describe.<|im_end|>\n"
                                               "<|im_start|>assistant\n");
-    CHECKF(ph_engine_count(e, c.msgs, c.n_msgs, &g, &rows, &err) == 0 && ph_image_in_tokens(pics[0]) > 0 &&
-               rows == text + ph_image_in_tokens(pics[0]),
+    CHECKF(ph_engine_count(e, c.msgs, c.n_msgs, &g, &rows, &err) == 0 && ph_engine_picture_rows(e, pics[0]) > 0 &&
+               rows == text + ph_engine_picture_rows(e, pics[0]),
            "counted without decoding: %d rows, %d of text and %d of the picture (%s)", rows, text,
-           ph_image_in_tokens(pics[0]), err.msg);
+           ph_engine_picture_rows(e, pics[0]), err.msg);
     ph_turn_report rep;
     err = (ph_err){0};
     CHECKF(ph_engine_chat(e, c.msgs, c.n_msgs, &g, NULL, NULL, &rep, &err) == -1 && err.code == PH_ERR_INPUT &&
                strstr(err.msg, "picture 1: PNG is corrupt"),
            "the turn that decodes it: '%s' (code %d)", err.msg, err.code);
-    c.parts[0].image = pics[1];
+    c.parts[0].picture = pics[1];
     result r = turn(e, &c);
     CHECKF(r.n > 0 && r.r.pics_encoded == 1, "the next turn: %d tokens, %d encoded", r.n, r.r.pics_encoded);
     same_as_cold(&c, &r, "a picture after a damaged one");
     /* a header that is wrong is refused at once */
     file huge = read_file(PH_TEST_DATA "/images_bad/png_100000x100000.png");
     err = (ph_err){0};
-    CHECKF(!ph_engine_image(e, huge.p, huge.n, "picture 2", &err) && err.code == PH_ERR_INPUT &&
+    CHECKF(!ph_picture_new(huge.p, huge.n, "picture 2", &err) && err.code == PH_ERR_INPUT &&
                strstr(err.msg, "picture 2: PNG is 100000x100000"),
            "a wrong header: '%s'", err.msg);
     free(huge.p);
 out:
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     free(bad.p);
     ph_engine_free(e);
 }
@@ -938,7 +938,7 @@ static void test_recurrent(file a, file b) {
     ph_engine *e = ph_engine_new(&p, &err);
     CHECKF(e != NULL, "qwen35 engine: %s", err.msg);
     if (!e) goto out;
-    ph_image_in *pics[2] = {pic(e, a), pic(e, b)};
+    ph_picture *pics[2] = {pic(a), pic(b)};
     conv c1, c2, c3, b1, b2, x = {0};
     chat_about(&c1, pics, 0, 1);
     chat_about(&c2, pics, 0, 2);
@@ -1002,8 +1002,8 @@ static void test_recurrent(file a, file b) {
            "B2: %d from ram, B1's prompt has %d rows", rb2.r.n_from_ram, rb1.r.n_prompt);
     same_as_cold(&c2, &ra2, "qwen35: interleaved A (from RAM)");
     same_as_cold(&b2, &rb2, "qwen35: interleaved B2 (from RAM)");
-    ph_image_in_free(pics[0]);
-    ph_image_in_free(pics[1]);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
     ph_engine_free(e); /* a clean shutdown */
     CHECKF(count_files(dir) > 1, "%d files in the checkpoint folder", count_files(dir));
     /* a restart: the first conversation resumes from its file, at the
@@ -1011,8 +1011,8 @@ static void test_recurrent(file a, file b) {
     e = ph_engine_new(&p, &err);
     CHECKF(e != NULL, "qwen35 engine again: %s", err.msg);
     if (e) {
-        pics[0] = pic(e, a);
-        pics[1] = pic(e, b);
+        pics[0] = pic(a);
+        pics[1] = pic(b);
         chat_about(&c2, pics, 0, 2);
         r2 = turn(e, &c2);
         CHECKF(r2.r.n_reused == c2_head && r2.r.n_from_disk == c2_head && r2.r.pics_encoded == 0 &&
@@ -1026,8 +1026,8 @@ static void test_recurrent(file a, file b) {
                    st.disk_cache_rejected == 0,
                "disk stats: %llu hits, %llu rows restored, %llu rejected", (unsigned long long)st.disk_cache_hits,
                (unsigned long long)st.disk_cache_tokens_restored, (unsigned long long)st.disk_cache_rejected);
-        ph_image_in_free(pics[0]);
-        ph_image_in_free(pics[1]);
+        ph_picture_free(pics[0]);
+        ph_picture_free(pics[1]);
         ph_engine_free(e);
     }
 out:;

@@ -242,7 +242,7 @@ static void expect_render(const char *what, const ph_chat_format *f, const ph_mo
     free(text);
     if (!m) return;
     ph_prompt p;
-    ph_image_in **pics = NULL;
+    ph_picture **pics = NULL;
     rc = chat_format_render(f, m->vocab, msgs, n, &weather, n_tools, &o, &p, &pics, &err);
     CHECKF(rc == 0, "%s: %s", what, err.msg);
     if (rc) return;
@@ -380,8 +380,8 @@ static void test_more_renderings(const ph_model *m, const ph_chat_format *vl, co
                         "<|im_end|>\n<|im_start|>assistant\n<think>\n");
     }
     {   /* pictures inside tool results (1.5), in place, numbered with the user's */
-        ph_image_in *pic = (ph_image_in *)(uintptr_t)0x1000; /* only its address is used */
-        const ph_chat_part look[] = {TXT("Look: "), {.image = pic}}, shot[] = {TXT("Screenshot:"), {.image = pic}};
+        ph_picture *pic = (ph_picture *)(uintptr_t)0x1000; /* only its address is used */
+        const ph_chat_part look[] = {TXT("Look: "), {.picture = pic}}, shot[] = {TXT("Screenshot:"), {.picture = pic}};
         const ph_chat_msg msgs[] = {{.role = PH_ROLE_USER, .parts = look, .n_parts = 2},
                                     {.role = PH_ROLE_ASSISTANT, .tool_calls = two_calls, .n_tool_calls = 2},
                                     TOOL(p_t18), {.role = PH_ROLE_TOOL, .parts = shot, .n_parts = 2}};
@@ -400,7 +400,7 @@ static void test_more_renderings(const ph_model *m, const ph_chat_format *vl, co
         expect_render("qwen35 picture in a tool result", q35, m, msgs, 4, 0, -1, want);
         /* the pictures list follows message order */
         ph_prompt p;
-        ph_image_in **pics = NULL;
+        ph_picture **pics = NULL;
         CHECK(chat_format_render(vl, m->vocab, msgs, 4, NULL, 0, NULL, &p, &pics, NULL) == 0 && p.n_pictures == 2 &&
               pics[0] == pic && pics[1] == pic);
         ph_prompt_free(&p);

@@ -29,7 +29,7 @@ typedef struct chat {
     ph_chat_msg *msgs;   /* views of hist for the engine */
     chat_msg *hist;
     size_t n, cap;
-    ph_image_in *pending[CHAT_MAX_PENDING];
+    ph_picture *pending[CHAT_MAX_PENDING];
     int n_pending;
 } chat;
 
@@ -51,14 +51,14 @@ static void chat_usage(FILE *out) {
 }
 
 static void drop_pending(chat *c) {
-    for (int i = 0; i < c->n_pending; i++) ph_image_in_free(c->pending[i]);
+    for (int i = 0; i < c->n_pending; i++) ph_picture_free(c->pending[i]);
     c->n_pending = 0;
 }
 
 static void free_msg(chat_msg *m) {
     for (size_t j = 0; j < m->n_parts; j++) {
         free((char *)m->parts[j].text);
-        ph_image_in_free(m->parts[j].image);
+        ph_picture_free(m->parts[j].picture);
     }
     free(m->parts);
 }
@@ -69,7 +69,7 @@ static void drop_history(chat *c) {
 }
 
 /* Appends a message; takes the pictures, copies the text. */
-static int push_msg(chat *c, ph_role role, ph_image_in **pics, int n_pics, const char *text, size_t len) {
+static int push_msg(chat *c, ph_role role, ph_picture **pics, int n_pics, const char *text, size_t len) {
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 16;
         chat_msg *h = realloc(c->hist, cap * sizeof *h);
@@ -90,7 +90,7 @@ static int push_msg(chat *c, ph_role role, ph_image_in **pics, int n_pics, const
         free(t);
         return -1;
     }
-    for (int i = 0; i < n_pics; i++) m->parts[i].image = pics[i];
+    for (int i = 0; i < n_pics; i++) m->parts[i].picture = pics[i];
     memcpy(t, text, len);
     t[len] = '\0';
     m->parts[n_pics].text = t;
@@ -158,16 +158,6 @@ static int chat_turn(chat *c, const char *text, ph_err *err) {
     fprintf(stderr, "; answer %d tokens in %.2f s (%.1f tok/s); %.2f s in all]\n", r.n_generated, r.decode_s,
             r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0, ph_now_s() - t0);
     return 0;
-}
-
-/* Reads a picture file and hands its bytes to the engine. */
-static ph_image_in *load_picture(ph_engine *e, const char *path, ph_err *err) {
-    void *data;
-    size_t n;
-    if (ph_file_read_all(path, (size_t)64 << 20, &data, &n, err)) return NULL;
-    ph_image_in *im = ph_engine_image(e, data, n, path, err);
-    free(data);
-    return im;
 }
 
 static char *trim(char *s) {
@@ -246,7 +236,7 @@ int cmd_chat(int argc, char **argv) {
             } else if (c.n_pending == CHAT_MAX_PENDING) {
                 fprintf(stderr, "[at most %d pictures per message]\n", CHAT_MAX_PENDING);
             } else {
-                ph_image_in *im = load_picture(c.e, path, &err);
+                ph_picture *im = ph_picture_load(path, &err);
                 if (!im) {
                     fprintf(stderr, "[%s]\n", err.msg);
                 } else {

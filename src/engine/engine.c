@@ -74,21 +74,10 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     const bool recurrent = e->m->hp.n_rec_layer > 0;
     if (p->mmproj_path) {
         progress(p, "loading the vision encoder", 0.6);
-        if (e->m->hp.rope.mode != PH_ROPE_IMROPE) {
-            ph_err_set(err, "%s models do not take pictures", e->m->arch_name);
-            goto fail;
-        }
-        if (encoder_open(&e->enc, p->mmproj_path, e->m->pool, e->m->hp.n_embd_inp, p->vision_idle_s, enc_id, err))
+        if (encoder_open(&e->enc, p->mmproj_path, e->m, p->vision_idle_s, enc_id, err) ||
+            encoder_set_budget(&e->enc, p->image_min_tokens, p->image_max_tokens, err))
             goto fail;
         e->has_vision = true;
-        if (p->image_min_tokens) e->enc.prep.min_tokens = p->image_min_tokens;
-        if (p->image_max_tokens) e->enc.prep.max_tokens = p->image_max_tokens;
-        if (e->enc.prep.min_tokens < 1 || e->enc.prep.max_tokens < e->enc.prep.min_tokens ||
-            e->enc.prep.max_tokens > 65536) {
-            ph_err_set(err, "picture token budget %d..%d is not usable", e->enc.prep.min_tokens,
-                       e->enc.prep.max_tokens);
-            goto fail;
-        }
     }
     progress(p, "allocating the context", 0.9);
     if (!(e->s = ph_session_new(e->m, p->n_ctx, err))) goto fail;
@@ -209,7 +198,7 @@ typedef struct turn {
     ph_engine *e;
     const uint8_t *domain;     /* the request's isolation domain (32 bytes) */
     ph_prompt prompt;
-    ph_image_in **pics;
+    ph_picture **pics;
     seq_state want;            /* the request's stream as rows */
     const ph_embed **embeds;   /* per picture item: its rows (referenced) */
     int32_t *item_row;         /* per prompt item: its first row */
@@ -219,7 +208,7 @@ typedef struct turn {
 /* Frees the pictures' decoded pixels: they are needed only to identify
  * and to encode them. */
 static void drop_pixels(turn *t) {
-    for (int32_t k = 0; k < t->prompt.n_pictures; k++) ph_image_free(&t->pics[k]->img);
+    for (int32_t k = 0; k < t->prompt.n_pictures; k++) picture_drop_pixels(t->pics[k]);
 }
 
 static void turn_free(turn *t) {
@@ -239,7 +228,7 @@ static size_t prompt_rows(const turn *t) {
     size_t rows = 0;
     for (size_t i = 0; i < t->prompt.n; i++) {
         const ph_prompt_item *it = &t->prompt.items[i];
-        rows += it->is_picture ? (size_t)t->pics[it->picture]->n_tokens : it->tokens.n;
+        rows += it->is_picture ? (size_t)ph_engine_picture_rows(t->e, t->pics[it->picture]) : it->tokens.n;
     }
     return rows;
 }
@@ -260,7 +249,7 @@ static int check_fits(const turn *t, ph_err *err) {
  * encoder until the turn's pictures are resolved). */
 static int identify_pictures(turn *t, ph_err *err) {
     for (int32_t k = 0; k < t->prompt.n_pictures; k++)
-        if (engine_image_identify(t->e, t->pics[k], t->domain, err)) return -1;
+        if (engine_picture_identify(t->e, t->pics[k], t->domain, err)) return -1;
     return 0;
 }
 
@@ -283,7 +272,7 @@ static int build_want(turn *t, ph_err *err) {
                 if (seq_push_token(&t->want, it->tokens.ids[j], pos++, err)) return -1;
             continue;
         }
-        const ph_image_in *im = t->pics[it->picture];
+        const ph_picture *im = t->pics[it->picture];
         seq_span sp = {0};
         engine_embed_key(e, im, t->domain, sp.embed_key, &sp.grid_x, &sp.grid_y);
         memcpy(sp.image_id, im->image_id, 32);
@@ -304,11 +293,11 @@ static const seq_span *want_span(const turn *t, int32_t k) {
 static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
     ph_engine *e = t->e;
     const seq_span *sp = want_span(t, k);
-    ph_image_in *im = t->pics[k];
+    ph_picture *im = t->pics[k];
     ph_prep prep;
-    if (engine_image_pixels(im, err)) return -1;
+    if (picture_decode(im, err)) return -1;
     const int prc = ph_image_preprocess(&im->img, &e->enc.prep, &prep, err);
-    ph_image_free(&im->img);
+    picture_drop_pixels(im);
     if (prc) return -1;
     const size_t nf = (size_t)prep.grid_x * prep.grid_y * (size_t)e->enc.out_width;
     float *rows = malloc(nf * sizeof *rows);

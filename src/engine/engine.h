@@ -1,10 +1,11 @@
 /* The engine's internals shared by its files (engine.c: lifecycle and
- * turns; images.c: pictures as received, their identity, the bytes_id
+ * turns; pictures.c: pictures as received, their identity, the bytes_id
  * memo, embed keys). */
 #ifndef PH_ENGINE_ENGINE_H
 #define PH_ENGINE_ENGINE_H
 
 #include "image/image.h"
+#include "engine/picture.h"
 #include "engine/session.h"
 #include "pinhole.h"
 #include "state/disk_tier.h"
@@ -14,17 +15,6 @@
 #include "state/seq_state.h"
 #include "text/chat_format.h"
 #include "text/json_constraint.h"
-
-struct ph_image_in {
-    uint8_t bytes_id[32], image_id[32];
-    bool identified;     /* image_id is known (the bytes_id memo, or a decode) */
-    int w, h;            /* as displayed, from the header */
-    int32_t n_tokens;    /* its rows with this engine's encoder (0: none) */
-    ph_image img;        /* decoded pixels (rgb NULL unless needed now) */
-    void *bytes;         /* the file as received, kept to decode later */
-    size_t len;
-    char label[32];
-};
 
 #define ENGINE_MEMO 256
 
@@ -62,14 +52,11 @@ struct ph_engine {
 
 /* The embed_key of a picture of w x h with this encoder (DESIGN 4) in an
  * isolation domain (state/domain.h), and its merged grid. */
-void engine_embed_key(const ph_engine *e, const ph_image_in *im, const uint8_t domain[32], uint8_t key[32],
+void engine_embed_key(const ph_engine *e, const ph_picture *im, const uint8_t domain[32], uint8_t key[32],
                       int32_t *grid_x, int32_t *grid_y);
-/* Decodes the picture's pixels if only its bytes are held (PH_ERR_INPUT
- * when the bytes do not decode). */
-int engine_image_pixels(ph_image_in *im, ph_err *err);
 /* Makes the picture's image_id known: from the bytes_id memo of the
  * request's isolation domain, else by decoding it (the pixels are then
  * kept in im->img). */
-int engine_image_identify(ph_engine *e, ph_image_in *im, const uint8_t domain[32], ph_err *err);
+int engine_picture_identify(ph_engine *e, ph_picture *im, const uint8_t domain[32], ph_err *err);
 
 #endif

@@ -125,13 +125,14 @@ int ph_image_decode(const void *data, size_t len, const ph_image_limits *lim, co
     return 0;
 }
 
-int ph_image_load_file(const char *path, const ph_image_limits *lim, ph_image *out, ph_err *e) {
+int image_read_file(const char *path, const ph_image_limits *lim, uint8_t **data, size_t *len, ph_err *e) {
     ph_image_limits def;
     if (!lim) {
         ph_image_limits_default(&def);
         lim = &def;
     }
-    memset(out, 0, sizeof *out);
+    *data = NULL;
+    *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return ph_img_err(e, path, "cannot open: %s", strerror(errno));
     struct stat st;
@@ -156,6 +157,21 @@ int ph_image_load_file(const char *path, const ph_image_limits *lim, ph_image *o
     if (read_err || got != n) {
         free(buf);
         return ph_img_err(e, path, "read error");
+    }
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+int ph_image_load_file(const char *path, const ph_image_limits *lim, ph_image *out, ph_err *e) {
+    memset(out, 0, sizeof *out);
+    uint8_t *buf;
+    size_t n;
+    if (image_read_file(path, lim, &buf, &n, e)) return -1;
+    ph_image_limits def;
+    if (!lim) {
+        ph_image_limits_default(&def);
+        lim = &def;
     }
     int rc = ph_image_decode(buf, n, lim, path, out, e);
     free(buf);

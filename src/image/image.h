@@ -36,6 +36,9 @@ int ph_image_decode(const void *data, size_t len, const ph_image_limits *lim, co
 int image_probe(const void *data, size_t len, const ph_image_limits *lim, const char *label, int *w, int *h,
                 ph_err *e);
 int ph_image_load_file(const char *path, const ph_image_limits *lim, ph_image *out, ph_err *e);
+/* Reads a picture file's bytes (a regular file within lim's file size; lim
+ * NULL: the defaults) into *data (malloc'd). */
+int image_read_file(const char *path, const ph_image_limits *lim, uint8_t **data, size_t *len, ph_err *e);
 void ph_image_free(ph_image *img);
 
 /* Preprocessing for qwen3vl_merger (spec F): smart resize to a multiple of

@@ -44,7 +44,9 @@ typedef struct api_kind {
 extern const api_kind api_openai_chat, api_openai_responses, api_anthropic_messages;
 
 struct job {
-    srv *s;
+    srv *s;                       /* the server's own (server.c) */
+    ph_engine *e;
+    bool allow_forced;            /* --allow-forced-output: the body field "forced_output" is accepted */
     const api_kind *api;
     json_t *root;                 /* the request body; message texts point into it */
     const char *model_name;
@@ -55,7 +57,7 @@ struct job {
     size_t n_parts, cap_parts;
     size_t *msg_first;            /* first part of each message */
     size_t *msg_calls;            /* first tool call (calls) of each message */
-    ph_image_in **images;
+    ph_picture **images;
     size_t n_images, cap_images;
     int max_images;
     uint64_t pixels;              /* its pictures' pixels and rows, from their headers (0 for a count */

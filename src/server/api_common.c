@@ -12,44 +12,17 @@
 #include <time.h>
 
 #include "base/error.h"
+#include "base/grow.h"
 #include "server/api.h"
-#include "server/server_internal.h"
-
-void job_emit(job *j, const char *s, size_t n) {
-    pthread_mutex_lock(&j->mu);
-    strbuf_put(&j->out, s, n);
-    job_wake_locked(j);
-    pthread_mutex_unlock(&j->mu);
-}
-
-void job_sse(job *j, const char *name, json_t *v) {
-    char *js = json_dumps(v, JSON_COMPACT);
-    json_decref(v);
-    if (!js) return;
-    strbuf b = {0};
-    if (name) {
-        strbuf_put(&b, "event: ", 7);
-        strbuf_put(&b, name, strlen(name));
-        strbuf_put(&b, "\n", 1);
-    }
-    strbuf_put(&b, "data: ", 6);
-    strbuf_put(&b, js, strlen(js));
-    strbuf_put(&b, "\n\n", 2);
-    free(js);
-    if (!b.oom) job_emit(j, b.p, b.n);
-    strbuf_free(&b);
-}
 
 /* ---- the conversation ------------------------------------------------------ */
 
+/* Makes *arr (of *cap elements of el bytes) hold at least need elements. */
 static int grow(void **arr, size_t *cap, size_t need, size_t el) {
     if (need <= *cap) return 0;
-    size_t cap2 = *cap ? *cap * 2 : 8;
-    while (cap2 < need) cap2 *= 2;
-    void *p = realloc(*arr, cap2 * el);
+    void *p = ph_grow(*arr, cap, need - 1, el, 8);
     if (!p) return -1;
     *arr = p;
-    *cap = cap2;
     return 0;
 }
 
@@ -100,17 +73,19 @@ static int add_image_bytes(job *j, void *bytes, size_t len, ph_err *err) {
     }
     char label[32];
     snprintf(label, sizeof label, "picture %zu", j->n_images + 1);
-    ph_image_in *im = srv_read_image(j->s, bytes, len, label, err);
+    ph_picture *im = ph_picture_new(bytes, len, label, err);
     free(bytes);
     if (!im) return -1;
     j->images[j->n_images++] = im;
-    if (!j->count_only && ph_engine_has_vision(srv_engine(j->s))) { /* else nothing is decoded */
-        j->pixels += ph_image_in_pixels(im);
-        j->picture_rows += ph_image_in_tokens(im);
+    if (!j->count_only && ph_engine_has_vision(j->e)) { /* else nothing is decoded */
+        int w, h;
+        ph_picture_size(im, &w, &h);
+        j->pixels += (uint64_t)w * (uint64_t)h;
+        j->picture_rows += ph_engine_picture_rows(j->e, im);
     }
     ph_chat_part *p = new_part(j, err);
     if (!p) return -1;
-    p->image = im;
+    p->picture = im;
     return 0;
 }
 

@@ -9,7 +9,6 @@
 #include "base/error.h"
 #include "base/grow.h"
 #include "server/api.h"
-#include "server/server_internal.h"
 
 char *job_own(job *j, char *s) {
     if (!s) return NULL;
@@ -183,7 +182,7 @@ static int logit_bias(job *j, json_t *v, ph_err *err) {
     if (n > 1024) return ph_err_setc(err, PH_ERR_INPUT, "'logit_bias' has %zu entries; at most 1024", n);
     ph_logit_bias *b = n ? calloc(n, sizeof *b) : NULL;
     if (n && !(b = (ph_logit_bias *)job_own(j, (char *)b))) return ph_err_set(err, "out of memory");
-    const int32_t n_vocab = ph_engine_model_info(srv_engine(j->s))->n_vocab;
+    const int32_t n_vocab = ph_engine_model_info(j->e)->n_vocab;
     const char *key;
     json_t *val;
     size_t k = 0;
@@ -226,7 +225,7 @@ int job_sampling(job *j, double temp_max, ph_err *err) {
     j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : random_seed();
     json_t *fo = json_object_get(root, "forced_output");
     if (fo && !json_is_null(fo)) {
-        if (!srv_allow_forced(j->s))
+        if (!j->allow_forced)
             return ph_err_setc(err, PH_ERR_INPUT, "'forced_output' is a test switch: start the server with "
                                                   "--allow-forced-output to use it");
         if (!json_is_string(fo)) return ph_err_setc(err, PH_ERR_INPUT, "'forced_output' must be a string");

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "server/server_internal.h"
+#include "server/api.h"
 
 static int role_of(const char *r, ph_role *out) {
     if (!strcmp(r, "system") || !strcmp(r, "developer")) *out = PH_ROLE_SYSTEM;
@@ -209,7 +209,7 @@ static json_t *chunk(const job *j, json_t *delta, json_t *logprobs, const char *
 /* One logprobs entry: {token, logprob, bytes, top_logprobs}. */
 static json_t *lp_token(job *j, int32_t id, float lp) {
     char buf[512];
-    size_t n = ph_engine_token_bytes(srv_engine(j->s), id, buf, sizeof buf);
+    size_t n = ph_engine_token_bytes(j->e, id, buf, sizeof buf);
     if (n > sizeof buf) n = sizeof buf;
     json_t *bytes = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)buf[i]));

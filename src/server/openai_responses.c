@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "server/server_internal.h"
+#include "server/api.h"
 
 static int add_part(job *j, json_t *part, const char *where, size_t mi, size_t pi, ph_err *err) {
     const char *type = json_string_value(json_object_get(part, "type"));

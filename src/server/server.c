@@ -25,10 +25,11 @@
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "server/access.h"
+#include "server/api.h"
 #include "server/conns.h"
 #include "server/door.h"
 #include "server/metrics.h"
-#include "server/server_internal.h"
+#include "server/server.h"
 
 /* pthread_cond_timedwait for at most `seconds` from now. */
 static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
@@ -71,20 +72,14 @@ struct srv {
     uint8_t (*key_domains)[32]; /* per API key its isolation domain (NULL: keys are not isolated) */
 };
 
-ph_engine *srv_engine(srv *s) { return s->e; }
-
-bool srv_allow_forced(const srv *s) { return s->cfg.allow_forced_output; }
-
-ph_image_in *srv_read_image(srv *s, const void *data, size_t len, const char *label, ph_err *err) {
-    return ph_engine_image(s->e, data, len, label, err);
-}
-
 /* ---- jobs ---------------------------------------------------------------------- */
 
 static job *job_new(srv *s, const api_kind *api, json_t *root) {
     job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
     j->s = s;
+    j->e = s->e;
+    j->allow_forced = s->cfg.allow_forced_output;
     j->api = api;
     j->root = root;
     j->model_name = s->cfg.model_name;
@@ -108,7 +103,7 @@ static void job_unref(job *j) {
     int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (left) return;
-    for (size_t i = 0; i < j->n_images; i++) ph_image_in_free(j->images[i]);
+    for (size_t i = 0; i < j->n_images; i++) ph_picture_free(j->images[i]);
     free(j->images);
     free(j->msgs);
     free(j->msg_first);
@@ -133,10 +128,35 @@ static void job_unref(job *j) {
     free(j);
 }
 
-void job_wake_locked(job *j) {
+static void job_wake_locked(job *j) {
     if (!j->suspended) return;
     j->suspended = false;
     MHD_resume_connection(j->conn);
+}
+
+void job_emit(job *j, const char *s, size_t n) {
+    pthread_mutex_lock(&j->mu);
+    strbuf_put(&j->out, s, n);
+    job_wake_locked(j);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void job_sse(job *j, const char *name, json_t *v) {
+    char *js = json_dumps(v, JSON_COMPACT);
+    json_decref(v);
+    if (!js) return;
+    strbuf b = {0};
+    if (name) {
+        strbuf_put(&b, "event: ", 7);
+        strbuf_put(&b, name, strlen(name));
+        strbuf_put(&b, "\n", 1);
+    }
+    strbuf_put(&b, "data: ", 6);
+    strbuf_put(&b, js, strlen(js));
+    strbuf_put(&b, "\n\n", 2);
+    free(js);
+    if (!b.oom) job_emit(j, b.p, b.n);
+    strbuf_free(&b);
 }
 
 /* The job's connection waits, holding no thread, until job_wake_locked

@@ -6,9 +6,12 @@
 #include "base/log.h"
 #include "base/timeutil.h"
 
-int encoder_open(ph_encoder *enc, const char *path, ph_pool *pool, int32_t llm_width, double idle_s,
-                 const uint8_t encoder_id[32], ph_err *e) {
+int encoder_open(ph_encoder *enc, const char *path, const ph_model *m, double idle_s, const uint8_t encoder_id[32],
+                 ph_err *e) {
     memset(enc, 0, sizeof *enc);
+    if (m->hp.rope.mode != PH_ROPE_IMROPE) return ph_err_set(e, "%s models do not take pictures", m->arch_name);
+    ph_pool *pool = m->pool;
+    const int32_t llm_width = m->hp.n_embd_inp;
     enc->path = strdup(path);
     if (!enc->path) return ph_err_set(e, "out of memory");
     enc->pool = pool;
@@ -33,6 +36,14 @@ int encoder_open(ph_encoder *enc, const char *path, ph_pool *pool, int32_t llm_w
         enc->tower = NULL;
     }
     enc->last_used = ph_now_s();
+    return 0;
+}
+
+int encoder_set_budget(ph_encoder *enc, int min_tokens, int max_tokens, ph_err *e) {
+    const int lo = min_tokens ? min_tokens : enc->prep.min_tokens, hi = max_tokens ? max_tokens : enc->prep.max_tokens;
+    if (lo < 1 || hi < lo || hi > 65536) return ph_err_set(e, "picture token budget %d..%d is not usable", lo, hi);
+    enc->prep.min_tokens = lo;
+    enc->prep.max_tokens = hi;
     return 0;
 }
 

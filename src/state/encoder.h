@@ -10,6 +10,7 @@
 
 #include "base/threadpool.h"
 #include "image/image.h"
+#include "model/llm.h"
 #include "model/vision.h"
 
 typedef struct ph_encoder {
@@ -24,10 +25,14 @@ typedef struct ph_encoder {
     uint64_t loads, unloads; /* on-demand loads and idle releases */
 } ph_encoder;
 
-/* Opens the tower once to check it and read its parameters; keeps it
- * loaded unless idle_s > 0. */
-int encoder_open(ph_encoder *enc, const char *path, ph_pool *pool, int32_t llm_width, double idle_s,
-                 const uint8_t encoder_id[32], ph_err *e);
+/* Opens the tower of the mmproj file at path for the LLM m once, to check
+ * that m takes pictures and that the two are a pair (the tower's rows as
+ * wide as m's input) and to read its parameters; keeps it loaded unless
+ * idle_s > 0. */
+int encoder_open(ph_encoder *enc, const char *path, const ph_model *m, double idle_s, const uint8_t encoder_id[32],
+                 ph_err *e);
+/* Sets the picture token budget in merged tokens (0: keep the file's). */
+int encoder_set_budget(ph_encoder *enc, int min_tokens, int max_tokens, ph_err *e);
 void encoder_close(ph_encoder *enc);
 /* Makes sure the tower is loaded; *loaded tells whether this call loaded it. */
 int encoder_acquire(ph_encoder *enc, bool *loaded, ph_err *e);

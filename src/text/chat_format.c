@@ -111,7 +111,7 @@ typedef struct chat_render {
     const chat_family *fam;
     const ph_vocab *v;  /* NULL: text only */
     ph_prompt *out;
-    ph_image_in **pics;
+    ph_picture **pics;
     size_t n_pics;
     strbuf buf;            /* the text since the last picture (all of it when text only) */
     ph_err *e;
@@ -133,7 +133,7 @@ static int flush_text(chat_render *r) {
     return 0;
 }
 
-static int put_picture(chat_render *r, ph_image_in *im) {
+static int put_picture(chat_render *r, ph_picture *im) {
     puts_(r, "<|vision_start|>");
     if (!r->v) {
         puts_(r, "<|image_pad|>");
@@ -219,7 +219,7 @@ static size_t rstrip_nl(const char *s, size_t n) {
  * when the family trims); a picture there is refused. */
 static int content_text(chat_render *r, const ph_chat_msg *m, size_t idx, strbuf *out) {
     for (size_t j = 0; j < m->n_parts; j++) {
-        if (m->parts[j].image)
+        if (m->parts[j].picture)
             return ph_err_setc(r->e, PH_ERR_INPUT,
                                "pictures are only accepted in user and tool messages (message %zu is %s)", idx + 1,
                                role_name(m->role));
@@ -245,13 +245,13 @@ static int put_parts(chat_render *r, const ph_chat_msg *m) {
         for (; first < m->n_parts; first++) {
             const ph_chat_part *p = &m->parts[first];
             first_off = 0;
-            if (p->image) break;
+            if (p->picture) break;
             first_off = skip_ws(p->text, p->len);
             if (first_off < p->len) break;
         }
         while (last > first) {
             const ph_chat_part *p = &m->parts[last - 1];
-            if (p->image) {
+            if (p->picture) {
                 last_end = 0;
                 break;
             }
@@ -263,8 +263,8 @@ static int put_parts(chat_render *r, const ph_chat_msg *m) {
     }
     for (size_t j = first; j < last; j++) {
         const ph_chat_part *p = &m->parts[j];
-        if (p->image) {
-            if (put_picture(r, p->image)) return -1;
+        if (p->picture) {
+            if (put_picture(r, p->picture)) return -1;
             continue;
         }
         size_t from = j == first ? first_off : 0;
@@ -279,7 +279,7 @@ static int put_parts(chat_render *r, const ph_chat_msg *m) {
 static bool is_tool_response_text(const chat_render *r, const ph_chat_msg *m) {
     strbuf t = {0};
     for (size_t j = 0; j < m->n_parts; j++)
-        if (m->parts[j].image) strbuf_puts(&t, "<|vision_start|><|image_pad|><|vision_end|>");
+        if (m->parts[j].picture) strbuf_puts(&t, "<|vision_start|><|image_pad|><|vision_end|>");
         else strbuf_put(&t, m->parts[j].text, m->parts[j].len);
     size_t n = t.n;
     const char *s = t.p ? t.p : "";
@@ -355,7 +355,7 @@ static int render_all(chat_render *r, const ph_chat_msg *msgs, size_t n_msgs, co
             break;
         case PH_ROLE_ASSISTANT:
             for (size_t j = 0; j < m->n_parts; j++)
-                if (m->parts[j].image)
+                if (m->parts[j].picture)
                     return ph_err_setc(r->e, PH_ERR_INPUT,
                                        "pictures are only accepted in user and tool messages (message %zu is %s)",
                                        i + 1, role_name(m->role));
@@ -379,13 +379,13 @@ static int render_all(chat_render *r, const ph_chat_msg *msgs, size_t n_msgs, co
 static size_t count_pictures(const ph_chat_msg *msgs, size_t n_msgs) {
     size_t n = 0;
     for (size_t i = 0; i < n_msgs; i++)
-        for (size_t j = 0; j < msgs[i].n_parts; j++) n += msgs[i].parts[j].image != NULL;
+        for (size_t j = 0; j < msgs[i].n_parts; j++) n += msgs[i].parts[j].picture != NULL;
     return n;
 }
 
 int chat_format_render(const ph_chat_format *f, const ph_vocab *v, const ph_chat_msg *msgs, size_t n_msgs,
                        const ph_tool *tools, size_t n_tools, const chat_render_opts *o, ph_prompt *out,
-                       ph_image_in ***pictures, ph_err *e) {
+                       ph_picture ***pictures, ph_err *e) {
     memset(out, 0, sizeof *out);
     *pictures = NULL;
     chat_render r = {.f = f, .fam = chat_format_family(f), .v = v, .out = out, .e = e};

@@ -78,7 +78,7 @@ const char *chat_format_opener(const ph_chat_format *f, const chat_render_opts *
  * turn, a tool without a name or with parameters that are not JSON). */
 int chat_format_render(const ph_chat_format *f, const ph_vocab *v, const ph_chat_msg *msgs, size_t n_msgs,
                        const ph_tool *tools, size_t n_tools, const chat_render_opts *o, ph_prompt *out,
-                       ph_image_in ***pictures, ph_err *e);
+                       ph_picture ***pictures, ph_err *e);
 
 /* The same rendering as text (no BOS): a picture is written as
  * <|vision_start|><|image_pad|><|vision_end|>, as the HF templates write

@@ -1,9 +1,10 @@
-/* Pictures as received (ph_engine_image): in the caller's thread only
+/* Pictures as received (ph_picture_new): in the caller's thread only
  * fingerprinted (bytes_id) and their headers read, which gives their size
- * and their rows; the worker identifies them (image_id: the bytes_id memo
- * of the request's isolation domain, or a decode) when their turn comes,
- * and decodes their pixels only for that or to encode them. (A memo hit in
- * another domain would tell by timing that someone sent the picture.) */
+ * (and, with an engine's encoder, their rows); an engine's worker
+ * identifies them (image_id: the bytes_id memo of the request's isolation
+ * domain, or a decode) when their turn comes, and decodes their pixels
+ * only for that or to encode them. (A memo hit in another domain would
+ * tell by timing that someone sent the picture.) */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,7 @@ static image_memo_entry *memo_find(ph_engine *e, const uint8_t key[32]) {
     return NULL;
 }
 
-static void memo_put(ph_engine *e, const uint8_t key[32], const ph_image_in *im) {
+static void memo_put(ph_engine *e, const uint8_t key[32], const ph_picture *im) {
     image_memo_entry *slot = &e->memo[0];
     for (int i = 0; i < ENGINE_MEMO; i++) {
         if (!e->memo[i].used) {
@@ -41,8 +42,8 @@ static void picture_geometry(const ph_engine *e, int w, int h, int *tw, int *th,
     *grid_y = *th / f;
 }
 
-ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const char *label, ph_err *err) {
-    ph_image_in *im = calloc(1, sizeof *im);
+ph_picture *ph_picture_new(const void *data, size_t len, const char *label, ph_err *err) {
+    ph_picture *im = calloc(1, sizeof *im);
     if (!im) {
         ph_err_set(err, "out of memory");
         return NULL;
@@ -55,7 +56,7 @@ ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const c
         free(im);
         return NULL;
     }
-    im->bytes = malloc(len);
+    im->bytes = malloc(len ? len : 1);
     if (!im->bytes) {
         free(im);
         ph_err_set(err, "out of memory");
@@ -64,27 +65,43 @@ ph_image_in *ph_engine_image(ph_engine *e, const void *data, size_t len, const c
     memcpy(im->bytes, data, len);
     im->len = len;
     ph_sha256(data, len, im->bytes_id);
-    if (e->has_vision) {
-        int tw, th;
-        int32_t gx, gy;
-        picture_geometry(e, im->w, im->h, &tw, &th, &gx, &gy);
-        im->n_tokens = gx * gy;
-    }
     return im;
 }
 
-void ph_image_in_free(ph_image_in *im) {
+ph_picture *ph_picture_load(const char *path, ph_err *err) {
+    uint8_t *data;
+    size_t len;
+    if (image_read_file(path, NULL, &data, &len, err)) {
+        err->code = PH_ERR_INPUT;
+        return NULL;
+    }
+    const char *base = strrchr(path, '/');
+    ph_picture *p = ph_picture_new(data, len, base ? base + 1 : path, err);
+    free(data);
+    return p;
+}
+
+void ph_picture_free(ph_picture *im) {
     if (!im) return;
     ph_image_free(&im->img);
     free(im->bytes);
     free(im);
 }
 
-uint64_t ph_image_in_pixels(const ph_image_in *im) { return (uint64_t)im->w * (uint64_t)im->h; }
+void ph_picture_size(const ph_picture *im, int *w, int *h) {
+    *w = im->w;
+    *h = im->h;
+}
 
-int32_t ph_image_in_tokens(const ph_image_in *im) { return im->n_tokens; }
+int32_t ph_engine_picture_rows(const ph_engine *e, const ph_picture *im) {
+    if (!e->has_vision) return 0;
+    int tw, th;
+    int32_t gx, gy;
+    picture_geometry(e, im->w, im->h, &tw, &th, &gx, &gy);
+    return gx * gy;
+}
 
-int engine_image_pixels(ph_image_in *im, ph_err *err) {
+int picture_decode(ph_picture *im, ph_err *err) {
     if (im->img.rgb) return 0;
     ph_image_limits lim;
     ph_image_limits_default(&lim);
@@ -105,7 +122,9 @@ int engine_image_pixels(ph_image_in *im, ph_err *err) {
     return -1;
 }
 
-int engine_image_identify(ph_engine *e, ph_image_in *im, const uint8_t domain[32], ph_err *err) {
+void picture_drop_pixels(ph_picture *im) { ph_image_free(&im->img); }
+
+int engine_picture_identify(ph_engine *e, ph_picture *im, const uint8_t domain[32], ph_err *err) {
     if (im->identified) return 0;
     uint8_t key[32];
     memcpy(key, im->bytes_id, 32);
@@ -115,7 +134,7 @@ int engine_image_identify(ph_engine *e, ph_image_in *im, const uint8_t domain[32
         memcpy(im->image_id, hit->image_id, 32);
         hit->used = ++e->memo_clock;
     } else {
-        if (engine_image_pixels(im, err)) return -1;
+        if (picture_decode(im, err)) return -1;
         memcpy(im->image_id, im->img.image_id, 32);
         memo_put(e, key, im);
     }
@@ -132,7 +151,7 @@ typedef struct prep_key {
     float mean[3], std[3];
 } prep_key;
 
-void engine_embed_key(const ph_engine *e, const ph_image_in *im, const uint8_t domain[32], uint8_t key[32],
+void engine_embed_key(const ph_engine *e, const ph_picture *im, const uint8_t domain[32], uint8_t key[32],
                       int32_t *grid_x, int32_t *grid_y) {
     const ph_prep_params *p = &e->enc.prep;
     int tw, th;
