@@ -161,7 +161,7 @@ static int parse_tools(job *j, json_t *root, ph_err *err) {
     if (!json_is_object(tc) || !type)
         return ph_err_setc(err, PH_ERR_INPUT, "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
     bool one = false;
-    if (get_bool(tc, "disable_parallel_tool_use", &one, err)) return -1;
+    if (api_get_bool(tc, "disable_parallel_tool_use", &one, err)) return -1;
     if (one) j->gen.parallel_tool_calls = false;
     if (!strcmp(type, "auto")) return job_set_tool_choice(j, PH_TOOL_AUTO, NULL, "tool_choice", err);
     if (!strcmp(type, "none")) return job_set_tool_choice(j, PH_TOOL_NONE, NULL, "tool_choice", err);
@@ -228,7 +228,7 @@ static const field_rule FIELDS[] = {
 
 static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
-    if (check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Messages API", err)) return -1;
+    if (api_check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Messages API", err)) return -1;
     json_t *msgs = json_object_get(root, "messages");
     if (!json_is_array(msgs)) return ph_err_setc(err, PH_ERR_INPUT, "'messages' must be an array");
     if (parse_tools(j, root, err) || add_system(j, root, msgs, err)) return -1;
@@ -253,8 +253,8 @@ static int parse(job *j, ph_err *err) {
     json_t *mt = json_object_get(root, "max_tokens");
     if (!mt && !j->count_only) return ph_err_setc(err, PH_ERR_INPUT, "'max_tokens' is required");
     int64_t max_tokens = j->gen.max_tokens;
-    if (job_sampling(j, 1, err) || get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
-        get_bool(root, "stream", &j->stream, err) || parse_thinking(j, root, err) || parse_output_config(j, root, err) ||
+    if (job_sampling(j, 1, err) || api_get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
+        api_get_bool(root, "stream", &j->stream, err) || parse_thinking(j, root, err) || parse_output_config(j, root, err) ||
         job_set_stop(j, json_object_get(root, "stop_sequences"), "stop_sequences", err))
         return -1;
     json_t *ss = json_object_get(root, "stop_sequences");
@@ -262,7 +262,7 @@ static int parse(job *j, ph_err *err) {
         return ph_err_setc(err, PH_ERR_INPUT, "'stop_sequences' must be an array of strings");
     j->gen.max_tokens = (int32_t)max_tokens;
     if (j->count_only) j->stream = false;
-    make_id(j->id, sizeof j->id, "msg_");
+    api_make_id(j->id, sizeof j->id, "msg_");
     return 0;
 }
 
@@ -310,7 +310,7 @@ static void open_block(job *j, ph_delta_kind kind, int32_t call) {
     if (kind == PH_DELTA_TOOL_CALL) {
         const out_call *oc = &j->out_calls[call];
         b = json_pack("{s:s,s:s,s:o,s:{}}", "type", "tool_use", "id", oc->id, "name",
-                      json_text(oc->name.p ? oc->name.p : "", oc->name.n), "input");
+                      api_utf8_string(oc->name.p ? oc->name.p : "", oc->name.n), "input");
     } else if (kind == PH_DELTA_REASONING) {
         b = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "");
     } else {
@@ -338,15 +338,15 @@ static void stream_event(job *j, const ph_gen_event *e) {
     json_t *d;
     if (e->kind == PH_DELTA_TOOL_ARGS) {
         if (j->open_kind != (int)PH_DELTA_TOOL_CALL || j->open_call != e->call_index) return; /* cannot happen */
-        d = json_pack("{s:s,s:o}", "type", "input_json_delta", "partial_json", json_text(e->text, e->len));
+        d = json_pack("{s:s,s:o}", "type", "input_json_delta", "partial_json", api_utf8_string(e->text, e->len));
     } else {
         if (j->open_kind != (int)e->kind) {
             close_block(j);
             open_block(j, e->kind, -1);
         }
         d = e->kind == PH_DELTA_REASONING
-                ? json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", json_text(e->text, e->len))
-                : json_pack("{s:s,s:o}", "type", "text_delta", "text", json_text(e->text, e->len));
+                ? json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", api_utf8_string(e->text, e->len))
+                : json_pack("{s:s,s:o}", "type", "text_delta", "text", api_utf8_string(e->text, e->len));
     }
     ev(j, "content_block_delta", json_pack("{s:i,s:o}", "index", j->n_blocks - 1, "delta", d));
 }
@@ -369,10 +369,10 @@ static json_t *result(job *j) {
     json_t *content = json_array();
     if (j->reasoning.n)
         json_array_append_new(content, json_pack("{s:s,s:o,s:s}", "type", "thinking", "thinking",
-                                                 json_text(j->reasoning.p, j->reasoning.n), "signature", ""));
+                                                 api_utf8_string(j->reasoning.p, j->reasoning.n), "signature", ""));
     if (j->content.n || !j->n_out_calls)
         json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text",
-                                                 json_text(j->content.p ? j->content.p : "", j->content.n)));
+                                                 api_utf8_string(j->content.p ? j->content.p : "", j->content.n)));
     for (size_t i = 0; i < j->n_out_calls; i++) {
         const out_call *oc = &j->out_calls[i];
         /* the arguments of a call cut short by max_tokens do not parse: {} */
@@ -382,7 +382,7 @@ static json_t *result(job *j) {
             input = json_object();
         }
         json_array_append_new(content, json_pack("{s:s,s:s,s:o,s:o}", "type", "tool_use", "id", oc->id, "name",
-                                                 json_text(oc->name.p ? oc->name.p : "", oc->name.n), "input", input));
+                                                 api_utf8_string(oc->name.p ? oc->name.p : "", oc->name.n), "input", input));
     }
     return message(j, content, false);
 }

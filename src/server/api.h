@@ -172,31 +172,31 @@ typedef struct field_rule {
     field_how how;
     const char *why;              /* F_REFUSE: the reason shown */
 } field_rule;
-int check_fields(json_t *root, const field_rule *rules, size_t n, const char *where, ph_err *err);
+int api_check_fields(json_t *root, const field_rule *rules, size_t n, const char *where, ph_err *err);
 
 /* Collecting the answer's calls (server.c's event handler). */
 out_call *job_out_call(job *j, int32_t index, const char *id_prefix);
 /* The stop strings: a string or an array of strings (or null). */
 int job_set_stop(job *j, json_t *v, const char *field, ph_err *err);
 /* Reads common fields with type and range checks. absent: leaves *out. */
-int get_number(json_t *root, const char *key, double lo, double hi, double *out, ph_err *err);
-int get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out, ph_err *err);
-int get_bool(json_t *root, const char *key, bool *out, ph_err *err);
+int api_get_number(json_t *root, const char *key, double lo, double hi, double *out, ph_err *err);
+int api_get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out, ph_err *err);
+int api_get_bool(json_t *root, const char *key, bool *out, ph_err *err);
 
 /* A JSON string of n bytes; invalid UTF-8 becomes U+FFFD. */
-json_t *json_text(const char *s, size_t n);
+json_t *api_utf8_string(const char *s, size_t n);
 
 /* Error bodies in each API's shape. */
 json_t *openai_error_body(int status, const char *msg);
 json_t *anthropic_error_body(int status, const char *msg);
 /* OpenAI's shape with error.param and error.code set (NULL: null). */
 json_t *openai_error_body_code(int status, const char *msg, const char *param, const char *code);
-int status_for(const ph_err *err);
+int api_status_for(const ph_err *err);
 
-void make_id(char *out, size_t cap, const char *prefix);
+void api_make_id(char *out, size_t cap, const char *prefix);
 
 /* The sampling seed of a request that names none: from getrandom(2), or, if
  * that fails, the clock's nanoseconds mixed with a counter. */
-uint64_t random_seed(void);
+uint64_t api_random_seed(void);
 
 #endif

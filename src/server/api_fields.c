@@ -208,12 +208,12 @@ int job_sampling(job *j, double temp_max, ph_err *err) {
     double temp = j->gen.sampler.temperature, top_p = j->gen.sampler.top_p; /* the server's defaults */
     double min_p = j->gen.sampler.min_p, pres = 0, freq = 0, rep = 1;
     int64_t top_k = j->gen.sampler.top_k, seed = -1;
-    if (get_number(root, "temperature", 0, temp_max, &temp, err) || get_number(root, "top_p", 0, 1, &top_p, err) ||
-        get_int(root, "top_k", 0, INT32_MAX, &top_k, err) || get_number(root, "min_p", 0, 1, &min_p, err) ||
-        get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) ||
-        get_number(root, "presence_penalty", -2, 2, &pres, err) ||
-        get_number(root, "frequency_penalty", -2, 2, &freq, err) ||
-        get_number(root, "repetition_penalty", 0.01, 10, &rep, err) || logit_bias(j, json_object_get(root, "logit_bias"), err))
+    if (api_get_number(root, "temperature", 0, temp_max, &temp, err) || api_get_number(root, "top_p", 0, 1, &top_p, err) ||
+        api_get_int(root, "top_k", 0, INT32_MAX, &top_k, err) || api_get_number(root, "min_p", 0, 1, &min_p, err) ||
+        api_get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) ||
+        api_get_number(root, "presence_penalty", -2, 2, &pres, err) ||
+        api_get_number(root, "frequency_penalty", -2, 2, &freq, err) ||
+        api_get_number(root, "repetition_penalty", 0.01, 10, &rep, err) || logit_bias(j, json_object_get(root, "logit_bias"), err))
         return -1;
     j->gen.sampler.temperature = (float)temp;
     j->gen.sampler.top_p = (float)top_p;
@@ -222,7 +222,7 @@ int job_sampling(job *j, double temp_max, ph_err *err) {
     j->gen.sampler.presence_penalty = (float)pres;
     j->gen.sampler.frequency_penalty = (float)freq;
     j->gen.sampler.repetition_penalty = (float)rep;
-    j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : random_seed();
+    j->gen.sampler.seed = seed >= 0 ? (uint64_t)seed : api_random_seed();
     json_t *fo = json_object_get(root, "forced_output");
     if (fo && !json_is_null(fo)) {
         if (!j->allow_forced)
@@ -241,7 +241,7 @@ static bool asks_nothing(json_t *v) {
            (json_is_object(v) && json_object_size(v) == 0);
 }
 
-int check_fields(json_t *root, const field_rule *rules, size_t n, const char *where, ph_err *err) {
+int api_check_fields(json_t *root, const field_rule *rules, size_t n, const char *where, ph_err *err) {
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
@@ -266,7 +266,7 @@ out_call *job_out_call(job *j, int32_t index, const char *id_prefix) {
     j->out_calls = c;
     c = &j->out_calls[j->n_out_calls++];
     memset(c, 0, sizeof *c);
-    make_id(c->id, sizeof c->id, id_prefix);
-    make_id(c->call_id, sizeof c->call_id, "call_");
+    api_make_id(c->id, sizeof c->id, id_prefix);
+    api_make_id(c->call_id, sizeof c->call_id, "call_");
     return c;
 }

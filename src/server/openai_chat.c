@@ -122,7 +122,7 @@ static const field_rule FIELDS[] = {
 
 static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
-    if (check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "Chat Completions", err)) return -1;
+    if (api_check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "Chat Completions", err)) return -1;
     json_t *mod = json_object_get(root, "modalities");
     if (mod && !json_is_null(mod)) {
         bool ok = json_is_array(mod);
@@ -157,11 +157,11 @@ static int parse(job *j, ph_err *err) {
     if (job_finish_msgs(j, err)) return -1;
     int64_t max_tokens = j->gen.max_tokens, top_lp = 0;
     bool logprobs = false;
-    if (job_sampling(j, 2, err) || get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
-        get_int(root, "max_completion_tokens", 1, INT32_MAX, &max_tokens, err) ||
-        get_bool(root, "stream", &j->stream, err) || get_bool(root, "logprobs", &logprobs, err) ||
-        get_int(root, "top_logprobs", 0, 20, &top_lp, err) ||
-        get_bool(root, "parallel_tool_calls", &j->gen.parallel_tool_calls, err) || parse_format(j, root, err) ||
+    if (job_sampling(j, 2, err) || api_get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
+        api_get_int(root, "max_completion_tokens", 1, INT32_MAX, &max_tokens, err) ||
+        api_get_bool(root, "stream", &j->stream, err) || api_get_bool(root, "logprobs", &logprobs, err) ||
+        api_get_int(root, "top_logprobs", 0, 20, &top_lp, err) ||
+        api_get_bool(root, "parallel_tool_calls", &j->gen.parallel_tool_calls, err) || parse_format(j, root, err) ||
         job_set_effort(j, json_object_get(root, "reasoning_effort"), "reasoning_effort", err) ||
         job_set_stop(j, json_object_get(root, "stop"), "stop", err))
         return -1;
@@ -172,7 +172,7 @@ static int parse(job *j, ph_err *err) {
         json_t *v;
         json_object_foreach(so, k, v) if (strcmp(k, "include_usage") && strcmp(k, "include_obfuscation"))
             return ph_err_setc(err, PH_ERR_INPUT, "'stream_options.%.32s' is not supported (include_usage is)", k);
-        if (get_bool(so, "include_usage", &j->include_usage, err)) return -1;
+        if (api_get_bool(so, "include_usage", &j->include_usage, err)) return -1;
     }
     json_t *n = json_object_get(root, "n");
     if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
@@ -180,7 +180,7 @@ static int parse(job *j, ph_err *err) {
     j->gen.max_tokens = (int32_t)max_tokens;
     j->logprobs = logprobs;
     j->gen.top_logprobs = logprobs ? (int32_t)top_lp : 0;
-    make_id(j->id, sizeof j->id, "chatcmpl-");
+    api_make_id(j->id, sizeof j->id, "chatcmpl-");
     return 0;
 }
 
@@ -213,7 +213,7 @@ static json_t *lp_token(job *j, int32_t id, float lp) {
     if (n > sizeof buf) n = sizeof buf;
     json_t *bytes = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)buf[i]));
-    json_t *tok = json_text(buf, n);
+    json_t *tok = api_utf8_string(buf, n);
     return json_pack("{s:o,s:f,s:o}", "token", tok, "logprob", (double)lp, "bytes", bytes);
 }
 
@@ -237,7 +237,7 @@ static json_t *call_delta(job *j, const ph_gen_event *ev) {
                     ? json_pack("{s:i,s:s,s:s,s:{s:s%,s:s}}", "index", ev->call_index, "id", oc->id, "type", "function",
                                 "function", "name", ev->text, ev->len, "arguments", "")
                     : json_pack("{s:i,s:{s:o}}", "index", ev->call_index, "function", "arguments",
-                                json_text(ev->text, ev->len));
+                                api_utf8_string(ev->text, ev->len));
     return json_pack("{s:[o]}", "tool_calls", c);
 }
 
@@ -250,7 +250,7 @@ static void stream_event(job *j, const ph_gen_event *ev) {
         delta = call_delta(j, ev);
     else if (ev->len && ev->kind != PH_DELTA_TOOL_ARGS)
         delta = json_pack("{s:o}", ev->kind == PH_DELTA_REASONING ? "reasoning_content" : "content",
-                          json_text(ev->text, ev->len));
+                          api_utf8_string(ev->text, ev->len));
     else
         delta = json_object();
     job_sse(j, NULL, chunk(j, delta, lp, NULL));
@@ -280,17 +280,17 @@ static void collect_logprobs(job *j, const ph_gen_event *ev) {
 static json_t *result(job *j) {
     /* content is null for an answer made only of calls */
     json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content",
-                            j->n_out_calls && !j->content.n ? json_null() : json_text(j->content.p ? j->content.p : "",
+                            j->n_out_calls && !j->content.n ? json_null() : api_utf8_string(j->content.p ? j->content.p : "",
                                                                                     j->content.n),
                             "refusal");
-    if (j->reasoning.n) json_object_set_new(msg, "reasoning_content", json_text(j->reasoning.p, j->reasoning.n));
+    if (j->reasoning.n) json_object_set_new(msg, "reasoning_content", api_utf8_string(j->reasoning.p, j->reasoning.n));
     if (j->n_out_calls) {
         json_t *calls = json_array();
         for (size_t i = 0; i < j->n_out_calls; i++) {
             const out_call *oc = &j->out_calls[i];
             json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", oc->id, "type", "function",
-                                                   "function", "name", json_text(oc->name.p ? oc->name.p : "", oc->name.n),
-                                                   "arguments", json_text(oc->args.p ? oc->args.p : "", oc->args.n)));
+                                                   "function", "name", api_utf8_string(oc->name.p ? oc->name.p : "", oc->name.n),
+                                                   "arguments", api_utf8_string(oc->args.p ? oc->args.p : "", oc->args.n)));
         }
         json_object_set_new(msg, "tool_calls", calls);
     }

@@ -157,7 +157,7 @@ static const field_rule FIELDS[] = {
 
 static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
-    if (check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Responses API", err)) return -1;
+    if (api_check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Responses API", err)) return -1;
     json_t *tr = json_object_get(root, "truncation");
     if (tr && !json_is_null(tr) && !(json_is_string(tr) && !strcmp(json_string_value(tr), "disabled")))
         return ph_err_setc(err, PH_ERR_INPUT, "'truncation' may only be \"disabled\": a conversation that does not "
@@ -188,13 +188,13 @@ static int parse(job *j, ph_err *err) {
     json_t *rs = json_object_get(root, "reasoning");
     if (rs && !json_is_null(rs) && !json_is_object(rs))
         return ph_err_setc(err, PH_ERR_INPUT, "'reasoning' must be an object");
-    if (job_sampling(j, 2, err) || get_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, err) ||
-        get_bool(root, "stream", &j->stream, err) ||
-        get_bool(root, "parallel_tool_calls", &j->gen.parallel_tool_calls, err) || parse_text(j, root, err) ||
+    if (job_sampling(j, 2, err) || api_get_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, err) ||
+        api_get_bool(root, "stream", &j->stream, err) ||
+        api_get_bool(root, "parallel_tool_calls", &j->gen.parallel_tool_calls, err) || parse_text(j, root, err) ||
         job_set_effort(j, json_object_get(rs, "effort"), "reasoning.effort", err))
         return -1;
     j->gen.max_tokens = (int32_t)max_tokens;
-    make_id(j->id, sizeof j->id, "resp_");
+    api_make_id(j->id, sizeof j->id, "resp_");
     return 0;
 }
 
@@ -210,8 +210,8 @@ static json_t *item(const job *j, ph_delta_kind kind, int idx, int32_t call, boo
     if (kind == PH_DELTA_TOOL_CALL) {
         const out_call *oc = &j->out_calls[call];
         return json_pack("{s:s,s:s,s:s,s:o,s:o,s:s}", "type", "function_call", "id", oc->id, "call_id", oc->call_id,
-                         "name", json_text(oc->name.p ? oc->name.p : "", oc->name.n), "arguments",
-                         done ? json_text(oc->args.p ? oc->args.p : "", oc->args.n) : json_string(""), "status",
+                         "name", api_utf8_string(oc->name.p ? oc->name.p : "", oc->name.n), "arguments",
+                         done ? api_utf8_string(oc->args.p ? oc->args.p : "", oc->args.n) : json_string(""), "status",
                          done ? "completed" : "in_progress");
     }
     char id[64];
@@ -221,9 +221,9 @@ static json_t *item(const job *j, ph_delta_kind kind, int idx, int32_t call, boo
     if (done)
         json_array_append_new(content, kind == PH_DELTA_REASONING
                                            ? json_pack("{s:s,s:o}", "type", "reasoning_text", "text",
-                                                       json_text(b->p ? b->p : "", b->n))
+                                                       api_utf8_string(b->p ? b->p : "", b->n))
                                            : json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text",
-                                                       json_text(b->p ? b->p : "", b->n), "annotations",
+                                                       api_utf8_string(b->p ? b->p : "", b->n), "annotations",
                                                        "logprobs"));
     if (kind == PH_DELTA_REASONING)
         return json_pack("{s:s,s:s,s:[],s:o,s:s}", "type", "reasoning", "id", id, "summary", "content", content,
@@ -298,7 +298,7 @@ static void close_item(job *j) {
     char id[64];
     snprintf(id, sizeof id, "%s_%d", j->item_id, idx);
     if (kind == PH_DELTA_CONTENT) {
-        json_t *text = json_text(j->content.p ? j->content.p : "", j->content.n);
+        json_t *text = api_utf8_string(j->content.p ? j->content.p : "", j->content.n);
         event(j, "response.output_text.done", json_pack("{s:s,s:i,s:i,s:O,s:[]}", "item_id", id, "output_index", idx,
                                                         "content_index", 0, "text", text, "logprobs"));
         event(j, "response.content_part.done",
@@ -307,12 +307,12 @@ static void close_item(job *j) {
     } else if (kind == PH_DELTA_REASONING) {
         event(j, "response.reasoning_text.done",
               json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", idx, "content_index", 0, "text",
-                        json_text(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n)));
+                        api_utf8_string(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n)));
     } else {
         const out_call *oc = &j->out_calls[j->open_call];
         event(j, "response.function_call_arguments.done",
               json_pack("{s:s,s:i,s:o}", "item_id", oc->id, "output_index", idx, "arguments",
-                        json_text(oc->args.p ? oc->args.p : "", oc->args.n)));
+                        api_utf8_string(oc->args.p ? oc->args.p : "", oc->args.n)));
     }
     event(j, "response.output_item.done",
           json_pack("{s:i,s:o}", "output_index", idx, "item", item(j, kind, idx, j->open_call, true)));
@@ -321,7 +321,7 @@ static void close_item(job *j) {
 
 static void stream_start(job *j) {
     j->open_kind = -1;
-    make_id(j->item_id, sizeof j->item_id, "msg_");
+    api_make_id(j->item_id, sizeof j->item_id, "msg_");
     event(j, "response.created", json_pack("{s:o}", "response", response(j, "in_progress")));
     event(j, "response.in_progress", json_pack("{s:o}", "response", response(j, "in_progress")));
 }
@@ -338,7 +338,7 @@ static void stream_event(job *j, const ph_gen_event *ev) {
         if (j->open_kind != (int)PH_DELTA_TOOL_CALL || j->open_call != ev->call_index) return; /* cannot happen */
         event(j, "response.function_call_arguments.delta",
               json_pack("{s:s,s:i,s:o}", "item_id", j->out_calls[ev->call_index].id, "output_index", idx, "delta",
-                        json_text(ev->text, ev->len)));
+                        api_utf8_string(ev->text, ev->len)));
         return;
     }
     if (j->open_kind != (int)ev->kind) {
@@ -350,11 +350,11 @@ static void stream_event(job *j, const ph_gen_event *ev) {
     snprintf(id, sizeof id, "%s_%d", j->item_id, idx);
     if (ev->kind == PH_DELTA_CONTENT)
         event(j, "response.output_text.delta", json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", id, "output_index", idx,
-                                                         "content_index", 0, "delta", json_text(ev->text, ev->len),
+                                                         "content_index", 0, "delta", api_utf8_string(ev->text, ev->len),
                                                          "logprobs"));
     else
         event(j, "response.reasoning_text.delta", json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", idx,
-                                                            "content_index", 0, "delta", json_text(ev->text, ev->len)));
+                                                            "content_index", 0, "delta", api_utf8_string(ev->text, ev->len)));
 }
 
 static void stream_end(job *j) {
@@ -376,7 +376,7 @@ static void stream_error(job *j, const char *msg) {
 }
 
 static json_t *result(job *j) {
-    make_id(j->item_id, sizeof j->item_id, "msg_");
+    api_make_id(j->item_id, sizeof j->item_id, "msg_");
     return response(j, final_status(j));
 }
 

@@ -605,7 +605,7 @@ static int parse_domain(srv *s, job *j, int key, ph_err *err) {
 /* An auxiliary request (DESIGN 7): "auxiliary": true in the body, or the
  * header X-Pinhole-Auxiliary: 1 (true, yes; 0, false, no to say not). */
 static int parse_auxiliary(job *j, struct MHD_Connection *c, ph_err *err) {
-    if (get_bool(j->root, "auxiliary", &j->gen.auxiliary, err)) return -1;
+    if (api_get_bool(j->root, "auxiliary", &j->gen.auxiliary, err)) return -1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Pinhole-Auxiliary");
     if (!h) return 0;
     if (!strcasecmp(h, "1") || !strcasecmp(h, "true") || !strcasecmp(h, "yes")) j->gen.auxiliary = true;
@@ -668,7 +668,7 @@ static enum MHD_Result answer_or_wait(srv *s, struct MHD_Connection *c, conn *cn
     enum MHD_Result ok;
     if (j->failed)
         ok = send_error(s, c, api->endpoint, api->anthropic,
-                        j->rep.finish == PH_FINISH_CANCELLED ? 503 : status_for(&j->err), j->err.msg);
+                        j->rep.finish == PH_FINISH_CANCELLED ? 503 : api_status_for(&j->err), j->err.msg);
     else {
         metrics_request(&s->met, api->endpoint, 200);
         ok = send_json(s, c, 200, j->count_only ? json_pack("{s:i}", "input_tokens", j->n_counted) : api->result(j));
@@ -721,7 +721,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
                      (unsigned long long)pixels, (unsigned long long)s->cfg.max_pixels_in_flight);
             return send_busy(s, c, api, busy);
         }
-        int status = err.msg[0] ? status_for(&err) : 503;
+        int status = err.msg[0] ? api_status_for(&err) : 503;
         const char *msg = err.msg[0] ? err.msg : "the server is shutting down";
         return send_error(s, c, api->endpoint, api->anthropic, status, msg);
     }

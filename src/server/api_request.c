@@ -1,15 +1,10 @@
-/* Helpers the API adapters share: buffers, SSE, building the conversation
- * from request fields, pictures from data: URIs, checked field readers and
- * error bodies. */
-#include <errno.h>
-#include <math.h>
-#include <stdatomic.h>
+/* Building a job's conversation from request fields, shared by the API
+ * adapters: messages and their parts, pictures from data: URIs and base64
+ * sources, stop strings. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include "base/error.h"
 #include "base/grow.h"
@@ -223,133 +218,4 @@ int job_set_stop(job *j, json_t *v, const char *field, ph_err *err) {
     j->gen.stop = j->stop;
     j->gen.n_stop = n;
     return 0;
-}
-
-int get_number(json_t *root, const char *key, double lo, double hi, double *out, ph_err *err) {
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be a number", key);
-    double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be between %g and %g", key, lo, hi);
-    *out = d;
-    return 0;
-}
-
-int get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out, ph_err *err) {
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be an integer", key);
-    json_int_t x = json_integer_value(v);
-    if (x < lo || x > hi)
-        return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be between %lld and %lld", key, (long long)lo, (long long)hi);
-    *out = x;
-    return 0;
-}
-
-int get_bool(json_t *root, const char *key, bool *out, ph_err *err) {
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be true or false", key);
-    *out = json_is_true(v);
-    return 0;
-}
-
-json_t *json_text(const char *s, size_t n) {
-    json_t *v = json_stringn(s, n);
-    if (v) return v;
-    strbuf b = {0};
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        json_t *ok = len && i + len <= n ? json_stringn(s + i, len) : NULL;
-        if (ok) {
-            strbuf_put(&b, s + i, len);
-            json_decref(ok);
-            i += len;
-        } else {
-            strbuf_put(&b, "\xEF\xBF\xBD", 3);
-            i++;
-        }
-    }
-    v = json_stringn(b.p ? b.p : "", b.n);
-    strbuf_free(&b);
-    return v ? v : json_string("");
-}
-
-/* ---- errors ----------------------------------------------------------------- */
-
-int status_for(const ph_err *err) {
-    switch (err->code) {
-    case PH_ERR_INPUT:
-    case PH_ERR_TOO_LONG:
-    case PH_ERR_NO_VISION: return 400;
-    default: return 500;
-    }
-}
-
-static const char *openai_type(int status) {
-    switch (status) {
-    case 400: case 404: case 405: case 413: case 415: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 503: return "server_error";
-    default: return "server_error";
-    }
-}
-
-json_t *openai_error_body(int status, const char *msg) {
-    return openai_error_body_code(status, msg, NULL, NULL);
-}
-
-json_t *openai_error_body_code(int status, const char *msg, const char *param, const char *code) {
-    return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", openai_type(status), "param",
-                     param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
-}
-
-json_t *anthropic_error_body(int status, const char *msg) {
-    const char *type = status == 400 || status == 415 ? "invalid_request_error"
-                       : status == 401 ? "authentication_error"
-                       : status == 403 ? "permission_error"
-                       : status == 404 ? "not_found_error"
-                       : status == 413 ? "request_too_large"
-                       : status == 503 ? "overloaded_error"
-                                       : "api_error";
-    return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg);
-}
-
-void make_id(char *out, size_t cap, const char *prefix) {
-    static const char hex[] = "0123456789abcdef";
-    uint8_t r[12];
-    FILE *f = fopen("/dev/urandom", "rb");
-    size_t got = f ? fread(r, 1, sizeof r, f) : 0;
-    if (f) fclose(f);
-    for (size_t i = got; i < sizeof r; i++) r[i] = (uint8_t)(rand() ^ (int)time(NULL));
-    char tail[25];
-    for (size_t i = 0; i < sizeof r; i++) {
-        tail[2 * i] = hex[r[i] >> 4];
-        tail[2 * i + 1] = hex[r[i] & 15];
-    }
-    tail[24] = '\0';
-    snprintf(out, cap, "%s%s", prefix, tail);
-}
-
-uint64_t random_seed(void) {
-    uint64_t seed;
-    for (;;) {
-        ssize_t got = getrandom(&seed, sizeof seed, GRND_NONBLOCK);
-        if (got == (ssize_t)sizeof seed) return seed;
-        if (got < 0 && errno == EINTR) continue;
-        break;
-    }
-    /* No kernel randomness (an old kernel, a seccomp filter, entropy not yet
-     * ready at boot): the clock's nanoseconds plus a counter (two requests in
-     * the same clock tick still differ), mixed by the splitmix64 finalizer. */
-    static atomic_uint_fast64_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t z = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    z += (uint64_t)atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
