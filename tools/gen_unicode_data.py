@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generates src/text/unicode_data.c: the code point classes that the
-tokenizer's pre-tokenizer needs (spec I.3).
+tokenizer's pre-tokenizer needs (docs/numerics.md, Pre-tokenizer).
 
     python3 tools/gen_unicode_data.py [UnicodeData.txt] > src/text/unicode_data.c
 
@@ -11,7 +11,7 @@ mark is CJK Unified Ideographs Extension I (U+2EBF0..U+2EE5D, all Lo), added
 below. (Python's unicodedata module is older still, 14.0 in Python 3.11.)
 
 Classes: letter = general category L*, number = N*, mark = M*, whitespace =
-the fixed set of spec I.3. Output: flags for U+0000..U+07FF as a direct table,
+the fixed set of docs/numerics.md, Pre-tokenizer. Output: flags for U+0000..U+07FF as a direct table,
 and above that a sorted list of (start << 8 | flags) entries, each running up
 to the next entry's start.
 """
@@ -25,7 +25,7 @@ WHITESPACE = [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200
               0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
 EXTRA_15_1 = [(0x2EBF0, 0x2EE5D, "Lo")]  # CJK Unified Ideographs Extension I
 CLASS = {"L": LETTER, "N": NUMBER, "M": MARK}
-# The contraction rule (spec I.3 step 1) lowercases the code points after an
+# The contraction rule (docs/numerics.md, Pre-tokenizer) lowercases the code points after an
 # apostrophe and compares them with these letters; the C side only lowercases
 # ASCII, which is exact as long as no other code point lowercases to them.
 CONTRACTION_LETTERS = "stmdrevl"

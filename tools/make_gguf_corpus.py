@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/data/gguf_bad/: small malformed GGUF files, each breaking one
-rule of the format (spec A.1-A.3), and EXPECTED.txt, which lists for each file
+rule of the format (docs/numerics.md, GGUF container), and EXPECTED.txt, which lists for each file
 a substring that the reader's error message must contain.
 
 Usage: tools/make_gguf_corpus.py [output folder]   (stdlib only)
@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 
-# Value type ids (spec A.2).
+# Value type ids (docs/numerics.md, GGUF container).
 UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 = range(13)
 F32, F16, Q8_0 = 0, 1, 8
 

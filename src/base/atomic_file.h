@@ -1,5 +1,5 @@
 /* Small files written so that a crash never leaves a torn one behind
- * (DESIGN section 7: temporary file, fsync, rename, fsync of the folder),
+ * (docs/state-cache.md, Crash safety: temporary file, fsync, rename, fsync of the folder),
  * read back whole under a size cap, and folders made with their parents. */
 #ifndef PH_BASE_ATOMIC_FILE_H
 #define PH_BASE_ATOMIC_FILE_H

@@ -1,6 +1,6 @@
 /* SHA-256 through libcrypto's EVP interface (SHA-NI accelerated where the
- * CPU has it), and lowercase hex. Every identity in pinhole (DESIGN section
- * 4) is one of these digests. */
+ * CPU has it), and lowercase hex. Every identity in pinhole (docs/state-cache.md,
+ * Identity) is one of these digests. */
 #ifndef PH_BASE_SHA256_H
 #define PH_BASE_SHA256_H
 

@@ -1,5 +1,5 @@
 /* The engine: a model, its encoder, one live sequence and the caches
- * around it. Each turn is planned (DESIGN 6: what is reused from the live
+ * around it. Each turn is planned (docs/state-cache.md, Reuse rules: what is reused from the live
  * KV, what comes from the embedding cache, what is encoded and prefilled),
  * then run: prefill, sample, stream. */
 #include "engine/engine.h"
@@ -244,7 +244,7 @@ static int check_fits(const turn *t, ph_err *err) {
     return 0;
 }
 
-/* Gives each picture its image_id (DESIGN 4): known from an earlier turn
+/* Gives each picture its image_id (docs/state-cache.md, Identity): known from an earlier turn
  * or the bytes_id memo, else decoded now (the pixels stay for the
  * encoder until the turn's pictures are resolved). */
 static int identify_pictures(turn *t, ph_err *err) {
@@ -705,7 +705,7 @@ static bool put_parked(ph_engine *e, ram_ckpt *c) {
 }
 
 /* Parks the live state, made by a primary request, for the auxiliary
- * requests that follow (DESIGN 7), by moving its cells (the session keeps
+ * requests that follow (docs/state-cache.md, Parking), by moving its cells (the session keeps
  * its first `keep` rows); false when it cannot (incomplete state, over the
  * budget, memory short). */
 static bool park_primary(ph_engine *e, int32_t keep) {
@@ -716,7 +716,7 @@ static bool park_primary(ph_engine *e, int32_t keep) {
     return true;
 }
 
-/* The plan (DESIGN 6, 7): the longest common prefix of the request with
+/* The plan (docs/state-cache.md, The plan of a turn): the longest common prefix of the request with
  * the live state, the parked primary conversation (for a primary request),
  * a RAM checkpoint or a checkpoint file. The live state is saved in the RAM
  * tier before a checkpoint replaces it, or before rows of its last prompt
@@ -822,7 +822,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     e->live_prompt = keep;
     e->live_is_aux = aux;
     memcpy(e->live.domain, want->domain, sizeof e->live.domain); /* what is kept is of its domain already */
-    /* a kept picture keeps the cond_hash it was evaluated with (DESIGN 6.2) */
+    /* a kept picture keeps the cond_hash it was evaluated with (docs/state-cache.md, Reuse rules) */
     for (int32_t i = 0; i < want->n_spans && want->spans[i].start < keep; i++) {
         memcpy(want->spans[i].cond_hash, e->live.spans[i].cond_hash, 32);
         want->spans[i].has_cond = e->live.spans[i].has_cond;

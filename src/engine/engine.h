@@ -50,7 +50,7 @@ struct ph_engine {
     jc_vocab *jv;            /* the constraint's tables over the vocabulary, built on first use */
 };
 
-/* The embed_key of a picture of w x h with this encoder (DESIGN 4) in an
+/* The embed_key of a picture of w x h with this encoder (docs/state-cache.md, Identity) in an
  * isolation domain (state/domain.h), and its merged grid. */
 void engine_embed_key(const ph_engine *e, const ph_picture *im, const uint8_t domain[32], uint8_t key[32],
                       int32_t *grid_x, int32_t *grid_y);

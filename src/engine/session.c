@@ -58,7 +58,7 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
     const bool mrope = s->m->hp.rope.mode == PH_ROPE_IMROPE;
     for (size_t done = 0; done < n;) {
         size_t c = n - done < (size_t)s->sc.cap ? n - done : (size_t)s->sc.cap;
-        /* text positions: (p, p, p, 0) section-major for M-RoPE (spec C.4) */
+        /* text positions: (p, p, p, 0) section-major for M-RoPE (docs/numerics.md, IMROPE) */
         for (size_t i = 0; i < c; i++) {
             int32_t p = s->next_pos + (int32_t)i;
             s->sc.pos[i] = p;
@@ -93,7 +93,7 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
     if (kv->n_rows + n > kv->n_ctx)
         return ph_err_set(e, "the picture needs %lld rows but the context has room for %d", (long long)n,
                           kv->n_ctx - kv->n_rows);
-    /* every row of the picture has t = p0, h = p0 + row, w = p0 + col (spec D) */
+    /* every row of the picture has t = p0, h = p0 + row, w = p0 + col (docs/numerics.md, Positions of picture rows) */
     const int32_t p0 = s->next_pos;
     for (int64_t done = 0; done < n;) {
         int64_t c = n - done < s->sc.cap ? n - done : s->sc.cap;

@@ -16,7 +16,7 @@ struct ph_session {
 
 /* Evaluates a picture's rows (grid_x * grid_y rows of n_embd_inp floats,
  * row-major over the merged grid) with M-RoPE positions; the next text
- * position advances by max(grid_x, grid_y) (spec D). Logits are computed
+ * position advances by max(grid_x, grid_y) (docs/numerics.md, Positions of picture rows). Logits are computed
  * only when asked (a prompt rarely ends with a picture). */
 /* Rows of a prompt, however few (ph_session_eval_tokens takes a single
  * token as a decoded one): see llm_forward's prompt. */

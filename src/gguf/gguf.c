@@ -1,4 +1,4 @@
-/* GGUF reader (spec A.1-A.3). The whole file is validated at open: every
+/* GGUF reader (docs/numerics.md, GGUF container). The whole file is validated at open: every
  * count, length, dimension and offset is checked against the bytes that are
  * actually there, with overflow-checked arithmetic, before anything is
  * allocated or dereferenced. After a successful open every pointer in the
@@ -418,7 +418,7 @@ static int parse(gguf_file *f, const char *name, ph_err *e) {
 
     /* The data section starts at the next multiple of the alignment (which may
      * lie past the end of a file without tensor data). Tensors are packed in
-     * order, each starting at the previous one's padded end (spec A.3). */
+     * order, each starting at the previous one's padded end (docs/numerics.md, GGUF container). */
     if (pad_to(r.pos, f->alignment, &f->data_offset)) return fail(&r, "the data offset overflows");
     uint64_t expect = 0;
     for (uint64_t i = 0; i < nt; i++) {

@@ -1,6 +1,6 @@
 /* GGUF reader (memory-mapped; every count, length, offset and dimension is
  * checked against the file size and for overflow before use) and writer.
- * Layout facts: spec A.1-A.3. */
+ * Layout facts: docs/numerics.md, GGUF container. */
 #ifndef PH_GGUF_GGUF_H
 #define PH_GGUF_GGUF_H
 

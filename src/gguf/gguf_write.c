@@ -1,4 +1,4 @@
-/* GGUF writer (version 3, little-endian; spec A.1-A.3). Keys and values are
+/* GGUF writer (version 3, little-endian; docs/numerics.md, GGUF container). Keys and values are
  * serialized as they are set; tensor infos are kept; gguf_writer_write lays
  * out the offsets and streams each tensor's bytes from a callback into
  * path.tmp, which is fsynced and renamed over path.

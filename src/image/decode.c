@@ -1,6 +1,6 @@
 /* Picture decoding: limits, format sniffing, dispatch to the decoder of
  * each format (the header alone for a probe), EXIF orientation and
- * fingerprints (DESIGN section 8). */
+ * fingerprints (docs/numerics.md, Picture decoding). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>

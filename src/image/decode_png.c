@@ -1,7 +1,7 @@
 /* PNG through libspng: every bit depth and colour type, interlaced or not,
  * decoded to RGB8. spng's RGB8 conversion drops alpha (tRNS is not
  * applied), maps palettes, scales low-bit grey and reduces 16-bit samples
- * to their high byte, as DESIGN section 8 asks (tests/test_image.c holds
+ * to their high byte (docs/numerics.md, Picture decoding; tests/test_image.c holds
  * it to that). Gamma and colour chunks are ignored, as in stb_image. */
 #include <spng.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Fingerprints of a picture (DESIGN section 4), with SHA-256 (base/sha256):
+/* Fingerprints of a picture (docs/state-cache.md, Identity), with SHA-256 (base/sha256):
  * bytes_id over the file bytes as received; image_id over the width and
  * height (uint32 little-endian each) and then the w * h * 3 RGB8 bytes. */
 #include "base/sha256.h"

@@ -1,6 +1,6 @@
 /* Pictures: safe decoding (PNG, JPEG, WebP, GIF first frame) with limits
  * checked before any large allocation, EXIF orientation, fingerprints, and
- * the preprocessing of a vision family (spec F; DESIGN sections 4 and 8). */
+ * the preprocessing of a vision family (docs/numerics.md, Picture decoding and Picture preprocessing). */
 #ifndef PH_IMAGE_IMAGE_H
 #define PH_IMAGE_IMAGE_H
 
@@ -41,7 +41,7 @@ int ph_image_load_file(const char *path, const ph_image_limits *lim, ph_image *o
 int image_read_file(const char *path, const ph_image_limits *lim, uint8_t **data, size_t *len, ph_err *e);
 void ph_image_free(ph_image *img);
 
-/* Preprocessing for qwen3vl_merger (spec F): smart resize to a multiple of
+/* Preprocessing for qwen3vl_merger (docs/numerics.md, Picture preprocessing): smart resize to a multiple of
  * patch_size * n_merge within the token budget, Pillow-compatible bicubic
  * resampling, letterboxing, normalization to planar CHW float. */
 typedef struct ph_prep_params {
@@ -66,7 +66,7 @@ void ph_prep_free(ph_prep *p);
 
 /* Steps of the above, exposed for tests. */
 void ph_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t max_pixels, int *out_w, int *out_h);
-/* Pillow-compatible separable bicubic resize of RGB8 (spec F.3). */
+/* Pillow-compatible separable bicubic resize of RGB8 (docs/numerics.md, Resampling). */
 int ph_resize_bicubic(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh);
 
 #endif

@@ -58,7 +58,7 @@ bool orientation_turns(int orientation);
 int ph_orient(ph_decoded *img, int orientation);
 
 /* Fills img->bytes_id from the file bytes and img->image_id from img's
- * size and pixels (DESIGN section 4). Returns -1 if OpenSSL fails. */
+ * size and pixels (docs/state-cache.md, Identity). Returns -1 if OpenSSL fails. */
 int ph_image_fingerprint(const void *data, size_t len, ph_image *img);
 
 #endif

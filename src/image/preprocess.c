@@ -1,4 +1,4 @@
-/* Preprocessing for qwen3vl_merger (spec F): smart resize to a multiple of
+/* Preprocessing for qwen3vl_merger (docs/numerics.md, Picture preprocessing): smart resize to a multiple of
  * patch * merge within the token budget, letterboxing with a Pillow-
  * compatible bicubic resampler, and normalization to planar CHW float.
  * Every rounding point follows llama.cpp, so the same picture gives the
@@ -9,7 +9,7 @@
 
 #include "image/image_internal.h"
 
-/* ---- smart resize (F.2) ------------------------------------------------ */
+/* ---- smart resize (docs/numerics.md, Smart resize) --------------------- */
 
 /* llama.cpp rounds in float, with C's round (ties away from zero). */
 static int round_by(float x, int f) { return (int)roundf(x / (float)f) * f; }
@@ -34,7 +34,7 @@ void ph_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t max_p
     *out_h = hb;
 }
 
-/* ---- bicubic resampling (F.3) ------------------------------------------ */
+/* ---- bicubic resampling (docs/numerics.md, Resampling) ----------------- */
 
 #define PRECISION_BITS 22 /* 32 bits - 8 for the pixel - 2 for the sign and headroom */
 
@@ -177,7 +177,7 @@ int ph_resize_bicubic(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, 
     return 0;
 }
 
-/* ---- the whole preprocessing (F.1-F.4) --------------------------------- */
+/* ---- the whole preprocessing (docs/numerics.md, Picture preprocessing) -- */
 
 void ph_prep_geometry(int w, int h, const ph_prep_params *p, int *tw, int *th) {
     const int f = p->patch_size * p->n_merge;
@@ -187,7 +187,7 @@ void ph_prep_geometry(int w, int h, const ph_prep_params *p, int *tw, int *th) {
 
 int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *out, ph_err *e) {
     memset(out, 0, sizeof *out);
-    /* Bounds that keep every float -> int conversion of F.2 in range. */
+    /* Bounds that keep every float -> int conversion of the smart resize in range. */
     const int max_side = 1 << 20, max_tokens = 1 << 20;
     if (!img || !img->rgb || img->w <= 0 || img->h <= 0 || img->w > max_side || img->h > max_side)
         return ph_err_set(e, "preprocess: no picture, or one larger than %d pixels a side", max_side);
@@ -227,7 +227,7 @@ int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *o
         rgb = canvas;
     }
 
-    /* Normalization (F.4): in float, as llama.cpp does it. */
+    /* Normalization (docs/numerics.md, Normalization): in float, as llama.cpp does it. */
     const size_t plane = (size_t)tw * th;
     out->pixels = malloc(sizeof(float) * plane * 3);
     if (!out->pixels) {

@@ -8,7 +8,7 @@
 #include "kernels/kernels.h"
 
 /* Per-cell path (fewer than PH_ATTN_TILE_Q query rows), as llama.cpp's
- * one-row flash attention does it (spec B.4): q rounded to f16, the running
+ * one-row flash attention does it (docs/numerics.md, Attention): q rounded to f16, the running
  * sum of v kept in f16 (rounded after every update), max and sum in f32.
  * Query rows are handled together against one pass over the KV cells, so
  * each cell is converted from f16 once per block, not once per query. */
@@ -231,7 +231,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
 
 /* With one query row and a KV view of at least ATTN_SPLIT_MIN cells,
  * llama.cpp cuts the view into one chunk per thread; each chunk keeps its own
- * f16 sum of p * v and the chunks are merged in f32 (spec B.4). Its view is
+ * f16 sum of p * v and the chunks are merged in f32 (docs/numerics.md, Attention). Its view is
  * the cells in use rounded up to ATTN_KV_PAD (cells past the last visible
  * one are masked), so the view, not the visible count, sets the chunks. */
 #define ATTN_SPLIT_MIN 512

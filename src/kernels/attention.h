@@ -1,8 +1,8 @@
 /* Scaled dot-product attention over an F16 KV cache, with an online
  * (flash-style) softmax accumulated in f32. Query heads map to KV heads in
- * contiguous groups (GQA, spec B.4).
+ * contiguous groups (GQA; docs/numerics.md, Attention).
  *
- * As in llama.cpp's CPU flash attention (spec B.4): with fewer than
+ * As in llama.cpp's CPU flash attention (docs/numerics.md, Attention): with fewer than
  * PH_ATTN_TILE_Q query rows each query is rounded to f16 and meets the cells
  * one by one, summing v in f16 (one query row over a KV view of 512 or more
  * cells: one chunk of cells per pool thread, merged in f32, so that result

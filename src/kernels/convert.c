@@ -1,4 +1,4 @@
-/* Scalar f16 / bf16 conversions (spec A.4), written on the bit patterns so
+/* Scalar f16 / bf16 conversions (docs/numerics.md, F16 and BF16), written on the bit patterns so
  * they do not depend on compiler flags or the FPU rounding mode. */
 #include <string.h>
 

@@ -110,7 +110,7 @@ FLOAT_TILE(tile_f16, ph_f16, ld_f16, f16f)
 
 /* The eight 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a Q4_K/Q5_K
  * block, unpacked with 32-bit word operations on the 12 packed bytes
- * (spec A.4 get_scale_min_k4, four sub-blocks per word). */
+ * (docs/numerics.md, Q4_K: the scale/min unpacking, four sub-blocks per word). */
 INLINE __m128i k4_scales_mins(const uint8_t *s) {
     uint32_t w[3];
     memcpy(w, s, 12);
@@ -253,7 +253,7 @@ INLINE float hmax_ps(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* Q8_0: id = 127/amax, ties to even (spec A.5, the x86 AVX rule; the
+/* Q8_0: id = 127/amax, ties to even (docs/numerics.md, Activation quantization: the x86 AVX rule; the
  * reference does the same, so the two agree bit for bit). */
 static void act_q8_0(const float *src, void *dst, int64_t n) {
     ph_block_q8_0 *y = dst;

@@ -1,4 +1,4 @@
-/* Scalar reference dot products (spec A.5): integer sums inside a block,
+/* Scalar reference dot products (docs/numerics.md, Dot products and summation order): integer sums inside a block,
  * float scaling outside; float rows accumulate in double. */
 #include "kernels/kernels_impl.h"
 

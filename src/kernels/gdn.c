@@ -1,5 +1,5 @@
 /* The gated delta net's kernels: the scalar reference and the choice of
- * version (spec H.4). */
+ * version (docs/numerics.md, Gated delta net). */
 #include "kernels/gdn.h"
 
 #include <stddef.h>

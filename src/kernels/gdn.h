@@ -1,4 +1,4 @@
-/* The gated delta net's per-token kernels (spec H.4), as llama.cpp's CPU
+/* The gated delta net's per-token kernels (docs/numerics.md, Gated delta net), as llama.cpp's CPU
  * path runs them: the short causal depthwise convolution with its state,
  * and one value head's recurrence step (decay, delta rule, readout). */
 #ifndef PH_KERNELS_GDN_H

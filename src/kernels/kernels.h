@@ -23,7 +23,7 @@ const char *ph_isa_name(ph_isa isa);
  * lacks it. */
 int ph_kernels_force(ph_isa isa);
 
-/* ---- scalar conversions (spec A.4) --------------------------------------- */
+/* ---- scalar conversions (docs/numerics.md, F16 and BF16) ----------------- */
 float ph_f16_to_f32(ph_f16 h);
 ph_f16 ph_f32_to_f16(float f);        /* RNE, overflow to inf, NaN -> 0x7E00 */
 float ph_bf16_to_f32(ph_bf16 h);
@@ -33,7 +33,7 @@ ph_bf16 ph_f32_to_bf16(float f);      /* RNE, NaN forced quiet */
 /* Dequantizes n elements (multiple of the block size) of `type`. */
 void ph_dequant_row(int type, const void *src, float *dst, int64_t n);
 /* Converts an F32 activation row to `type`'s dot type (ph_type_get(type)->dot_type)
- * the way llama.cpp's CPU backend does (spec A.5). dst holds
+ * the way llama.cpp's CPU backend does (docs/numerics.md, Activation quantization). dst holds
  * ph_row_bytes(dot_type, n) bytes. */
 void ph_quantize_act_row(int dot_type, const float *src, void *dst, int64_t n);
 /* Quantizes weights (for synth and tests): F32->type, any supported type. */
@@ -73,11 +73,11 @@ void ph_matmul(ph_pool *pool, const ph_mat *w, const float *x, int64_t n_rows, f
 /* ---- elementwise / row ops ------------------------------------------------ */
 /* y = x * 1/sqrt(mean(x^2)+eps) * w (w may be NULL); sum of squares in double. */
 void ph_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
-/* y = (x-mean)/sqrt(var+eps) * w + b (spec E.5). */
+/* y = (x-mean)/sqrt(var+eps) * w + b (docs/numerics.md, LayerNorm and GELU). */
 void ph_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, float eps);
 /* out[i] = silu(g[i]) * u[i] */
 void ph_swiglu(float *out, const float *g, const float *u, int64_t n);
-/* tanh GELU through the f16 table (spec E.5), in place. */
+/* tanh GELU through the f16 table (docs/numerics.md, LayerNorm and GELU), in place. */
 void ph_gelu(float *x, int64_t n);
 
 #endif

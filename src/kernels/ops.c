@@ -1,4 +1,4 @@
-/* Row operations with llama.cpp's CPU rounding points (spec B.3, E.5). */
+/* Row operations with llama.cpp's CPU rounding points (docs/numerics.md, RMSNorm, LayerNorm and GELU). */
 #include <math.h>
 #include <pthread.h>
 

@@ -1,5 +1,5 @@
-/* Scalar reference: dequantization (spec A.4, float operation order kept),
- * activation quantization (spec A.5) and simple weight quantizers (for
+/* Scalar reference: dequantization (docs/numerics.md, Tensor types; float operation order kept),
+ * activation quantization (docs/numerics.md, Activation quantization) and simple weight quantizers (for
  * synthetic models and tests; they need not match llama.cpp's). */
 #include <math.h>
 #include <stdio.h>
@@ -131,7 +131,7 @@ void ph_dequant_row(int type, const void *src, float *dst, int64_t n) {
     }
 }
 
-/* ---- activation quantization (spec A.5) -------------------------------------- */
+/* ---- activation quantization (docs/numerics.md, Activation quantization) ------ */
 
 /* Q8_0 as llama.cpp's x86 AVX path does it: id = 127/amax, ties to even
  * (the generic C reference would use 1/d and ties away from zero). */

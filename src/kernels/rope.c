@@ -2,7 +2,7 @@
 
 #include <math.h>
 
-/* Which position component drives pair p under IMROPE (spec C.3). */
+/* Which position component drives pair p under IMROPE (docs/numerics.md, IMROPE). */
 static int imrope_component(const int *s, int p) {
     int S = s[0] + s[1] + s[2] + s[3];
     int sector = S > 0 ? p % S : 0;
@@ -15,7 +15,7 @@ static int imrope_component(const int *s, int p) {
 void ph_rope_table(const ph_rope *r, const int32_t *pos, int64_t n, float *cs) {
     const int half = r->n_dims / 2;
     /* ggml's vision rope is called with n_dims = head/2 yet rotates the whole
-     * head; its frequencies follow that smaller n_dims (spec C.5). */
+     * head; its frequencies follow that smaller n_dims (docs/numerics.md, Vision rope). */
     const int freq_dims = r->mode == PH_ROPE_VISION ? r->n_dims / 2 : r->n_dims;
     const float theta_scale = powf(r->freq_base, -2.0f / (float)freq_dims);
     for (int64_t i = 0; i < n; i++) {

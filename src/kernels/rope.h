@@ -1,4 +1,4 @@
-/* Rotary position embeddings (spec C). A table of (cos, sin) pairs is built
+/* Rotary position embeddings (docs/numerics.md, Rope). A table of (cos, sin) pairs is built
  * once per batch of tokens and applied to every head of q and k. */
 #ifndef PH_KERNELS_ROPE_H
 #define PH_KERNELS_ROPE_H

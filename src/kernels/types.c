@@ -1,6 +1,6 @@
-/* The type table (spec A.4). Every ggml id below PH_TYPE_COUNT gets its name
+/* The type table (docs/numerics.md, Tensor types). Every ggml id below PH_TYPE_COUNT gets its name
  * so error messages can say what a file holds; sizes are filled in for the
- * types the spec documents, and known == 1 only for what pinhole computes with. */
+ * types whose block layout is known, and known == 1 only for what pinhole computes with. */
 #include "kernels/types.h"
 
 #define T(id_, name_, known_, be_, bb_, dot_) \

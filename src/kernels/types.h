@@ -1,5 +1,5 @@
 /* Tensor element types, in ggml's numbering (the GGUF files store these ids),
- * and the block layouts of the quantized ones (spec A.4). */
+ * and the block layouts of the quantized ones (docs/numerics.md, Tensor types). */
 #ifndef PH_KERNELS_TYPES_H
 #define PH_KERNELS_TYPES_H
 

@@ -1,6 +1,6 @@
 /* The LLM: hyperparameters and weights read from a GGUF file, and the
- * forward pass over a batch of rows (architectures qwen3, qwen3vl: spec B;
- * qwen35, gated delta net layers between gated attention layers: spec H). */
+ * forward pass over a batch of rows (architectures qwen3, qwen3vl: docs/numerics.md, Qwen3 and Qwen3-VL;
+ * qwen35, gated delta net layers between gated attention layers: docs/numerics.md, Qwen3.5). */
 #ifndef PH_MODEL_LLM_H
 #define PH_MODEL_LLM_H
 
@@ -23,14 +23,14 @@ typedef struct llm_hparams {
     int32_t n_deepstack, n_embd_inp;
     float rms_eps;
     ph_rope rope;
-    bool gated_attn;          /* qwen35: each query head has a gate head beside it (spec H.6) */
+    bool gated_attn;          /* qwen35: a gate head beside each query head (docs/numerics.md, Gated attention) */
     int32_t n_attn_layer;     /* layers with a KV cache */
-    /* qwen35's gated delta net layers (spec H.1): n_rec_layer of them, conv_k
+    /* qwen35's gated delta net layers (docs/numerics.md, Qwen3.5 layers): n_rec_layer of them, conv_k
      * taps, hk key heads and hv value heads of ssm_d (= key head size) */
     int32_t n_rec_layer, conv_k, ssm_hk, ssm_hv, ssm_d, conv_dim;
 } llm_hparams;
 
-/* A gated delta net layer's own weights (spec H.2). */
+/* A gated delta net layer's own weights (docs/numerics.md, Qwen3.5 tensors). */
 typedef struct llm_gdn {
     ph_mat qkv, z, beta, alpha, out;
     const float *conv;        /* [conv_k][conv_dim], tap-major (the file's transposed) */
@@ -64,7 +64,7 @@ struct ph_model {
  * n_rows in use (the attention mask is the cell order); and per recurrent
  * layer the state after those n_rows rows: the convolution's last conv_k - 1
  * input rows ([conv_k - 1][conv_dim]) and the delta net's matrices
- * ([ssm_hv][ssm_d][ssm_d], spec H.7), zero for an empty sequence. The memory
+ * ([ssm_hv][ssm_d][ssm_d]; docs/numerics.md, Recurrent state), zero for an empty sequence. The memory
  * is owned by state/kv_cache, which also saves, restores and truncates it. */
 typedef struct llm_kv {
     ph_f16 **k, **v;
@@ -106,9 +106,9 @@ int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32
 const char *llm_chat_template(const ph_model *m, size_t *len);
 
 /* ---- qwen35 (llm_qwen35.c), for llm_qwen3.c -------------------------------- */
-/* Reads the recurrent layers' settings and which layers they are (spec H.1). */
+/* Reads the recurrent layers' settings and which layers they are (docs/numerics.md, Qwen3.5 layers). */
 int llm_qwen35_hparams(ph_model *m, ph_err *e);
-/* Loads layer l's delta net weights (spec H.2). */
+/* Loads layer l's delta net weights (docs/numerics.md, Qwen3.5 tensors). */
 int llm_qwen35_gdn_load(ph_model *m, int l, ph_err *e);
 /* The delta net mixer of layer L over the n normed rows in sc->h; its
  * output rows (n_embd wide) go to sc->h. */

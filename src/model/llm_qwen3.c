@@ -1,5 +1,5 @@
 /* Qwen3 / Qwen3-VL / Qwen3.5 language model: loading and the forward pass
- * (spec B, H; Qwen3.5's delta net layers are llm_qwen35.c's). */
+ * (docs/numerics.md, Qwen3 and Qwen3-VL, and Qwen3.5, whose delta net layers are llm_qwen35.c's). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +69,7 @@ static int load_hparams(ph_model *m, ph_err *e) {
         return ph_err_set(e, "key length %d and value length %u differ", hp->head_dim, vlen);
     uint32_t n_rot = (uint32_t)hp->head_dim;
     llm_get_u32(f, a, "rope.dimension_count", &n_rot, false, e);
-    /* Qwen3.5 rotates the first n_rot dims of a head (spec H.6) */
+    /* Qwen3.5 rotates the first n_rot dims of a head (docs/numerics.md, Gated attention) */
     if (hp->arch == LLM_ARCH_QWEN35 ? n_rot == 0 || n_rot % 2 || (int32_t)n_rot > hp->head_dim
                                     : (int32_t)n_rot != hp->head_dim)
         return ph_err_set(e, "rope dimension count %u does not fit the head size %d", n_rot, hp->head_dim);
@@ -325,7 +325,7 @@ void llm_scratch_free(llm_scratch *sc) {
 
 /* The attention mixer of layer L over the n normed rows in s->h (its
  * output rows to s->h), appending their K and V to the cells; Qwen3.5's
- * query heads come with gate heads (spec H.6). */
+ * query heads come with gate heads (docs/numerics.md, Gated attention). */
 static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *s, int64_t n, bool prompt) {
     const llm_hparams *hp = &m->hp;
     const int64_t hd = hp->head_dim, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
@@ -402,7 +402,7 @@ int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *to
         ph_matmul(m->pool, &L->down, s->ga, n, s->h);
         add_rows(s->x, s->h, n * E);
 
-        if (embd && l < hp->n_deepstack) /* deepstack slice l of each picture row (spec B.5) */
+        if (embd && l < hp->n_deepstack) /* deepstack slice l of each picture row (docs/numerics.md, Deepstack) */
             for (int64_t i = 0; i < n; i++) add_rows(s->x + i * E, embd + i * hp->n_embd_inp + (l + 1) * E, E);
     }
     kv->n_rows += (int32_t)n;

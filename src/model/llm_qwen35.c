@@ -1,4 +1,4 @@
-/* Qwen3.5's gated delta net layers (spec H): their settings, weights and
+/* Qwen3.5's gated delta net layers (docs/numerics.md, Qwen3.5): their settings, weights and
  * the per-token recurrence. The gated attention layers and everything
  * else are llm_qwen3.c's. */
 #include <math.h>
@@ -27,7 +27,7 @@ int llm_qwen35_hparams(ph_model *m, ph_err *e) {
     hp->ssm_hk = (int32_t)hk;
     hp->conv_dim = (int32_t)(2 * hk * d + hv * d);
     /* which layers are recurrent: a per-layer array, else every layer but
-     * each interval-th (spec H.1); MTP blocks past the trunk never are */
+     * each interval-th (docs/numerics.md, Qwen3.5 layers); MTP blocks past the trunk never are */
     const gguf_kv *rl = gguf_find_kv(f, "qwen35.attention.recurrent_layers");
     if (!rl) llm_get_u32(f, a, "full_attention_interval", &interval, false, e);
     if (rl && (rl->type != GGUF_ARRAY || rl->v.arr.n < (uint64_t)hp->n_layer))
@@ -77,7 +77,7 @@ int llm_qwen35_gdn_load(ph_model *m, int l, ph_err *e) {
     return 0;
 }
 
-/* x / max(|x|, eps), the sum of squares in double (spec H.4 step 4) */
+/* x / max(|x|, eps), the sum of squares in double (docs/numerics.md, Gated delta net) */
 static void l2norm(float *x, int n, float eps) {
     double sum = 0;
     for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
@@ -107,7 +107,7 @@ static void gdn_heads(void *ctx, int ith, int nth) {
     long lo, hi;
     ph_split_range(hv, ith, nth, &lo, &hi);
     for (int h = (int)lo; h < (int)hi; h++) {
-        const int j = h % hk; /* value heads take key heads in turn (spec H.4 step 5) */
+        const int j = h % hk; /* value heads take key heads in turn (docs/numerics.md, Gated delta net) */
         float *S = jb->S + (size_t)h * d * d;
         for (int64_t i = 0; i < jb->n; i++) {
             const float *u = jb->mix + i * C;

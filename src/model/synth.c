@@ -1,5 +1,5 @@
 /* pinhole synth: synthetic Qwen3-VL model pairs with random weights, in the
- * same GGUF layout as converted checkpoints (spec B.2, E.2), so llama.cpp
+ * same GGUF layout as converted checkpoints (docs/numerics.md, LLM tensors, Vision tensors), so llama.cpp
  * loads them too. Benchmarks use them for models of real sizes. */
 #include <math.h>
 #include <stdarg.h>
@@ -166,7 +166,7 @@ static void vision_tensors(synth_list *l, const synth_shape *s, int vt) {
 
 /* ---- a vocabulary of our own -------------------------------------------- */
 /* Without --vocab, synth writes a small byte-level BPE vocabulary laid out as
- * a Qwen3-VL one is (spec I, G): the 256 byte tokens in the order of GPT-2's
+ * a Qwen3-VL one is (docs/numerics.md, Tokenizer): the 256 byte tokens in the order of GPT-2's
  * byte map, tokens learnt by BPE over a list of common English words (so
  * common words are one token), then Qwen3-VL's added tokens with their
  * types. It is the same every time, so the files are too. */
@@ -275,7 +275,7 @@ typedef struct self_vocab {
 
 static bool byte_printable(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
 
-/* Writes the text of bytes s[0..n) through GPT-2's byte map (spec I.4). */
+/* Writes the text of bytes s[0..n) through GPT-2's byte map (docs/numerics.md, Byte map). */
 static void map_bytes(const uint8_t *s, size_t n, char *out) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {

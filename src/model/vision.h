@@ -1,4 +1,5 @@
-/* The vision tower of an mmproj GGUF (projector qwen3vl_merger, spec E):
+/* The vision tower of an mmproj GGUF (projector qwen3vl_merger; docs/numerics.md,
+ * The Qwen3-VL vision tower):
  * patch embedding, learned positions, transformer blocks with 2D rope,
  * deepstack features and the 2x2 merger. */
 #ifndef PH_MODEL_VISION_H
@@ -30,7 +31,7 @@ void ph_vision_prep_params(const ph_vision *v, ph_prep_params *p);
 
 /* Encodes a preprocessed picture: grid_x * grid_y rows of out_width floats,
  * row-major over the merged grid, [main | deepstack 0 | deepstack 1 ...]
- * (spec E.7). rows must hold grid_x * grid_y * out_width floats. */
+ * (docs/numerics.md, Output rows). rows must hold grid_x * grid_y * out_width floats. */
 int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, ph_err *e);
 
 #endif

@@ -1,9 +1,9 @@
-/* The Qwen3-VL vision tower (projector qwen3vl_merger, spec E): patch
+/* The Qwen3-VL vision tower (projector qwen3vl_merger; docs/numerics.md, The Qwen3-VL vision tower): patch
  * embedding, learned positions, transformer blocks with 2D rope, deepstack
  * mergers and the final 2x2 merger.
  *
  * All patches of a picture go through each matrix together (the prefill path
- * of ph_matmul). Patches are kept in merge order throughout (spec E.4): four
+ * of ph_matmul). Patches are kept in merge order throughout (docs/numerics.md, Merge order): four
  * consecutive rows are one 2x2 block, so the [N][C] activations are also the
  * [N/4][4C] rows the mergers take, without a copy. */
 #include <math.h>
@@ -121,7 +121,7 @@ static int load_hparams(ph_vision *v, ph_err *e) {
         return ph_err_set(e, "the vision tower's dimensions are not usable (width %u, %u heads, ff %u, %u layers, "
                           "patch %u)", C, n_head, n_ff, n_layer, ps);
     const uint32_t d = C / n_head;
-    /* The 2D rope rotates the whole head in quarters (spec C.5). */
+    /* The 2D rope rotates the whole head in quarters (docs/numerics.md, Vision rope). */
     if (d % 4 || d > 512) return ph_err_set(e, "vision head size %u is not supported", d);
     if (get_u32(f, "clip.vision.attention.head_dim", &u, false, e) < 0) return -1;
     if (gguf_find_kv(f, "clip.vision.attention.head_dim") && u != d)
@@ -149,7 +149,7 @@ static int load_weights(ph_vision *v, ph_err *e) {
     const int64_t C = in->n_embd, F = in->n_ff, ps = in->patch_size;
     char name[96];
 
-    /* The output width P is what mm.2 produces (spec E.1); projection_dim
+    /* The output width P is what mm.2 produces (docs/numerics.md, Vision metadata); projection_dim
      * must agree when present. */
     const gguf_tensor *mm2 = gguf_find_tensor(v->gguf, "mm.2.weight");
     if (!mm2) return ph_err_set(e, "tensor 'mm.2.weight' is missing");
@@ -162,7 +162,7 @@ static int load_weights(ph_vision *v, ph_err *e) {
 
     /* Patch kernels [ps, ps, 3, C]. llama.cpp's conv2d is an im2col into an
      * F16 buffer (BF16 for a BF16 kernel) multiplied by the kernel converted
-     * to that type (spec E.4): an F32 kernel is rounded to F16 here, and
+     * to that type (docs/numerics.md, Patch embedding): an F32 kernel is rounded to F16 here, and
      * ph_matmul rounds the pixels the same way. */
     const int64_t K = 3 * ps * ps, pne[4] = {ps, ps, 3, C};
     for (int k = 0; k < 2; k++) {
@@ -226,7 +226,7 @@ static int load_weights(ph_vision *v, ph_err *e) {
             ph_weights_vec(&v->w, NAME("v.blk.%d.ffn_down.bias", l), C, &L->down_b, e))
             return -1;
         /* A deepstack merger after this layer iff its tensors are present
-         * (spec E.1: the is_deepstack_layers key is not read). */
+         * (docs/numerics.md, Vision metadata: the is_deepstack_layers key is not read). */
         L->deepstack = -1;
         if (gguf_find_tensor(v->gguf, NAME("v.deepstack.%d.norm.weight", l))) {
             char nb[96], f1[96], f1b[96], f2[96], f2b[96];
@@ -331,7 +331,7 @@ static void rows_worker(void *ctx, int ith, int nth) {
 
 static void run_rows(ph_pool *pool, const rows_job *j) { ph_pool_run(pool, rows_worker, (void *)j); }
 
-/* Patch (x, y) of merge-ordered token k (spec E.4 step 2): 2x2 blocks
+/* Patch (x, y) of merge-ordered token k (docs/numerics.md, Merge order): 2x2 blocks
  * row-major, inside a block (0,0) (0,1) (1,0) (1,1) as (dy, dx). */
 static void merge_xy(int64_t k, int pw, int *x, int *y) {
     const int64_t blk = k >> 2, bw = pw / 2;
@@ -355,7 +355,7 @@ static void im2col_rows(const rows_job *j, int64_t r0, int64_t r1) {
     }
 }
 
-/* y = ((y + x) + patch bias) + position embedding (spec E.4 steps 1-4); x is
+/* y = ((y + x) + patch bias) + position embedding (docs/numerics.md, Position embedding); x is
  * the second kernel's output. The learned n x n table is resampled to the
  * patch grid, bilinear with aligned corners as ggml_interpolate does; on an
  * n x n grid this reproduces the table exactly. */
@@ -413,7 +413,8 @@ static void residual_rows(const rows_job *j, int64_t r0, int64_t r1) {
 }
 
 /* Rows of QKV [Q | K | V] (3C wide): add the bias, rotate Q and K by the 2D
- * rope (spec C.5), store K and V as f16 for the attention (spec E.5 step 4). */
+ * rope (docs/numerics.md, Vision rope), store K and V as f16 for the attention (docs/numerics.md,
+ * Vision blocks). */
 static void qkv_rows(const rows_job *j, int64_t r0, int64_t r1) {
     const int64_t C = j->v->info.n_embd, d = j->v->head_dim;
     for (int64_t r = r0; r < r1; r++) {
@@ -453,7 +454,7 @@ typedef struct vis_bufs {
 } vis_bufs;
 
 /* Runs a merger on the [N][C] stream x and writes its P outputs plus bias
- * into column block `col` of the output rows (spec E.5 step 7, E.6). */
+ * into column block `col` of the output rows (docs/numerics.md, Mergers). */
 static void run_merger(const ph_vision *v, const vis_merger *m, const vis_bufs *b, int64_t N, float *rows,
                        int64_t col) {
     const int64_t C = v->info.n_embd, M = N / 4, C4 = 4 * C, P = v->info.proj_dim;
@@ -551,7 +552,7 @@ int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, ph_err *e) {
     j = (rows_job){.fn = embed_rows, .n_rows = N, .v = v, .y = b.x, .x = b.h, .img = img};
     run_rows(v->pool, &j);
 
-    /* 2D rope table: sections [row | col | row | col] (spec E.5) */
+    /* 2D rope table: sections [row | col | row | col] (docs/numerics.md, Vision rope) */
     for (int64_t k = 0; k < N; k++) {
         int px, py;
         merge_xy(k, pw, &px, &py);

@@ -602,7 +602,7 @@ static int parse_domain(srv *s, job *j, int key, ph_err *err) {
     return 0;
 }
 
-/* An auxiliary request (DESIGN 7): "auxiliary": true in the body, or the
+/* An auxiliary request (docs/state-cache.md, Parking): "auxiliary": true in the body, or the
  * header X-Pinhole-Auxiliary: 1 (true, yes; 0, false, no to say not). */
 static int parse_auxiliary(job *j, struct MHD_Connection *c, ph_err *err) {
     if (api_get_bool(j->root, "auxiliary", &j->gen.auxiliary, err)) return -1;

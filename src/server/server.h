@@ -1,5 +1,5 @@
 /* pinhole serve: an HTTP server for the OpenAI Chat Completions, OpenAI
- * Responses and Anthropic Messages APIs (DESIGN 9). A pool of HTTP threads
+ * Responses and Anthropic Messages APIs (docs/architecture.md, Server). A pool of HTTP threads
  * parse, validate, fingerprint pictures and read their headers; one
  * inference worker runs requests in arrival order (and decodes their
  * pictures). */

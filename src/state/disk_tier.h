@@ -1,8 +1,8 @@
-/* The disk tier (DESIGN 7): checkpoints of sequences as files in a folder,
+/* The disk tier (docs/state-cache.md, Disk tier): checkpoints of sequences as files in a folder,
  * indexed in SQLite, so that a restarted server resumes a conversation,
  * pictures included, instead of reading it again.
  *
- * A checkpoint is a complete sequence state (DESIGN 6.4): the KV cells of
+ * A checkpoint is a complete sequence state (docs/state-cache.md, Reuse rules): the KV cells of
  * its first n rows and the provenance of every row (seq_state: token ids
  * and positions, per picture its start, rows, grid, positions, image_id,
  * embed_key and cond_hash), with the model_id and the format tag, which

@@ -6,7 +6,7 @@
  * A domain is 32 bytes (the server makes it a SHA-256 of the request's
  * cache_salt and, with several API keys, of its key); all zero is the
  * default domain, the one of every request that names none. A domain is
- * part of the exact conditioning of what is saved (DESIGN 4): a sequence's
+ * part of the exact conditioning of what is saved (docs/state-cache.md, Isolation domains): a sequence's
  * provenance carries it (seq_state.domain: prefixes of different domains
  * share no row), and the keys that find saved things (embed_key, the disk
  * tier's chained keys, the picture memo) fold it in, so a lookup of one

@@ -1,5 +1,5 @@
-/* The image-embedding cache (DESIGN section 8): an LRU of picture
- * embeddings keyed by their 32-byte embed_key (DESIGN section 4), bounded
+/* The image-embedding cache (docs/state-cache.md, Embedding cache): an LRU of picture
+ * embeddings keyed by their 32-byte embed_key (docs/state-cache.md, Identity), bounded
  * by entry count and by bytes, optionally persisted in a folder so that a
  * restart does not encode the same pictures again.
  *

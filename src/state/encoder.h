@@ -1,4 +1,4 @@
-/* The vision encoder as a resource (DESIGN 8): always loaded, or elastic
+/* The vision encoder as a resource (docs/state-cache.md, Elastic encoder): always loaded, or elastic
  * (loaded when a picture has to be encoded, released after an idle time).
  * Its preprocessing parameters and identity are known without the weights,
  * so embedding-cache lookups work while it is unloaded. */

@@ -1,6 +1,6 @@
-/* Identity of big files (DESIGN section 4: model_id and encoder_id are the
- * SHA-256 of the file's bytes, "computed once, remembered per
- * device+inode+size+mtime"), so a restart does not re-read gigabytes.
+/* Identity of big files (docs/state-cache.md, Identity and File-id memo:
+ * model_id and encoder_id are the SHA-256 of the file's bytes, computed once
+ * and remembered per device, inode, size and times), so a restart does not re-read gigabytes.
  *
  * The memo is one small text file, memo_dir/file-ids, one line per file:
  *   <device> <inode> <size> <mtime s> <mtime ns> <ctime s> <ctime ns> <64 hex>

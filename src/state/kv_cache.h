@@ -1,4 +1,4 @@
-/* The KV cache of one sequence (DESIGN 5): the K and V cells of every
+/* The KV cache of one sequence (docs/state-cache.md, Live state): the K and V cells of every
  * layer, as the forward pass (model/llm.h, llm_kv) reads and appends them,
  * and the operations on them that state needs: truncation, a copy of the
  * first n cells for a checkpoint (RAM tier), and restoring such a copy.

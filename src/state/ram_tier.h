@@ -1,4 +1,4 @@
-/* The RAM tier (DESIGN 7): checkpoints of recent sequences, so that a
+/* The RAM tier (docs/state-cache.md, RAM tier): checkpoints of recent sequences, so that a
  * conversation displaced from the live state by another one (an
  * interleaved chat, an agent's side call, an edit) resumes from memory
  * instead of being prefilled again.
@@ -8,7 +8,7 @@
  * cond_hash, model_id and format tag), so that it is matched against a new
  * request exactly as the live state is (seq_common_prefix): a picture's
  * rows are reused only for the same embed_key and grid, and a prefix never
- * ends inside a picture. Only complete state is kept (DESIGN 6.4).
+ * ends inside a picture. Only complete state is kept (docs/state-cache.md, Reuse rules).
  *
  * A model with recurrent layers (qwen35) can resume a checkpoint only
  * where it holds their state (ram_ckpt_cut): at its frontier or one of the

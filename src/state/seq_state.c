@@ -1,4 +1,4 @@
-/* Sequence provenance and prefix matching (DESIGN 5, 6). */
+/* Sequence provenance and prefix matching (docs/state-cache.md, Provenance, Reuse rules). */
 #include "state/seq_state.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Sequence state provenance (DESIGN 5) and prefix matching (DESIGN 6).
+/* Sequence state provenance (docs/state-cache.md, Provenance) and prefix matching (Reuse rules).
  *
  * A sequence is a list of rows: text tokens, and picture spans whose rows
  * came from one picture's embedding. The live KV's provenance says exactly
@@ -58,13 +58,13 @@ int32_t seq_pos_at(const seq_state *s, int32_t n);
 
 /* The length of the common prefix of a and b (rows): tokens equal by id,
  * spans equal by embed_key and grid; a difference inside a span backs off
- * to its start (DESIGN 6.1). States of different isolation domains have
+ * to its start (docs/state-cache.md, Reuse rules). States of different isolation domains have
  * none. */
 int32_t seq_common_prefix(const seq_state *a, const seq_state *b);
 /* Backs n off to the start of a span it would cut. */
 int32_t seq_back_off(const seq_state *s, int32_t n);
 /* Whether every span of the first n rows is whole and has a cond_hash
- * (DESIGN 6.4: only such state may be saved). */
+ * (docs/state-cache.md, Reuse rules: only such state may be saved). */
 bool seq_complete(const seq_state *s, int32_t n);
 
 #endif

@@ -1,5 +1,5 @@
-/* ChatML for Qwen3-VL, Qwen3 and Qwen3.5 (spec G; ../shared/spec/tools.md
- * section 1): each turn is
+/* ChatML for Qwen3-VL, Qwen3 and Qwen3.5 (docs/chat-format.md, ChatML and
+ * Tool families): each turn is
  *   <|im_start|>{role}\n{content}<|im_end|>\n
  * a picture part is <|vision_start|>(rows)<|vision_end|> in place (in user
  * messages and tool results), and the generation prompt is
@@ -427,7 +427,7 @@ int chat_format_render_text(const ph_chat_format *f, const ph_chat_msg *msgs, si
     return 0;
 }
 
-/* ---- family: hermes (Qwen3, Qwen3-VL; tools.md 1.2) ----------------------- */
+/* ---- family: hermes (Qwen3, Qwen3-VL; docs/chat-format.md, hermes) -------- */
 
 static int tools_list(chat_render *r, const ph_tool *tools, size_t n_tools) {
     for (size_t i = 0; i < n_tools; i++) {
@@ -511,7 +511,7 @@ static int hermes_assistant(chat_render *r, const ph_chat_msg *m, bool after_que
     return 0;
 }
 
-/* ---- family: xml (Qwen3.5; tools.md 1.3) ------------------------------------ */
+/* ---- family: xml (Qwen3.5; docs/chat-format.md, xml) ------------------------ */
 
 static int xml_system(chat_render *r, const ph_chat_msg *sys, const ph_tool *tools, size_t n_tools) {
     puts_(r, "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>");

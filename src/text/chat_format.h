@@ -2,7 +2,7 @@
  * results) becomes the model's prompt stream. Qwen models use ChatML with
  * pictures wrapped in <|vision_start|> ... <|vision_end|> where they
  * appear; how tools are shown, and how calls are written, depends on the
- * tool family (../shared/spec/tools.md 1.2, 1.3):
+ * tool family (docs/chat-format.md, Tool families):
  *   hermes  Qwen3, Qwen3-VL: calls are <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>
  *   xml     Qwen3.5:         calls are <tool_call>\n<function=NAME>\n<parameter=P>\nV\n</parameter>\n...
  * The families are rows of one table (chat_families); the answer parser

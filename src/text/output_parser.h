@@ -1,6 +1,6 @@
 /* The answer parser: splits the model's detokenised answer, as it streams,
- * into reasoning, content and tool calls (../shared/spec/tools.md 2.2-2.4,
- * 2.8). Text is fed as it is released, in pieces of any size; what comes
+ * into reasoning, content and tool calls (docs/chat-format.md, Answer
+ * parsing). Text is fed as it is released, in pieces of any size; what comes
  * out does not depend on how the text was cut.
  *
  * - Reasoning: the answer starts inside it when the generation prompt

@@ -1,6 +1,6 @@
-/* Byte-level BPE tokenizer (spec I): vocabulary loading, the special-token
- * pre-pass (I.2), the qwen2/qwen35 pre-tokenizer (I.3), the byte map (I.4)
- * and the merges (I.5). The streaming detokenizer is in detok.c. */
+/* Byte-level BPE tokenizer (docs/numerics.md, Tokenizer): vocabulary loading, the special-token
+ * pre-pass (Special tokens), the qwen2/qwen35 pre-tokenizer (Pre-tokenizer), the byte map (Byte map)
+ * and the merges (BPE merges). The streaming detokenizer is in detok.c. */
 #include "text/tokenizer.h"
 
 #include <stdlib.h>
@@ -59,7 +59,7 @@ struct ph_vocab {
     uint8_t map_len[256];
     int16_t unmap[0x144];     /* mapped code point -> byte, -1 if none */
 
-    int32_t *special_id; /* the candidates of I.2, longest first */
+    int32_t *special_id; /* the special-token candidates, longest first */
     uint32_t *special_len;
     trie_node *trie;
     int32_t n_trie;
@@ -251,7 +251,7 @@ static int load_merges(ph_vocab *v, const gguf_kv *kv) {
     return rc;
 }
 
-/* ---- byte map (I.4) ----------------------------------------------------- */
+/* ---- byte map (docs/numerics.md, Byte map) ------------------------------ */
 
 static void build_byte_map(ph_vocab *v) {
     uint32_t next = 0x100;
@@ -273,7 +273,7 @@ static void build_byte_map(ph_vocab *v) {
     }
 }
 
-/* ---- special tokens (I.2) and end of generation ------------------------- */
+/* ---- special tokens (docs/numerics.md, Special tokens) and end of generation */
 
 /* Tokens that llama.cpp recognizes by their text. They count as control
  * tokens whatever their type in the file. */
@@ -571,7 +571,7 @@ void ph_tokens_free(ph_tokens *t) {
     t->n = t->cap = 0;
 }
 
-/* ---- pre-tokenizer (I.3) ------------------------------------------------ */
+/* ---- pre-tokenizer (docs/numerics.md, Pre-tokenizer) -------------------- */
 
 /* End of the pre-token that starts at p (p < n): the qwen2 regex
  *   (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}
@@ -621,7 +621,7 @@ static size_t pretok_next(const uint32_t *c, size_t n, size_t p, unsigned word) 
     return p + 1;                                       /* 8. anything else */
 }
 
-/* ---- BPE (I.5) ---------------------------------------------------------- */
+/* ---- BPE (docs/numerics.md, BPE merges) --------------------------------- */
 
 typedef struct bpe_sym {
     int32_t id;        /* string id, -1 if the text is unknown */
@@ -773,7 +773,7 @@ static int tokenize_raw(tok_work *w, const uint8_t *s, size_t len) {
     return 0;
 }
 
-/* ---- special-token pass (I.2) ------------------------------------------- */
+/* ---- special-token pass (docs/numerics.md, Special tokens) -------------- */
 
 /* llama.cpp takes the candidates one by one, longest first, and splits every
  * remaining text fragment at each leftmost non-overlapping occurrence. The
@@ -871,7 +871,7 @@ int ph_vocab_tokenize(const ph_vocab *v, const char *text, size_t len, bool pars
     return rc ? ph_err_set(e, "tokenizer: out of memory") : 0;
 }
 
-/* ---- token text (I.5 detokenization) ------------------------------------ */
+/* ---- token text (docs/numerics.md, Byte map: detokenization) ------------ */
 
 static int hex_digit(char c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;

@@ -1,5 +1,5 @@
 /* Byte-level BPE tokenizer read from a GGUF vocabulary (tokenizer.ggml.model
- * "gpt2", pre-tokenizer "qwen2" or "qwen35"; spec I), and a streaming
+ * "gpt2", pre-tokenizer "qwen2" or "qwen35"; docs/numerics.md, Tokenizer), and a streaming
  * detokenizer that never emits half a UTF-8 character. */
 #ifndef PH_TEXT_TOKENIZER_H
 #define PH_TEXT_TOKENIZER_H

@@ -1,4 +1,4 @@
-/* Code point classes and UTF-8 helpers for the tokenizer (spec I.3, I.4). */
+/* Code point classes and UTF-8 helpers for the tokenizer (docs/numerics.md, Pre-tokenizer, Byte map). */
 #ifndef PH_TEXT_UNICODE_H
 #define PH_TEXT_UNICODE_H
 
@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 /* Classes used by the pre-tokenizer: general category L*, N*, M*, and the
- * whitespace set of spec I.3. */
+ * whitespace set of docs/numerics.md, Pre-tokenizer. */
 enum { PH_CP_LETTER = 1, PH_CP_NUMBER = 2, PH_CP_MARK = 4, PH_CP_SPACE = 8 };
 
 /* Generated tables (unicode_data.c, by tools/gen_unicode_data.py): flags of
