@@ -4,31 +4,27 @@
  * endpoint, printing per turn what the engine reused, took from the
  * embedding cache, encoded and prefilled, and the time to first token.
  *
- * The client side is deliberately plain: an HTTP/1.1 client over a TCP
- * socket (Content-Length requests, Connection: close, chunked or sized
- * responses) and a reader of the SSE stream, so the demo also shows what a
- * real client sends: the whole conversation, pictures included, each turn. */
+ * The client is libcurl and a reader of the SSE stream, so the demo also
+ * shows what a real client sends: the whole conversation, pictures
+ * included, each turn. */
+#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <jansson.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
+#include <openssl/evp.h>
 #include <signal.h>
+#include <spawn.h>
 #include <spng.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "base/error.h"
 #include "base/timeutil.h"
 #include "cli/args.h"
 #include "pinhole.h"
@@ -37,7 +33,8 @@
 #define DEMO_SAMPLER_SEED 42 /* the requests' "seed" */
 #define DEMO_MAX_TOKENS 20
 #define DEMO_START_TIMEOUT_S 60.0
-#define DEMO_IO_TIMEOUT_S 300.0 /* one request; generous for sanitizer builds */
+#define DEMO_IO_TIMEOUT_S 300L /* one request; generous for sanitizer builds */
+#define DEMO_LOG_TAIL 8000     /* bytes of the server's log shown on a failure */
 
 static void demo_usage(FILE *out) {
     fprintf(out,
@@ -68,7 +65,7 @@ static void on_signal(int sig) {
     g_interrupted = 1;
 }
 
-static int fail(const char *fmt, ...) PH_PRINTF(1, 2);
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int fail(const char *fmt, ...) {
     if (g_err[0]) return -1; /* what went wrong first is what matters */
     int n = g_turn ? snprintf(g_err, sizeof g_err, "turn %s: ", g_turn) : 0;
@@ -77,64 +74,6 @@ static int fail(const char *fmt, ...) {
     vsnprintf(g_err + n, sizeof g_err - (size_t)n, fmt, ap);
     va_end(ap);
     return -1;
-}
-
-typedef struct dbuf {
-    char *p;
-    size_t n, cap;
-} dbuf;
-
-static int dbuf_put(dbuf *b, const void *p, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) return -1;
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return 0;
-}
-
-static void dbuf_drop(dbuf *b, size_t n) { /* drops the first n bytes */
-    if (!n) return;
-    memmove(b->p, b->p + n, b->n - n);
-    b->n -= n;
-    b->p[b->n] = '\0';
-}
-
-static char *base64(const unsigned char *p, size_t n, const char *prefix) {
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t lp = strlen(prefix);
-    char *out = malloc(lp + (n + 2) / 3 * 4 + 1), *o;
-    if (!out) return NULL;
-    memcpy(out, prefix, lp);
-    o = out + lp;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
-        *o++ = tab[v >> 18 & 63];
-        *o++ = tab[v >> 12 & 63];
-        *o++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
-        *o++ = i + 2 < n ? tab[v & 63] : '=';
-    }
-    *o = '\0';
-    return out;
-}
-
-/* Waits until fd is readable: 1, or 0 at t_end, or -1 when interrupted or failed. */
-static int wait_readable(int fd, double t_end) {
-    for (;;) {
-        if (g_interrupted) return fail("interrupted");
-        double left = t_end - ph_now_s();
-        if (left <= 0) return 0;
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int r = poll(&pf, 1, (int)(left * 1000) + 1);
-        if (r > 0) return 1;
-        if (r < 0 && errno != EINTR) return fail("poll: %s", strerror(errno));
-    }
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
@@ -164,35 +103,26 @@ typedef struct picture {
     char *uri; /* data:image/png;base64,... */
 } picture;
 
-static void paint(int which, uint8_t *rgb, uint32_t w, uint32_t h) {
-    for (uint32_t y = 0; y < h; y++)
-        for (uint32_t x = 0; x < w; x++) {
-            uint8_t *px = rgb + ((size_t)y * w + x) * 3;
-            if (which == 0) { /* a diagonal gradient with a red disc */
-                int dx = (int)x - (int)w / 2, dy = (int)y - (int)h / 2, r = (int)h / 4;
-                bool disc = dx * dx + dy * dy <= r * r;
-                px[0] = disc ? 220 : (uint8_t)(x * 255 / w);
-                px[1] = disc ? 30 : (uint8_t)(y * 255 / h);
-                px[2] = disc ? 40 : (uint8_t)(255 - (x + y) * 255 / (w + h));
-            } else { /* a blue and yellow checkerboard with a green square */
-                bool sq = x >= w / 4 && x < w * 3 / 4 && y >= h / 4 && y < h * 3 / 4;
-                bool dark = ((x / 32) + (y / 32)) % 2;
-                px[0] = sq ? 40 : dark ? 30 : 240;
-                px[1] = sq ? 190 : dark ? 60 : 210;
-                px[2] = sq ? 60 : dark ? 200 : 40;
-            }
-        }
-}
-
-/* Paints picture `which`, writes it as DIR/NAME.png and keeps it as a data: URI. */
+/* Paints picture `which` (0: a diagonal gradient with a red disc; 1: a blue and
+ * yellow checkerboard with a green square), writes it as DIR/NAME.png and
+ * keeps it as a data: URI. */
 static int make_picture(int which, picture *pic, const char *dir) {
-    size_t len = (size_t)pic->w * pic->h * 3;
-    uint8_t *rgb = malloc(len);
+    const uint32_t w = pic->w, h = pic->h;
+    const size_t len = (size_t)w * h * 3;
+    uint8_t *rgb = malloc(len), *px = rgb;
     if (!rgb) return fail("out of memory");
-    paint(which, rgb, pic->w, pic->h);
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w; x++, px += 3) {
+            int dx = (int)x - (int)w / 2, dy = (int)y - (int)h / 2, r = (int)h / 4;
+            uint32_t c; /* 0xRRGGBB */
+            if (which == 0 && dx * dx + dy * dy <= r * r) c = 0xdc1e28;
+            else if (which == 0) c = (x * 255 / w) << 16 | (y * 255 / h) << 8 | (255 - (x + y) * 255 / (w + h));
+            else if (x >= w / 4 && x < w * 3 / 4 && y >= h / 4 && y < h * 3 / 4) c = 0x28be3c;
+            else c = (x / 32 + y / 32) % 2 ? 0x1e3cc8 : 0xf0d228;
+            px[0] = (uint8_t)(c >> 16), px[1] = (uint8_t)(c >> 8), px[2] = (uint8_t)c;
+        }
     spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
-    struct spng_ihdr ihdr = {
-        .width = pic->w, .height = pic->h, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
+    struct spng_ihdr ihdr = {.width = w, .height = h, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
     int r = ctx ? spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1) : SPNG_EMEM;
     if (!r) r = spng_set_ihdr(ctx, &ihdr);
     if (!r) r = spng_encode_image(ctx, rgb, len, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
@@ -207,7 +137,9 @@ static int make_picture(int which, picture *pic, const char *dir) {
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(png, 1, png_len, f) != png_len) rc = fail("cannot write %s: %s", path, strerror(errno));
     if (f && fclose(f) && !rc) rc = fail("cannot write %s: %s", path, strerror(errno));
-    if (!rc && !(pic->uri = base64(png, png_len, "data:image/png;base64,"))) rc = fail("out of memory");
+    static const char prefix[] = "data:image/png;base64,";
+    if (!rc && !(pic->uri = malloc(sizeof prefix + (png_len + 2) / 3 * 4))) rc = fail("out of memory");
+    if (!rc) EVP_EncodeBlock((unsigned char *)stpcpy(pic->uri, prefix), png, (int)png_len);
     free(png);
     return rc;
 }
@@ -215,41 +147,32 @@ static int make_picture(int which, picture *pic, const char *dir) {
 /* ---- the server, as a child process -------------------------------------------- */
 
 typedef struct server {
+    const char *dir, *model, *mmproj; /* what it runs on, in the demo's folder */
+    int asked_port, port;             /* --port (0: any); where it listens */
+    long threads;
     pid_t pid;
-    int err_fd;        /* its stderr */
-    int port;
-    bool draining;     /* a thread copies its stderr to log */
-    bool show_log;     /* print log on failure */
-    pthread_t drain;
-    pthread_mutex_t mu;
-    dbuf log;
+    bool show_log;  /* print its log on failure */
+    char log[1100]; /* its stderr: DIR/server.log */
 } server;
 
-static void *drain_main(void *arg) {
-    server *s = arg;
-    char buf[4096];
-    for (;;) {
-        ssize_t n = read(s->err_fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        pthread_mutex_lock(&s->mu);
-        dbuf_put(&s->log, buf, (size_t)n);
-        pthread_mutex_unlock(&s->mu);
-    }
-    return NULL;
+/* The whole log, NUL-terminated (*n bytes), or NULL. */
+static char *read_log(const server *s, size_t *n) {
+    FILE *f = fopen(s->log, "rb");
+    char *p = NULL;
+    long size = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+    *n = 0;
+    if (size >= 0 && !fseek(f, 0, SEEK_SET) && (p = malloc((size_t)size + 1))) p[*n = fread(p, 1, (size_t)size, f)] = 0;
+    if (f) fclose(f);
+    return p;
 }
 
-static void print_server_log(server *s) {
-    pthread_mutex_lock(&s->mu);
-    const char *p = s->log.p ? s->log.p : "";
-    size_t n = s->log.n;
-    if (n > 8000) { /* the end is what matters */
-        p += n - 8000;
-        n = 8000;
-    }
-    fprintf(stderr, "---- the server's output%s ----\n%.*s%s---- end ----\n", s->log.n > n ? " (its end)" : "",
-            (int)n, p, n && p[n - 1] != '\n' ? "\n" : "");
-    pthread_mutex_unlock(&s->mu);
+static void print_server_log(const server *s) {
+    size_t n;
+    char *p = read_log(s, &n);
+    const size_t from = n > DEMO_LOG_TAIL ? n - DEMO_LOG_TAIL : 0; /* the end is what matters */
+    fprintf(stderr, "---- the server's output%s ----\n%s%s---- end ----\n", from ? " (its end)" : "",
+            p ? p + from : "", n && p[n - 1] != '\n' ? "\n" : "");
+    free(p);
 }
 
 static const char *describe_exit(int st, char *buf, size_t n) {
@@ -259,278 +182,165 @@ static const char *describe_exit(int st, char *buf, size_t n) {
     return buf;
 }
 
-static int server_start(server *s, const char *dir, const char *model, const char *mmproj, int port, long threads) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC)) return fail("pipe: %s", strerror(errno));
+static int server_start(server *s) {
     char port_s[16], threads_s[24], cache[1200], kv[1200];
-    snprintf(port_s, sizeof port_s, "%d", port);
-    snprintf(threads_s, sizeof threads_s, "%ld", threads);
-    snprintf(cache, sizeof cache, "%s/cache", dir);
-    snprintf(kv, sizeof kv, "%s/kv", dir);
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return fail("fork: %s", strerror(errno));
+    snprintf(port_s, sizeof port_s, "%d", s->asked_port);
+    snprintf(threads_s, sizeof threads_s, "%ld", s->threads);
+    snprintf(cache, sizeof cache, "%s/cache", s->dir);
+    snprintf(kv, sizeof kv, "%s/kv", s->dir);
+    snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
+    setenv("XDG_CACHE_HOME", cache, 1); /* the server's own caches (file ids) stay in the demo's folder */
+    const char *argv[] = {"pinhole", "serve", "-m", s->model, "--mmproj", s->mmproj, "--kv-disk-dir", kv,
+                          "--port", port_s, s->threads > 0 ? "-t" : NULL, threads_s, NULL};
+    /* its stderr goes to the log, after an earlier run's: look after that */
+    size_t from, n;
+    free(read_log(s, &from));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, s->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int e = posix_spawn(&s->pid, "/proc/self/exe", &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (e) {
+        s->pid = 0;
+        return fail("cannot run /proc/self/exe: %s", strerror(e));
     }
-    if (pid == 0) {
-        /* the server's own caches (file ids) stay in the demo's folder */
-        setenv("XDG_CACHE_HOME", cache, 1);
-        int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) dup2(null, STDOUT_FILENO);
-        dup2(fds[1], STDERR_FILENO);
-        const char *argv[] = {"pinhole", "serve", "-m", model, "--mmproj", mmproj, "--kv-disk-dir", kv, "--port",
-                              port_s, threads > 0 ? "-t" : NULL, threads_s, NULL};
-        execv("/proc/self/exe", (char *const *)argv);
-        dprintf(STDERR_FILENO, "pinhole demo: cannot run /proc/self/exe: %s\n", strerror(errno));
-        _exit(127);
-    }
-    close(fds[1]);
-    s->pid = pid;
-    s->err_fd = fds[0];
-    /* its stderr, until it says where it listens (the log may hold an
-     * earlier run's: look after it) */
+    /* until it says where it listens */
     static const char ready[] = "pinhole: listening on http://127.0.0.1:";
     const double t_end = ph_now_s() + DEMO_START_TIMEOUT_S;
-    const size_t from = s->log.n;
-    for (;;) {
-        char *at = s->log.n > from ? strstr(s->log.p + from, ready) : NULL;
-        if (at && strchr(at, '\n')) {
-            s->port = atoi(at + sizeof ready - 1);
-            break;
+    for (int st = 0;; usleep(20 * 1000)) {
+        char *log = read_log(s, &n), *at = log && n > from ? strstr(log + from, ready) : NULL;
+        const bool up = at && strchr(at, '\n');
+        if (up) s->port = atoi(at + sizeof ready - 1);
+        free(log);
+        if (up) break;
+        if (g_interrupted) return fail("interrupted");
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            char how[128];
+            s->pid = 0;
+            s->show_log = true;
+            return fail("the server %s before listening", describe_exit(st, how, sizeof how));
         }
-        int w = wait_readable(s->err_fd, t_end);
-        if (w < 0) return -1;
-        if (w == 0) {
+        if (ph_now_s() > t_end) {
             s->show_log = true;
             return fail("the server did not start within %.0f s", DEMO_START_TIMEOUT_S);
         }
-        char buf[4096];
-        ssize_t n = read(s->err_fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            int st = 0;
-            waitpid(s->pid, &st, 0);
-            s->pid = 0;
-            s->show_log = true;
-            char how[128];
-            return fail("the server %s before listening", describe_exit(st, how, sizeof how));
-        }
-        dbuf_put(&s->log, buf, (size_t)n);
     }
     if (s->port <= 0 || s->port > 65535) return fail("the server announced a strange port");
-    if (pthread_create(&s->drain, NULL, drain_main, s)) return fail("cannot start a thread");
-    s->draining = true;
     return 0;
 }
 
 /* SIGINT, then waits (at most 60 s; then SIGKILL). Returns 0 when it exited 0. */
 static int server_stop(server *s) {
+    if (s->pid <= 0) return 0;
     int rc = 0, st = 0;
     char how[128];
-    if (s->pid > 0) {
-        pid_t w = waitpid(s->pid, &st, WNOHANG);
-        const bool ended = w == s->pid; /* on its own, during the session */
-        if (w == 0) {
-            kill(s->pid, SIGINT);
-            const double t_end = ph_now_s() + 60.0;
-            while ((w = waitpid(s->pid, &st, WNOHANG)) == 0 && ph_now_s() < t_end) usleep(20 * 1000);
-        }
-        if (w == 0) {
-            kill(s->pid, SIGKILL);
-            waitpid(s->pid, &st, 0);
-            rc = fail("the server did not stop within 60 s of SIGINT");
-        } else if (w < 0) {
-            rc = fail("waitpid: %s", strerror(errno));
-        } else if (ended ? !g_interrupted : WIFSIGNALED(st) && WTERMSIG(st) != SIGINT) {
-            /* it crashed or quit on its own: that explains any failed turn (once it listens,
-             * SIGINT is no longer fatal to it, but it is while it loads) */
-            g_err[0] = '\0';
-            rc = fail("the server %s%s", describe_exit(st, how, sizeof how), ended ? " during the session" : "");
-        } else if (WEXITSTATUS(st)) {
-            rc = fail("on SIGINT the server %s (expected exit status 0)", describe_exit(st, how, sizeof how));
-        }
-        s->pid = 0;
-        if (rc) s->show_log = true;
+    pid_t w = waitpid(s->pid, &st, WNOHANG);
+    const bool ended = w == s->pid; /* on its own, during the session */
+    if (w == 0) {
+        kill(s->pid, SIGINT);
+        const double t_end = ph_now_s() + 60.0;
+        while ((w = waitpid(s->pid, &st, WNOHANG)) == 0 && ph_now_s() < t_end) usleep(20 * 1000);
     }
-    if (s->draining) pthread_join(s->drain, NULL);
-    s->draining = false;
-    if (s->err_fd >= 0) close(s->err_fd);
-    s->err_fd = -1;
+    if (w == 0) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, &st, 0);
+        rc = fail("the server did not stop within 60 s of SIGINT");
+    } else if (w < 0) {
+        rc = fail("waitpid: %s", strerror(errno));
+    } else if (ended ? !g_interrupted : WIFSIGNALED(st) && WTERMSIG(st) != SIGINT) {
+        /* it crashed or quit on its own: that explains any failed turn (once it listens,
+         * SIGINT is no longer fatal to it, but it is while it loads) */
+        g_err[0] = '\0';
+        rc = fail("the server %s%s", describe_exit(st, how, sizeof how), ended ? " during the session" : "");
+    } else if (WEXITSTATUS(st)) {
+        rc = fail("on SIGINT the server %s (expected exit status 0)", describe_exit(st, how, sizeof how));
+    }
+    s->pid = 0;
+    if (rc) s->show_log = true;
     return rc;
 }
 
-/* ---- an HTTP/1.1 client ---------------------------------------------------------- */
+/* ---- requests (libcurl) ------------------------------------------------------------ */
 
-typedef struct http {
-    int fd;
-    dbuf raw;        /* received, not yet decoded */
-    int status;
-    bool chunked, sized, done, eof;
-    size_t left;     /* of the current chunk, or of Content-Length */
-    bool want_crlf;  /* after a chunk's data */
-} http;
+typedef int (*line_fn)(void *arg, const char *line, size_t len);
 
-static int http_open(http *h, int port, const char *method, const char *path, const char *body) {
-    memset(h, 0, sizeof *h);
-    h->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (h->fd < 0) return fail("socket: %s", strerror(errno));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(h->fd, (struct sockaddr *)&a, sizeof a)) return fail("connect to port %d: %s", port, strerror(errno));
-    size_t blen = body ? strlen(body) : 0;
-    char head[512];
-    int hn = snprintf(head, sizeof head,
-                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUser-Agent: pinhole-demo\r\nAccept: */*\r\n"
-                      "Connection: close\r\n%sContent-Length: %zu\r\n\r\n",
-                      method, path, port, body ? "Content-Type: application/json\r\n" : "", blen);
-    const char *parts[2] = {head, body};
-    size_t lens[2] = {(size_t)hn, blen};
-    for (int i = 0; i < 2; i++)
-        for (size_t off = 0; off < lens[i];) {
-            ssize_t n = send(h->fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL);
-            if (g_interrupted) return fail("interrupted");
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) return fail("sending %s %s: %s", method, path, strerror(errno));
-            off += (size_t)n;
-        }
-    return 0;
+/* An answer as it arrives: its body so far; for a stream, each complete line
+ * is handed to on_line as it comes. */
+typedef struct reply {
+    FILE *f;
+    char *body;
+    size_t n, done; /* body[0..done): lines handed on */
+    line_fn on_line;
+    void *arg;
+} reply;
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg) {
+    reply *r = arg;
+    if (fwrite(p, size, n, r->f) != n || fflush(r->f)) {
+        fail("out of memory");
+        return 0;
+    }
+    for (char *nl; r->on_line && (nl = memchr(r->body + r->done, '\n', r->n - r->done));
+         r->done = (size_t)(nl - r->body) + 1)
+        if (r->on_line(r->arg, r->body + r->done, (size_t)(nl - r->body) - r->done)) return 0; /* stops it */
+    return size * n;
 }
 
-static void http_close(http *h) {
-    if (h->fd >= 0) close(h->fd);
-    h->fd = -1;
-    free(h->raw.p);
-    h->raw = (dbuf){0};
+static int on_progress(void *arg, curl_off_t dl_total, curl_off_t dl, curl_off_t ul_total, curl_off_t ul) {
+    (void)arg, (void)dl_total, (void)dl, (void)ul_total, (void)ul;
+    return g_interrupted; /* non-zero stops the transfer */
 }
 
-/* Reads what the server sent next; sets eof at the end. */
-static int http_fill(http *h) {
-    const double t_end = ph_now_s() + DEMO_IO_TIMEOUT_S;
-    for (;;) {
-        int w = wait_readable(h->fd, t_end);
-        if (w < 0) return -1;
-        if (w == 0) return fail("no answer from the server within %.0f s", DEMO_IO_TIMEOUT_S);
-        char buf[16384];
-        ssize_t n = recv(h->fd, buf, sizeof buf, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return fail("reading from the server: %s", strerror(errno));
-        if (n == 0) {
-            h->eof = true;
-            return 0;
-        }
-        return dbuf_put(&h->raw, buf, (size_t)n) ? fail("out of memory") : 0;
+/* GET path, or POST json when set. Returns the HTTP status with the answer's
+ * body in *out (to free), or -1 with a message. */
+static long request(int port, const char *path, const char *json, line_fn on_line, void *arg, char **out) {
+    reply r = {.on_line = on_line, .arg = arg};
+    CURL *c = curl_easy_init();
+    char url[64], err[CURL_ERROR_SIZE] = "";
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    struct curl_slist *head = json ? curl_slist_append(NULL, "Content-Type: application/json") : NULL;
+    const bool ready = c && (!json || head) && (r.f = open_memstream(&r.body, &r.n));
+    if (ready) {
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_NOPROXY, "*"); /* the server is on this machine */
+        curl_easy_setopt(c, CURLOPT_USERAGENT, "pinhole-demo");
+        curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, DEMO_IO_TIMEOUT_S);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT, DEMO_IO_TIMEOUT_S);
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, head);
+        if (json) curl_easy_setopt(c, CURLOPT_POSTFIELDS, json);
     }
-}
-
-static int http_head(http *h) {
-    char *end;
-    while (!(end = h->raw.p ? strstr(h->raw.p, "\r\n\r\n") : NULL)) {
-        if (h->eof) return fail("the server closed the connection before answering");
-        if (http_fill(h)) return -1;
-    }
-    *end = '\0';
-    if (sscanf(h->raw.p, "HTTP/1.%*d %d", &h->status) != 1) return fail("not an HTTP response");
-    for (char *line = strstr(h->raw.p, "\r\n"); line; line = strstr(line, "\r\n")) {
-        line += 2;
-        if (!strncasecmp(line, "transfer-encoding:", 18) && strstr(line, "chunked")) h->chunked = true;
-        if (!strncasecmp(line, "content-length:", 15)) {
-            h->sized = true;
-            h->left = (size_t)strtoull(line + 15, NULL, 10);
-        }
-    }
-    dbuf_drop(&h->raw, (size_t)(end - h->raw.p) + 4);
-    if (!h->chunked && h->sized && h->left == 0) h->done = true;
-    return 0;
-}
-
-/* Decodes the body bytes received so far into out; sets done at its end. */
-static int http_decode(http *h, dbuf *out) {
-    size_t pos = 0;
-    int rc = 0;
-    while (!h->done && pos < h->raw.n) {
-        size_t avail = h->raw.n - pos;
-        if (!h->chunked) {
-            size_t take = h->sized && h->left < avail ? h->left : avail;
-            if (dbuf_put(out, h->raw.p + pos, take)) return fail("out of memory");
-            pos += take;
-            if (h->sized && (h->left -= take) == 0) h->done = true;
-        } else if (h->left) {
-            size_t take = h->left < avail ? h->left : avail;
-            if (dbuf_put(out, h->raw.p + pos, take)) return fail("out of memory");
-            pos += take;
-            h->left -= take;
-            h->want_crlf = h->left == 0;
-        } else if (h->want_crlf) {
-            if (avail < 2) break;
-            if (memcmp(h->raw.p + pos, "\r\n", 2)) {
-                rc = fail("malformed chunked response");
-                break;
-            }
-            pos += 2;
-            h->want_crlf = false;
-        } else {
-            char *eol = strstr(h->raw.p + pos, "\r\n");
-            if (!eol) break;
-            char *e;
-            unsigned long long size = strtoull(h->raw.p + pos, &e, 16);
-            if (e == h->raw.p + pos) {
-                rc = fail("malformed chunked response");
-                break;
-            }
-            pos = (size_t)(eol - h->raw.p) + 2;
-            if (size == 0) h->done = true; /* trailers, if any, do not matter */
-            h->left = (size_t)size;
-        }
-    }
-    dbuf_drop(&h->raw, pos);
-    return rc;
-}
-
-/* Reads more of the body into out. Returns 1 at its end, 0 for more, -1 on errors. */
-static int http_more(http *h, dbuf *out) {
-    if (http_decode(h, out)) return -1;
-    if (h->done) return 1;
-    if (h->eof) {
-        if (h->chunked || h->sized) return fail("the server closed the connection in the middle of an answer");
-        return 1;
-    }
-    if (http_fill(h)) return -1;
-    if (http_decode(h, out)) return -1;
-    return h->done || (h->eof && !h->chunked && !h->sized) ? 1 : 0;
-}
-
-/* A whole request; the body (malloc'd) in *out. */
-static int http_request(int port, const char *method, const char *path, const char *body, int *status, char **out) {
-    http h;
-    dbuf b = {0};
-    int r = http_open(&h, port, method, path, body);
-    if (!r) r = http_head(&h);
-    while (!r) r = http_more(&h, &b);
-    *status = h.status;
-    http_close(&h);
-    if (r < 0) {
-        free(b.p);
-        return -1;
-    }
-    *out = b.p ? b.p : strdup("");
-    return 0;
+    const CURLcode res = ready ? curl_easy_perform(c) : CURLE_OUT_OF_MEMORY;
+    long status = -1;
+    if (res == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    else if (g_interrupted) fail("interrupted");
+    else if (res == CURLE_OPERATION_TIMEDOUT) fail("no answer from the server within %ld s", DEMO_IO_TIMEOUT_S);
+    else fail("%s %s: %s", json ? "POST" : "GET", path, err[0] ? err : curl_easy_strerror(res));
+    if (r.f && fclose(r.f) && status >= 0) status = fail("out of memory");
+    curl_slist_free_all(head);
+    curl_easy_cleanup(c);
+    *out = r.body;
+    return status;
 }
 
 /* ---- the counters of /metrics ---------------------------------------------------- */
 
 enum { M_REUSED, M_RAM, M_DISK, M_PREFILLED, M_HITS, M_ENCODED, M_COUNT };
 static const char *const metric_names[M_COUNT] = {
-    "pinhole_prompt_tokens_reused_total", "pinhole_ram_cache_tokens_restored_total",
-    "pinhole_disk_cache_tokens_restored_total",
-    "pinhole_prompt_tokens_prefilled_total", "pinhole_image_cache_hits_total", "pinhole_images_encoded_total"};
+    "pinhole_prompt_tokens_reused_total",    "pinhole_ram_cache_tokens_restored_total",
+    "pinhole_disk_cache_tokens_restored_total", "pinhole_prompt_tokens_prefilled_total",
+    "pinhole_image_cache_hits_total",        "pinhole_images_encoded_total"};
 
 static int read_metrics(int port, double v[M_COUNT]) {
-    int status;
     char *text;
-    if (http_request(port, "GET", "/metrics", NULL, &status, &text)) return -1;
-    int rc = status == 200 ? 0 : fail("GET /metrics answered %d", status);
+    const long status = request(port, "/metrics", NULL, NULL, NULL, &text);
+    int rc = status == 200 ? 0 : status < 0 ? -1 : fail("GET /metrics answered %ld", status);
     for (int i = 0; i < M_COUNT && !rc; i++) {
         size_t n = strlen(metric_names[i]);
         const char *line = text;
@@ -546,32 +356,39 @@ static int read_metrics(int port, double v[M_COUNT]) {
 /* ---- one streamed turn ----------------------------------------------------------- */
 
 typedef struct turn_result {
-    dbuf answer;
-    double ttft_s;    /* < 0: no text came */
+    char *answer;
+    double ttft_s; /* < 0: no text came */
     long long prompt, cached, completion;
-    bool usage;
+    bool usage, finished; /* the usage chunk came; data: [DONE] came */
+    FILE *out;            /* the answer, while it streams */
+    double t0;            /* when the request started */
 } turn_result;
 
-/* One SSE data line: content deltas, the usage chunk, errors. */
-static int on_data(const char *data, double t0, turn_result *tr, bool *finished) {
-    if (!strcmp(data, "[DONE]")) {
-        *finished = true;
+/* One line of the SSE stream: content deltas, the usage chunk, errors. */
+static int on_sse_line(void *arg, const char *line, size_t len) {
+    turn_result *tr = arg;
+    len -= len && line[len - 1] == '\r';
+    if (len < 5 || memcmp(line, "data:", 5)) return 0; /* blank lines, comments */
+    const size_t skip = 5 + (len > 5 && line[5] == ' ');
+    if (len - skip == 6 && !memcmp(line + skip, "[DONE]", 6)) {
+        tr->finished = true;
         return 0;
     }
     json_error_t je;
-    json_t *c = json_loads(data, 0, &je);
+    json_t *c = json_loadb(line + skip, len - skip, 0, &je);
     if (!c) return fail("the stream sent a line that is not JSON: %s", je.text);
     int rc = 0;
     json_t *err = json_object_get(c, "error");
     json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
     json_t *content = json_object_get(json_object_get(ch, "delta"), "content");
     json_t *usage = json_object_get(c, "usage");
+    const size_t n = json_string_length(content);
     if (err) {
         const char *m = json_string_value(json_object_get(err, "message"));
         rc = fail("the server reported an error in the stream: %s", m ? m : "(no message)");
-    } else if (json_string_length(content)) {
-        if (tr->ttft_s < 0) tr->ttft_s = ph_now_s() - t0;
-        if (dbuf_put(&tr->answer, json_string_value(content), json_string_length(content))) rc = fail("out of memory");
+    } else if (n) {
+        if (tr->ttft_s < 0) tr->ttft_s = ph_now_s() - tr->t0;
+        if (fwrite(json_string_value(content), 1, n, tr->out) != n) rc = fail("out of memory");
     }
     if (json_is_object(usage)) {
         tr->usage = true;
@@ -585,43 +402,22 @@ static int on_data(const char *data, double t0, turn_result *tr, bool *finished)
 }
 
 static int chat_turn(int port, const char *body, turn_result *tr) {
-    memset(tr, 0, sizeof *tr);
-    tr->ttft_s = -1;
-    http h;
-    dbuf sse = {0};
-    const double t0 = ph_now_s();
-    int r = http_open(&h, port, "POST", "/v1/chat/completions", body);
-    if (!r) r = http_head(&h);
-    if (!r && h.status != 200) { /* the error body, for the message */
-        while (!r) r = http_more(&h, &sse);
-        json_t *j = sse.p ? json_loads(sse.p, 0, NULL) : NULL;
+    size_t len;
+    *tr = (turn_result){.ttft_s = -1, .t0 = ph_now_s()};
+    if (!(tr->out = open_memstream(&tr->answer, &len))) return fail("out of memory");
+    char *text;
+    long status = request(port, "/v1/chat/completions", body, on_sse_line, tr, &text);
+    if (fclose(tr->out) && status >= 0) status = fail("out of memory");
+    if (status > 0 && status != 200) { /* the error body, for the message */
+        json_t *j = json_loads(text, 0, NULL);
         const char *m = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
-        fail("POST /v1/chat/completions answered %d: %s", h.status, m ? m : sse.p ? sse.p : "");
+        status = fail("POST /v1/chat/completions answered %ld: %s", status, m ? m : text);
         json_decref(j);
-        r = -1;
     }
-    bool finished = false;
-    while (r == 0) {
-        r = http_more(&h, &sse);
-        if (r < 0) break;
-        /* every complete line */
-        char *nl;
-        size_t used = 0;
-        while (r >= 0 && used < sse.n && (nl = memchr(sse.p + used, '\n', sse.n - used))) {
-            *nl = '\0';
-            char *line = sse.p + used;
-            if (nl > line && nl[-1] == '\r') nl[-1] = '\0';
-            if (!strncmp(line, "data:", 5) && on_data(line + 5 + (line[5] == ' '), t0, tr, &finished)) r = -1;
-            used = (size_t)(nl - sse.p) + 1;
-        }
-        if (used) dbuf_drop(&sse, used);
-    }
-    http_close(&h);
-    free(sse.p);
-    if (r < 0) return -1;
-    if (!finished) return fail("the stream ended without data: [DONE]");
+    free(text);
+    if (status < 0) return -1;
+    if (!tr->finished) return fail("the stream ended without data: [DONE]");
     if (!tr->usage) return fail("the stream sent no usage chunk (stream_options.include_usage was set)");
-    if (!tr->answer.p) dbuf_put(&tr->answer, "", 0);
     return 0;
 }
 
@@ -686,14 +482,13 @@ static void print_header(const char *shape) {
 }
 
 static void print_row(const step *st, const row *rw) {
-    char ttft[32];
+    char ttft[32] = "-";
     if (rw->tr.ttft_s >= 0) snprintf(ttft, sizeof ttft, "%.1f", rw->tr.ttft_s * 1e3);
-    else snprintf(ttft, sizeof ttft, "-");
     printf("%-4s %4d %6lld %6.0f %6.0f %6.0f %6lld %7.0f %3.0f %3.0f %8s  %s\n", st->label, rw->pics, rw->tr.prompt,
            rw->d[M_REUSED], rw->d[M_RAM], rw->d[M_DISK], rw->tr.cached, rw->d[M_PREFILLED], rw->d[M_HITS],
            rw->d[M_ENCODED], ttft, st->what);
     printf("%-4s answer (%lld tokens): ", "", rw->tr.completion);
-    print_clipped(rw->tr.answer.p, 60);
+    print_clipped(rw->tr.answer, 60);
     putchar('\n');
     fflush(stdout);
 }
@@ -727,14 +522,7 @@ static void print_summary(const row *rows, const picture *pics, int n_pics) {
     printf("  The answers are noise: the weights are random.\n");
 }
 
-/* Where the server is started from, for a restart in the middle of the script. */
-typedef struct launch {
-    const char *dir, *model, *mmproj;
-    int port;
-    long threads;
-} launch;
-
-static int play(server *srv, const launch *l, picture *pics, const char *model_name, row *rows) {
+static int play(server *srv, picture *pics, const char *model_name, row *rows) {
     json_t *conv[N_CONVS];
     for (int c = 0; c < N_CONVS; c++)
         conv[c] = json_pack("[{s:s,s:s}]", "role", "system", "content",
@@ -750,7 +538,7 @@ static int play(server *srv, const launch *l, picture *pics, const char *model_n
             printf("---- the server stops (SIGINT: it writes its live state) and starts again ----\n");
             fflush(stdout);
             rc = server_stop(srv);
-            if (!rc) rc = server_start(srv, l->dir, l->model, l->mmproj, l->port, l->threads);
+            if (!rc) rc = server_start(srv);
             if (rc) break;
         }
         const int port = srv->port;
@@ -770,7 +558,7 @@ static int play(server *srv, const launch *l, picture *pics, const char *model_n
         free(body);
         if (rc) break;
         for (int m = 0; m < M_COUNT; m++) rw->d[m] = after[m] - before[m];
-        json_array_append_new(conv[st->conv], json_pack("{s:s,s:s}", "role", "assistant", "content", rw->tr.answer.p));
+        json_array_append_new(conv[st->conv], json_pack("{s:s,s:s}", "role", "assistant", "content", rw->tr.answer));
         print_row(st, rw);
     }
     for (int c = 0; c < N_CONVS; c++) json_decref(conv[c]);
@@ -831,8 +619,6 @@ int cmd_demo(int argc, char **argv) {
         return 1;
     }
     int rc = 0;
-    server srv = {.err_fd = -1};
-    pthread_mutex_init(&srv.mu, NULL);
     picture pics[2] = {{.name = "A", .desc = "a gradient with a red disc", .w = 320, .h = 240},
                        {.name = "B", .desc = "a checkerboard with a green square", .w = 256, .h = 256}};
     row rows[N_STEPS];
@@ -842,6 +628,7 @@ int cmd_demo(int argc, char **argv) {
     snprintf(out, sizeof out, "%s/%s", dir, model_name);
     snprintf(model, sizeof model, "%s.gguf", out);
     snprintf(mmproj, sizeof mmproj, "%s-mmproj.gguf", out);
+    server srv = {.dir = dir, .model = model, .mmproj = mmproj, .asked_port = (int)port, .threads = threads};
 
     print_header(shape);
     printf("  folder    %s (%s)\n", dir, keep ? "kept: --keep" : "removed at the end; --keep keeps it");
@@ -851,7 +638,8 @@ int cmd_demo(int argc, char **argv) {
     ph_synth_params sp = {.shape = shape, .type = "f16", .vision_type = "f16", .vocab = NULL, .out = out,
                           .seed = DEMO_SEED, .n_threads = (int)threads};
     ph_err err = {0};
-    if (ph_synth(&sp, &err)) rc = fail("cannot write the synthetic model: %s", err.msg);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT)) rc = fail("cannot start libcurl");
+    else if (ph_synth(&sp, &err)) rc = fail("cannot write the synthetic model: %s", err.msg);
     if (!rc) {
         printf("  model     %s.gguf + %s-mmproj.gguf (%s, f16, random weights, seed %d), written in %.1f s\n",
                model_name, model_name, shape, DEMO_SEED, ph_now_s() - t0);
@@ -864,7 +652,7 @@ int cmd_demo(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
         t0 = ph_now_s();
-        rc = server_start(&srv, dir, model, mmproj, (int)port, threads);
+        rc = server_start(&srv);
     }
     if (!rc) {
         printf("  server    pinhole serve on http://127.0.0.1:%d, ready in %.1f s; each turn is a streamed\n"
@@ -872,37 +660,23 @@ int cmd_demo(int argc, char **argv) {
                "            GET /metrics read before and after it\n\n",
                srv.port, ph_now_s() - t0, DEMO_SAMPLER_SEED, DEMO_MAX_TOKENS);
         fflush(stdout);
-        const launch l = {dir, model, mmproj, (int)port, threads};
-        rc = play(&srv, &l, pics, model_name, rows);
+        rc = play(&srv, pics, model_name, rows);
         if (rc) srv.show_log = true;
     }
     if (server_stop(&srv)) rc = -1;
     if (!rc) print_summary(rows, pics, 2);
+    else if (srv.show_log && !g_interrupted) print_server_log(&srv); /* before its folder goes */
 
-    /* the server's output stays with the kept folder */
-    if (keep && srv.log.n) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/server.log", dir);
-        FILE *f = fopen(path, "w");
-        if (f) {
-            fwrite(srv.log.p, 1, srv.log.n, f);
-            fclose(f);
-        }
-    }
     if (!keep && nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) && !rc)
         rc = fail("cannot remove %s: %s", dir, strerror(errno));
     else if (keep)
         printf("\nkept %s (the models, the pictures and server.log)\n", dir);
 
-    for (int i = 0; i < N_STEPS; i++) free(rows[i].tr.answer.p);
+    for (int i = 0; i < N_STEPS; i++) free(rows[i].tr.answer);
     for (int i = 0; i < 2; i++) free(pics[i].uri);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    if (rc) {
-        if (srv.show_log && !g_interrupted) print_server_log(&srv);
-        fprintf(stderr, "pinhole demo: %s\n", g_err[0] ? g_err : "failed");
-    }
-    free(srv.log.p);
-    pthread_mutex_destroy(&srv.mu);
+    curl_global_cleanup();
+    if (rc) fprintf(stderr, "pinhole demo: %s\n", g_err[0] ? g_err : "failed");
     return rc ? 1 : 0;
 }
