@@ -113,9 +113,9 @@ static int make_picture(int which, picture *pic, const char *dir) {
     if (!rgb) return fail("out of memory");
     for (uint32_t y = 0; y < h; y++)
         for (uint32_t x = 0; x < w; x++, px += 3) {
-            int dx = (int)x - (int)w / 2, dy = (int)y - (int)h / 2, r = (int)h / 4;
+            int dx = (int)x - (int)w / 2, dy = (int)y - (int)h / 2, rad = (int)h / 4;
             uint32_t c; /* 0xRRGGBB */
-            if (which == 0 && dx * dx + dy * dy <= r * r) c = 0xdc1e28;
+            if (which == 0 && dx * dx + dy * dy <= rad * rad) c = 0xdc1e28;
             else if (which == 0) c = (x * 255 / w) << 16 | (y * 255 / h) << 8 | (255 - (x + y) * 255 / (w + h));
             else if (x >= w / 4 && x < w * 3 / 4 && y >= h / 4 && y < h * 3 / 4) c = 0x28be3c;
             else c = (x / 32 + y / 32) % 2 ? 0x1e3cc8 : 0xf0d228;
@@ -151,8 +151,7 @@ typedef struct server {
     int asked_port, port;             /* --port (0: any); where it listens */
     long threads;
     pid_t pid;
-    bool show_log;  /* print its log on failure */
-    char log[1100]; /* its stderr: DIR/server.log */
+    char log[1100]; /* its stderr: DIR/server.log, shown on a failure */
 } server;
 
 /* The whole log, NUL-terminated (*n bytes), or NULL. */
@@ -161,7 +160,8 @@ static char *read_log(const server *s, size_t *n) {
     char *p = NULL;
     long size = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
     *n = 0;
-    if (size >= 0 && !fseek(f, 0, SEEK_SET) && (p = malloc((size_t)size + 1))) p[*n = fread(p, 1, (size_t)size, f)] = 0;
+    if (size >= 0 && !fseek(f, 0, SEEK_SET) && (p = malloc((size_t)size + 1)))
+        p[*n = fread(p, 1, (size_t)size, f)] = '\0';
     if (f) fclose(f);
     return p;
 }
@@ -193,8 +193,8 @@ static int server_start(server *s) {
     const char *argv[] = {"pinhole", "serve", "-m", s->model, "--mmproj", s->mmproj, "--kv-disk-dir", kv,
                           "--port", port_s, s->threads > 0 ? "-t" : NULL, threads_s, NULL};
     /* its stderr goes to the log, after an earlier run's: look after that */
-    size_t from, n;
-    free(read_log(s, &from));
+    struct stat log_st;
+    const size_t from = stat(s->log, &log_st) ? 0 : (size_t)log_st.st_size;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
@@ -209,6 +209,7 @@ static int server_start(server *s) {
     static const char ready[] = "pinhole: listening on http://127.0.0.1:";
     const double t_end = ph_now_s() + DEMO_START_TIMEOUT_S;
     for (int st = 0;; usleep(20 * 1000)) {
+        size_t n;
         char *log = read_log(s, &n), *at = log && n > from ? strstr(log + from, ready) : NULL;
         const bool up = at && strchr(at, '\n');
         if (up) s->port = atoi(at + sizeof ready - 1);
@@ -218,13 +219,9 @@ static int server_start(server *s) {
         if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
             char how[128];
             s->pid = 0;
-            s->show_log = true;
             return fail("the server %s before listening", describe_exit(st, how, sizeof how));
         }
-        if (ph_now_s() > t_end) {
-            s->show_log = true;
-            return fail("the server did not start within %.0f s", DEMO_START_TIMEOUT_S);
-        }
+        if (ph_now_s() > t_end) return fail("the server did not start within %.0f s", DEMO_START_TIMEOUT_S);
     }
     if (s->port <= 0 || s->port > 65535) return fail("the server announced a strange port");
     return 0;
@@ -257,7 +254,6 @@ static int server_stop(server *s) {
         rc = fail("on SIGINT the server %s (expected exit status 0)", describe_exit(st, how, sizeof how));
     }
     s->pid = 0;
-    if (rc) s->show_log = true;
     return rc;
 }
 
@@ -439,7 +435,8 @@ static const step script[] = {
     {"B1", 1, 1, false, "Describe this picture.", "conversation B, turn 1: picture B + a question", false},
     {"A3", 0, -1, false, "Is there a circle in it?", "back to A, turn 3: a follow-up", false},
     {"B2", 1, -1, false, "What shape is in the middle?", "B, turn 2: a follow-up", false},
-    {"C1", 2, 0, true, "Here is a picture again; describe its colours:", "conversation C, new: picture A sent again", false},
+    {"C1", 2, 0, true, "Here is a picture again; describe its colours:", "conversation C, new: picture A sent again",
+     false},
     {"A4", 0, -1, false, "Anything else?", "the server restarted; A, turn 4: its KV from a checkpoint file", true},
 };
 #define N_STEPS (int)(sizeof script / sizeof script[0])
@@ -542,8 +539,9 @@ static int play(server *srv, picture *pics, const char *model_name, row *rows) {
             if (rc) break;
         }
         const int port = srv->port;
-        json_array_append_new(conv[st->conv], user_message(st->picture >= 0 ? &pics[st->picture] : NULL, st->text, st->text_first));
-        if (st->picture >= 0) n_pics_in[st->conv]++;
+        const picture *pic = st->picture >= 0 ? &pics[st->picture] : NULL;
+        json_array_append_new(conv[st->conv], user_message(pic, st->text, st->text_first));
+        if (pic) n_pics_in[st->conv]++;
         rw->pics = n_pics_in[st->conv];
         json_t *req = json_pack("{s:s,s:O,s:b,s:{s:b},s:f,s:i,s:i}", "model", model_name, "messages", conv[st->conv],
                                 "stream", 1, "stream_options", "include_usage", 1, "temperature", 0.7, "seed",
@@ -661,11 +659,10 @@ int cmd_demo(int argc, char **argv) {
                srv.port, ph_now_s() - t0, DEMO_SAMPLER_SEED, DEMO_MAX_TOKENS);
         fflush(stdout);
         rc = play(&srv, pics, model_name, rows);
-        if (rc) srv.show_log = true;
     }
     if (server_stop(&srv)) rc = -1;
     if (!rc) print_summary(rows, pics, 2);
-    else if (srv.show_log && !g_interrupted) print_server_log(&srv); /* before its folder goes */
+    else if (srv.log[0] && !g_interrupted) print_server_log(&srv); /* before its folder goes */
 
     if (!keep && nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) && !rc)
         rc = fail("cannot remove %s: %s", dir, strerror(errno));
