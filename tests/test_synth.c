@@ -3,15 +3,23 @@
  * loads, that text (ASCII, UTF-8, special tokens) round-trips through the
  * tokenizer, that common words are single tokens, that <|im_end|> ends
  * generation, that a prompt with a picture evaluates to finite logits, and
- * that the same seed writes the same bytes. */
+ * that the same seed writes the same bytes. A tiny qwen35 pair: the keys and
+ * tensors of the oracle's qwen35 pair, a text and a picture prompt with
+ * finite logits, the same on a second run, the Qwen3.5 chat format (its
+ * renderings as llama.cpp renders the template); unknown architectures,
+ * shapes and template files refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "gguf/gguf.h"
 #include "pinhole.h"
 #include "test.h"
+#include "text/chat_format.h"
+
+#define ORACLE35 PH_ORACLE_DIR "/qwen35/models/"
 
 static char *read_all(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -41,9 +49,9 @@ static bool same_file(const char *a, const char *b) {
     return same;
 }
 
-static int synth(const char *out, uint64_t seed, ph_err *e) {
-    const ph_synth_params p = {.shape = "tiny", .type = "f16", .vision_type = "f16", .out = out, .seed = seed,
-                               .n_threads = 2};
+static int synth(const char *arch, const char *out, uint64_t seed, ph_err *e) {
+    const ph_synth_params p = {.arch = arch, .shape = "tiny", .type = "f16", .vision_type = "f16", .out = out,
+                               .seed = seed, .n_threads = 2};
     return ph_synth(&p, e);
 }
 
@@ -135,9 +143,11 @@ static bool finite_logits(const ph_session *s, int32_t n_vocab) {
     return true;
 }
 
-static void test_picture(ph_model *m, const char *mmproj_path) {
+/* A picture prompt and 4 greedy steps; the last logits into last. */
+static void test_picture(ph_model *m, const char *mmproj_path, float *last) {
     ph_err e;
-    const int32_t n_vocab = ph_model_get_info(m)->n_vocab;
+    const ph_model_info *info = ph_model_get_info(m);
+    const int32_t n_vocab = info->n_vocab;
     ph_mmproj *v = ph_mmproj_open(m, mmproj_path, &e);
     CHECKF(v != NULL, "%s", e.msg);
     ph_picture *pic = ph_picture_load(PH_ORACLE_DIR "/img/small.png", &e);
@@ -157,6 +167,8 @@ static void test_picture(ph_model *m, const char *mmproj_path) {
             ph_picture_chunk c;
             CHECKF(ph_session_eval_picture(s, v, pic, &c, NULL, &e) == 0, "%s", e.msg);
             CHECK(c.n_tokens > 0 && c.n_tokens == c.grid_x * c.grid_y);
+            CHECKF(c.embd_width == info->n_embd_inp, "rows %d wide, the LLM takes %d", c.embd_width,
+                   info->n_embd_inp);
         } else {
             CHECKF(ph_session_eval_tokens(s, it->tokens.ids, it->tokens.n, &e) == 0, "%s", e.msg);
         }
@@ -171,12 +183,187 @@ static void test_picture(ph_model *m, const char *mmproj_path) {
         CHECKF(ph_session_eval_tokens(s, &tok, 1, &e) == 0, "%s", e.msg);
         CHECK(finite_logits(s, n_vocab));
     }
+    memcpy(last, ph_session_logits(s), (size_t)n_vocab * sizeof *last);
     ph_sampler_free(smp);
 done:
     ph_prompt_free(&prompt);
     ph_session_free(s);
     ph_picture_free(pic);
     ph_mmproj_close(v);
+}
+
+/* ---- qwen35 --------------------------------------------------------------- */
+
+/* A tensor's name with its layer number (after "blk.") left out. */
+static void layerless(const char *name, char *out, size_t size) {
+    const char *b = strstr(name, "blk.");
+    if (!b) {
+        snprintf(out, size, "%s", name);
+        return;
+    }
+    const char *rest = b + 4;
+    while (*rest >= '0' && *rest <= '9') rest++;
+    snprintf(out, size, "%.*sblk.%s", (int)(b - name), name, rest);
+}
+
+/* Whether a and b hold the same metadata keys (but general.* and
+ * tokenizer.*) and tensor names, those of all layers counted as one. */
+static bool same_names(const char *a, const char *b) {
+    ph_err e;
+    gguf_file *f[2] = {gguf_open(a, &e), gguf_open(b, &e)};
+    bool same = f[0] && f[1];
+    for (int i = 0; same && i < 2; i++) {
+        const gguf_file *x = f[i], *y = f[1 - i];
+        for (uint64_t k = 0; same && k < x->n_kv; k++) {
+            const gguf_str key = x->kv[k].key;
+            if ((key.len > 8 && !memcmp(key.ptr, "general.", 8)) || (key.len > 10 && !memcmp(key.ptr, "tokenizer.", 10)))
+                continue;
+            bool found = false;
+            for (uint64_t j = 0; !found && j < y->n_kv; j++)
+                found = y->kv[j].key.len == key.len && !memcmp(y->kv[j].key.ptr, key.ptr, key.len);
+            CHECKF(found, "%s has the key %.*s, %s not", i ? b : a, (int)key.len, key.ptr, i ? a : b);
+            same = found;
+        }
+        for (uint64_t t = 0; same && t < x->n_tensors; t++) {
+            char name[64], other[64];
+            layerless(x->tensors[t].name, name, sizeof name);
+            bool found = false;
+            for (uint64_t j = 0; !found && j < y->n_tensors; j++) {
+                layerless(y->tensors[j].name, other, sizeof other);
+                found = !strcmp(name, other);
+            }
+            CHECKF(found, "%s has the tensor %s, %s not", i ? b : a, x->tensors[t].name, i ? a : b);
+            same = found;
+        }
+    }
+    gguf_close(f[0]);
+    gguf_close(f[1]);
+    return same;
+}
+
+/* A text prompt: finite logits, into last. */
+static void text_run(ph_model *m, float *last) {
+    ph_err e;
+    const int32_t n_vocab = ph_model_get_info(m)->n_vocab;
+    ph_session *s = ph_session_new(m, 256, &e);
+    CHECKF(s != NULL, "%s", e.msg);
+    if (!s) return;
+    ph_tokens t = tokenize(m, "<|im_start|>user\nHello, what is the color of the sky?<|im_end|>\n"
+                              "<|im_start|>assistant\n<think>\n", true);
+    CHECKF(ph_session_eval_tokens(s, t.ids, t.n, &e) == 0, "%s", e.msg);
+    CHECK(finite_logits(s, n_vocab));
+    memcpy(last, ph_session_logits(s), (size_t)n_vocab * sizeof *last);
+    ph_tokens_free(&t);
+    ph_session_free(s);
+}
+
+static void check_render(const ph_chat_format *f, const ph_chat_msg *msgs, size_t n, int thinking, const char *want) {
+    const chat_render_opts o = {.thinking = thinking};
+    char *text = NULL;
+    size_t len = 0;
+    ph_err e;
+    CHECKF(chat_format_render_text(f, msgs, n, NULL, 0, &o, &text, &len, &e) == 0, "%s", e.msg);
+    CHECKF(text && !strcmp(text, want), "rendered '%s', want '%s'", text ? text : "", want);
+    free(text);
+}
+
+#define PART(s) {.text = s, .len = sizeof s - 1}
+
+/* The Qwen3.5 chat format, from the built-in template. The expected texts
+ * are llama.cpp's renderings of that template (llama-server's
+ * /apply-template, identical to those of Qwen3.5's own template). */
+static void test_qwen35_format(const ph_model *m) {
+    const ph_chat_format f = chat_format_for(m);
+    CHECK(f.think && f.thinking_switch && f.reasoning_history && !strcmp(chat_format_family(&f)->name, "xml"));
+    const ph_chat_part sys[] = {PART("Be brief.")}, hi[] = {PART("Hi")}, hello[] = {PART("<think>\nhmm\n</think>\n\nHello!")},
+                       now[] = {PART("And now?")};
+    const ph_chat_msg msgs[] = {
+        {.role = PH_ROLE_SYSTEM, .parts = sys, .n_parts = 1},
+        {.role = PH_ROLE_USER, .parts = hi, .n_parts = 1},
+        {.role = PH_ROLE_ASSISTANT, .parts = hello, .n_parts = 1},
+        {.role = PH_ROLE_USER, .parts = now, .n_parts = 1},
+    };
+    check_render(&f, msgs, 2, -1,
+                 "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+    check_render(&f, msgs + 1, 3, -1,
+                 "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nAnd now?"
+                 "<|im_end|>\n<|im_start|>assistant\n<think>\n");
+    check_render(&f, msgs + 1, 1, 0, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+}
+
+static void remove_pair(const char *out) {
+    char path[320];
+    snprintf(path, sizeof path, "%s.gguf", out);
+    unlink(path);
+    snprintf(path, sizeof path, "%s-mmproj.gguf", out);
+    unlink(path);
+}
+
+static void test_qwen35(const char *dir) {
+    char out[256], llm[300], mmproj[300];
+    snprintf(out, sizeof out, "%s/q35", dir);
+    snprintf(llm, sizeof llm, "%s.gguf", out);
+    snprintf(mmproj, sizeof mmproj, "%s-mmproj.gguf", out);
+    ph_err e;
+    CHECKF(synth("qwen35", out, 1, &e) == 0, "%s", e.msg);
+    CHECK(same_names(llm, ORACLE35 "tiny.gguf"));
+    CHECK(same_names(mmproj, ORACLE35 "tiny-mmproj.gguf"));
+    ph_model *m = ph_model_load(llm, 2, &e);
+    CHECKF(m != NULL, "%s", e.msg);
+    if (m) {
+        const ph_model_info *info = ph_model_get_info(m);
+        CHECKF(!strcmp(info->arch, "qwen35") && info->n_layer == 8 && info->n_deepstack == 0 &&
+                   info->n_embd_inp == info->n_embd,
+               "%s, %d layers, %d deepstack, rows %d wide", info->arch, info->n_layer, info->n_deepstack,
+               info->n_embd_inp);
+        test_qwen35_format(m);
+        const size_t n = (size_t)info->n_vocab;
+        float *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
+        if (a && b) {
+            text_run(m, a);
+            text_run(m, b);
+            CHECK(memcmp(a, b, n * sizeof *a) == 0);
+            test_picture(m, mmproj, a);
+            test_picture(m, mmproj, b);
+            CHECK(memcmp(a, b, n * sizeof *a) == 0);
+        }
+        free(a);
+        free(b);
+        ph_model_free(m);
+    }
+    remove_pair(out);
+
+    /* refusals: a clear error, nothing written */
+    ph_synth_params p = {.arch = "llama", .shape = "tiny", .out = out, .seed = 1, .n_threads = 2};
+    CHECK(ph_synth(&p, &e) == -1 && strstr(e.msg, "unknown architecture 'llama' (qwen3vl, qwen35)"));
+    p.arch = "qwen35";
+    p.shape = "7b";
+    CHECK(ph_synth(&p, &e) == -1 && strstr(e.msg, "unknown shape '7b' (tiny, 2b)"));
+    p.shape = "tiny";
+    p.chat_template = PH_ORACLE_DIR "/no-such-template.jinja";
+    CHECK(ph_synth(&p, &e) == -1 && strstr(e.msg, "no-such-template.jinja"));
+    CHECK(access(llm, F_OK) != 0 && access(mmproj, F_OK) != 0);
+
+    /* a template from a file: Qwen3.5's own, its tool markup picks the format */
+    const char *tmpl = PH_ORACLE_DIR "/../spec/templates/Qwen3.5.jinja";
+    p.chat_template = tmpl;
+    CHECKF(ph_synth(&p, &e) == 0, "%s", e.msg);
+    gguf_file *g = gguf_open(llm, &e);
+    size_t want_len = 0;
+    char *want = read_all(tmpl, &want_len);
+    gguf_str got = {0};
+    CHECK(g && want && gguf_get_str(g, "tokenizer.chat_template", &got) == 0 && got.len == want_len &&
+          !memcmp(got.ptr, want, want_len));
+    free(want);
+    gguf_close(g);
+    m = ph_model_load(llm, 2, &e);
+    CHECKF(m != NULL, "%s", e.msg);
+    if (m) {
+        const ph_chat_format f = chat_format_for(m);
+        CHECK(f.think && f.family_from_template && !strcmp(chat_format_family(&f)->name, "xml"));
+        ph_model_free(m);
+    }
+    remove_pair(out);
 }
 
 int main(void) {
@@ -190,9 +377,9 @@ int main(void) {
     snprintf(b, sizeof b, "%s/b", dir);
     snprintf(c, sizeof c, "%s/c", dir);
     ph_err e;
-    CHECKF(synth(a, 1, &e) == 0, "%s", e.msg);
-    CHECKF(synth(b, 1, &e) == 0, "%s", e.msg);
-    CHECKF(synth(c, 2, &e) == 0, "%s", e.msg);
+    CHECKF(synth(NULL, a, 1, &e) == 0, "%s", e.msg);
+    CHECKF(synth(NULL, b, 1, &e) == 0, "%s", e.msg);
+    CHECKF(synth(NULL, c, 2, &e) == 0, "%s", e.msg);
 
     /* the same seed, the same bytes; another seed, other weights */
     static const char *const suffixes[] = {".gguf", "-mmproj.gguf"};
@@ -210,9 +397,15 @@ int main(void) {
     CHECKF(m != NULL, "%s", e.msg);
     if (m) {
         test_tokenizer(m);
-        test_picture(m, mmproj);
+        float *last = malloc((size_t)ph_model_get_info(m)->n_vocab * sizeof *last);
+        if (last) test_picture(m, mmproj, last);
+        free(last);
+        /* no template file: the built-in tokenizer's ChatML, Qwen3-VL's tool format */
+        const ph_chat_format f = chat_format_for(m);
+        CHECK(!f.think && !strcmp(chat_format_family(&f)->name, "hermes"));
         ph_model_free(m);
     }
+    test_qwen35(dir);
 
     const char *names[] = {a, b, c};
     for (int n = 0; n < 3; n++) {

@@ -1,12 +1,16 @@
-/* pinhole synth: synthetic Qwen3-VL model pairs with random weights, in the
- * same GGUF layout as converted checkpoints (docs/numerics.md, LLM tensors, Vision tensors), so llama.cpp
- * loads them too. Benchmarks use them for models of real sizes. */
+/* pinhole synth: synthetic model pairs with random weights, Qwen3-VL
+ * (docs/numerics.md, LLM tensors, Vision tensors) or Qwen3.5 (docs/numerics.md,
+ * Qwen3.5: gated delta net layers, gated attention every fa_interval-th
+ * layer, a vision tower without deepstack),
+ * in the same GGUF layout as converted checkpoints, so llama.cpp loads them
+ * too. Benchmarks use them for models of real sizes. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/atomic_file.h"
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
@@ -14,11 +18,14 @@
 #include "pinhole.h"
 
 typedef struct synth_shape {
-    const char *name;
+    const char *arch, *name;
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
     int sections[4];
     float freq_base;
     bool tied;
+    /* qwen35: rotated dims of a head, full attention in every fa_interval-th
+     * layer, the delta net's key and value heads, their size, conv kernel */
+    int n_rot, fa_interval, ssm_hk, ssm_hv, ssm_d, conv_k;
     /* vision */
     int v_embd, v_layer, v_head, v_ff, v_patch, v_npos;
     int n_deepstack;
@@ -26,11 +33,23 @@ typedef struct synth_shape {
 } synth_shape;
 
 static const synth_shape shapes[] = {
-    {"tiny", 256, 4, 4, 2, 64, 768, 4096, {12, 10, 10, 0}, 5e6f, false,
+    {"qwen3vl", "tiny", 256, 4, 4, 2, 64, 768, 4096, {12, 10, 10, 0}, 5e6f, false, 0, 0, 0, 0, 0, 0,
      128, 4, 4, 256, 16, 576, 2, {1, 2}},
-    {"2b", 2048, 28, 16, 8, 128, 6144, 262144, {24, 20, 20, 0}, 5e6f, true,
+    {"qwen3vl", "2b", 2048, 28, 16, 8, 128, 6144, 262144, {24, 20, 20, 0}, 5e6f, true, 0, 0, 0, 0, 0, 0,
      1024, 24, 16, 4096, 16, 2304, 3, {5, 11, 17}},
+    /* more value heads than key heads (the tiled mapping); every matrix's
+     * input a multiple of 256, so the K-quants apply everywhere */
+    {"qwen35", "tiny", 256, 8, 4, 2, 64, 768, 4096, {3, 3, 2, 0}, 1e7f, true, 16, 4, 2, 4, 64, 4,
+     128, 4, 4, 256, 16, 576, 0, {0}},
+    /* Qwen3.5-2B's sizes */
+    {"qwen35", "2b", 2048, 24, 8, 2, 256, 6144, 262144, {11, 11, 10, 0}, 1e7f, true, 64, 4, 16, 16, 128, 4,
+     1024, 24, 16, 4096, 16, 2304, 0, {0}},
 };
+
+static bool is_qwen35(const synth_shape *s) { return !strcmp(s->arch, "qwen35"); }
+
+/* qwen35: layer i is a gated delta net layer (docs/numerics.md, Qwen3.5 layers) */
+static bool recurrent(const synth_shape *s, int i) { return is_qwen35(s) && (i + 1) % s->fa_interval != 0; }
 
 /* llama.cpp's general.file_type numbers for the mixes we write */
 typedef struct synth_type {
@@ -45,8 +64,9 @@ static const synth_type types[] = {
     {"q5_k", PH_TYPE_Q5_K, 16}, {"q6_k", PH_TYPE_Q6_K, 18}, {"q4_k_m", PH_TYPE_Q4_K, 15},
 };
 
-/* What one tensor is filled with. */
-typedef enum { FILL_RANDOM, FILL_ONES, FILL_ZEROS } fill_kind;
+/* What one tensor is filled with: FILL_NEGATIVE is uniform in [-scale,
+ * -scale/50] (qwen35's ssm_a = -exp(A_log): every head's state decays). */
+typedef enum { FILL_RANDOM, FILL_ONES, FILL_ZEROS, FILL_NEGATIVE } fill_kind;
 
 typedef struct synth_tensor {
     char name[64];
@@ -99,7 +119,9 @@ static bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i -
 static void llm_tensors(synth_list *l, const synth_shape *s, const synth_type *ty, int64_t n_vocab) {
     const int64_t E = s->n_embd, F = s->n_ff, nq = (int64_t)s->n_head * s->head_dim,
                   nkv = (int64_t)s->n_head_kv * s->head_dim;
-    const bool km = !strcmp(ty->name, "q4_k_m");
+    /* qwen35's delta net: q and k heads, then v heads, through the convolution */
+    const int64_t hv = s->ssm_hv, dk = s->ssm_d, vdim = hv * dk, conv = 2 * s->ssm_hk * dk + vdim;
+    const bool km = !strcmp(ty->name, "q4_k_m"), q35 = is_qwen35(s);
     const int base = ty->base;
     const float w = 0.035f; /* ~ 0.02 standard deviation */
     int embd_type = base, out_type = base;
@@ -111,15 +133,29 @@ static void llm_tensors(synth_list *l, const synth_shape *s, const synth_type *t
     add(l, PH_TYPE_F32, FILL_ONES, 0, 1, E, 1, 1, 1, "output_norm.weight");
     if (!s->tied) add(l, out_type, FILL_RANDOM, w, 2, E, n_vocab, 1, 1, "output.weight");
     for (int i = 0; i < s->n_layer; i++) {
+        /* Q4_K_M's attn_v counter counts qwen35's attn_qkv too: one per layer */
         int vtype = km && more_bits(i, s->n_layer) ? PH_TYPE_Q6_K : base;
         add(l, PH_TYPE_F32, FILL_ONES, 0, 1, E, 1, 1, 1, "blk.%d.attn_norm.weight", i);
-        add(l, base, FILL_RANDOM, w, 2, E, nq, 1, 1, "blk.%d.attn_q.weight", i);
-        add(l, base, FILL_RANDOM, w, 2, E, nkv, 1, 1, "blk.%d.attn_k.weight", i);
-        add(l, vtype, FILL_RANDOM, w, 2, E, nkv, 1, 1, "blk.%d.attn_v.weight", i);
-        add(l, base, FILL_RANDOM, w, 2, nq, E, 1, 1, "blk.%d.attn_output.weight", i);
-        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, s->head_dim, 1, 1, 1, "blk.%d.attn_q_norm.weight", i);
-        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, s->head_dim, 1, 1, 1, "blk.%d.attn_k_norm.weight", i);
-        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, E, 1, 1, 1, "blk.%d.ffn_norm.weight", i);
+        if (recurrent(s, i)) {
+            add(l, vtype, FILL_RANDOM, w, 2, E, conv, 1, 1, "blk.%d.attn_qkv.weight", i);
+            add(l, base, FILL_RANDOM, w, 2, E, vdim, 1, 1, "blk.%d.attn_gate.weight", i);
+            add(l, PH_TYPE_F32, FILL_RANDOM, 0.5f, 2, s->conv_k, conv, 1, 1, "blk.%d.ssm_conv1d.weight", i);
+            add(l, PH_TYPE_F32, FILL_RANDOM, 0.5f, 1, hv, 1, 1, 1, "blk.%d.ssm_dt.bias", i);
+            add(l, PH_TYPE_F32, FILL_NEGATIVE, 1.0f, 1, hv, 1, 1, 1, "blk.%d.ssm_a", i);
+            add(l, base, FILL_RANDOM, w, 2, E, hv, 1, 1, "blk.%d.ssm_beta.weight", i);
+            add(l, base, FILL_RANDOM, w, 2, E, hv, 1, 1, "blk.%d.ssm_alpha.weight", i);
+            add(l, PH_TYPE_F32, FILL_ONES, 0, 1, dk, 1, 1, 1, "blk.%d.ssm_norm.weight", i);
+            add(l, base, FILL_RANDOM, w, 2, vdim, E, 1, 1, "blk.%d.ssm_out.weight", i);
+        } else {
+            /* qwen35's query rows hold each head's query, then its gate */
+            add(l, base, FILL_RANDOM, w, 2, E, q35 ? 2 * nq : nq, 1, 1, "blk.%d.attn_q.weight", i);
+            add(l, base, FILL_RANDOM, w, 2, E, nkv, 1, 1, "blk.%d.attn_k.weight", i);
+            add(l, vtype, FILL_RANDOM, w, 2, E, nkv, 1, 1, "blk.%d.attn_v.weight", i);
+            add(l, base, FILL_RANDOM, w, 2, nq, E, 1, 1, "blk.%d.attn_output.weight", i);
+            add(l, PH_TYPE_F32, FILL_ONES, 0, 1, s->head_dim, 1, 1, 1, "blk.%d.attn_q_norm.weight", i);
+            add(l, PH_TYPE_F32, FILL_ONES, 0, 1, s->head_dim, 1, 1, 1, "blk.%d.attn_k_norm.weight", i);
+        }
+        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, E, 1, 1, 1, q35 ? "blk.%d.post_attention_norm.weight" : "blk.%d.ffn_norm.weight", i);
         add(l, base, FILL_RANDOM, w, 2, E, F, 1, 1, "blk.%d.ffn_gate.weight", i);
         add(l, base, FILL_RANDOM, w, 2, E, F, 1, 1, "blk.%d.ffn_up.weight", i);
         add(l, vtype, FILL_RANDOM, w, 2, F, E, 1, 1, "blk.%d.ffn_down.weight", i);
@@ -250,6 +286,62 @@ static const char SV_CHAT_TEMPLATE[] =
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}"
     "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- endif -%}";
+
+/* A qwen35 file's template unless --chat-template gives one: Qwen3.5's
+ * form (docs/chat-format.md, ChatML) for system, user and assistant messages: ChatML, the
+ * answer opened with <think>\n (closed at once when enable_thinking is
+ * false), the assistant turns after the last user message with their
+ * reasoning in a think block, earlier ones without. It renders no tools:
+ * a tool message is refused. */
+static const char QWEN35_CHAT_TEMPLATE[] =
+    "{%- macro content_text(content) -%}"
+    "{%- if content is string -%}"
+    "{{- content -}}"
+    "{%- elif content is iterable and content is not mapping -%}"
+    "{%- for item in content -%}"
+    "{%- if item.type == 'image' or item.type == 'image_url' or 'image' in item or 'image_url' in item -%}"
+    "{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- elif 'text' in item -%}"
+    "{{- item.text -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{%- endmacro -%}"
+    "{%- set ns = namespace(last_query=-1) -%}"
+    "{%- for message in messages -%}"
+    "{%- if message.role == 'user' -%}"
+    "{%- set ns.last_query = loop.index0 -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- for message in messages -%}"
+    "{%- set content = content_text(message.content) | trim -%}"
+    "{%- if message.role == 'system' or message.role == 'user' -%}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' -}}"
+    "{%- elif message.role == 'assistant' -%}"
+    "{%- set reasoning = '' -%}"
+    "{%- if message.reasoning_content is string -%}"
+    "{%- set reasoning = message.reasoning_content -%}"
+    "{%- elif '</think>' in content -%}"
+    "{%- set reasoning = content.split('</think>')[0].split('<think>')[-1] -%}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}"
+    "{%- endif -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if loop.index0 > ns.last_query -%}"
+    "{{- '<think>\\n' + reasoning | trim + '\\n</think>\\n\\n' -}}"
+    "{%- endif -%}"
+    "{{- content + '<|im_end|>\\n' -}}"
+    "{%- else -%}"
+    "{{- raise_exception('this template renders system, user and assistant messages only') -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}"
+    "{{- '<think>\\n\\n</think>\\n\\n' -}}"
+    "{%- else -%}"
+    "{{- '<think>\\n' -}}"
+    "{%- endif -%}"
     "{%- endif -%}";
 
 /* The learner's words: three forms of each of SV_WORDS, and SV_EXTRA. */
@@ -453,7 +545,8 @@ static void fill_rows(void *p, int ith, int nth) {
             } else {
                 st += 0x9E3779B97F4A7C15ull;
                 uint64_t z = mix64(st);
-                row[i] = ((float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * t->scale;
+                const float u = (float)(z >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+                row[i] = t->fill == FILL_NEGATIVE ? -(0.02f + 0.98f * u) * t->scale : (u * 2.0f - 1.0f) * t->scale;
             }
         }
         ph_quantize_weight_row(t->type, row, c->buf + (size_t)r * c->row_bytes, c->row_len);
@@ -488,11 +581,70 @@ static const synth_type *find_type(const char *name) {
     return NULL;
 }
 
+/* The key "ARCH.key" of the shape's architecture. */
+typedef struct arch_key {
+    char s[96];
+} arch_key;
+
+static const char *akey(arch_key *k, const synth_shape *s, const char *key) {
+    snprintf(k->s, sizeof k->s, "%s.%s", s->arch, key);
+    return k->s;
+}
+
+typedef struct u32_key {
+    const char *key;
+    int v;
+} u32_key;
+
+static void set_u32s(gguf_writer *w, const synth_shape *s, const u32_key *keys, size_t n) {
+    arch_key k;
+    for (size_t i = 0; i < n; i++) gguf_writer_set_u32(w, akey(&k, s, keys[i].key), (uint32_t)keys[i].v);
+}
+
+static void llm_metadata(gguf_writer *w, const synth_shape *s, const synth_type *ty) {
+    arch_key k;
+    char name[128];
+    /* a qwen3vl pair's names (and bytes) are those of the versions before qwen35 */
+    snprintf(name, sizeof name, "pinhole-synth-%s%s-%s", is_qwen35(s) ? "qwen35-" : "", s->name, ty->name);
+    gguf_writer_set_str(w, "general.architecture", s->arch);
+    gguf_writer_set_str(w, "general.name", name);
+    gguf_writer_set_u32(w, "general.file_type", (uint32_t)ty->file_type);
+    gguf_writer_set_u32(w, "general.quantization_version", 2);
+    const u32_key common[] = {
+        {"context_length", s->n_ctx},          {"embedding_length", s->n_embd},
+        {"block_count", s->n_layer},           {"feed_forward_length", s->n_ff},
+        {"attention.head_count", s->n_head},   {"attention.head_count_kv", s->n_head_kv},
+        {"attention.key_length", s->head_dim}, {"attention.value_length", s->head_dim},
+    };
+    set_u32s(w, s, common, sizeof common / sizeof *common);
+    gguf_writer_set_f32(w, akey(&k, s, "rope.freq_base"), s->freq_base);
+    gguf_writer_set_f32(w, akey(&k, s, "attention.layer_norm_rms_epsilon"), 1e-6f);
+    int32_t sec[4] = {s->sections[0], s->sections[1], s->sections[2], s->sections[3]};
+    gguf_writer_set_arr(w, akey(&k, s, "rope.dimension_sections"), GGUF_INT32, sec, 4);
+    if (!is_qwen35(s)) {
+        gguf_writer_set_u32(w, akey(&k, s, "n_deepstack_layers"), (uint32_t)s->n_deepstack);
+        return;
+    }
+    const u32_key q35[] = {
+        {"rope.dimension_count", s->n_rot}, {"full_attention_interval", s->fa_interval},
+        {"ssm.conv_kernel", s->conv_k},     {"ssm.state_size", s->ssm_d},
+        {"ssm.group_count", s->ssm_hk},     {"ssm.time_step_rank", s->ssm_hv},
+        {"ssm.inner_size", s->ssm_hv * s->ssm_d},
+    };
+    set_u32s(w, s, q35, sizeof q35 / sizeof *q35);
+}
+
 int ph_synth(const ph_synth_params *p, ph_err *e) {
     ph_kernels_init();
+    const char *arch = p->arch ? p->arch : "qwen3vl";
     const synth_shape *s = NULL;
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    bool known_arch = false;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        if (strcmp(shapes[i].arch, arch)) continue;
+        known_arch = true;
         if (p->shape && !strcmp(shapes[i].name, p->shape)) s = &shapes[i];
+    }
+    if (!known_arch) return ph_err_set(e, "unknown architecture '%s' (qwen3vl, qwen35)", arch);
     if (!s) return ph_err_set(e, "unknown shape '%s' (tiny, 2b)", p->shape ? p->shape : "");
     const synth_type *ty = find_type(p->type ? p->type : "f16");
     if (!ty) return ph_err_set(e, "unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m)", p->type);
@@ -501,6 +653,20 @@ int ph_synth(const ph_synth_params *p, ph_err *e) {
                  vty->base != PH_TYPE_Q8_0))
         return ph_err_set(e, "vision type '%s' is not one of f32 f16 bf16 q8_0", p->vision_type);
     if (!p->out) return ph_err_set(e, "an output name is needed: -o NAME");
+
+    /* the chat template: a file's, else qwen35's own, else the tokenizer's */
+    char *tmpl_file = NULL;
+    const char *tmpl = is_qwen35(s) ? QWEN35_CHAT_TEMPLATE : NULL;
+    if (p->chat_template) {
+        size_t len = 0;
+        if (ph_file_read_all(p->chat_template, 1u << 20, (void **)&tmpl_file, &len, e)) return -1;
+        if (len == 0 || strlen(tmpl_file) != len) {
+            free(tmpl_file);
+            return ph_err_set(e, "%s: a chat template must be text, not empty and without NUL bytes",
+                              p->chat_template);
+        }
+        tmpl = tmpl_file;
+    }
 
     /* the tokenizer: copied from p->vocab, or our own */
     gguf_file *voc = NULL;
@@ -537,37 +703,21 @@ int ph_synth(const ph_synth_params *p, ph_err *e) {
 
     /* the LLM */
     w = gguf_writer_new();
-    char name[128];
-    snprintf(name, sizeof name, "pinhole-synth-%s-%s", s->name, ty->name);
-    gguf_writer_set_str(w, "general.architecture", "qwen3vl");
-    gguf_writer_set_str(w, "general.name", name);
-    gguf_writer_set_u32(w, "general.file_type", (uint32_t)ty->file_type);
-    gguf_writer_set_u32(w, "general.quantization_version", 2);
-    gguf_writer_set_u32(w, "qwen3vl.context_length", (uint32_t)s->n_ctx);
-    gguf_writer_set_u32(w, "qwen3vl.embedding_length", (uint32_t)s->n_embd);
-    gguf_writer_set_u32(w, "qwen3vl.block_count", (uint32_t)s->n_layer);
-    gguf_writer_set_u32(w, "qwen3vl.feed_forward_length", (uint32_t)s->n_ff);
-    gguf_writer_set_u32(w, "qwen3vl.attention.head_count", (uint32_t)s->n_head);
-    gguf_writer_set_u32(w, "qwen3vl.attention.head_count_kv", (uint32_t)s->n_head_kv);
-    gguf_writer_set_u32(w, "qwen3vl.attention.key_length", (uint32_t)s->head_dim);
-    gguf_writer_set_u32(w, "qwen3vl.attention.value_length", (uint32_t)s->head_dim);
-    gguf_writer_set_f32(w, "qwen3vl.rope.freq_base", s->freq_base);
-    gguf_writer_set_f32(w, "qwen3vl.attention.layer_norm_rms_epsilon", 1e-6f);
-    int32_t sec[4] = {s->sections[0], s->sections[1], s->sections[2], s->sections[3]};
-    gguf_writer_set_arr(w, "qwen3vl.rope.dimension_sections", GGUF_INT32, sec, 4);
-    gguf_writer_set_u32(w, "qwen3vl.n_deepstack_layers", (uint32_t)s->n_deepstack);
+    llm_metadata(w, s, ty);
     for (uint64_t k = 0; voc && k < voc->n_kv; k++) {
         const gguf_kv *kv = &voc->kv[k];
         if (kv->key.len > 10 && !memcmp(kv->key.ptr, "tokenizer.", 10)) gguf_writer_copy_kv(w, kv);
     }
     if (own) self_vocab_write(w, own);
+    if (tmpl) gguf_writer_set_str(w, "tokenizer.chat_template", tmpl);
     snprintf(path, sizeof path, "%s.gguf", p->out);
     if (write_file(path, w, &llm, &fc, e)) goto done;
     gguf_writer_free(w);
 
     /* the mmproj */
     w = gguf_writer_new();
-    snprintf(name, sizeof name, "pinhole-synth-%s-%s-mmproj", s->name, vty->name);
+    char name[128];
+    snprintf(name, sizeof name, "pinhole-synth-%s%s-%s-mmproj", is_qwen35(s) ? "qwen35-" : "", s->name, vty->name);
     gguf_writer_set_str(w, "general.architecture", "clip");
     gguf_writer_set_str(w, "general.type", "mmproj");
     gguf_writer_set_str(w, "general.name", name);
@@ -601,5 +751,6 @@ done:
     ph_pool_free(fc.pool);
     gguf_close(voc);
     free(own);
+    free(tmpl_file);
     return rc;
 }
