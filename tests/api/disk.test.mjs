@@ -10,43 +10,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { metric, picture, startServer, stopServer, turnVsCold, waitMetrics } from './helpers.mjs';
+import { metric, QWEN3VL, startServer, stopServer, turnVsCold, waitMetrics } from './helpers.mjs';
+import { checkpointFiles as files, oraclePic, resumes, resumesAfterSigterm, text, twoTurns } from './reuse-cases.mjs';
 
-const pic = (name) => ({ type: 'image_url', image_url: { url: picture(name).url } });
-const text = (t) => ({ type: 'text', text: t });
-
-const files = (dir) => readdirSync(dir).filter((f) => f.endsWith('.phkv') && !f.startsWith('tmp.'));
-
-// Two turns of a picture chat on a server that saves to dir; returns the
-// conversation and turn 2's result.
-async function twoTurns(dir, cold) {
-  const srv = await startServer({ extra: ['--kv-disk-dir', dir] });
-  const msgs = [
-    { role: 'system', content: 'You are a careful assistant who describes pictures in detail.' },
-    { role: 'user', content: [text('Here is my photo:'), pic('grad.png'), text('What is in this picture?')] },
-  ];
-  const t1 = await turnVsCold(srv, cold, msgs, 'turn 1');
-  assert.equal(t1.d.encoded, 1);
-  msgs.push({ role: 'assistant', content: 'It is a picture.' }, { role: 'user', content: 'Tell me more.' });
-  const t2 = await turnVsCold(srv, cold, msgs, 'turn 2');
-  msgs.push({ role: 'assistant', content: 'It has colours.' }, { role: 'user', content: 'And the colours?' });
-  return { srv, msgs, t2 };
-}
-
-// Turn 3 on a fresh server over the same folder resumes from disk.
-async function resumes(dir, cold, msgs, t2, what) {
-  const srv = await startServer({ extra: ['--kv-disk-dir', dir] });
-  try {
-    const t3 = await turnVsCold(srv, cold, msgs, what);
-    assert.equal(t3.d.encoded, 0, `${what}: nothing encoded`);
-    assert.ok(t3.cached >= t2.prompt, `${what}: turn 2's prompt restored (${t3.cached} of ${t2.prompt})`);
-    assert.equal(t3.d.disk, t3.cached, `${what}: every reused row came from the file`);
-    assert.equal(t3.d.disk_hits, 1);
-    assert.match(srv.stderr, /from a checkpoint file/);
-  } finally {
-    await stopServer(srv);
-  }
-}
+const M = QWEN3VL; // reuse-qwen35.test.mjs runs the restart on the Qwen3.5 pair
 
 describe('disk tier through the server', { timeout: 600_000 }, () => {
   let cold;
@@ -58,13 +25,7 @@ describe('disk tier through the server', { timeout: 600_000 }, () => {
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
   });
 
-  test('a picture chat resumes from disk after SIGTERM', async () => {
-    const dir = tmp();
-    const { srv, msgs, t2 } = await twoTurns(dir, cold);
-    await stopServer(srv);
-    assert.ok(files(dir).length >= 1, 'a checkpoint file was written');
-    await resumes(dir, cold, msgs, t2, 'turn 3 after SIGTERM');
-  });
+  test('a picture chat resumes from disk after SIGTERM', () => resumesAfterSigterm(M, tmp(), cold));
 
   test('the cache folders pinhole creates are 0700 and every file in them 0600', async () => {
     const dir = tmp();
@@ -77,7 +38,7 @@ describe('disk tier through the server', { timeout: 600_000 }, () => {
       process.umask(old);
     }
     try {
-      const msgs = [{ role: 'user', content: [text('Here is my photo:'), pic('grad.png'), text('What is in this picture?')] }];
+      const msgs = [{ role: 'user', content: [text('Here is my photo:'), oraclePic('grad.png'), text('What is in this picture?')] }];
       await turnVsCold(srv, cold, msgs, 'one turn');
     } finally {
       await stopServer(srv);
@@ -105,18 +66,18 @@ describe('disk tier through the server', { timeout: 600_000 }, () => {
 
   test('a picture chat resumes from disk after kill -9', async () => {
     const dir = tmp();
-    const { srv, msgs, t2 } = await twoTurns(dir, cold);
+    const { srv, msgs, t2 } = await twoTurns(M, dir, cold);
     // the end-of-turn checkpoint is written in the background: wait for it
     await waitMetrics(srv, (s) => metric(s, 'pinhole_disk_cache_writes_queued') === 0);
     const r = await srv.stop('SIGKILL');
     assert.equal(r.signal, 'SIGKILL');
     assert.equal(readdirSync(dir).filter((f) => f.startsWith('tmp.')).length, 0, 'no write was in flight');
-    await resumes(dir, cold, msgs, t2, 'turn 3 after kill -9');
+    await resumes(M, dir, cold, msgs, t2, 'turn 3 after kill -9');
   });
 
   test('a damaged checkpoint file is refused and the turn runs cold', async () => {
     const dir = tmp();
-    const { srv, msgs } = await twoTurns(dir, cold);
+    const { srv, msgs } = await twoTurns(M, dir, cold);
     await stopServer(srv);
     for (const f of files(dir)) { // flip a byte of the KV in every file
       const path = join(dir, f), fd = openSync(path, 'r+'), at = statSync(path).size - 100;

@@ -36,7 +36,19 @@ export const ORACLE = process.env.PH_ORACLE_DIR || join(HERE, '..', '..', '..', 
 export const MODEL = join(ORACLE, 'models', 'tiny-f16.gguf');
 export const MMPROJ = join(ORACLE, 'models', 'tiny-f16-mmproj.gguf');
 export const MODEL_ID = 'tiny-f16';
-for (const f of [BIN, MODEL, MMPROJ]) {
+// The model pairs a server can be started with (startServer's model): the
+// Qwen3-VL one above, which every test uses unless it says otherwise, and
+// oracle/qwen35's tiny Qwen3.5 pair. recurrent: the model has recurrent
+// layers, whose state is reused only at snapshots of it (README, "How reuse
+// works"); opener: the rows of the answer's opener ("<think>\n": <think>
+// is one token of its vocabulary, the newline another), which a re-sent
+// history does not have.
+export const QWEN3VL = { llm: MODEL, mmproj: MMPROJ, id: MODEL_ID, recurrent: false, opener: 0 };
+export const QWEN35 = {
+  llm: join(ORACLE, 'qwen35', 'models', 'tiny.gguf'), mmproj: join(ORACLE, 'qwen35', 'models', 'tiny-mmproj.gguf'),
+  id: 'tiny', recurrent: true, opener: 2,
+};
+for (const f of [BIN, MODEL, MMPROJ, QWEN35.llm, QWEN35.mmproj]) {
   if (!existsSync(f)) throw new Error(`${f} does not exist (PINHOLE_BIN / PH_ORACLE_DIR)`);
 }
 // Whether BIN is the AddressSanitizer build (-DPH_SANITIZE=ON): its shadow
@@ -63,11 +75,13 @@ function cacheDir() {
 /**
  * Starts `pinhole serve` on a free port and waits (60 s at most) for its
  * "pinhole: listening on http://127.0.0.1:PORT" line on stderr.
- * vision: pass --mmproj; extra: more arguments (--max-images 2, -c 128 ...);
- * env: more environment variables (PINHOLE_API_KEY ...).
+ * model: QWEN3VL (default) or QWEN35; vision: pass --mmproj; extra: more
+ * arguments (--max-images 2, -c 128 ...); env: more environment variables
+ * (PINHOLE_API_KEY ...).
  */
-export async function startServer({ vision = true, extra = [], env = {} } = {}) {
-  const args = ['serve', '-m', MODEL, ...(vision ? ['--mmproj', MMPROJ] : []), '--port', '0', '-t', '2', ...extra];
+export async function startServer({ model = QWEN3VL, vision = true, extra = [], env = {} } = {}) {
+  const args = ['serve', '-m', model.llm, ...(vision ? ['--mmproj', model.mmproj] : []), '--port', '0', '-t', '2',
+                ...extra];
   const inherited = { ...process.env };
   delete inherited.PINHOLE_API_KEY; // a key of the caller's shell would lock every test out
   const proc = spawn(BIN, args, {
@@ -102,7 +116,7 @@ export async function startServer({ vision = true, extra = [], env = {} } = {}) 
   });
   const url = `http://127.0.0.1:${port}`;
   return {
-    port, url, proc, args,
+    port, url, proc, args, model,
     get stderr() { return stderr; },
     get exit() { return exit; },
     /** Sends signal and waits for the exit: {code, signal}. */
@@ -599,10 +613,10 @@ export const diff = (a, b) => Object.fromEntries(Object.keys(a).map((k) => [k, b
 
 export async function ask(srv, messages) {
   const r = await openai(srv).chat.completions.create({
-    model: MODEL_ID, messages, max_tokens: ASK_TOKENS, temperature: 0, logprobs: true, top_logprobs: 5,
+    model: srv.model.id, messages, max_tokens: ASK_TOKENS, temperature: 0, logprobs: true, top_logprobs: 5,
   });
   return {
-    text: r.choices[0].message.content, prompt: r.usage.prompt_tokens,
+    text: r.choices[0].message.content, reasoning: r.choices[0].message.reasoning_content, prompt: r.usage.prompt_tokens,
     cached: r.usage.prompt_tokens_details.cached_tokens, lp: r.choices[0].logprobs.content,
   };
 }
@@ -615,6 +629,7 @@ export async function turnVsCold(warm, cold, messages, what) {
   const d = diff(before, await counters(warm));
   const c = await ask(cold, messages);
   assert.equal(w.text, c.text, `${what}: the same answer as a cold server`);
+  assert.equal(w.reasoning, c.reasoning, `${what}: the same reasoning as a cold server`);
   assert.equal(w.prompt, c.prompt, `${what}: the same prompt`);
   assert.equal(c.cached, 0, `${what}: the cold server reuses nothing`);
   assert.equal(w.lp.length, c.lp.length);
