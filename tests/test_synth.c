@@ -216,7 +216,8 @@ static bool same_names(const char *a, const char *b) {
         const gguf_file *x = f[i], *y = f[1 - i];
         for (uint64_t k = 0; same && k < x->n_kv; k++) {
             const gguf_str key = x->kv[k].key;
-            if ((key.len > 8 && !memcmp(key.ptr, "general.", 8)) || (key.len > 10 && !memcmp(key.ptr, "tokenizer.", 10)))
+            if ((key.len > 8 && !memcmp(key.ptr, "general.", 8)) ||
+                (key.len > 10 && !memcmp(key.ptr, "tokenizer.", 10)))
                 continue;
             bool found = false;
             for (uint64_t j = 0; !found && j < y->n_kv; j++)
@@ -275,8 +276,8 @@ static void check_render(const ph_chat_format *f, const ph_chat_msg *msgs, size_
 static void test_qwen35_format(const ph_model *m) {
     const ph_chat_format f = chat_format_for(m);
     CHECK(f.think && f.thinking_switch && f.reasoning_history && !strcmp(chat_format_family(&f)->name, "xml"));
-    const ph_chat_part sys[] = {PART("Be brief.")}, hi[] = {PART("Hi")}, hello[] = {PART("<think>\nhmm\n</think>\n\nHello!")},
-                       now[] = {PART("And now?")};
+    const ph_chat_part sys[] = {PART("Be brief.")}, hi[] = {PART("Hi")},
+                       hello[] = {PART("<think>\nhmm\n</think>\n\nHello!")}, now[] = {PART("And now?")};
     const ph_chat_msg msgs[] = {
         {.role = PH_ROLE_SYSTEM, .parts = sys, .n_parts = 1},
         {.role = PH_ROLE_USER, .parts = hi, .n_parts = 1},
@@ -284,7 +285,8 @@ static void test_qwen35_format(const ph_model *m) {
         {.role = PH_ROLE_USER, .parts = now, .n_parts = 1},
     };
     check_render(&f, msgs, 2, -1,
-                 "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+                 "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                 "<|im_start|>assistant\n<think>\n");
     check_render(&f, msgs + 1, 3, -1,
                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nAnd now?"
                  "<|im_end|>\n<|im_start|>assistant\n<think>\n");

@@ -18,7 +18,7 @@ static void usage(FILE *out) {
             "  chat -m LLM.gguf             chat interactively (/image PATH attaches a picture)\n"
             "  serve -m LLM.gguf            serve the OpenAI and Anthropic APIs over HTTP\n"
             "  demo                         a scripted server session on a synthetic model (no download)\n"
-            "  synth --shape tiny|2b ...    write a synthetic Qwen3-VL model (LLM + mmproj)\n"
+            "  synth --shape tiny|2b ...    write a synthetic Qwen3-VL or Qwen3.5 model (LLM + mmproj)\n"
             "  bench -m LLM.gguf            measure prefill and decode speed\n"
             "  cache ls|stats|verify|prune DIR\n"
             "                               look after a --kv-disk-dir checkpoint folder\n"

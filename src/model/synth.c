@@ -155,7 +155,8 @@ static void llm_tensors(synth_list *l, const synth_shape *s, const synth_type *t
             add(l, PH_TYPE_F32, FILL_ONES, 0, 1, s->head_dim, 1, 1, 1, "blk.%d.attn_q_norm.weight", i);
             add(l, PH_TYPE_F32, FILL_ONES, 0, 1, s->head_dim, 1, 1, 1, "blk.%d.attn_k_norm.weight", i);
         }
-        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, E, 1, 1, 1, q35 ? "blk.%d.post_attention_norm.weight" : "blk.%d.ffn_norm.weight", i);
+        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, E, 1, 1, 1,
+            q35 ? "blk.%d.post_attention_norm.weight" : "blk.%d.ffn_norm.weight", i);
         add(l, base, FILL_RANDOM, w, 2, E, F, 1, 1, "blk.%d.ffn_gate.weight", i);
         add(l, base, FILL_RANDOM, w, 2, E, F, 1, 1, "blk.%d.ffn_up.weight", i);
         add(l, vtype, FILL_RANDOM, w, 2, F, E, 1, 1, "blk.%d.ffn_down.weight", i);
