@@ -16,6 +16,7 @@
 
 #include "gguf/gguf.h"
 #include "pinhole.h"
+#include "chat_format_of.h"
 #include "test.h"
 #include "text/chat_format.h"
 
@@ -274,7 +275,7 @@ static void check_render(const ph_chat_format *f, const ph_chat_msg *msgs, size_
  * are llama.cpp's renderings of that template (llama-server's
  * /apply-template, identical to those of Qwen3.5's own template). */
 static void test_qwen35_format(const ph_model *m) {
-    const ph_chat_format f = chat_format_for(m);
+    const ph_chat_format f = format_of(m);
     CHECK(f.think && f.thinking_switch && f.reasoning_history && !strcmp(chat_format_family(&f)->name, "xml"));
     const ph_chat_part sys[] = {PART("Be brief.")}, hi[] = {PART("Hi")},
                        hello[] = {PART("<think>\nhmm\n</think>\n\nHello!")}, now[] = {PART("And now?")};
@@ -361,7 +362,7 @@ static void test_qwen35(const char *dir) {
     m = ph_model_load(llm, 2, &e);
     CHECKF(m != NULL, "%s", e.msg);
     if (m) {
-        const ph_chat_format f = chat_format_for(m);
+        const ph_chat_format f = format_of(m);
         CHECK(f.think && f.family_from_template && !strcmp(chat_format_family(&f)->name, "xml"));
         ph_model_free(m);
     }
@@ -403,7 +404,7 @@ int main(void) {
         if (last) test_picture(m, mmproj, last);
         free(last);
         /* no template file: the built-in tokenizer's ChatML, Qwen3-VL's tool format */
-        const ph_chat_format f = chat_format_for(m);
+        const ph_chat_format f = format_of(m);
         CHECK(!f.think && !strcmp(chat_format_family(&f)->name, "hermes"));
         ph_model_free(m);
     }

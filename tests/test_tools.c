@@ -8,17 +8,11 @@
 #include <string.h>
 
 #include "model/llm.h"
+#include "chat_format_of.h"
 #include "test.h"
 #include "text/chat_format.h"
 #include "text/output_parser.h"
 #include "text/tool_json.h"
-
-/* The model's chat format, as the engine picks it. */
-static ph_chat_format format_of(const ph_model *m) {
-    size_t n;
-    const char *t = llm_chat_template(m, &n);
-    return chat_format_detect(t, n, m->arch_name);
-}
 
 #define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
 #define SPEC PH_ORACLE_DIR "/../spec/templates/"
