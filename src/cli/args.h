@@ -22,5 +22,6 @@ int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/timeutil.h"
 #include "cli/args.h"
+#include "cli/hub.h"
 #include "pinhole.h"
 
 #define CHAT_MAX_PENDING 16
@@ -36,7 +37,8 @@ typedef struct chat {
 static void chat_usage(FILE *out) {
     fprintf(out,
             "usage: pinhole chat -m LLM.gguf [--mmproj MMPROJ.gguf] [options]\n"
-            "  -m, --model FILE      the LLM GGUF file\n"
+            "  -m, --model FILE      the LLM GGUF file, or OWNER/NAME[:QUANT]: a model\n"
+            "                        fetched by pinhole pull (and its mmproj)\n"
             "  --mmproj FILE         the vision GGUF file (needed for /image)\n"
             "  --system TEXT         a system message\n"
             "  -n, --n-predict N     most tokens per answer (default 1024)\n"
@@ -206,8 +208,12 @@ int cmd_chat(int argc, char **argv) {
         return 2;
     }
     ph_err err = {0};
+    char *pulled[2];
+    if (hub_model_arg(&ep.model_path, &ep.mmproj_path, pulled)) return 2;
     if (!(c.e = ph_engine_new(&ep, &err))) {
         fprintf(stderr, "pinhole: %s\n", err.msg);
+        free(pulled[0]);
+        free(pulled[1]);
         return 1;
     }
     const ph_model_info *info = ph_engine_model_info(c.e);
@@ -260,5 +266,7 @@ int cmd_chat(int argc, char **argv) {
     free(c.hist);
     free(c.msgs);
     ph_engine_free(c.e);
+    free(pulled[0]);
+    free(pulled[1]);
     return 0;
 }

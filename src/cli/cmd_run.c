@@ -7,6 +7,7 @@
 
 #include "base/timeutil.h"
 #include "cli/args.h"
+#include "cli/hub.h"
 #include "pinhole.h"
 
 #define MAX_IMAGES 64
@@ -25,7 +26,8 @@ typedef struct run_opts {
 static void run_usage(FILE *out) {
     fprintf(out,
             "usage: pinhole run -m LLM.gguf --raw PROMPT [options]\n"
-            "  -m, --model FILE      the LLM GGUF file\n"
+            "  -m, --model FILE      the LLM GGUF file, or OWNER/NAME[:QUANT]: a model\n"
+            "                        fetched by pinhole pull (and its mmproj)\n"
             "  --mmproj FILE         the vision GGUF file (needed for pictures)\n"
             "  --image FILE          a picture; each <__image__> in the prompt takes the next\n"
             "  --image-min-tokens N  least merged tokens per picture (default 8)\n"
@@ -187,7 +189,8 @@ static void print_picture_chunk(FILE *out, const ph_picture_chunk *c, const floa
 
 int cmd_run(int argc, char **argv) {
     run_opts o;
-    if (parse_run_args(argc, argv, &o)) {
+    char *pulled[2] = {NULL, NULL};
+    if (parse_run_args(argc, argv, &o) || hub_model_arg(&o.model, &o.mmproj, pulled)) {
         ph_tokens_free(&o.forced);
         return 2;
     }
@@ -342,5 +345,7 @@ done:
     ph_session_free(s);
     ph_mmproj_close(mm);
     ph_model_free(m);
+    free(pulled[0]);
+    free(pulled[1]);
     return rc;
 }

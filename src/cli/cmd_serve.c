@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "cli/args.h"
+#include "cli/hub.h"
 #include "pinhole.h"
 #include "server/access.h"
 #include "server/server.h"
@@ -22,7 +23,8 @@
 static void serve_usage(FILE *out) {
     fprintf(out,
             "usage: pinhole serve -m LLM.gguf [--mmproj MMPROJ.gguf] [options]\n"
-            "  -m, --model FILE          the LLM GGUF file\n"
+            "  -m, --model FILE          the LLM GGUF file, or OWNER/NAME[:QUANT]: a model\n"
+            "                            fetched by pinhole pull (and its mmproj)\n"
             "  --mmproj FILE             the vision GGUF file (pictures are refused without it)\n"
             "  --host ADDR               IPv4 address to listen on (default 127.0.0.1)\n"
             "  --port N                  port (default 8080; 0: any free port)\n"
@@ -322,9 +324,13 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     }
     ep.progress = on_progress;
     ph_err err = {0};
+    char *pulled[2];
+    if (hub_model_arg(&ep.model_path, &ep.mmproj_path, pulled)) return 2;
     ph_engine *e = ph_engine_new(&ep, &err);
     if (!e) {
         fprintf(stderr, "pinhole: %s\n", err.msg);
+        free(pulled[0]);
+        free(pulled[1]);
         return 1;
     }
     const ph_model_info *mi = ph_engine_model_info(e);
@@ -341,6 +347,8 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
                                     cfg.n_cors_origins > 1 ? " and the other --cors-origin values" : "");
     int rc = server_run(e, &cfg);
     ph_engine_free(e);
+    free(pulled[0]);
+    free(pulled[1]);
     return rc;
 }
 

@@ -17,6 +17,8 @@ static void usage(FILE *out) {
             "                               --mmproj MMPROJ.gguf --image FILE, <__image__> in TEXT)\n"
             "  chat -m LLM.gguf             chat interactively (/image PATH attaches a picture)\n"
             "  serve -m LLM.gguf            serve the OpenAI and Anthropic APIs over HTTP\n"
+            "  pull OWNER/NAME[:QUANT]      download a model and its vision file from a Hugging Face-style\n"
+            "                               hub; then -m OWNER/NAME[:QUANT] in serve, run and chat uses them\n"
             "  demo                         a scripted server session on a synthetic model (no download)\n"
             "  synth --shape tiny|2b ...    write a synthetic Qwen3-VL or Qwen3.5 model (LLM + mmproj)\n"
             "  bench -m LLM.gguf            measure prefill and decode speed\n"
@@ -40,6 +42,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "cache")) return cmd_cache(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pull")) return cmd_pull(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

@@ -75,13 +75,15 @@ function cacheDir() {
 /**
  * Starts `pinhole serve` on a free port and waits (60 s at most) for its
  * "pinhole: listening on http://127.0.0.1:PORT" line on stderr.
- * model: QWEN3VL (default) or QWEN35; vision: pass --mmproj; extra: more
- * arguments (--max-images 2, -c 128 ...); env: more environment variables
- * (PINHOLE_API_KEY ...).
+ * model: QWEN3VL (default) or QWEN35, or a string that -m takes as it is
+ * (a pulled hub reference); vision: pass the model's --mmproj (never for a
+ * string); extra: more arguments (--max-images 2, -c 128 ...); env: more
+ * environment variables (PINHOLE_API_KEY ...).
  */
 export async function startServer({ model = QWEN3VL, vision = true, extra = [], env = {} } = {}) {
-  const args = ['serve', '-m', model.llm, ...(vision ? ['--mmproj', model.mmproj] : []), '--port', '0', '-t', '2',
-                ...extra];
+  const named = typeof model === 'string';
+  const args = ['serve', '-m', named ? model : model.llm, ...(vision && !named ? ['--mmproj', model.mmproj] : []),
+                '--port', '0', '-t', '2', ...extra];
   const inherited = { ...process.env };
   delete inherited.PINHOLE_API_KEY; // a key of the caller's shell would lock every test out
   const proc = spawn(BIN, args, {
