@@ -648,8 +648,10 @@ static int pull_connect(pull_ctx *c) {
     /* The token goes to the hub only, not to the storage host a download
      * is redirected to (libcurl's default; said here to be sure). */
     curl_easy_setopt(k, CURLOPT_UNRESTRICTED_AUTH, 0L);
-    curl_easy_setopt(k, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(k, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    /* from an https hub, redirects to https only */
+    const char *protocols = strncmp(c->hub, "https:", 6) ? "http,https" : "https";
+    curl_easy_setopt(k, CURLOPT_PROTOCOLS_STR, protocols);
+    curl_easy_setopt(k, CURLOPT_REDIR_PROTOCOLS_STR, protocols);
     curl_easy_setopt(k, CURLOPT_CONNECTTIMEOUT, 30L);
     curl_easy_setopt(k, CURLOPT_LOW_SPEED_LIMIT, 1L); /* a transfer stalled for a minute is broken */
     curl_easy_setopt(k, CURLOPT_LOW_SPEED_TIME, 60L);
@@ -661,6 +663,7 @@ static int pull_connect(pull_ctx *c) {
 
 static void pull_close(pull_ctx *c) {
     if (c->curl) curl_easy_cleanup(c->curl);
+    for (struct curl_slist *h = c->headers; h; h = h->next) explicit_bzero(h->data, strlen(h->data));
     curl_slist_free_all(c->headers);
     if (c->auth) explicit_bzero(c->auth, strlen(c->auth));
     free(c->auth);

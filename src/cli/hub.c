@@ -225,9 +225,14 @@ int hub_choose(const hub_ref *ref, const hub_name *files, size_t n, const char *
     if (*llm == -2) fprintf(stderr, "pinhole: %s has no GGUF model %s\n", ref->repo, where);
     if (*llm < 0) goto done;
     *mm = choose_one(ref, files, mm_cand, n_mm, true, mm_quant, "F16", dir);
-    if (*mm == -2 && mm_quant) fprintf(stderr, "pinhole: %s has no vision (mmproj) file %s\n", ref->repo, where);
-    else if (*mm == -2) *mm = -1, rc = 0;
-    else rc = *mm >= 0 ? 0 : -1;
+    if (*mm == -2 && mm_quant) {
+        fprintf(stderr, "pinhole: %s has no vision (mmproj) file %s\n", ref->repo, where);
+    } else if (*mm == -2) {
+        *mm = -1; /* a model without pictures */
+        rc = 0;
+    } else {
+        rc = *mm >= 0 ? 0 : -1;
+    }
 done:
     free(cand);
     free(mm_cand);

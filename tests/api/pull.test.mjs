@@ -29,6 +29,19 @@ const FILES = {
   'mmproj-tiny-F16.gguf': mmproj,
   'README.md': Buffer.from('# tiny\n'),
 };
+// A second repository: its Q4_K_M comes in two parts, and its two mmproj
+// files are neither F16 (small stand-ins: pull does not read them).
+const SPLIT = 'mksynth/split-GGUF';
+const stand = (s) => Buffer.from(`GGUF stand-in ${s}\n`);
+const SPLIT_FILES = {
+  'split-Q4_K_M-00001-of-00002.gguf': stand(1),
+  'split-Q4_K_M-00002-of-00002.gguf': stand(2),
+  'split-Q8_0.gguf': stand(3),
+  'mmproj-split-Q8_0.gguf': stand(4),
+  'mmproj-split-BF16.gguf': stand(5),
+};
+const REPOS = { [REPO]: FILES, [SPLIT]: SPLIT_FILES };
+const ALL = { ...FILES, ...SPLIT_FILES };
 
 // ---- the hub --------------------------------------------------------------
 
@@ -47,8 +60,8 @@ const hub = {
   fetched(name) { return this.log.filter((r) => r.path.startsWith('/storage/') && r.name === name); },
 };
 
-function listing() {
-  return Object.entries(FILES).map(([path, b]) => {
+function listing(files) {
+  return Object.entries(files).map(([path, b]) => {
     const lfs = path.endsWith('.gguf');
     const sha = hub.badSha.has(path) ? sha256(Buffer.from('something else')) : sha256(b);
     return {
@@ -64,7 +77,7 @@ function json(res, status, body) {
 }
 
 function serveStorage(req, res, name) {
-  const b = FILES[name];
+  const b = ALL[name];
   const m = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
   const from = m && !hub.ignoreRange ? Number(m[1]) : 0;
   if (from >= b.length && from > 0) {
@@ -92,15 +105,15 @@ function handle(req, res) {
   hub.log.push(entry);
   let m;
   if ((m = /^\/api\/models\/([^/]+\/[^/]+)\/tree\/main$/.exec(path))) {
-    if (m[1] !== REPO) return json(res, 404, { error: 'Repository not found' });
-    return json(res, 200, listing());
+    if (!REPOS[m[1]]) return json(res, 404, { error: 'Repository not found' });
+    return json(res, 200, listing(REPOS[m[1]]));
   }
   if ((m = /^\/([^/]+\/[^/]+)\/resolve\/main\/(.+)$/.exec(path))) {
     if (hub.token && req.headers.authorization !== `Bearer ${hub.token}`) {
       return json(res, 401, { error: 'Access to model mksynth/tiny-GGUF is restricted.' });
     }
-    if (m[1] !== REPO) return json(res, 404, { error: 'Repository not found' });
-    const b = FILES[m[2]];
+    if (!REPOS[m[1]]) return json(res, 404, { error: 'Repository not found' });
+    const b = REPOS[m[1]][m[2]];
     if (!b) return json(res, 404, { error: 'Entry not found' });
     res.writeHead(302, {
       Location: `/storage/${sha256(b)}?name=${encodeURIComponent(m[2])}`,
@@ -112,7 +125,7 @@ function handle(req, res) {
   // Storage is addressed by content (the copies share it); the name in the
   // query keeps the count of bytes per file.
   const name = url.searchParams.get('name');
-  if ((m = /^\/storage\/([0-9a-f]{64})$/.exec(path)) && FILES[name] && sha256(FILES[name]) === m[1]) {
+  if ((m = /^\/storage\/([0-9a-f]{64})$/.exec(path)) && ALL[name] && sha256(ALL[name]) === m[1]) {
     entry.name = name;
     return serveStorage(req, res, name);
   }
@@ -268,6 +281,24 @@ test('no single model for the quantization: refused with the choices, nothing fe
   assert.match(bad.stderr, /not a model reference/);
 });
 
+test('a split model is refused; no single mmproj: the choices listed, --mmproj-quant picks one', async () => {
+  hub.reset();
+  const cache = freshCache();
+  let r = await pinhole(['pull', SPLIT], cache);
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, /comes split in 2 files \(split-Q4_K_M-00001-of-00002\.gguf, \.\.\.\).*gguf-split --merge/);
+  r = await pinhole(['pull', `${SPLIT}:Q8_0`], cache);
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, /pinhole pull mksynth\/split-GGUF --mmproj-quant Q8_0 +\(mmproj-split-Q8_0\.gguf/);
+  assert.match(r.stderr, /pinhole pull mksynth\/split-GGUF --mmproj-quant BF16 +\(mmproj-split-BF16\.gguf/);
+  assert.equal(hub.log.filter((e) => !e.path.startsWith('/api/')).length, 0, 'nothing was fetched');
+  r = await pinhole(['pull', `${SPLIT}:Q8_0`, '--mmproj-quant', 'bf16'], cache);
+  assert.equal(r.code, 0, r.stderr);
+  const dir = join(cache, 'pinhole', 'models', 'mksynth', 'split-GGUF');
+  assert.deepEqual(readdirSync(dir).filter((n) => !n.startsWith('.')).sort(), ['mmproj-split-BF16.gguf', 'split-Q8_0.gguf']);
+  assert.ok(readFileSync(join(dir, 'split-Q8_0.gguf')).equals(SPLIT_FILES['split-Q8_0.gguf']));
+});
+
 test('a gated repository: 401 names HF_TOKEN; the token is sent and never printed', async () => {
   hub.reset();
   hub.token = 'hf_secret_test_token';
@@ -293,6 +324,7 @@ test('serve and run -m OWNER/NAME:QUANT use the pulled files without the network
         { type: 'image_url', image_url: { url: picture('small.png').url } }] }],
     });
     assert.equal(c.object, 'chat.completion');
+    assert.equal(c.model, 'tiny-GGUF:F16', 'served as NAME:QUANT');
     assert.ok(c.usage.prompt_tokens > 8, 'the picture took its tokens');
   });
   const ran = await pinhole(['run', '-m', `${REPO}:F16`, '--raw', 'Hello', '-n', '2', '-t', '2'], pulled);
