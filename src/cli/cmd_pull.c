@@ -479,8 +479,8 @@ static char *str_concat(const char *a, const char *b, const char *c) {
     return s;
 }
 
-/* Checks the whole .part against the hub's digest and size, records it and
- * renames it into place. Returns 0, or -1 (the .part removed when its
+/* Checks the whole .part against the hub's digest and size, renames it
+ * into place and records it. Returns 0, or -1 (the .part removed when its
  * content is wrong). */
 static int finish(download *d, const remote_file *f, const char *part, const char *path, const char *side) {
     uint8_t dig[PH_SHA256_LEN];
@@ -506,12 +506,14 @@ static int finish(download *d, const remote_file *f, const char *part, const cha
         fprintf(stderr, "pinhole pull: %s: %s\n", part, strerror(errno));
         return -1;
     }
-    if (write_record(side, f, d->have)) return -1;
     if (rename(part, path)) {
         fprintf(stderr, "pinhole pull: cannot rename %s to %s: %s\n", part, path, strerror(errno));
         return -1;
     }
     ph_fsync_parent_dir(path);
+    /* After the rename: a record never names a file that is not there. Without
+     * it, the next pull checks the file's SHA-256 instead. */
+    write_record(side, f, d->have);
     char got[32], speed[32];
     const double dt = ph_now_s() - d->prog.t0;
     hub_size_text(got, sizeof got, (double)d->fetched);
