@@ -33,31 +33,30 @@
 
 #define PULL_DEFAULT_HUB "https://huggingface.co"
 #define PULL_LISTING_MAX ((size_t)32 << 20) /* bytes of a file listing */
-#define PULL_TRIES 5                        /* transfers in a row that break without progress */
+#define PULL_TRIES       5                  /* transfers in a row that break without progress */
 
 static void pull_usage(FILE *out) {
-    fprintf(out,
-            "usage: pinhole pull OWNER/NAME[:QUANT] [options]\n"
-            "Downloads a GGUF model and its vision file (mmproj) from a Hugging Face-style hub\n"
-            "into $XDG_CACHE_HOME/pinhole/models/OWNER/NAME/ (default ~/.cache/...), resuming\n"
-            "an interrupted download and checking the hub's SHA-256; then\n"
-            "`pinhole serve -m OWNER/NAME[:QUANT]` (also run, chat) uses them.\n"
-            "  QUANT                 the quantization, a word of the file name, any case (Q4_K_M,\n"
-            "                        q8_0, F16) or the whole file name (default: Q4_K_M, or\n"
-            "                        the only model of the repository)\n"
-            "  --mmproj-quant QUANT  the vision file's (default: the only one, else F16)\n"
-            "  --hub-url URL         the hub (default $PINHOLE_HUB_URL, else " PULL_DEFAULT_HUB ")\n"
-            "Environment: HF_TOKEN, an access token for gated and private repositories (sent\n"
-            "as Authorization: Bearer to the hub only, never printed); https_proxy and\n"
-            "no_proxy as for curl.\n");
+    fprintf(out, "usage: pinhole pull OWNER/NAME[:QUANT] [options]\n"
+                 "Downloads a GGUF model and its vision file (mmproj) from a Hugging Face-style hub\n"
+                 "into $XDG_CACHE_HOME/pinhole/models/OWNER/NAME/ (default ~/.cache/...), resuming\n"
+                 "an interrupted download and checking the hub's SHA-256; then\n"
+                 "`pinhole serve -m OWNER/NAME[:QUANT]` (also run, chat) uses them.\n"
+                 "  QUANT                 the quantization, a word of the file name, any case (Q4_K_M,\n"
+                 "                        q8_0, F16) or the whole file name (default: Q4_K_M, or\n"
+                 "                        the only model of the repository)\n"
+                 "  --mmproj-quant QUANT  the vision file's (default: the only one, else F16)\n"
+                 "  --hub-url URL         the hub (default $PINHOLE_HUB_URL, else " PULL_DEFAULT_HUB ")\n"
+                 "Environment: HF_TOKEN, an access token for gated and private repositories (sent\n"
+                 "as Authorization: Bearer to the hub only, never printed); https_proxy and\n"
+                 "no_proxy as for curl.\n");
 }
 
 /* A file of the repository, as the listing gives it. */
 typedef struct remote_file {
     char *name;
-    uint64_t size;      /* 0: not listed */
-    char sha256[65];    /* lowercase hex; empty when not listed */
-    char id[96];        /* what the cached copy is matched with: the SHA-256, else the git oid */
+    uint64_t size;   /* 0: not listed */
+    char sha256[65]; /* lowercase hex; empty when not listed */
+    char id[96];     /* what the cached copy is matched with: the SHA-256, else the git oid */
 } remote_file;
 
 typedef struct pull_ctx {
@@ -134,9 +133,10 @@ static void http_refusal(pull_ctx *c, long status, const char *file) {
     char what[512];
     snprintf(what, sizeof what, "%s%s%s", file ? file : "", file ? " of " : "", c->ref.repo);
     if (status == 401 || status == 403) {
-        fprintf(stderr, "pinhole pull: the hub refused access to %s (HTTP %ld): the repository is gated or "
-                        "private%s. Accept its terms on %s/%s and set HF_TOKEN to an access token of your "
-                        "account%s\n",
+        fprintf(stderr,
+                "pinhole pull: the hub refused access to %s (HTTP %ld): the repository is gated or "
+                "private%s. Accept its terms on %s/%s and set HF_TOKEN to an access token of your "
+                "account%s\n",
                 what, status, status == 401 ? " (or does not exist)" : "", c->hub, c->ref.repo,
                 c->auth ? " (HF_TOKEN is set, but the hub did not accept it for this repository)" : "");
     } else if (status == 404) {
@@ -431,8 +431,10 @@ static int transfer(pull_ctx *c, download *d, const char *url, const remote_file
         curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
         if (c->tty) fputs("\r\033[K", stderr);
         if (d->restarted) {
-            fprintf(stderr, "  %s: the hub answered the range request with the whole file: fetching it from the "
-                            "start\n", f->name);
+            fprintf(stderr,
+                    "  %s: the hub answered the range request with the whole file: fetching it from the "
+                    "start\n",
+                    f->name);
             d->restarted = false;
         }
         const char *why = rc != CURLE_OK ? curl_why(c, rc) : "the body ended early";
@@ -495,11 +497,15 @@ static int finish(download *d, const remote_file *f, const char *part, const cha
     if ((size && d->have != size) || (want && strcasecmp(hex, want))) {
         unlink(part);
         if (size && d->have != size)
-            fprintf(stderr, "pinhole pull: %s: got %" PRIu64 " bytes, the hub lists %" PRIu64 "; the download was "
-                            "removed, pull again\n", f->name, d->have, size);
+            fprintf(stderr,
+                    "pinhole pull: %s: got %" PRIu64 " bytes, the hub lists %" PRIu64 "; the download was "
+                    "removed, pull again\n",
+                    f->name, d->have, size);
         else
-            fprintf(stderr, "pinhole pull: %s: checksum mismatch: SHA-256 %s, the hub lists %s; the download was "
-                            "removed, pull again\n", f->name, hex, want);
+            fprintf(stderr,
+                    "pinhole pull: %s: checksum mismatch: SHA-256 %s, the hub lists %s; the download was "
+                    "removed, pull again\n",
+                    f->name, hex, want);
         return -1;
     }
     if (fsync(d->fd)) {
@@ -635,8 +641,8 @@ static int pull_connect(pull_ctx *c) {
             fprintf(stderr, "pinhole pull: HF_TOKEN holds a line break: it cannot be sent\n");
             return -1;
         }
-        struct curl_slist *h = (c->auth = str_concat("Authorization: Bearer ", token, ""))
-                                   ? curl_slist_append(NULL, c->auth) : NULL;
+        struct curl_slist *h =
+            (c->auth = str_concat("Authorization: Bearer ", token, "")) ? curl_slist_append(NULL, c->auth) : NULL;
         if (!h) {
             fprintf(stderr, "pinhole pull: out of memory\n");
             return -1;
@@ -692,8 +698,8 @@ static int pull_main(pull_ctx *c, const char *mm_quant) {
         fprintf(stderr, "pinhole pull: %s\n", err.msg);
         goto out;
     }
-    if (mi < 0) fprintf(stderr, "pinhole pull: %s has no vision file (mmproj): the model will read text only\n",
-                        c->ref.repo);
+    if (mi < 0)
+        fprintf(stderr, "pinhole pull: %s has no vision file (mmproj): the model will read text only\n", c->ref.repo);
     if (pull_file(c, dir, &files[li]) || (mi >= 0 && pull_file(c, dir, &files[mi]))) goto out;
     printf("%s/%s\n", dir, files[li].name);
     if (mi >= 0) printf("%s/%s\n", dir, files[mi].name);

@@ -37,8 +37,10 @@ int hub_ref_parse(const char *s, bool loud, hub_ref *out) {
     }
     if (!ok) {
         if (loud)
-            fprintf(stderr, "pinhole: '%s' is not a model reference: give OWNER/NAME or OWNER/NAME:QUANT "
-                            "(letters, digits, '-', '_' and '.'; e.g. Qwen/Qwen3-VL-2B-Instruct-GGUF:Q4_K_M)\n", s);
+            fprintf(stderr,
+                    "pinhole: '%s' is not a model reference: give OWNER/NAME or OWNER/NAME:QUANT "
+                    "(letters, digits, '-', '_' and '.'; e.g. Qwen/Qwen3-VL-2B-Instruct-GGUF:Q4_K_M)\n",
+                    s);
         return -1;
     }
     out->repo = strndup(s, (size_t)(end - s));
@@ -180,24 +182,30 @@ static int choose_one(const hub_ref *ref, const hub_name *files, const int *cand
     int hit = -1, n_hit = 0;
     const char *want = quant ? quant : preferred;
     for (size_t i = 0; want && i < n_cand; i++)
-        if (quant_in_name(files[cand[i]].name, want)) { hit = cand[i]; n_hit++; }
-    if (n_hit == 0 && !quant && n_cand == 1) { hit = cand[0]; n_hit = 1; }
+        if (quant_in_name(files[cand[i]].name, want)) {
+            hit = cand[i];
+            n_hit++;
+        }
+    if (n_hit == 0 && !quant && n_cand == 1) {
+        hit = cand[0];
+        n_hit = 1;
+    }
     if (n_hit == 1) {
         bool first;
         int parts = split_parts(files[hit].name, &first);
         if (!parts) return hit;
-        fprintf(stderr, "pinhole: %s %s comes split in %d files (%s, ...): pinhole loads a model from one file; "
-                        "merge the parts with llama.cpp's gguf-split --merge and give the file to -m\n",
+        fprintf(stderr,
+                "pinhole: %s %s comes split in %d files (%s, ...): pinhole loads a model from one file; "
+                "merge the parts with llama.cpp's gguf-split --merge and give the file to -m\n",
                 ref->repo, what, parts, files[hit].name);
         return -1;
     }
     if (n_hit > 1)
         fprintf(stderr, "pinhole: more than one %s of %s %s is %s; choose one:\n", what, ref->repo, where, want);
     else if (quant && dir && !vision)
-        fprintf(stderr, "pinhole: no %s of %s %s is %s (fetch it with: pinhole pull %s:%s); the pulled ones:\n",
-                what, ref->repo, where, quant, ref->repo, quant);
-    else if (quant)
-        fprintf(stderr, "pinhole: no %s of %s %s is %s; choose one of:\n", what, ref->repo, where, quant);
+        fprintf(stderr, "pinhole: no %s of %s %s is %s (fetch it with: pinhole pull %s:%s); the pulled ones:\n", what,
+                ref->repo, where, quant, ref->repo, quant);
+    else if (quant) fprintf(stderr, "pinhole: no %s of %s %s is %s; choose one of:\n", what, ref->repo, where, quant);
     else
         fprintf(stderr, "pinhole: %s has %zu %ss %s%s%s; choose one:\n", ref->repo, n_cand, what, where,
                 preferred ? " and none is " : "", preferred ? preferred : "");
@@ -291,8 +299,10 @@ int hub_find_local(const char *ref, char **llm, char **mmproj) {
     int rc = -1, li = -1, mi = -1;
     if (dir && n < 0 && errno != ENOENT) fprintf(stderr, "pinhole: %s: %s\n", dir, strerror(errno));
     else if (dir && n <= 0)
-        fprintf(stderr, "pinhole: -m %s: no such file, and no model of that name was pulled (%s holds none); "
-                        "fetch it with: pinhole pull %s\n", ref, dir, ref);
+        fprintf(stderr,
+                "pinhole: -m %s: no such file, and no model of that name was pulled (%s holds none); "
+                "fetch it with: pinhole pull %s\n",
+                ref, dir, ref);
     else if (dir && !hub_choose(&r, files, (size_t)n, NULL, dir, &li, &mi)) {
         *llm = join_path(dir, files[li].name);
         *mmproj = mi >= 0 ? join_path(dir, files[mi].name) : NULL;
