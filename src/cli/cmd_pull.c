@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,16 @@ typedef struct pull_ctx {
     char errbuf[CURL_ERROR_SIZE];
     bool tty;
 } pull_ctx;
+
+/* A formatted string, malloc'd; NULL when memory is out. */
+__attribute__((format(printf, 1, 2))) static char *str_printf(const char *fmt, ...) {
+    va_list ap;
+    char *s;
+    va_start(ap, fmt);
+    const int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    return n < 0 ? NULL : s;
+}
 
 /* ---- HTTP ------------------------------------------------------------ */
 
@@ -218,8 +229,7 @@ static int parse_listing(const char *body, size_t n, remote_file **files, size_t
 
 /* Fetches the repository's file list. Returns 0, or -1 after saying why. */
 static int fetch_listing(pull_ctx *c, remote_file **files, size_t *n_files) {
-    size_t cap = strlen(c->hub) + strlen(c->ref.repo) + 32;
-    char *url = malloc(cap);
+    char *url = str_printf("%s/api/models/%s/tree/main", c->hub, c->ref.repo);
     mem_body body = {0};
     http_heads heads;
     int rc = -1;
@@ -227,7 +237,6 @@ static int fetch_listing(pull_ctx *c, remote_file **files, size_t *n_files) {
         fprintf(stderr, "pinhole pull: out of memory\n");
         return -1;
     }
-    snprintf(url, cap, "%s/api/models/%s/tree/main", c->hub, c->ref.repo);
     http_setup(c, url, on_mem, &body, &heads, NULL);
     CURLcode cr = curl_easy_perform(c->curl);
     long status = 0;
@@ -474,13 +483,6 @@ static int transfer(pull_ctx *c, download *d, const char *url, const remote_file
     }
 }
 
-static char *str_concat(const char *a, const char *b, const char *c) {
-    size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
-    char *s = malloc(n);
-    if (s) snprintf(s, n, "%s%s%s", a, b, c);
-    return s;
-}
-
 /* Checks the whole .part against the hub's digest and size, renames it
  * into place and records it. Returns 0, or -1 (the .part removed when its
  * content is wrong). */
@@ -572,20 +574,17 @@ static int room_for(const char *dir, const remote_file *f, uint64_t need) {
 /* Makes dir/f->name the hub's file: nothing when it already is, else a
  * download, resumed from a .part when one is there. */
 static int pull_file(pull_ctx *c, const char *dir, const remote_file *f) {
-    char *path = str_concat(dir, "/", f->name), *part = path ? str_concat(path, ".part", "") : NULL;
-    char *side = str_concat(dir, "/.", f->name), *side_ext = side ? str_concat(side, ".hub", "") : NULL;
+    char *path = str_printf("%s/%s", dir, f->name), *part = str_printf("%s/%s.part", dir, f->name);
+    char *side = str_printf("%s/.%s.hub", dir, f->name);
     char *esc = curl_easy_escape(c->curl, f->name, 0);
-    size_t cap = strlen(c->hub) + strlen(c->ref.repo) + (esc ? strlen(esc) : 0) + 32;
-    char *url = malloc(cap);
+    char *url = esc ? str_printf("%s/%s/resolve/main/%s", c->hub, c->ref.repo, esc) : NULL;
     download d = {.fd = -1, .c = c, .prog = {.name = f->name, .total = f->size}};
     int rc = -1;
-    free(side);
-    if (!path || !part || !side_ext || !esc || !url) {
+    if (!path || !part || !side || !esc || !url) {
         fprintf(stderr, "pinhole pull: out of memory\n");
         goto out;
     }
-    snprintf(url, cap, "%s/%s/resolve/main/%s", c->hub, c->ref.repo, esc);
-    if (up_to_date(path, side_ext, f)) {
+    if (up_to_date(path, side, f)) {
         fprintf(stderr, "  %s: up to date\n", f->name);
         rc = 0;
         goto out;
@@ -599,7 +598,7 @@ static int pull_file(pull_ctx *c, const char *dir, const remote_file *f) {
     }
     d.prog.start = d.have;
     d.prog.t0 = ph_now_s();
-    if (!transfer(c, &d, url, f)) rc = finish(&d, f, part, path, side_ext);
+    if (!transfer(c, &d, url, f)) rc = finish(&d, f, part, path, side);
 out:
     ph_sha256_discard(&d.sha);
     if (d.fd >= 0) close(d.fd);
@@ -607,7 +606,7 @@ out:
     free(url);
     free(path);
     free(part);
-    free(side_ext);
+    free(side);
     return rc;
 }
 
@@ -642,7 +641,7 @@ static int pull_connect(pull_ctx *c) {
             return -1;
         }
         struct curl_slist *h =
-            (c->auth = str_concat("Authorization: Bearer ", token, "")) ? curl_slist_append(NULL, c->auth) : NULL;
+            (c->auth = str_printf("Authorization: Bearer %s", token)) ? curl_slist_append(NULL, c->auth) : NULL;
         if (!h) {
             fprintf(stderr, "pinhole pull: out of memory\n");
             return -1;
