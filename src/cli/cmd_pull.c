@@ -590,15 +590,17 @@ static int pull_file(pull_ctx *c, const char *dir, const remote_file *f) {
         goto out;
     }
     if (download_open(&d, part, f)) goto out;
-    if (room_for(dir, f, f->size > d.have ? f->size - d.have : 0)) goto out;
-    if (d.have) {
-        char at[32];
-        hub_size_text(at, sizeof at, (double)d.have);
-        fprintf(stderr, "  %s: resuming at %s\n", f->name, at);
+    if (!room_for(dir, f, f->size > d.have ? f->size - d.have : 0)) {
+        if (d.have) {
+            char at[32];
+            hub_size_text(at, sizeof at, (double)d.have);
+            fprintf(stderr, "  %s: resuming at %s\n", f->name, at);
+        }
+        d.prog.start = d.have;
+        d.prog.t0 = ph_now_s();
+        if (!transfer(c, &d, url, f)) rc = finish(&d, f, part, path, side);
     }
-    d.prog.start = d.have;
-    d.prog.t0 = ph_now_s();
-    if (!transfer(c, &d, url, f)) rc = finish(&d, f, part, path, side);
+    if (rc && !d.have) unlink(part); /* nothing fetched: no empty .part left behind */
 out:
     ph_sha256_discard(&d.sha);
     if (d.fd >= 0) close(d.fd);

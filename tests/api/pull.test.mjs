@@ -53,9 +53,10 @@ const hub = {
   ignoreRange: false,  // answer Range requests with the whole file (200)
   badSha: new Set(),   // files listed with a wrong SHA-256
   token: null,         // when set, downloads need Authorization: Bearer TOKEN
+  gone: null,          // a listed file that /resolve/main/ answers 404 for
   reset() {
     this.log = []; this.sent = {}; this.cutOnce.clear(); this.ignoreRange = false; this.badSha.clear();
-    this.token = null;
+    this.token = null; this.gone = null;
   },
   fetched(name) { return this.log.filter((r) => r.path.startsWith('/storage/') && r.name === name); },
 };
@@ -114,7 +115,7 @@ function handle(req, res) {
     }
     if (!REPOS[m[1]]) return json(res, 404, { error: 'Repository not found' });
     const b = REPOS[m[1]][m[2]];
-    if (!b) return json(res, 404, { error: 'Entry not found' });
+    if (!b || m[2] === hub.gone) return json(res, 404, { error: 'Entry not found' });
     res.writeHead(302, {
       Location: `/storage/${sha256(b)}?name=${encodeURIComponent(m[2])}`,
       ETag: `"${createHash('sha1').update(b).digest('hex')}"`,
@@ -256,13 +257,18 @@ test('a download whose SHA-256 is not the listed one is refused and its .part re
   assert.ok(!existsSync(join(repoDir(cache), 'mmproj-tiny-F16.gguf')), 'the pull stopped at the first failure');
 });
 
-test('a repository the hub does not have: 404, nothing written', async () => {
+test('a repository or a file the hub does not have: 404 says which', async () => {
   hub.reset();
   const cache = freshCache();
-  const r = await pinhole(['pull', 'mksynth/nothing-GGUF'], cache);
+  let r = await pinhole(['pull', 'mksynth/nothing-GGUF'], cache);
   assert.equal(r.code, 1, r.stderr);
   assert.match(r.stderr, /mksynth\/nothing-GGUF not found on http:\/\/127\.0\.0\.1:\d+ \(HTTP 404\)/);
   assert.ok(!existsSync(join(cache, 'pinhole')), 'no folder was made');
+  hub.gone = 'mmproj-tiny-F16.gguf';
+  r = await pinhole(['pull', `${REPO}:F16`], cache);
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stderr, /mmproj-tiny-F16\.gguf of mksynth\/tiny-GGUF not found on .* \(HTTP 404\)/);
+  assert.deepEqual(readdirSync(repoDir(cache)).filter((n) => n.includes('mmproj')), [], 'no file, no empty .part');
 });
 
 test('no single model for the quantization: refused with the choices, nothing fetched', async () => {
