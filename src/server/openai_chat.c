@@ -184,11 +184,23 @@ static int parse(job *j, ph_err *err) {
     return 0;
 }
 
+/* pinhole's own account of the turn, beside the API's fields: where the
+ * reused rows came from, what became of the pictures, the times (ms). */
+static json_t *usage_pinhole(const ph_turn_report *r) {
+    return json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:f,s:f}", "reused_tokens", r->n_reused,
+                     "from_ram_tokens", r->n_from_ram, "from_disk_tokens", r->n_from_disk, "prefilled_tokens",
+                     r->n_prefilled, "pictures", r->n_pictures, "pictures_in_kv", r->pics_from_kv,
+                     "pictures_from_cache", r->pics_from_cache, "pictures_encoded", r->pics_encoded, "encode_ms",
+                     r->encode_s * 1e3, "prefill_ms", r->prefill_s * 1e3, "ttft_ms", r->ttft_s * 1e3, "decode_ms",
+                     r->decode_s * 1e3);
+}
+
 static json_t *usage(const job *j) {
     const ph_turn_report *r = &j->rep;
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", r->n_prompt, "completion_tokens",
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i},s:o}", "prompt_tokens", r->n_prompt, "completion_tokens",
                      r->n_generated, "total_tokens", r->n_prompt + r->n_generated, "prompt_tokens_details",
-                     "cached_tokens", r->n_reused, "completion_tokens_details", "reasoning_tokens", 0);
+                     "cached_tokens", r->n_reused, "completion_tokens_details", "reasoning_tokens", 0, "pinhole",
+                     usage_pinhole(r));
 }
 
 static const char *finish_reason(const job *j) {

@@ -30,6 +30,7 @@
 #include "server/door.h"
 #include "server/metrics.h"
 #include "server/server.h"
+#include "server/web.h"
 
 /* pthread_cond_timedwait for at most `seconds` from now. */
 static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
@@ -70,6 +71,7 @@ struct srv {
     pthread_t watcher;
     bool watcher_stop;         /* under mu */
     uint8_t (*key_domains)[32]; /* per API key its isolation domain (NULL: keys are not isolated) */
+    web_page page;             /* the web chat page (GET /) */
 };
 
 /* ---- jobs ---------------------------------------------------------------------- */
@@ -729,7 +731,39 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     return answer_or_wait(s, c, cn);
 }
 
-static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *url) {
+/* Whether a request is for the web chat page: GET or HEAD of / or
+ * /index.html. The page holds no secret, so it needs no API key; each
+ * API call it makes does. */
+static bool is_page_url(const char *url) { return !strcmp(url, "/") || !strcmp(url, "/index.html"); }
+
+static bool is_page(const char *url, const char *method) {
+    return (!strcmp(method, "GET") || !strcmp(method, "HEAD")) && is_page_url(url);
+}
+
+/* The page, or 304 when the browser's copy is current. Browsers check
+ * each time (no-cache), so a new binary's page is seen at once. */
+static enum MHD_Result send_page(srv *s, struct MHD_Connection *c) {
+    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match");
+    const bool same = web_etag_matches(&s->page, inm);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(same ? 0 : s->page.len, (void *)s->page.body, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Content-Security-Policy", s->page.csp);
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "ETag", s->page.etag);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    const int status = same ? 304 : 200;
+    metrics_request(&s->met, "web", status);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *url, const char *method) {
+    if (is_page(url, method)) return send_page(s, c);
     if (!strcmp(url, "/health")) {
         metrics_request(&s->met, "health", 200);
         return send_json(s, c, 200, json_pack("{s:s}", "status", "ok"));
@@ -778,6 +812,7 @@ static const char *endpoint_label(const char *url, const api_kind *api) {
     if (api) return api->endpoint;
     if (!strcmp(url, "/health")) return "health";
     if (!strcmp(url, "/metrics")) return "metrics";
+    if (is_page_url(url)) return "web";
     if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) return "models";
     return "other";
 }
@@ -856,7 +891,7 @@ static bool method_is_token(const char *m) {
  * framing (400: differing Content-Length headers, or Content-Length with
  * Transfer-Encoding), the method (400: not a token; 405: not one served),
  * the Host (DNS rebinding: 403), CORS preflights, the
- * API key (401: every request but GET /health), and for the API endpoints'
+ * API key (401: every request but GET /health and the web page), and for the API endpoints'
  * POSTs the Content-Type (415). Returns MHD_YES with *done false when the
  * request goes on. */
 static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, const char *url, const char *method,
@@ -891,7 +926,7 @@ static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, c
         return refuse_now(s, c, cn, label, anth, 403, msg);
     }
     if (!strcmp(method, "OPTIONS")) return handle_options(s, c, cn, url, api);
-    if (strcmp(url, "/health") && !authorized(s, c, &cn->key))
+    if (strcmp(url, "/health") && !is_page(url, method) && !authorized(s, c, &cn->key))
         return refuse_now(s, c, cn, label, anth, 401,
                           "a valid API key is required (Authorization: Bearer KEY or x-api-key: KEY)");
     if (!strcmp(method, "POST") && api) {
@@ -959,7 +994,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     conns_set_phase(&s->conns, cn->rec, CONN_BUSY, ph_now_s()); /* the whole body is in */
     if (cn->refused) return send_error(s, c, api ? api->endpoint : "other", api && api->anthropic, cn->refused, cn->why);
-    if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) return handle_get(s, c, url);
+    if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) return handle_get(s, c, url, method);
     if (!strcmp(method, "POST") && api) {
         if (cn->body.oom) return send_error(s, c, api->endpoint, api->anthropic, 500, "out of memory");
         return handle_api(s, c, api, is_count_tokens(url), cn);
@@ -1125,6 +1160,11 @@ int server_run(ph_engine *e, const srv_config *cfg) {
                s->cfg.body_timeout_s);
     ph_engine_get_stats(e, &s->snap);
     int rc = 1;
+    ph_err werr = {0};
+    if (web_page_init(&s->page, &werr)) {
+        fprintf(stderr, "pinhole: %s\n", werr.msg);
+        goto out;
+    }
     if (cfg->n_api_keys > 1) { /* each key its own isolation domain */
         if (!(s->key_domains = calloc(cfg->n_api_keys, sizeof *s->key_domains))) {
             fprintf(stderr, "pinhole: out of memory\n");
