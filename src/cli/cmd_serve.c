@@ -49,8 +49,9 @@ static void serve_usage(FILE *out) {
             "                            (default 10)\n"
             "  --body-timeout-s S        and the whole body within S seconds of the head (default 60)\n"
             "  --api-key KEY             require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
-            "                            on every request but GET /health; other local users can read\n"
-            "                            it in the process list: prefer --api-key-file or PINHOLE_API_KEY\n"
+            "                            on every request but GET /health and the web page (GET /); other\n"
+            "                            local users can read it in the process list: prefer\n"
+            "                            --api-key-file or PINHOLE_API_KEY\n"
             "  --api-key-file FILE       the keys, one a line (blank lines and lines starting with #\n"
             "                            are skipped; refused without a key; a warning if the file is\n"
             "                            readable by group or others); with several keys, each key's\n"
@@ -103,7 +104,8 @@ static void serve_usage(FILE *out) {
             "  -v, --verbose             log more\n"
             "Endpoints: POST /v1/chat/completions, /v1/responses, /v1/messages,\n"
             "/v1/messages/count_tokens (bodies as Content-Type: application/json, else 415);\n"
-            "GET /v1/models, /health, /metrics. Pictures only as data: URIs (PNG, JPEG, WebP, GIF).\n");
+            "GET /v1/models, /health, /metrics. Pictures only as data: URIs (PNG, JPEG, WebP, GIF).\n"
+            "GET / is a web chat page: open http://HOST:PORT/ in a browser.\n");
 }
 
 static void on_progress(void *ud, const char *what, double f) {

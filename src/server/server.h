@@ -30,7 +30,7 @@ typedef struct srv_config {
                                     * (their headers' sizes); past it 503 (0: no bound) */
     size_t max_body;           /* bytes */
     /* the API keys (none: no key needed); else every request but GET
-     * /health and CORS preflights must carry one of them. With more than
+     * /health, the web page (GET /) and CORS preflights must carry one of them. With more than
      * one, each key is an isolation domain of its own: its requests reuse
      * no state or picture embedding made by another key's */
     const char *const *api_keys;

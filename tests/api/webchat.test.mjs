@@ -122,7 +122,7 @@ describe('web chat page', { timeout: 300_000 }, () => {
   test('a picture and a question, streamed; the second turn reuses the first', async (t) => {
     const srv = await startServer({ extra: ['--max-tokens', '24'] });
     const problems = [];
-    const { ctx, page } = await open(srv, problems, 900);
+    const { ctx, page } = await open(srv, problems, 1000);
     try {
       await modelShown(page);
       const input = await page.$('#file');
@@ -249,6 +249,49 @@ describe('web chat page', { timeout: 300_000 }, () => {
       assert.ok(['done', 'length'].includes((await answer(page, 2)).state));
       // the browser reported 401s for the refused requests; nothing else
       noProblems(problems.filter((p) => !/status of 401/.test(p)));
+    } finally {
+      await ctx.close();
+      await stopServer(srv);
+    }
+  });
+
+  test('reasoning is shown folded apart from the answer, and sent back with the history', async () => {
+    // --allow-forced-output: the one field the page does not send is added on
+    // its way out, to make the synthetic model write a reasoning and an answer
+    const srv = await startServer({ vision: false, extra: ['--allow-forced-output', '--max-tokens', '64'] });
+    const problems = [];
+    const { ctx, page } = await open(srv, problems);
+    const sent = [];
+    try {
+      await page.setRequestInterception(true);
+      page.on('request', (req) => {
+        if (req.method() !== 'POST' || !req.url().endsWith('/v1/chat/completions')) return req.continue();
+        const body = JSON.parse(req.postData());
+        sent.push(body);
+        body.forced_output = '<think>\nFirst, look at the shapes.\n</think>\n\nA circle.';
+        return req.continue({ postData: JSON.stringify(body) });
+      });
+      await modelShown(page);
+      await ask(page, 'What shape?');
+      const a = await answer(page, 1);
+      assert.equal(a.state, 'done', JSON.stringify(a));
+      assert.equal(a.text.trim(), 'A circle.');
+      const r = await page.$eval('article.msg.assistant details.reasoning', (d) =>
+        ({ hidden: d.hidden, open: d.open, summary: d.querySelector('summary').textContent, text: d.querySelector('.text').textContent }));
+      assert.deepEqual({ ...r, text: r.text.trim() },
+                       { hidden: false, open: false, summary: 'Reasoning', text: 'First, look at the shapes.' });
+      await page.click('article.msg.assistant details.reasoning summary');
+      assert.ok(await page.$eval('article.msg.assistant details.reasoning', (d) => d.open), 'opens on a click');
+      await ask(page, 'Sure?');
+      await answer(page, 2);
+      assert.equal(sent.length, 2);
+      const prev = sent[1].messages[1];
+      assert.equal(prev.role, 'assistant');
+      assert.equal(prev.content.trim(), 'A circle.');
+      assert.equal(prev.reasoning_content.trim(), 'First, look at the shapes.');
+      assert.deepEqual(sent[1].stream_options, { include_usage: true });
+      assert.equal(sent[1].model, MODEL_ID);
+      noProblems(problems);
     } finally {
       await ctx.close();
       await stopServer(srv);
