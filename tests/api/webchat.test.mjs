@@ -9,7 +9,7 @@
 // scripts/setup.sh installs chromium. A screenshot of each page is written
 // to $PH_ARTIFACT_DIR (default build/test-artifacts).
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
@@ -291,6 +291,76 @@ describe('web chat page', { timeout: 300_000 }, () => {
       assert.equal(prev.reasoning_content.trim(), 'First, look at the shapes.');
       assert.deepEqual(sent[1].stream_options, { include_usage: true });
       assert.equal(sent[1].model, MODEL_ID);
+      noProblems(problems);
+    } finally {
+      await ctx.close();
+      await stopServer(srv);
+    }
+  });
+
+  test('pictures by paste and drop, other files refused; a full storage keeps the text, not the pictures', async () => {
+    const srv = await startServer({ extra: ['--max-tokens', '8'] });
+    const problems = [];
+    const { ctx, page } = await open(srv, problems);
+    try {
+      await modelShown(page);
+      const b64 = readFileSync(PICTURE).toString('base64');
+      // a picture pasted into the message box, another dropped on it
+      await page.evaluate((data) => {
+        const file = (name) => new File([Uint8Array.from(atob(data), (c) => c.charCodeAt(0))], name, { type: 'image/png' });
+        const pasted = new DataTransfer();
+        pasted.items.add(file('pasted.png'));
+        const box = document.getElementById('prompt');
+        box.dispatchEvent(new ClipboardEvent('paste', { clipboardData: pasted, bubbles: true, cancelable: true }));
+        const dropped = new DataTransfer();
+        dropped.items.add(file('dropped.png'));
+        box.dispatchEvent(new DragEvent('dragover', { dataTransfer: dropped, bubbles: true, cancelable: true }));
+        box.dispatchEvent(new DragEvent('drop', { dataTransfer: dropped, bubbles: true, cancelable: true }));
+      }, b64);
+      await page.waitForFunction(() => document.querySelectorAll('#attachments img').length === 2);
+      assert.deepEqual(await page.$$eval('#attachments img', (l) => l.map((i) => i.alt)), ['pasted.png', 'dropped.png']);
+      // not a picture: refused with a message, nothing attached
+      const input = await page.$('#file');
+      await input.uploadFile(join(HERE, 'package.json'));
+      await page.waitForSelector('#composer-error:not([hidden])');
+      assert.match(await page.$eval('#composer-error', (p) => p.textContent), /package\.json is not a PNG, JPEG, WebP or GIF/);
+      assert.equal(await page.$$eval('#attachments img', (l) => l.length), 2);
+      await page.click('#attachments figure:nth-child(2) button');
+      assert.deepEqual(await page.$$eval('#attachments img', (l) => l.map((i) => i.alt)), ['pasted.png']);
+
+      // fill the origin's storage but for a little room: enough for the
+      // conversation's text, not for its picture
+      await page.evaluate(() => {
+        let n = 0;
+        for (const size of [1 << 20, 1 << 16, 1 << 12, 1 << 8, 16]) {
+          for (;;) {
+            try { localStorage.setItem(`filler-${n++}`, 'x'.repeat(size)); } catch { break; }
+          }
+        }
+        localStorage.removeItem('filler-0');      // a 1 MiB one: room for the first turn
+      });
+      await ask(page, 'What is this?');
+      assert.equal((await answer(page, 1)).stats.encoded, 1);
+      assert.ok(await page.$eval('#storage-note', (p) => p.hidden), 'the first turn fits');
+      await page.evaluate(() => {
+        // no room left: the second turn fits only without the picture
+        let n = 0;
+        for (const size of [1 << 10, 16]) {
+          for (;;) {
+            try { localStorage.setItem(`more-${n++}`, 'x'.repeat(size)); } catch { break; }
+          }
+        }
+      });
+      await ask(page, 'Again?');
+      await answer(page, 2);
+      assert.match(await page.$eval('#storage-note', (p) => p.textContent), /storage is full: the pictures of 1 conversation/);
+      const stored = await page.evaluate(() => JSON.parse(localStorage.getItem('pinhole.chats.v1')));
+      assert.equal(stored.chats.length, 1);
+      assert.deepEqual(stored.chats[0].messages.map((m) => m.text.length > 0), [true, true, true, true], 'the text is kept');
+      assert.deepEqual(stored.chats[0].messages[0].images, [null], 'the picture is not');
+      assert.equal(await page.$$eval('#log article.msg.user img', (l) => l.length), 1, 'the page still shows it');
+      await page.reload({ waitUntil: 'load' });
+      assert.match(await page.$eval('#log', (l) => l.innerText), /Picture not kept \(browser storage was full\)/);
       noProblems(problems);
     } finally {
       await ctx.close();
