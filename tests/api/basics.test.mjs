@@ -67,7 +67,9 @@ describe('endpoints', { timeout: 300_000 }, () => {
   });
 
   test('unknown paths are 404', async () => {
-    for (const [method, path] of [['GET', '/v1/nothing'], ['POST', '/v1/chat/nothing'], ['GET', '/'], ['POST', '/v2/messages']]) {
+    // (GET / is the web chat page: webchat.test.mjs)
+    for (const [method, path] of [['GET', '/v1/nothing'], ['POST', '/v1/chat/nothing'], ['POST', '/'], ['GET', '/index.htm'],
+                                  ['POST', '/v2/messages']]) {
       const r = await fetch(srv.url + path, method === 'POST' ? { method, body: '{}', headers: { 'content-type': 'application/json' } } : {});
       assert.equal(r.status, 404, `${method} ${path}`);
       await r.text();
