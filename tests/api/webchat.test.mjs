@@ -7,7 +7,8 @@
 //
 // Needs /usr/bin/chromium (or PH_CHROMIUM) and puppeteer-core (npm ci);
 // scripts/setup.sh installs chromium. A screenshot of each page is written
-// to $PH_ARTIFACT_DIR (default build/test-artifacts).
+// to $PH_ARTIFACT_DIR (ctest sets it to the build folder's test-artifacts;
+// default build/test-artifacts).
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
