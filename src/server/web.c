@@ -79,7 +79,7 @@ bool web_etag_matches(const web_page *p, const char *inm) {
         while (*s == ' ' || *s == '\t' || *s == ',') s++;
         if (*s == '*') return true;
         if (!strncmp(s, "W/", 2)) s += 2;
-        if (!strncmp(s, p->etag, tl)) return true;
+        if (!strncmp(s, p->etag, tl) && (!s[tl] || strchr(" \t,", s[tl]))) return true;
         while (*s && *s != ',') s++;
     }
     return false;
