@@ -444,6 +444,14 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
 int ph_engine_count(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *g, int32_t *n_rows,
                     ph_err *err);
 
+/* Renders a conversation (with g's tools and thinking switch) as
+ * ph_engine_chat would, as the text of a raw prompt: no BOS, each picture
+ * written as marker, so that ph_prompt_from_raw with the same marker gives
+ * the prompt stream ph_engine_chat evaluates. *text is malloc'd and
+ * NUL-terminated. Errors: PH_ERR_INPUT. */
+int ph_engine_render(const ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *g,
+                     const char *marker, char **text, size_t *len, ph_err *err);
+
 /* Housekeeping between requests: releases an idle encoder. Returns the
  * seconds until it wants to be called again (or a negative number: never). */
 double ph_engine_tick(ph_engine *e);

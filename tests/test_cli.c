@@ -1,12 +1,19 @@
 /* The command line as a user and outside tooling meet it: `pinhole run
  * --json --force-tokens` output compared with the oracle (text and
- * pictures, including the picture rows; Qwen3-VL and Qwen3.5), and clear
- * refusals. */
+ * pictures, including the picture rows; Qwen3-VL and Qwen3.5), `run -p`
+ * against --raw with the ChatML it renders, `pinhole chat` driven through a
+ * pipe and a terminal (commands, transcript, summary lines, tab
+ * completion), `pinhole info`'s units, and clear refusals. */
+#include <errno.h>
 #include <math.h>
+#include <poll.h>
+#include <pty.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "oracle.h"
 #include "test.h"
@@ -157,8 +164,228 @@ static void check_bench_picture(void) {
     json_decref(js);
 }
 
+/* Runs `pinhole ARGS`, its stdin from the file in_path (NULL: none); stdout
+ * in *out, stderr in *err; the exit status. */
+static int run_pinhole(const char *args, const char *in_path, char **out, char **err) {
+    char efile[] = "/tmp/pinhole-test-errXXXXXX";
+    close(mkstemp(efile));
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s %s <%s 2>%s", PH_PINHOLE_BIN, args, in_path ? in_path : "/dev/null", efile);
+    int rc = t_run(cmd, out);
+    snprintf(cmd, sizeof cmd, "cat %s", efile);
+    t_run(cmd, err);
+    unlink(efile);
+    return rc;
+}
+
+/* A prompt -p makes, through --print-prompt: the shell keeps its trailing
+ * newline (the prompt goes on as "$P" in later commands). */
+static char *print_prompt(const char *args) {
+    char cmd[8192], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s run %s --print-prompt 2>/dev/null", PH_PINHOLE_BIN, args);
+    int rc = t_run(cmd, &out);
+    CHECKF(rc == 0, "pinhole run %s --print-prompt: exit %d", args, rc);
+    return out;
+}
+
+/* run -p: the prompt is the template's ChatML (system message, pictures
+ * before the text, generation prompt; a thinking template's <think>
+ * opener), and the answer is what --raw gives for that prompt, ending in a
+ * newline, with a summary line on stderr. */
+static void check_run_prompt(void) {
+    char base[2048], args[4096];
+    snprintf(base, sizeof base, "-m %s/models/tiny-f16.gguf --mmproj %s/models/tiny-f16-mmproj.gguf -t 2",
+             PH_ORACLE_DIR, PH_ORACLE_DIR);
+    snprintf(args, sizeof args, "%s --image %s/img/wide.png --system 'Be brief.' -p 'What is in the picture?'", base,
+             PH_ORACLE_DIR);
+    char *p = print_prompt(args);
+    const char *want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n<__image__>What is in the "
+                       "picture?<|im_end|>\n<|im_start|>assistant\n";
+    CHECKF(!strcmp(p, want), "run -p rendered '%s'", p);
+    char pfile[] = "/tmp/pinhole-test-promptXXXXXX";
+    FILE *pf = fdopen(mkstemp(pfile), "w");
+    fputs(p, pf);
+    fclose(pf);
+    free(p);
+    /* the same prompt through --raw, and through -p */
+    char cmd[8192], *raw = NULL, *mine = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd,
+             "p=\"$(cat %s; printf x)\"; p=\"${p%%x}\"; "
+             "%s run %s --image %s/img/wide.png --raw \"$p\" -n 8 2>/dev/null",
+             pfile, PH_PINHOLE_BIN, base, PH_ORACLE_DIR);
+    CHECK(t_run(cmd, &raw) == 0);
+    unlink(pfile);
+    snprintf(cmd, sizeof cmd, "run %s -n 8", args);
+    CHECK(run_pinhole(cmd, NULL, &mine, &err) == 0);
+    size_t n = strlen(mine);
+    CHECKF(n > 1 && mine[n - 1] == '\n', "run -p's answer does not end with a newline: '%s'", mine);
+    CHECKF(!strcmp(raw, mine), "run -p answered '%s', --raw '%s'", mine, raw);
+    int tokens = 0, rows = 0, reused = -1, prefilled = 0, enc = 0;
+    const char *sum = strstr(err, "[8 tokens, ");
+    CHECKF(sum && sscanf(sum, "[%d tokens, %*f tok/s, first token after %*f s, cut at the token limit; prompt %d "
+                              "rows: %d reused, %d prefilled; pictures: %d encoded",
+                         &tokens, &rows, &reused, &prefilled, &enc) == 5,
+           "run -p's summary: '%s'", err);
+    CHECKF(tokens == 8 && reused == 0 && prefilled == rows && rows > 20 && enc == 1, "run -p's summary: '%s'", err);
+    free(raw);
+    free(mine);
+    free(err);
+
+    /* a thinking template (Qwen3.5): the answer opens <think>, or is told
+     * not to think; the reasoning is hidden when stdout is not a terminal
+     * and shown between <think> lines with --reasoning show */
+    snprintf(base, sizeof base, "-m %s/qwen35/models/tiny.gguf -t 2 -p Why?", PH_ORACLE_DIR);
+    p = print_prompt(base);
+    CHECKF(!strcmp(p, "<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n<think>\n"), "qwen35 -p: '%s'", p);
+    free(p);
+    snprintf(args, sizeof args, "%s --thinking off", base);
+    p = print_prompt(args);
+    CHECKF(!strcmp(p, "<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+           "qwen35 -p --thinking off: '%s'", p);
+    free(p);
+    snprintf(args, sizeof args, "run %s -n 6", base);
+    CHECK(run_pinhole(args, NULL, &mine, &err) == 0);
+    CHECKF(!strcmp(mine, "\n"), "hidden reasoning printed '%s'", mine);
+    free(mine);
+    free(err);
+    snprintf(args, sizeof args, "run %s -n 6 --reasoning show", base);
+    CHECK(run_pinhole(args, NULL, &mine, &err) == 0);
+    n = strlen(mine);
+    CHECKF(!strncmp(mine, "<think>\n", 8) && n > 20 && !strcmp(mine + n - 9, "</think>\n"), "shown reasoning: '%s'",
+           mine);
+    free(mine);
+    free(err);
+}
+
+/* pinhole chat with its stdin from a pipe: /help, a picture and two turns
+ * (the second reusing the first's rows and picture), the transcript /save
+ * writes, a summary line per answer. */
+static void check_chat_pipe(void) {
+    char dir[] = "/tmp/pinhole-test-chatXXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char in[4096], save[4200], args[4096];
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(save, sizeof save, "%s/talk.json", dir);
+    FILE *f = fopen(in, "w");
+    fprintf(f, "/help\n/image %s/img/wide.png\nWhat is this?\n/save %s\nAnd now?\n/quit\n", PH_ORACLE_DIR, save);
+    fclose(f);
+    snprintf(args, sizeof args,
+             "chat -m %s/models/tiny-f16.gguf --mmproj %s/models/tiny-f16-mmproj.gguf -t 2 -n 6 --system 'Be brief.'",
+             PH_ORACLE_DIR, PH_ORACLE_DIR);
+    char *out = NULL, *err = NULL;
+    CHECK(run_pinhole(args, in, &out, &err) == 0);
+    static const char *const help[] = {"/image PATH", "/save FILE", "/reset", "/help", "/quit"};
+    for (int i = 0; i < 5; i++) CHECKF(strstr(err, help[i]) != NULL, "/help does not list %s: '%s'", help[i], err);
+    /* two summary lines: the second turn reuses the first (its picture too) */
+    int tok[2] = {0}, rows[2] = {0}, reused[2] = {-1, -1}, pre[2] = {0}, enc[2] = {-1, -1}, cache[2] = {0},
+        kept[2] = {-1, -1};
+    const char *at = err;
+    for (int t = 0; t < 2; t++) {
+        at = strstr(at, "\n[6 tokens, ");
+        CHECKF(at && sscanf(at, "\n[%d tokens, %*f tok/s, first token after %*f s, cut at the token limit; prompt %d "
+                               "rows: %d reused, %d prefilled; pictures: %d encoded, %d from cache, %d reused]",
+                            &tok[t], &rows[t], &reused[t], &pre[t], &enc[t], &cache[t], &kept[t]) == 7,
+               "chat summary %d in '%s'", t + 1, err);
+        if (at) at++;
+    }
+    CHECKF(reused[0] == 0 && pre[0] == rows[0] && enc[0] == 1 && kept[0] == 0, "first turn: '%s'", err);
+    CHECKF(reused[1] > rows[0] && pre[1] == rows[1] - reused[1] && enc[1] == 0 && kept[1] == 1, "second turn: '%s'",
+           err);
+    /* the transcript after the first turn: the answer as printed */
+    json_t *js = json_load_file(save, 0, NULL);
+    json_t *msgs = json_object_get(js, "messages");
+    CHECKF(json_array_size(msgs) == 3, "the transcript has %zu messages", json_array_size(msgs));
+    json_t *sys = json_array_get(msgs, 0), *user = json_array_get(msgs, 1), *bot = json_array_get(msgs, 2);
+    CHECK(!strcmp(json_string_value(json_object_get(sys, "role")), "system") &&
+          !strcmp(json_string_value(json_object_get(sys, "content")), "Be brief."));
+    char pic[2048];
+    snprintf(pic, sizeof pic, "%s/img/wide.png", PH_ORACLE_DIR);
+    CHECK(!strcmp(json_string_value(json_object_get(user, "role")), "user") &&
+          !strcmp(json_string_value(json_object_get(user, "content")), "What is this?") &&
+          json_array_size(json_object_get(user, "images")) == 1 &&
+          !strcmp(json_string_value(json_array_get(json_object_get(user, "images"), 0)), pic));
+    const char *said = json_string_value(json_object_get(bot, "content"));
+    CHECKF(said && *said && !strcmp(json_string_value(json_object_get(bot, "role")), "assistant") &&
+               !strncmp(out, said, strlen(said)) && out[strlen(said)] == '\n',
+           "the transcript's answer '%s', printed '%s'", said ? said : "", out);
+    json_decref(js);
+    free(out);
+    free(err);
+    unlink(in);
+    unlink(save);
+    rmdir(dir);
+}
+
+/* Reads what the terminal shows until it holds want (or 60 s pass); the
+ * text read so far is in buf. */
+static bool pty_wait(int fd, char *buf, size_t cap, size_t *n, const char *want) {
+    for (int i = 0; i < 600 && !strstr(buf, want); i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0) continue;
+        ssize_t r = read(fd, buf + *n, cap - *n - 1);
+        if (r <= 0) return false;
+        *n += (size_t)r;
+        buf[*n] = '\0';
+    }
+    return strstr(buf, want) != NULL;
+}
+
+/* pinhole chat on a terminal: Tab completes a command's name and the path
+ * after /image. */
+static void check_chat_completion(void) {
+    char model[1024], mmproj[1024];
+    snprintf(model, sizeof model, "%s/models/tiny-f16.gguf", PH_ORACLE_DIR);
+    snprintf(mmproj, sizeof mmproj, "%s/models/tiny-f16-mmproj.gguf", PH_ORACLE_DIR);
+    int fd;
+    pid_t pid = forkpty(&fd, NULL, NULL, NULL);
+    if (pid == 0) {
+        execl(PH_PINHOLE_BIN, "pinhole", "chat", "-m", model, "--mmproj", mmproj, "-t", "2", (char *)NULL);
+        _exit(127);
+    }
+    CHECK(pid > 0);
+    if (pid < 0) return;
+    static char buf[1 << 16];
+    size_t n = 0;
+    buf[0] = '\0';
+    CHECKF(pty_wait(fd, buf, sizeof buf, &n, "> "), "no prompt: '%s'", buf);
+    /* "/he" + Tab is /help; "wi" + Tab in the pictures' folder is wide.png */
+    CHECK(write(fd, "/he\t\n", 5) == 5);
+    CHECKF(pty_wait(fd, buf, sizeof buf, &n, "list these commands"), "'/he' + Tab: '%s'", buf);
+    char line[1200];
+    snprintf(line, sizeof line, "/image %s/img/wi\t\n", PH_ORACLE_DIR);
+    CHECK(write(fd, line, strlen(line)) == (ssize_t)strlen(line));
+    snprintf(line, sizeof line, "[picture %s/img/wide.png goes with your next message]", PH_ORACLE_DIR);
+    CHECKF(pty_wait(fd, buf, sizeof buf, &n, line), "'/image .../wi' + Tab: '%s'", buf);
+    CHECK(write(fd, "/quit\n", 6) == 6);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(fd);
+}
+
+/* pinhole info: sizes in human units, parameters in K/M/B. */
+static void check_info(void) {
+    static const struct { const char *file, *want[3]; } cases[] = {
+        {"models/tiny-f16-mmproj.gguf", {"(264.62 KiB)", "parameters: 124320 (124.32 K)\n", "224.00 KiB"}},
+        {"models/small-q4k-mmproj.gguf", {"(3.95 MiB)", "parameters: 1984640 (1.98 M)\n", "3.62 MiB"}},
+        {"models/tiny-f16.gguf", {"(43.03 MiB)", "parameters: 19595808 (19.60 M)\n", "37.38 MiB"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char cmd[2048], *out = NULL;
+        snprintf(cmd, sizeof cmd, "%s info %s/%s", PH_PINHOLE_BIN, PH_ORACLE_DIR, cases[i].file);
+        CHECK(t_run(cmd, &out) == 0);
+        for (int k = 0; k < 3; k++)
+            CHECKF(strstr(out, cases[i].want[k]), "info %s lacks '%s'", cases[i].file, cases[i].want[k]);
+        CHECKF(!strstr(out, "0.00 "), "info %s prints a zero size: '%s'", cases[i].file, out);
+        free(out);
+    }
+}
+
 int main(void) {
     char images[2048];
+    check_info();
+    check_run_prompt();
+    check_chat_pipe();
+    check_chat_completion();
     check_bench_picture();
     check_case("tiny-f16", "text_hello", "");
     snprintf(images, sizeof images, "--image %s/img/wide.png --image %s/img/tall.png", PH_ORACLE_DIR, PH_ORACLE_DIR);
@@ -191,5 +418,22 @@ int main(void) {
     check_refusal(args, "not a pair");
     snprintf(args, sizeof args, "bench -m %s/models/tiny-f16.gguf --image %s/img/grad.png", PH_ORACLE_DIR, PH_ORACLE_DIR);
     check_refusal(args, "--mmproj and --image go together");
+    /* -p or --raw, and the flags that go with only one of them */
+    static const struct { const char *args, *want; } run_refusals[] = {
+        {"-p hi --raw hi", "either -p TEXT or --raw PROMPT"},
+        {"-p hi --json", "--json goes with --raw"},
+        {"-p hi --force-tokens 1,2", "--force-tokens goes with --raw"},
+        {"--raw hi --system x", "--system goes with -p"},
+        {"--raw hi --print-prompt", "--print-prompt goes with -p"},
+        {"-p hi --reasoning maybe", "not auto, show or hide"},
+        {"-p hi --thinking yes", "not auto, on or off"},
+    };
+    for (size_t i = 0; i < sizeof run_refusals / sizeof *run_refusals; i++) {
+        snprintf(args, sizeof args, "run -m %s/models/tiny-f16.gguf %s", PH_ORACLE_DIR, run_refusals[i].args);
+        check_refusal(args, run_refusals[i].want);
+    }
+    snprintf(args, sizeof args, "run -m %s/models/tiny-f16.gguf -p hi --image %s/img/grad.png", PH_ORACLE_DIR,
+             PH_ORACLE_DIR);
+    check_refusal(args, "--mmproj");
     TEST_END();
 }

@@ -264,7 +264,7 @@ static void check_render(const ph_chat_format *f, const ph_chat_msg *msgs, size_
     char *text = NULL;
     size_t len = 0;
     ph_err e;
-    CHECKF(chat_format_render_text(f, msgs, n, NULL, 0, &o, &text, &len, &e) == 0, "%s", e.msg);
+    CHECKF(chat_format_render_text(f, msgs, n, NULL, 0, &o, NULL, &text, &len, &e) == 0, "%s", e.msg);
     CHECKF(text && !strcmp(text, want), "rendered '%s', want '%s'", text ? text : "", want);
     free(text);
 }

@@ -224,7 +224,7 @@ static void expect_render(const char *what, const ph_chat_format *f, const ph_mo
     char *text = NULL;
     size_t len = 0;
     ph_err err = {0};
-    int rc = chat_format_render_text(f, msgs, n, &weather, n_tools, &o, &text, &len, &err);
+    int rc = chat_format_render_text(f, msgs, n, &weather, n_tools, &o, NULL, &text, &len, &err);
     CHECKF(rc == 0, "%s: %s", what, err.msg);
     bool same = text && len == strlen(want) && !memcmp(text, want, len);
     if (!same && text) {
@@ -360,7 +360,7 @@ static void test_more_renderings(const ph_model *m, const ph_chat_format *vl, co
                                          {.role = PH_ROLE_USER, .parts = sp_user, .n_parts = 1}};
         char *text = NULL;
         size_t len;
-        CHECK(chat_format_render_text(q35, blank_sys, 2, &weather, 1, NULL, &text, &len, NULL) == 0 &&
+        CHECK(chat_format_render_text(q35, blank_sys, 2, &weather, 1, NULL, NULL, &text, &len, NULL) == 0 &&
               strstr(text, "</IMPORTANT><|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"));
         free(text);
         /* argument values: Python str() for scalars, tojson for the rest */

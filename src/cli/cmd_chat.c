@@ -1,38 +1,54 @@
 /* pinhole chat: an interactive chat in the model's chat format, with line
- * editing and history (libedit). /image PATH attaches a picture to the next
- * message, /reset starts over, /quit leaves. The conversation's KV stays in
- * the session, so each turn evaluates only its own tokens. */
+ * editing, history and tab completion (libedit). /image PATH attaches a
+ * picture to the next message, /save FILE writes the transcript, /reset
+ * starts over, /help lists the commands, /quit leaves. The conversation's
+ * KV stays in the engine, so each turn evaluates only its own tokens; a
+ * summary line on stderr says what each answer cost and reused. */
 #include <editline/readline.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/atomic_file.h"
 #include "base/error.h"
-#include "base/timeutil.h"
+#include "cli/answer.h"
 #include "cli/args.h"
 #include "cli/hub.h"
 #include "pinhole.h"
 
 #define CHAT_MAX_PENDING 16
 
-/* One message of the conversation, with the parts it owns. */
+/* One message of the conversation, with the parts it owns: its pictures
+ * (and the paths they came from), then its text. */
 typedef struct chat_msg {
     ph_role role;
     ph_chat_part *parts;
     size_t n_parts;
+    char **paths;    /* n_parts - 1 */
+    char *reasoning; /* an answer's reasoning (for the transcript; may be NULL) */
 } chat_msg;
 
 typedef struct chat {
     ph_engine *e;
-    const char *system;
+    const char *model, *mmproj, *system;
     ph_gen_params gen;
+    reasoning_mode reasoning;
     ph_chat_msg *msgs;   /* views of hist for the engine */
     chat_msg *hist;
     size_t n, cap;
     ph_picture *pending[CHAT_MAX_PENDING];
+    char *pending_paths[CHAT_MAX_PENDING];
     int n_pending;
 } chat;
+
+static const char chat_commands_help[] =
+    "  /image PATH   attach a picture to the next message (Tab completes the path)\n"
+    "  /save FILE    write the conversation to FILE as JSON: {\"model\", \"mmproj\",\n"
+    "                \"messages\": [{\"role\", \"content\", \"images\": [paths], \"reasoning\"}]}\n"
+    "  /reset        start a new conversation\n"
+    "  /help         list these commands\n"
+    "  /quit         leave (also /exit or Ctrl-D)\n";
 
 static void chat_usage(FILE *out) {
     fprintf(out,
@@ -46,14 +62,25 @@ static void chat_usage(FILE *out) {
             "  -t, --threads N       threads (default: all cores)\n"
             "  -c, --ctx-size N      context size (default: the model's, at most 4096)\n"
             "  --image-min-tokens N --image-max-tokens N          picture token budget\n"
+            "  --reasoning MODE      a thinking model's reasoning: auto (shown dimmed when\n"
+            "                        stdout is a terminal, else hidden), show (dimmed on a\n"
+            "                        terminal, else between <think> and </think> lines), hide\n"
+            "                        (default auto); it is not sent back with the history\n"
+            "  --thinking MODE       auto (the template's default), on or off, where the\n"
+            "                        template can switch thinking (default auto)\n"
+            "answers go to stdout, everything else to stderr: after each answer one line\n"
+            "[N tokens, R tok/s, first token after T s; prompt P rows: U reused, F prefilled;\n"
+            "pictures: E encoded, C from cache, K reused]\n"
             "in the chat:\n"
-            "  /image PATH   attach a picture to the next message\n"
-            "  /reset        start a new conversation\n"
-            "  /quit         leave (also Ctrl-D)\n");
+            "%s",
+            chat_commands_help);
 }
 
 static void drop_pending(chat *c) {
-    for (int i = 0; i < c->n_pending; i++) ph_picture_free(c->pending[i]);
+    for (int i = 0; i < c->n_pending; i++) {
+        ph_picture_free(c->pending[i]);
+        free(c->pending_paths[i]);
+    }
     c->n_pending = 0;
 }
 
@@ -62,7 +89,10 @@ static void free_msg(chat_msg *m) {
         free((char *)m->parts[j].text);
         ph_picture_free(m->parts[j].picture);
     }
+    for (size_t j = 0; j + 1 < m->n_parts; j++) free(m->paths[j]);
+    free(m->paths);
     free(m->parts);
+    free(m->reasoning);
 }
 
 static void drop_history(chat *c) {
@@ -70,8 +100,9 @@ static void drop_history(chat *c) {
     c->n = 0;
 }
 
-/* Appends a message; takes the pictures, copies the text. */
-static int push_msg(chat *c, ph_role role, ph_picture **pics, int n_pics, const char *text, size_t len) {
+/* Appends a message; takes the pictures and their paths, copies the text. */
+static int push_msg(chat *c, ph_role role, ph_picture **pics, char **paths, int n_pics, const char *text,
+                    size_t len) {
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 16;
         chat_msg *h = realloc(c->hist, cap * sizeof *h);
@@ -83,16 +114,20 @@ static int push_msg(chat *c, ph_role role, ph_picture **pics, int n_pics, const 
         c->cap = cap;
     }
     chat_msg *m = &c->hist[c->n];
-    m->role = role;
-    m->n_parts = (size_t)n_pics + 1;
+    *m = (chat_msg){.role = role, .n_parts = (size_t)n_pics + 1};
     m->parts = calloc(m->n_parts, sizeof *m->parts);
+    m->paths = calloc(m->n_parts, sizeof *m->paths);
     char *t = malloc(len + 1);
-    if (!m->parts || !t) {
+    if (!m->parts || !m->paths || !t) {
         free(m->parts);
+        free(m->paths);
         free(t);
         return -1;
     }
-    for (int i = 0; i < n_pics; i++) m->parts[i].picture = pics[i];
+    for (int i = 0; i < n_pics; i++) {
+        m->parts[i].picture = pics[i];
+        m->paths[i] = paths[i];
+    }
     memcpy(t, text, len);
     t[len] = '\0';
     m->parts[n_pics].text = t;
@@ -101,65 +136,88 @@ static int push_msg(chat *c, ph_role role, ph_picture **pics, int n_pics, const 
     return 0;
 }
 
-typedef struct answer {
-    char *text;
-    size_t len, cap;
-    bool in_reasoning;
-} answer;
-
-static int on_piece(void *ud, const ph_gen_event *ev) {
-    answer *a = ud;
-    if (!ev->len) return 0;
-    if (ev->kind == PH_DELTA_REASONING) { /* shown dimmed, not kept in the history */
-        fprintf(stdout, "%s%.*s", a->in_reasoning ? "" : "\033[2m", (int)ev->len, ev->text);
-        a->in_reasoning = true;
-        fflush(stdout);
-        return 0;
-    }
-    if (a->in_reasoning) fputs("\033[0m\n", stdout);
-    a->in_reasoning = false;
-    fwrite(ev->text, 1, ev->len, stdout);
-    fflush(stdout);
-    if (a->len + ev->len + 1 > a->cap) {
-        size_t cap = (a->len + ev->len + 1) * 2;
-        char *t = realloc(a->text, cap);
-        if (!t) return 1;
-        a->text = t;
-        a->cap = cap;
-    }
-    memcpy(a->text + a->len, ev->text, ev->len);
-    a->len += ev->len;
-    return 0;
-}
-
 /* One turn: the user's message (pictures first, then the text) joins the
  * conversation, the engine answers (reusing what the KV already holds). */
 static int chat_turn(chat *c, const char *text, ph_err *err) {
-    if (c->n == 0 && c->system && push_msg(c, PH_ROLE_SYSTEM, NULL, 0, c->system, strlen(c->system)))
+    if (c->n == 0 && c->system && push_msg(c, PH_ROLE_SYSTEM, NULL, NULL, 0, c->system, strlen(c->system)))
         return ph_err_set(err, "out of memory");
-    if (push_msg(c, PH_ROLE_USER, c->pending, c->n_pending, text, strlen(text)))
+    if (push_msg(c, PH_ROLE_USER, c->pending, c->pending_paths, c->n_pending, text, strlen(text)))
         return ph_err_set(err, "out of memory");
     c->n_pending = 0; /* the message owns them now */
     for (size_t i = 0; i < c->n; i++)
         c->msgs[i] = (ph_chat_msg){.role = c->hist[i].role, .parts = c->hist[i].parts, .n_parts = c->hist[i].n_parts};
-    answer a = {0};
+    answer a;
+    if (answer_begin(&a, c->reasoning)) {
+        answer_free(&a);
+        return ph_err_set(err, "out of memory");
+    }
     ph_turn_report r;
-    double t0 = ph_now_s();
-    int rc = ph_engine_chat(c->e, c->msgs, c->n, &c->gen, on_piece, &a, &r, err);
-    if (a.in_reasoning) fputs("\033[0m", stdout);
-    if (rc == 0 && push_msg(c, PH_ROLE_ASSISTANT, NULL, 0, a.text ? a.text : "", a.len))
+    int rc = ph_engine_chat(c->e, c->msgs, c->n, &c->gen, answer_event, &a, &r, err);
+    if (answer_end(&a) && !rc) rc = ph_err_set(err, "out of memory");
+    if (rc == 0 && push_msg(c, PH_ROLE_ASSISTANT, NULL, NULL, 0, a.text, a.len))
         rc = ph_err_set(err, "out of memory");
-    free(a.text);
+    if (rc == 0 && a.reason_len) {
+        c->hist[c->n - 1].reasoning = a.reason;
+        a.reason = NULL;
+    }
+    answer_free(&a);
     if (rc) return -1;
-    double prefill = r.prefill_s;
-    fprintf(stderr, "\n[prompt %d tokens: %d reused, %d evaluated in %.2f s", r.n_prompt, r.n_reused, r.n_prefilled,
-            prefill);
-    if (r.n_pictures)
-        fprintf(stderr, "; pictures: %d kept, %d cached, %d encoded in %.2f s", r.pics_from_kv, r.pics_from_cache,
-                r.pics_encoded, r.encode_s);
-    fprintf(stderr, "; answer %d tokens in %.2f s (%.1f tok/s); %.2f s in all]\n", r.n_generated, r.decode_s,
-            r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0, ph_now_s() - t0);
+    turn_summary(stderr, &r);
     return 0;
+}
+
+/* The transcript as JSON (see chat_commands_help), written whole or not at all. */
+static int save_transcript(const chat *c, const char *path, ph_err *err) {
+    json_t *msgs = json_array(), *doc = json_pack("{s:s, s:s?, s:o}", "model", c->model, "mmproj", c->mmproj,
+                                                  "messages", msgs);
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    for (size_t i = 0; doc && i < c->n; i++) {
+        const chat_msg *m = &c->hist[i];
+        const ph_chat_part *t = &m->parts[m->n_parts - 1];
+        json_t *o = json_pack("{s:s, s:s%}", "role", roles[m->role], "content", t->text, t->len);
+        if (!o || json_array_append_new(msgs, o)) goto oom;
+        if (m->n_parts > 1) {
+            json_t *im = json_array();
+            if (json_object_set_new(o, "images", im)) goto oom;
+            for (size_t j = 0; j + 1 < m->n_parts; j++)
+                if (json_array_append_new(im, json_string(m->paths[j]))) goto oom;
+        }
+        if (m->reasoning && json_object_set_new(o, "reasoning", json_string(m->reasoning))) goto oom;
+    }
+    char *s = doc ? json_dumps(doc, JSON_INDENT(2)) : NULL;
+    json_decref(doc);
+    if (!s) return ph_err_set(err, "out of memory");
+    const void *parts[] = {s, "\n"};
+    const size_t lens[] = {strlen(s), 1};
+    int rc = ph_file_write_atomic(path, parts, lens, 2, err);
+    free(s);
+    return rc;
+oom:
+    json_decref(doc);
+    return ph_err_set(err, "out of memory");
+}
+
+/* Tab completion: a command's name at the start of the line, a path after
+ * /image and /save, nothing in a message. */
+static const char *const chat_commands[] = {"/image", "/save", "/reset", "/help", "/quit", "/exit", NULL};
+
+static char *command_match(const char *text, int state) {
+    static size_t i;
+    if (!state) i = 0;
+    while (chat_commands[i])
+        if (!strncmp(chat_commands[i++], text, strlen(text))) return strdup(chat_commands[i - 1]);
+    return NULL;
+}
+
+static char **chat_complete(const char *text, int start, int end) {
+    (void)end;
+    rl_attempted_completion_over = 1;
+    const char *buf = rl_line_buffer ? rl_line_buffer : "", *line = buf;
+    while (*line == ' ' || *line == '\t') line++;
+    if (text[0] == '/' && start == (int)(line - buf)) return rl_completion_matches(text, command_match);
+    if (!strncmp(line, "/image ", 7) || !strncmp(line, "/save ", 6))
+        return rl_completion_matches(text, rl_filename_completion_function);
+    return NULL;
 }
 
 static char *trim(char *s) {
@@ -188,6 +246,8 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) ep.model_path = v;
         else if (!strcmp(a, "--mmproj")) ep.mmproj_path = v;
         else if (!strcmp(a, "--system")) c.system = v;
+        else if (!strcmp(a, "--reasoning")) { if (arg_reasoning(a, v, &c.reasoning)) return 2; }
+        else if (!strcmp(a, "--thinking")) { if (arg_thinking(a, v, &c.gen.thinking)) return 2; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (arg_int(a, v, 1, 1 << 24, &l)) return 2; c.gen.max_tokens = (int32_t)l; }
         else if (!strcmp(a, "--temp")) { if (arg_float(a, v, 0, 100, &d)) return 2; sp->temperature = (float)d; }
         else if (!strcmp(a, "--top-k")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; sp->top_k = (int32_t)l; }
@@ -217,11 +277,13 @@ int cmd_chat(int argc, char **argv) {
         return 1;
     }
     const ph_model_info *info = ph_engine_model_info(c.e);
-    fprintf(stderr, "pinhole chat: %s, context %d%s. /image PATH attaches a picture, /reset starts over, "
-                    "/quit leaves.\n",
+    c.model = ep.model_path;
+    c.mmproj = ep.mmproj_path;
+    fprintf(stderr, "pinhole chat: %s, context %d%s. /help lists the commands, /quit leaves.\n",
             info->name[0] ? info->name : ep.model_path, ph_engine_n_ctx(c.e),
             ph_engine_has_vision(c.e) ? ", pictures on" : "");
     using_history();
+    rl_attempted_completion_function = chat_complete;
     char *line;
     while ((line = readline("> ")) != NULL) {
         char *in = trim(line);
@@ -233,6 +295,13 @@ int cmd_chat(int argc, char **argv) {
             drop_history(&c);
             drop_pending(&c);
             fprintf(stderr, "[new conversation]\n");
+        } else if (!strcmp(in, "/help")) {
+            fprintf(stderr, "%s", chat_commands_help);
+        } else if (!strncmp(in, "/save", 5) && (in[5] == ' ' || in[5] == '\0')) {
+            const char *path = trim(in + 5);
+            if (!*path) fprintf(stderr, "[usage: /save FILE]\n");
+            else if (save_transcript(&c, path, &err)) fprintf(stderr, "[%s]\n", err.msg);
+            else fprintf(stderr, "[%zu messages saved to %s]\n", c.n, path);
         } else if (!strncmp(in, "/image", 6) && (in[6] == ' ' || in[6] == '\0')) {
             const char *path = trim(in + 6);
             if (!ph_engine_has_vision(c.e)) {
@@ -243,19 +312,24 @@ int cmd_chat(int argc, char **argv) {
                 fprintf(stderr, "[at most %d pictures per message]\n", CHAT_MAX_PENDING);
             } else {
                 ph_picture *im = ph_picture_load(path, &err);
+                char *p = im ? strdup(path) : NULL;
                 if (!im) {
                     fprintf(stderr, "[%s]\n", err.msg);
+                } else if (!p) {
+                    ph_picture_free(im);
+                    fprintf(stderr, "[out of memory]\n");
                 } else {
+                    c.pending_paths[c.n_pending] = p;
                     c.pending[c.n_pending++] = im;
                     fprintf(stderr, "[picture %s goes with your next message]\n", path);
                 }
             }
         } else if (*in == '/') {
-            fprintf(stderr, "[unknown command; /image PATH, /reset, /quit]\n");
+            fprintf(stderr, "[unknown command; /help lists them]\n");
         } else if (*in || c.n_pending) {
             if (chat_turn(&c, in, &err)) {
                 /* the failed message leaves the conversation */
-                fprintf(stderr, "\n[%s]\n", err.msg);
+                fprintf(stderr, "[%s]\n", err.msg);
                 if (c.n && c.hist[c.n - 1].role == PH_ROLE_USER) free_msg(&c.hist[--c.n]);
             }
         }

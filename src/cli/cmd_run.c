@@ -1,11 +1,14 @@
-/* pinhole run: generate from a raw prompt, as text or as a JSON record of
- * every step (the contract the parity tests and outside tooling use). */
+/* pinhole run: answer one question in the model's chat format (-p, through
+ * the engine, as the server would), or generate from a raw prompt (--raw)
+ * as text or as a JSON record of every step (the contract the parity tests
+ * and outside tooling use). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/timeutil.h"
+#include "cli/answer.h"
 #include "cli/args.h"
 #include "cli/hub.h"
 #include "pinhole.h"
@@ -14,27 +17,46 @@
 
 typedef struct run_opts {
     const char *model, *raw, *mmproj;
+    const char *prompt, *system; /* -p, --system */
     const char *images[MAX_IMAGES];
     int n_images;
     long img_min_tokens, img_max_tokens;
     long n_predict, threads, ctx, top_logits;
     ph_sampler_params sp;
-    bool json;
+    bool json, print_prompt, top_logits_set;
+    reasoning_mode reasoning;
+    int thinking;                     /* -1: the template's default */
+    const char *p_only, *raw_only;    /* the last flag seen that goes only with -p, only with --raw */
     ph_tokens forced;
 } run_opts;
 
 static void run_usage(FILE *out) {
     fprintf(out,
-            "usage: pinhole run -m LLM.gguf --raw PROMPT [options]\n"
+            "usage: pinhole run -m LLM.gguf [--mmproj MMPROJ.gguf] -p TEXT [--image FILE ...] [options]\n"
+            "       pinhole run -m LLM.gguf [--mmproj MMPROJ.gguf] --raw PROMPT [--image FILE ...] [options]\n"
             "  -m, --model FILE      the LLM GGUF file, or OWNER/NAME[:QUANT]: a model\n"
             "                        fetched by pinhole pull (and its mmproj)\n"
             "  --mmproj FILE         the vision GGUF file (needed for pictures)\n"
-            "  --image FILE          a picture; each <__image__> in the prompt takes the next\n"
-            "  --image-min-tokens N  least merged tokens per picture (default 8)\n"
-            "  --image-max-tokens N  most merged tokens per picture (default 4096)\n"
+            "  -p, --prompt TEXT     a question: one user message in the model's chat format\n"
+            "                        (as the server renders it), the pictures before the text;\n"
+            "                        the answer is printed, then a summary line on stderr\n"
+            "  --system TEXT         with -p: a system message before it\n"
+            "  --reasoning MODE      with -p: a thinking model's reasoning: auto (shown dimmed\n"
+            "                        when stdout is a terminal, else hidden), show (dimmed on a\n"
+            "                        terminal, else between <think> and </think> lines), hide\n"
+            "                        (default auto)\n"
+            "  --thinking MODE       with -p: auto (the template's default), on or off, where\n"
+            "                        the template can switch thinking (default auto)\n"
+            "  --print-prompt        with -p: print the prompt it makes as a --raw prompt\n"
+            "                        (pictures as <__image__>) and exit\n"
             "  --raw PROMPT          the prompt, used as given: special tokens such as\n"
             "                        <|im_start|> are parsed, no BOS unless the model asks\n"
-            "  -n, --n-predict N     tokens to generate (default 128)\n"
+            "  --image FILE          a picture (repeat for more); with --raw each <__image__>\n"
+            "                        in the prompt takes the next\n"
+            "  --image-min-tokens N  least merged tokens per picture (default 8)\n"
+            "  --image-max-tokens N  most merged tokens per picture (default 4096)\n"
+            "  -n, --n-predict N     most tokens to generate (default 128 with --raw; with -p\n"
+            "                        until the answer ends or the context is full, as with 0)\n"
             "  --temp T              temperature; 0 = greedy (default 0)\n"
             "  --top-k K             keep the K most likely tokens (default off)\n"
             "  --top-p P             nucleus sampling (default 1 = off)\n"
@@ -42,10 +64,11 @@ static void run_usage(FILE *out) {
             "  --seed S              sampling seed (default 0)\n"
             "  -t, --threads N       threads (default: all cores)\n"
             "  -c, --ctx-size N      context size (default: the model's, at most 4096)\n"
-            "  --json                print one JSON object: chunks, n_past_after_prompt,\n"
-            "                        generated, steps ({lse, top}) on stdout\n"
-            "  --top-logits K        entries in each step's top list (default 16)\n"
-            "  --force-tokens IDS    feed these comma-separated ids instead of sampling\n");
+            "  --json                with --raw: print one JSON object: chunks,\n"
+            "                        n_past_after_prompt, generated, steps ({lse, top})\n"
+            "  --top-logits K        with --json: entries in each step's top list (default 16)\n"
+            "  --force-tokens IDS    with --raw: feed these comma-separated ids instead of\n"
+            "                        sampling\n");
 }
 
 static int parse_forced(const char *s, ph_tokens *out) {
@@ -69,7 +92,8 @@ static int parse_forced(const char *s, ph_tokens *out) {
 
 static int parse_run_args(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
-    o->n_predict = 128;
+    o->n_predict = -1;
+    o->thinking = -1;
     o->img_min_tokens = 8;
     o->img_max_tokens = 4096;
     o->top_logits = 16;
@@ -105,6 +129,24 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "--raw")) {
             VAL();
             o->raw = v;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            VAL();
+            o->prompt = v;
+        } else if (!strcmp(a, "--system")) {
+            VAL();
+            o->system = v;
+            o->p_only = a;
+        } else if (!strcmp(a, "--reasoning")) {
+            VAL();
+            if (arg_reasoning(a, v, &o->reasoning)) return -1;
+            o->p_only = a;
+        } else if (!strcmp(a, "--thinking")) {
+            VAL();
+            if (arg_thinking(a, v, &o->thinking)) return -1;
+            o->p_only = a;
+        } else if (!strcmp(a, "--print-prompt")) {
+            o->print_prompt = true;
+            o->p_only = a;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             VAL();
             if (arg_int(a, v, 0, 1 << 24, &o->n_predict)) return -1;
@@ -135,22 +177,36 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
             if (arg_int(a, v, 1, 1 << 22, &o->ctx)) return -1;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
+            o->raw_only = a;
         } else if (!strcmp(a, "--top-logits")) {
             VAL();
             if (arg_int(a, v, 1, 1 << 20, &o->top_logits)) return -1;
+            o->top_logits_set = true;
         } else if (!strcmp(a, "--force-tokens")) {
             VAL();
             if (parse_forced(v, &o->forced)) return -1;
+            o->raw_only = a;
         } else {
             fprintf(stderr, "pinhole run: unknown option '%s' (see pinhole run --help)\n", a);
             return -1;
         }
 #undef VAL
     }
-    if (!o->model || !o->raw) {
-        fprintf(stderr, "pinhole run: -m MODEL and --raw PROMPT are required (see pinhole run --help)\n");
+    if (!o->model || !o->raw == !o->prompt) {
+        fprintf(stderr, "pinhole run: -m MODEL and either -p TEXT or --raw PROMPT are required (see pinhole run "
+                        "--help)\n");
         return -1;
     }
+    const char *bad = o->prompt ? o->raw_only : o->p_only;
+    if (bad) {
+        fprintf(stderr, "pinhole run: %s goes with %s (see pinhole run --help)\n", bad, o->prompt ? "--raw" : "-p");
+        return -1;
+    }
+    if (o->top_logits_set && !o->json) {
+        fprintf(stderr, "pinhole run: --top-logits goes with --json\n");
+        return -1;
+    }
+    if (o->n_predict < 0) o->n_predict = o->raw ? 128 : 0;
     return 0;
 }
 
@@ -187,12 +243,83 @@ static void print_picture_chunk(FILE *out, const ph_picture_chunk *c, const floa
     fputc('}', out);
 }
 
+/* -p: one user message (the pictures, then the text) after the --system
+ * one, answered by the engine as the server answers a one-message chat. */
+static int run_prompt(const run_opts *o) {
+    if (o->n_images && !o->mmproj) {
+        fprintf(stderr, "pinhole: pictures need the vision file: --mmproj MMPROJ.gguf\n");
+        return 1;
+    }
+    ph_engine_params ep;
+    ph_engine_params_default(&ep);
+    ep.model_path = o->model;
+    ep.mmproj_path = o->mmproj;
+    ep.n_ctx = (int32_t)o->ctx;
+    ep.n_threads = (int)o->threads;
+    ep.image_min_tokens = (int)o->img_min_tokens;
+    ep.image_max_tokens = (int)o->img_max_tokens;
+    ep.ram_cache_bytes = ep.conversation_cache_bytes = 0; /* one turn: nothing comes back */
+    ep.image_cache_entries = 0;
+    int rc = 1;
+    ph_err err = {0};
+    ph_chat_part parts[MAX_IMAGES + 1] = {{0}};
+    char *text = NULL;
+    size_t len;
+    answer a = {0};
+    ph_engine *e = ph_engine_new(&ep, &err);
+    if (!e) goto fail;
+    for (int i = 0; i < o->n_images; i++)
+        if (!(parts[i].picture = ph_picture_load(o->images[i], &err))) goto fail;
+    parts[o->n_images] = (ph_chat_part){.text = o->prompt, .len = strlen(o->prompt)};
+    const ph_chat_part sys = {.text = o->system, .len = o->system ? strlen(o->system) : 0};
+    ph_chat_msg msgs[2];
+    size_t n = 0;
+    if (o->system) msgs[n++] = (ph_chat_msg){.role = PH_ROLE_SYSTEM, .parts = &sys, .n_parts = 1};
+    msgs[n++] = (ph_chat_msg){.role = PH_ROLE_USER, .parts = parts, .n_parts = (size_t)o->n_images + 1};
+    ph_gen_params g;
+    ph_gen_params_default(&g);
+    g.sampler = o->sp;
+    g.max_tokens = (int32_t)o->n_predict;
+    g.thinking = o->thinking;
+    if (o->print_prompt) {
+        if (ph_engine_render(e, msgs, n, &g, "<__image__>", &text, &len, &err)) goto fail;
+        fwrite(text, 1, len, stdout);
+        rc = 0;
+        goto done;
+    }
+    if (answer_begin(&a, o->reasoning)) {
+        fprintf(stderr, "pinhole: out of memory\n");
+        goto done;
+    }
+    ph_turn_report r;
+    const int crc = ph_engine_chat(e, msgs, n, &g, answer_event, &a, &r, &err);
+    answer_end(&a);
+    if (crc) goto fail;
+    turn_summary(stderr, &r);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "pinhole: %s\n", err.msg);
+done:
+    answer_free(&a);
+    free(text);
+    for (int i = 0; i < o->n_images; i++) ph_picture_free(parts[i].picture);
+    ph_engine_free(e);
+    return rc;
+}
+
 int cmd_run(int argc, char **argv) {
     run_opts o;
     char *pulled[2] = {NULL, NULL};
     if (parse_run_args(argc, argv, &o) || hub_model_arg(&o.model, &o.mmproj, pulled)) {
         ph_tokens_free(&o.forced);
         return 2;
+    }
+    if (o.prompt) {
+        const int prc = run_prompt(&o);
+        free(pulled[0]);
+        free(pulled[1]);
+        return prc;
     }
     int rc = 1;
     ph_err err;

@@ -865,6 +865,12 @@ int ph_engine_count(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const 
     return rc;
 }
 
+int ph_engine_render(const ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp,
+                     const char *marker, char **text, size_t *len, ph_err *err) {
+    const chat_render_opts ro = {.thinking = gp->thinking};
+    return chat_format_render_text(&e->fmt, msgs, n_msgs, gp->tools, gp->n_tools, &ro, marker, text, len, err);
+}
+
 int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_gen_cb cb,
                    void *ud, ph_turn_report *r, ph_err *err) {
     memset(r, 0, sizeof *r);

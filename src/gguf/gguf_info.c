@@ -60,11 +60,23 @@ static void print_scalar(FILE *out, gguf_vtype t, const gguf_kv *kv, uint64_t i)
     }
 }
 
+/* A number in steps of step with two decimals and the unit that keeps it
+ * under one step once rounded (1023.999 KiB is 1.00 MiB); below the first
+ * step, the number itself. */
+static void print_scaled(FILE *out, uint64_t n, double step, const char *one, const char *const units[4]) {
+    if ((double)n < step) {
+        fprintf(out, "%" PRIu64 "%s", n, one);
+        return;
+    }
+    double v = (double)n / step;
+    int u = 0;
+    while (u < 3 && v >= step - 0.005) v /= step, u++;
+    fprintf(out, "%.2f %s", v, units[u]);
+}
+
 static void print_size(FILE *out, uint64_t bytes) {
-    if (bytes >= (1ull << 30)) fprintf(out, "%.2f GiB", (double)bytes / (1 << 30));
-    else if (bytes >= (1ull << 20)) fprintf(out, "%.2f MiB", (double)bytes / (1 << 20));
-    else if (bytes >= 1024) fprintf(out, "%.2f KiB", (double)bytes / 1024);
-    else fprintf(out, "%" PRIu64 " B", bytes);
+    static const char *const units[4] = {"KiB", "MiB", "GiB", "TiB"};
+    print_scaled(out, bytes, 1024, " B", units);
 }
 
 int ph_print_file_info(const char *path, FILE *out, bool verbose, ph_err *e) {
@@ -117,7 +129,14 @@ int ph_print_file_info(const char *path, FILE *out, bool verbose, ph_err *e) {
         print_size(out, bytes[t]);
         fputc('\n', out);
     }
-    fprintf(out, "parameters: %" PRIu64 " (%.2f B)\n", n_params, (double)n_params / 1e9);
+    static const char *const counts[4] = {"K", "M", "B", "T"}; /* thousand, million, billion, trillion */
+    fprintf(out, "parameters: %" PRIu64, n_params);
+    if (n_params >= 1000) {
+        fputs(" (", out);
+        print_scaled(out, n_params, 1000, "", counts);
+        fputc(')', out);
+    }
+    fputc('\n', out);
     gguf_close(f);
     return 0;
 }

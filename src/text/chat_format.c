@@ -114,6 +114,7 @@ typedef struct chat_render {
     ph_picture **pics;
     size_t n_pics;
     strbuf buf;            /* the text since the last picture (all of it when text only) */
+    const char *picture_text; /* text only: what a picture is written as */
     ph_err *e;
 } chat_render;
 
@@ -134,18 +135,18 @@ static int flush_text(chat_render *r) {
 }
 
 static int put_picture(chat_render *r, ph_picture *im) {
-    puts_(r, "<|vision_start|>");
-    if (!r->v) {
-        puts_(r, "<|image_pad|>");
-    } else {
-        if (flush_text(r)) return -1;
-        ph_prompt_item *it = prompt_new_item(r->out);
-        if (!it) return oom(r);
-        it->is_picture = true;
-        it->picture = (int32_t)r->n_pics;
-        r->out->n_pictures++;
-    }
     r->pics[r->n_pics++] = im;
+    if (!r->v) { /* text only */
+        puts_(r, r->picture_text);
+        return 0;
+    }
+    puts_(r, "<|vision_start|>");
+    if (flush_text(r)) return -1;
+    ph_prompt_item *it = prompt_new_item(r->out);
+    if (!it) return oom(r);
+    it->is_picture = true;
+    it->picture = (int32_t)r->n_pics - 1;
+    r->out->n_pictures++;
     puts_(r, "<|vision_end|>");
     return 0;
 }
@@ -410,10 +411,14 @@ fail:
 }
 
 int chat_format_render_text(const ph_chat_format *f, const ph_chat_msg *msgs, size_t n_msgs, const ph_tool *tools,
-                            size_t n_tools, const chat_render_opts *o, char **text, size_t *len, ph_err *e) {
+                            size_t n_tools, const chat_render_opts *o, const char *picture, char **text, size_t *len,
+                            ph_err *e) {
     *text = NULL;
     *len = 0;
-    chat_render r = {.f = f, .fam = chat_format_family(f), .e = e};
+    chat_render r = {.f = f,
+                     .fam = chat_format_family(f),
+                     .e = e,
+                     .picture_text = picture ? picture : "<|vision_start|><|image_pad|><|vision_end|>"};
     size_t n_pic = count_pictures(msgs, n_msgs);
     if (n_pic && !(r.pics = calloc(n_pic, sizeof *r.pics))) return ph_err_set(e, "out of memory");
     int rc = render_all(&r, msgs, n_msgs, tools, n_tools, o);

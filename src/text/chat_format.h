@@ -80,10 +80,11 @@ int chat_format_render(const ph_chat_format *f, const ph_vocab *v, const ph_chat
                        const ph_tool *tools, size_t n_tools, const chat_render_opts *o, ph_prompt *out,
                        ph_picture ***pictures, ph_err *e);
 
-/* The same rendering as text (no BOS): a picture is written as
- * <|vision_start|><|image_pad|><|vision_end|>, as the HF templates write
- * it. *text is malloc'd and NUL-terminated. */
+/* The same rendering as text (no BOS): a picture is written as picture,
+ * or when that is NULL as <|vision_start|><|image_pad|><|vision_end|>, as
+ * the HF templates write it. *text is malloc'd and NUL-terminated. */
 int chat_format_render_text(const ph_chat_format *f, const ph_chat_msg *msgs, size_t n_msgs, const ph_tool *tools,
-                            size_t n_tools, const chat_render_opts *o, char **text, size_t *len, ph_err *e);
+                            size_t n_tools, const chat_render_opts *o, const char *picture, char **text, size_t *len,
+                            ph_err *e);
 
 #endif
