@@ -166,35 +166,37 @@ static int chat_turn(chat *c, const char *text, ph_err *err) {
     return 0;
 }
 
-/* The transcript as JSON (see chat_commands_help), written whole or not at all. */
+/* The transcript as JSON (see chat_commands_help), written whole or not at
+ * all. jansson refuses text that is not UTF-8 (a typed line, a path). */
 static int save_transcript(const chat *c, const char *path, ph_err *err) {
     json_t *msgs = json_array(), *doc = json_pack("{s:s, s:s?, s:o}", "model", c->model, "mmproj", c->mmproj,
                                                   "messages", msgs);
     static const char *const roles[] = {"system", "user", "assistant", "tool"};
-    for (size_t i = 0; doc && i < c->n; i++) {
+    size_t i = 0;
+    for (; doc && i < c->n; i++) {
         const chat_msg *m = &c->hist[i];
         const ph_chat_part *t = &m->parts[m->n_parts - 1];
         json_t *o = json_pack("{s:s, s:s%}", "role", roles[m->role], "content", t->text, t->len);
-        if (!o || json_array_append_new(msgs, o)) goto oom;
+        if (!o || json_array_append_new(msgs, o)) goto bad;
         if (m->n_parts > 1) {
             json_t *im = json_array();
-            if (json_object_set_new(o, "images", im)) goto oom;
+            if (json_object_set_new(o, "images", im)) goto bad;
             for (size_t j = 0; j + 1 < m->n_parts; j++)
-                if (json_array_append_new(im, json_string(m->paths[j]))) goto oom;
+                if (json_array_append_new(im, json_string(m->paths[j]))) goto bad;
         }
-        if (m->reasoning && json_object_set_new(o, "reasoning", json_string(m->reasoning))) goto oom;
+        if (m->reasoning && json_object_set_new(o, "reasoning", json_string(m->reasoning))) goto bad;
     }
     char *s = doc ? json_dumps(doc, JSON_INDENT(2)) : NULL;
     json_decref(doc);
-    if (!s) return ph_err_set(err, "out of memory");
+    if (!s) return ph_err_set(err, "cannot save: the model or vision file's path is not UTF-8 (or memory is out)");
     const void *parts[] = {s, "\n"};
     const size_t lens[] = {strlen(s), 1};
     int rc = ph_file_write_atomic(path, parts, lens, 2, err);
     free(s);
     return rc;
-oom:
+bad:
     json_decref(doc);
-    return ph_err_set(err, "out of memory");
+    return ph_err_set(err, "cannot save: message %zu's text or picture path is not UTF-8 (or memory is out)", i + 1);
 }
 
 /* Tab completion: a command's name at the start of the line, a path after
@@ -204,8 +206,8 @@ static const char *const chat_commands[] = {"/image", "/save", "/reset", "/help"
 static char *command_match(const char *text, int state) {
     static size_t i;
     if (!state) i = 0;
-    while (chat_commands[i])
-        if (!strncmp(chat_commands[i++], text, strlen(text))) return strdup(chat_commands[i - 1]);
+    for (; chat_commands[i]; i++)
+        if (!strncmp(chat_commands[i], text, strlen(text))) return strdup(chat_commands[i++]);
     return NULL;
 }
 
