@@ -73,9 +73,9 @@ int answer_event(void *ud, const ph_gen_event *ev) {
     return 0;
 }
 
-int answer_end(answer *a) {
+int answer_end(answer *a, bool complete) {
     close_reasoning(a);
-    if (!a->line_start || !a->shown) show(a, "\n", 1); /* an empty answer is an empty line */
+    if (!a->line_start || (complete && !a->shown)) show(a, "\n", 1); /* an empty answer is an empty line */
     fflush(stdout);
     int rc = 0;
     if (a->content && fclose(a->content)) rc = -1;

@@ -34,10 +34,10 @@ typedef struct answer {
 int answer_begin(answer *a, reasoning_mode mode);
 /* A ph_gen_cb: ud is the answer. */
 int answer_event(void *ud, const ph_gen_event *ev);
-/* Ends what stdout shows with a newline (an empty answer is an empty
- * line); the kept text and reasoning are
+/* Ends what stdout shows with a newline (a complete empty answer is an
+ * empty line; a failed one shows nothing); the kept text and reasoning are
  * then in text and reason (NUL-terminated). */
-int answer_end(answer *a);
+int answer_end(answer *a, bool complete);
 void answer_free(answer *a);
 
 /* One line on out: tokens generated, decode rate, time to first token,

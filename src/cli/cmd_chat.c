@@ -153,7 +153,7 @@ static int chat_turn(chat *c, const char *text, ph_err *err) {
     }
     ph_turn_report r;
     int rc = ph_engine_chat(c->e, c->msgs, c->n, &c->gen, answer_event, &a, &r, err);
-    if (answer_end(&a) && !rc) rc = ph_err_set(err, "out of memory");
+    if (answer_end(&a, rc == 0) && !rc) rc = ph_err_set(err, "out of memory");
     if (rc == 0 && push_msg(c, PH_ROLE_ASSISTANT, NULL, NULL, 0, a.text, a.len))
         rc = ph_err_set(err, "out of memory");
     if (rc == 0 && a.reason_len) {

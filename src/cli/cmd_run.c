@@ -293,7 +293,7 @@ static int run_prompt(const run_opts *o) {
     }
     ph_turn_report r;
     const int crc = ph_engine_chat(e, msgs, n, &g, answer_event, &a, &r, &err);
-    answer_end(&a);
+    answer_end(&a, crc == 0);
     if (crc) goto fail;
     turn_summary(stderr, &r);
     rc = 0;
