@@ -222,8 +222,9 @@ static void check_run_prompt(void) {
     CHECKF(!strcmp(raw, mine), "run -p answered '%s', --raw '%s'", mine, raw);
     int tokens = 0, rows = 0, reused = -1, prefilled = 0, enc = 0;
     const char *sum = strstr(err, "[8 tokens, ");
-    CHECKF(sum && sscanf(sum, "[%d tokens, %*f tok/s, first token after %*f s, cut at the token limit; prompt %d "
-                              "rows: %d reused, %d prefilled; pictures: %d encoded",
+    CHECKF(sum && sscanf(sum,
+                         "[%d tokens, %*f tok/s, first token after %*f s, cut at the token limit; prompt %d "
+                         "rows: %d reused, %d prefilled; pictures: %d encoded",
                          &tokens, &rows, &reused, &prefilled, &enc) == 5,
            "run -p's summary: '%s'", err);
     CHECKF(tokens == 8 && reused == 0 && prefilled == rows && rows > 20 && enc == 1, "run -p's summary: '%s'", err);
@@ -282,8 +283,9 @@ static void check_chat_pipe(void) {
     const char *at = err;
     for (int t = 0; t < 2; t++) {
         at = strstr(at, "\n[6 tokens, ");
-        CHECKF(at && sscanf(at, "\n[%d tokens, %*f tok/s, first token after %*f s, cut at the token limit; prompt %d "
-                               "rows: %d reused, %d prefilled; pictures: %d encoded, %d from cache, %d reused]",
+        CHECKF(at && sscanf(at,
+                            "\n[%d tokens, %*f tok/s, first token after %*f s, cut at the token limit; prompt %d "
+                            "rows: %d reused, %d prefilled; pictures: %d encoded, %d from cache, %d reused]",
                             &tok[t], &rows[t], &reused[t], &pre[t], &enc[t], &cache[t], &kept[t]) == 7,
                "chat summary %d in '%s'", t + 1, err);
         if (at) at++;
@@ -364,7 +366,9 @@ static void check_chat_completion(void) {
 
 /* pinhole info: sizes in human units, parameters in K/M/B. */
 static void check_info(void) {
-    static const struct { const char *file, *want[3]; } cases[] = {
+    static const struct {
+        const char *file, *want[3];
+    } cases[] = {
         {"models/tiny-f16-mmproj.gguf", {"(264.62 KiB)", "parameters: 124320 (124.32 K)\n", "224.00 KiB"}},
         {"models/small-q4k-mmproj.gguf", {"(3.95 MiB)", "parameters: 1984640 (1.98 M)\n", "3.62 MiB"}},
         {"models/tiny-f16.gguf", {"(43.03 MiB)", "parameters: 19595808 (19.60 M)\n", "37.38 MiB"}},
@@ -419,7 +423,9 @@ int main(void) {
     snprintf(args, sizeof args, "bench -m %s/models/tiny-f16.gguf --image %s/img/grad.png", PH_ORACLE_DIR, PH_ORACLE_DIR);
     check_refusal(args, "--mmproj and --image go together");
     /* -p or --raw, and the flags that go with only one of them */
-    static const struct { const char *args, *want; } run_refusals[] = {
+    static const struct {
+        const char *args, *want;
+    } run_refusals[] = {
         {"-p hi --raw hi", "either -p TEXT or --raw PROMPT"},
         {"-p hi --json", "--json goes with --raw"},
         {"-p hi --force-tokens 1,2", "--force-tokens goes with --raw"},

@@ -21,11 +21,11 @@ int arg_thinking(const char *flag, const char *s, int *out);
 
 /* An answer as it streams: shown on stdout, and kept. */
 typedef struct answer {
-    bool show_reasoning; /* reasoning goes to stdout */
-    bool tty;            /* stdout is a terminal: reasoning dimmed */
-    bool in_reasoning;   /* the last thing shown was reasoning */
-    bool line_start;     /* stdout is at the start of a line */
-    bool shown;          /* something went to stdout */
+    bool show_reasoning;       /* reasoning goes to stdout */
+    bool tty;                  /* stdout is a terminal: reasoning dimmed */
+    bool in_reasoning;         /* the last thing shown was reasoning */
+    bool line_start;           /* stdout is at the start of a line */
+    bool shown;                /* something went to stdout */
     FILE *content, *reasoning; /* what is kept */
     char *text, *reason;       /* ... there, after answer_end */
     size_t len, reason_len;

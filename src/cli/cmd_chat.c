@@ -169,8 +169,8 @@ static int chat_turn(chat *c, const char *text, ph_err *err) {
 /* The transcript as JSON (see chat_commands_help), written whole or not at
  * all. jansson refuses text that is not UTF-8 (a typed line, a path). */
 static int save_transcript(const chat *c, const char *path, ph_err *err) {
-    json_t *msgs = json_array(), *doc = json_pack("{s:s, s:s?, s:o}", "model", c->model, "mmproj", c->mmproj,
-                                                  "messages", msgs);
+    json_t *msgs = json_array(),
+           *doc = json_pack("{s:s, s:s?, s:o}", "model", c->model, "mmproj", c->mmproj, "messages", msgs);
     static const char *const roles[] = {"system", "user", "assistant", "tool"};
     size_t i = 0;
     for (; doc && i < c->n; i++) {

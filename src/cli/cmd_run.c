@@ -25,8 +25,8 @@ typedef struct run_opts {
     ph_sampler_params sp;
     bool json, print_prompt, top_logits_set;
     reasoning_mode reasoning;
-    int thinking;                     /* -1: the template's default */
-    const char *p_only, *raw_only;    /* the last flag seen that goes only with -p, only with --raw */
+    int thinking;                  /* -1: the template's default */
+    const char *p_only, *raw_only; /* the last flag seen that goes only with -p, only with --raw */
     ph_tokens forced;
 } run_opts;
 
