@@ -50,7 +50,7 @@ typedef struct ph_model_info {
                               layout the kernels read (repacked or as stored), and one embedding row */
 } ph_model_info;
 
-/* Loads an LLM GGUF (memory-mapped). n_threads <= 0: all cores. */
+/* Loads an LLM GGUF (memory-mapped). n_threads <= 0: ph_cpu_threads(). */
 ph_model *ph_model_load(const char *path, int n_threads, ph_err *err);
 void ph_model_free(ph_model *m);
 const ph_model_info *ph_model_get_info(const ph_model *m);
@@ -86,7 +86,26 @@ size_t ph_detok_finish(ph_detok *d, char *out, size_t cap);
 /* ---- sessions: a context (KV cache) over a model ------------------------ */
 typedef struct ph_session ph_session;
 
-/* n_ctx <= 0: the model's training context, capped at 4096. */
+/* How a context size was chosen. */
+typedef struct ph_ctx_choice {
+    int32_t n_ctx;
+    int32_t n_ctx_train;        /* the model's trained context */
+    bool given;                 /* asked for (n_ctx > 0), not chosen */
+    bool capped;                /* chosen below the trained context: memory */
+    int64_t mem_available;      /* bytes available when chosen (-1: unknown) */
+    uint64_t row_bytes;         /* bytes of KV cache one row of context takes */
+    char why[160];              /* "trained 262144, capped by 12.1 GiB available memory", "as asked" */
+} ph_ctx_choice;
+
+/* The context a session or an engine gets when none is asked for: the
+ * model's trained context, capped so that its KV cache (full) takes at
+ * most half of the memory available now (MemAvailable, or the room left
+ * under the cgroup's memory limit; the weights already loaded are not in
+ * it), rounded down to a multiple of 1024; at least 4096 (or the trained
+ * context, if smaller), at most 4194304. */
+void ph_model_default_ctx(const ph_model *m, ph_ctx_choice *out);
+
+/* n_ctx <= 0: ph_model_default_ctx's. */
 ph_session *ph_session_new(ph_model *m, int32_t n_ctx, ph_err *err);
 void ph_session_free(ph_session *s);
 int32_t ph_session_n_ctx(const ph_session *s);
@@ -127,7 +146,8 @@ typedef struct ph_mmproj ph_mmproj;
 
 ph_mmproj *ph_mmproj_open(ph_model *m, const char *mmproj_path, ph_err *err);
 void ph_mmproj_close(ph_mmproj *v);
-/* Token budget per picture in merged tokens (default 8 to 4096). */
+/* Token budget per picture in merged tokens (default 8 to 4096); a
+ * session holds pictures of at most half its context whatever the budget. */
 int ph_mmproj_set_budget(ph_mmproj *v, int min_tokens, int max_tokens, ph_err *err);
 
 typedef struct ph_picture_chunk {
@@ -212,6 +232,21 @@ void ph_logits_top(const float *logits, int32_t n, int32_t k, int32_t *ids, floa
  * summarised by type and arrays by their first elements. */
 int ph_print_file_info(const char *path, FILE *out, bool verbose, ph_err *err);
 
+typedef enum ph_file_kind {
+    PH_FILE_OTHER,              /* not a file pinhole runs (err says why) */
+    PH_FILE_LLM,                /* an LLM of an architecture pinhole runs */
+    PH_FILE_MMPROJ,             /* a vision file (mmproj) of a tower pinhole runs */
+} ph_file_kind;
+
+/* What a GGUF file is, from its metadata and tensor list alone (no weight
+ * is read). */
+ph_file_kind ph_file_probe(const char *path, ph_err *err);
+/* Whether the vision file mmproj_path feeds the LLM llm_path: the LLM takes
+ * pictures and the tower makes rows of the width the LLM takes, the checks
+ * of ph_mmproj_open and ph_engine_new, from the metadata alone. 0, or -1
+ * with the reason. */
+int ph_file_pair(const char *llm_path, const char *mmproj_path, ph_err *err);
+
 /* ---- synthetic models --------------------------------------------------------- */
 /* Writes a Qwen3-VL or Qwen3.5 LLM GGUF and its mmproj GGUF with random
  * weights, for tests and benchmarks. Both load in llama.cpp too. */
@@ -245,10 +280,10 @@ typedef struct ph_engine ph_engine;
 typedef struct ph_engine_params {
     const char *model_path;
     const char *mmproj_path;      /* NULL: text only */
-    int32_t n_ctx;                /* <= 0: the model's, at most 4096 */
-    int n_threads;                /* <= 0: all cores */
+    int32_t n_ctx;                /* <= 0: ph_model_default_ctx's */
+    int n_threads;                /* <= 0: ph_cpu_threads() */
     int image_min_tokens;         /* picture budget in merged tokens; 0: 8 */
-    int image_max_tokens;         /* 0: 4096 */
+    int image_max_tokens;         /* 0: 4096; at most half the context in any case */
     bool reuse;                   /* reuse the live state's common prefix (default on) */
     size_t ram_cache_bytes;       /* RAM tier: checkpoints of displaced conversations (default 2 GiB; 0: off) */
     size_t conversation_cache_bytes; /* the primary conversation parked for auxiliary requests (default 2 GiB; 0: off) */
@@ -271,6 +306,11 @@ void ph_engine_free(ph_engine *e);
 const ph_model_info *ph_engine_model_info(const ph_engine *e);
 bool ph_engine_has_vision(const ph_engine *e);
 int32_t ph_engine_n_ctx(const ph_engine *e);
+/* How the context size was chosen. */
+const ph_ctx_choice *ph_engine_ctx(const ph_engine *e);
+/* The most rows one picture takes: the budget's maximum, capped at half the
+ * context (0 without vision). */
+int32_t ph_engine_image_max_tokens(const ph_engine *e);
 
 /* The prompt rows a picture takes with the engine's encoder and token
  * budget (0 without an encoder). */
@@ -510,6 +550,13 @@ int ph_kv_disk_prune(const char *dir, uint64_t max_bytes, uint64_t *n_removed, u
 /* ---- misc ---------------------------------------------------------------------- */
 /* The SIMD level in use ("avx2", ...). */
 const char *ph_cpu_isa(void);
+/* The default thread count: the physical cores among the CPUs this process
+ * may run on (its affinity mask; hyper-threads of one core count once),
+ * capped by its cgroup's CPU quota (ceil(quota / period)); at least 1. */
+int ph_cpu_threads(void);
+/* The bytes of memory this process can still take: MemAvailable, or the
+ * room left under its cgroup's memory limit if less; -1 when unknown. */
+int64_t ph_mem_available(void);
 
 #ifdef __cplusplus
 }

@@ -407,9 +407,10 @@ int main(void) {
     check_refusal(args, "mmproj");
     snprintf(args, sizeof args, "run -m %s/models/tiny-f16.gguf --raw '<__image__>hi'", PH_ORACLE_DIR);
     check_refusal(args, "1 <__image__> markers but 0 --image");
-    snprintf(args, sizeof args, "run -m %s/models/tiny-f16.gguf --raw '<__image__>hi' --image %s/img/grad.png",
+    snprintf(args, sizeof args,
+             "run -m %s/models/tiny-f16.gguf --no-mmproj --raw '<__image__>hi' --image %s/img/grad.png",
              PH_ORACLE_DIR, PH_ORACLE_DIR);
-    check_refusal(args, "--mmproj");
+    check_refusal(args, "pictures need a vision file (--no-mmproj): --mmproj");
     snprintf(args, sizeof args,
              "run -m %s/models/tiny-f16.gguf --mmproj %s/models/tiny-f16-mmproj.gguf --raw '<__image__>hi' "
              "--image %s/gguf_bad/EXPECTED.txt",
@@ -420,8 +421,12 @@ int main(void) {
     snprintf(args, sizeof args, "run -m %s/models/tiny-f16.gguf --mmproj %s/models/mid-q8-mmproj.gguf --raw hi",
              PH_ORACLE_DIR, PH_ORACLE_DIR);
     check_refusal(args, "not a pair");
-    snprintf(args, sizeof args, "bench -m %s/models/tiny-f16.gguf --image %s/img/grad.png", PH_ORACLE_DIR, PH_ORACLE_DIR);
-    check_refusal(args, "--mmproj and --image go together");
+    snprintf(args, sizeof args, "bench -m %s/models/tiny-f16.gguf --no-mmproj --image %s/img/grad.png",
+             PH_ORACLE_DIR, PH_ORACLE_DIR);
+    check_refusal(args, "--image needs a vision file (--no-mmproj)");
+    snprintf(args, sizeof args, "bench -m %s/models/tiny-f16.gguf --mmproj %s/models/tiny-f16-mmproj.gguf",
+             PH_ORACLE_DIR, PH_ORACLE_DIR);
+    check_refusal(args, "--mmproj goes with --image");
     /* -p or --raw, and the flags that go with only one of them */
     static const struct {
         const char *args, *want;
@@ -438,8 +443,8 @@ int main(void) {
         snprintf(args, sizeof args, "run -m %s/models/tiny-f16.gguf %s", PH_ORACLE_DIR, run_refusals[i].args);
         check_refusal(args, run_refusals[i].want);
     }
-    snprintf(args, sizeof args, "run -m %s/models/tiny-f16.gguf -p hi --image %s/img/grad.png", PH_ORACLE_DIR,
-             PH_ORACLE_DIR);
-    check_refusal(args, "--mmproj");
+    snprintf(args, sizeof args, "run -m %s/models/tiny-f16.gguf --no-mmproj -p hi --image %s/img/grad.png",
+             PH_ORACLE_DIR, PH_ORACLE_DIR);
+    check_refusal(args, "pictures need a vision file (--no-mmproj): --mmproj");
     TEST_END();
 }

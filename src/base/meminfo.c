@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/cgroup.h"
+
 /* The first number after key in /proc/meminfo, in bytes, or -1. */
 static int64_t meminfo_field(const char *key) {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -23,29 +25,15 @@ static int64_t meminfo_field(const char *key) {
 
 /* A one-number file of the process's cgroup v2 folder, or -1 ("max" too). */
 static int64_t cgroup_value(const char *dir, const char *name) {
-    char path[640];
-    snprintf(path, sizeof path, "/sys/fs/cgroup%s/%s", dir, name);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    long long v = -1;
-    if (fscanf(f, "%lld", &v) != 1) v = -1;
-    fclose(f);
+    char buf[64];
+    long long v;
+    if (cgroup_read("", "", dir, name, buf, sizeof buf) || sscanf(buf, "%lld", &v) != 1) return -1;
     return v;
 }
 
 static int64_t cgroup_headroom(void) {
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (!f) return -1;
-    char line[512], dir[512] = "";
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "0::", 3)) { /* the v2 hierarchy */
-            line[strcspn(line, "\n")] = '\0';
-            snprintf(dir, sizeof dir, "%s", line + 3);
-            break;
-        }
-    fclose(f);
-    if (!dir[0]) return -1;
-    if (!strcmp(dir, "/")) dir[0] = '\0';
+    char dir[512];
+    if (cgroup_self("", NULL, dir, sizeof dir)) return -1;
     int64_t max = cgroup_value(dir, "memory.max"), cur = cgroup_value(dir, "memory.current");
     if (max < 0 || cur < 0) return -1;
     return max > cur ? max - cur : 0;

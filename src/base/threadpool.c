@@ -10,7 +10,8 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <unistd.h>
+
+#include "base/cpus.h"
 
 #define PH_SPIN_ITERS 2000    /* pause instructions before yielding */
 #define PH_YIELD_ITERS 20000  /* sched_yield calls before sleeping */
@@ -71,10 +72,7 @@ static void *worker_main(void *p) {
 }
 
 ph_pool *ph_pool_create(int n_threads) {
-    if (n_threads <= 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = c > 0 ? (int)c : 1;
-    }
+    if (n_threads <= 0) n_threads = cpus_threads();
     ph_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return NULL;
     pool->n = n_threads;

@@ -7,7 +7,8 @@
 typedef struct ph_pool ph_pool;
 typedef void (*ph_pool_fn)(void *ctx, int ith, int nth);
 
-/* n_threads <= 0 means the number of online CPUs. Returns NULL on failure. */
+/* n_threads <= 0 means the physical cores available (base/cpus.h). Returns
+ * NULL on failure. */
 ph_pool *ph_pool_create(int n_threads);
 void ph_pool_free(ph_pool *pool);
 int ph_pool_size(const ph_pool *pool);

@@ -10,6 +10,7 @@
 
 #include "base/timeutil.h"
 #include "cli/args.h"
+#include "cli/model_find.h"
 #include "pinhole.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -83,26 +84,33 @@ out:
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *mmproj = NULL, *image = NULL;
+    const char *image = NULL;
+    model_args ma = {0};
     long pp = 512, tg = 128, reps = 3, threads = 0, depth = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: pinhole bench -m LLM.gguf [-p 512] [-n 128] [-d 0] [-r 3] [-t THREADS]\n"
-                   "  -p N   prompt tokens to prefill (0: skip)\n"
-                   "  -n N   tokens to decode one at a time (0: skip)\n"
-                   "  -d N   the context already holds N tokens when prefill and decode start (untimed)\n"
-                   "  --mmproj FILE --image FILE   also a cold picture turn: encode, and time to first token\n"
-                   "  -r N   repetitions; the median is reported\n"
-                   "  prints one JSON object with tokens per second\n");
+            printf("usage: pinhole bench -m LLM.gguf|DIR [-p 512] [-n 128] [-d 0] [-r 3] [-t THREADS]\n");
+            model_help(stdout, 24, HELP_ON_IMAGE);
+            printf("  -p N                  prompt tokens to prefill (default 512; 0: skip)\n"
+                   "  -n N                  tokens to decode one at a time (default 128; 0: skip)\n"
+                   "  -d N                  the context already holds N tokens when prefill and decode start\n"
+                   "                        (untimed; default 0)\n"
+                   "  --image FILE          also a cold picture turn: encode, and time to first token\n"
+                   "  -r N                  repetitions; the median is reported (default 3)\n"
+                   "prints one JSON object with tokens per second\n");
             return 0;
         }
+        if (!strcmp(a, "--no-mmproj")) {
+            ma.no_mmproj = true;
+            continue;
+        }
         if (!(v = arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
         else if (!strcmp(a, "-p")) { if (arg_int(a, v, 0, 1 << 20, &pp)) return 2; }
         else if (!strcmp(a, "-n")) { if (arg_int(a, v, 0, 1 << 20, &tg)) return 2; }
         else if (!strcmp(a, "-d")) { if (arg_int(a, v, 0, 1 << 20, &depth)) return 2; }
-        else if (!strcmp(a, "--mmproj")) mmproj = v;
+        else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
         else if (!strcmp(a, "--image")) image = v;
         else if (!strcmp(a, "-r")) { if (arg_int(a, v, 1, 1000, &reps)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &threads)) return 2; }
@@ -111,16 +119,24 @@ int cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model) {
+    if (!ma.model) {
         fprintf(stderr, "pinhole bench: -m MODEL is required\n");
         return 2;
     }
-    if (!mmproj != !image) {
-        fprintf(stderr, "pinhole bench: --mmproj and --image go together\n");
+    model_files files;
+    if (model_find(&ma, image != NULL, "pinhole bench", &files)) return 2;
+    if (image && !files.mmproj[0]) {
+        fprintf(stderr, "pinhole bench: --image needs a vision file (%s): --mmproj MMPROJ.gguf\n", files.text_only);
         return 2;
     }
+    if (!image && files.mmproj[0]) {
+        fprintf(stderr, "pinhole bench: --mmproj goes with --image\n");
+        return 2;
+    }
+    if (image) model_files_say(&files, true, NULL);
+    const char *mmproj = files.mmproj;
     ph_err err;
-    ph_model *m = ph_model_load(model, (int)threads, &err);
+    ph_model *m = ph_model_load(files.model, (int)threads, &err);
     if (!m) {
         fprintf(stderr, "pinhole: %s\n", err.msg);
         return 1;
@@ -170,8 +186,8 @@ int cmd_bench(int argc, char **argv) {
     const double dtps = median(tg_tps, (int)reps);
     printf("{\"model\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"pp\":%ld,\"tg\":%ld,\"depth\":%ld,\"reps\":%ld,"
            "\"prefill_tps\":%.3f,\"decode_tps\":%.3f,\"decode_bytes_per_token\":%llu,\"decode_gbs\":%.2f",
-           info->name, threads > 0 ? (int)threads : 0, ph_cpu_isa(), pp, tg, depth, reps, median(pp_tps, (int)reps),
-           dtps, (unsigned long long)info->decode_bytes, dtps * (double)info->decode_bytes / 1e9);
+           info->name, threads > 0 ? (int)threads : ph_cpu_threads(), ph_cpu_isa(), pp, tg, depth, reps,
+           median(pp_tps, (int)reps), dtps, (unsigned long long)info->decode_bytes, dtps * (double)info->decode_bytes / 1e9);
     if (image)
         printf(",\"picture\":{\"width\":%d,\"height\":%d,\"rows\":%d,\"prompt_rows\":%d,\"encode_s\":%.4f,"
                "\"ttft_s\":%.4f}",

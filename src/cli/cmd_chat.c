@@ -14,7 +14,7 @@
 #include "base/error.h"
 #include "cli/answer.h"
 #include "cli/args.h"
-#include "cli/hub.h"
+#include "cli/model_find.h"
 #include "pinhole.h"
 
 #define CHAT_MAX_PENDING 16
@@ -51,17 +51,12 @@ static const char chat_commands_help[] =
     "  /quit         leave (also /exit or Ctrl-D)\n";
 
 static void chat_usage(FILE *out) {
+    fprintf(out, "usage: pinhole chat -m LLM.gguf|DIR [--mmproj MMPROJ.gguf] [options]\n");
+    model_help(out, 24, HELP_CTX | HELP_BUDGET);
     fprintf(out,
-            "usage: pinhole chat -m LLM.gguf [--mmproj MMPROJ.gguf] [options]\n"
-            "  -m, --model FILE      the LLM GGUF file, or OWNER/NAME[:QUANT]: a model\n"
-            "                        fetched by pinhole pull (and its mmproj)\n"
-            "  --mmproj FILE         the vision GGUF file (needed for /image)\n"
             "  --system TEXT         a system message\n"
             "  -n, --n-predict N     most tokens per answer (default 1024)\n"
             "  --temp T --top-k K --top-p P --min-p M --seed S   sampling (default greedy)\n"
-            "  -t, --threads N       threads (default: all cores)\n"
-            "  -c, --ctx-size N      context size (default: the model's, at most 4096)\n"
-            "  --image-min-tokens N --image-max-tokens N          picture token budget\n"
             "  --reasoning MODE      a thinking model's reasoning: auto (shown dimmed when\n"
             "                        stdout is a terminal, else hidden), show (dimmed on a\n"
             "                        terminal, else between <think> and </think> lines), hide\n"
@@ -232,6 +227,7 @@ static char *trim(char *s) {
 int cmd_chat(int argc, char **argv) {
     ph_engine_params ep;
     ph_engine_params_default(&ep);
+    model_args ma = {0};
     long l;
     chat c = {0};
     ph_gen_params_default(&c.gen);
@@ -244,9 +240,13 @@ int cmd_chat(int argc, char **argv) {
             chat_usage(stdout);
             return 0;
         }
+        if (!strcmp(a, "--no-mmproj")) {
+            ma.no_mmproj = true;
+            continue;
+        }
         if (!(v = arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ep.model_path = v;
-        else if (!strcmp(a, "--mmproj")) ep.mmproj_path = v;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
+        else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
         else if (!strcmp(a, "--system")) c.system = v;
         else if (!strcmp(a, "--reasoning")) { if (arg_reasoning(a, v, &c.reasoning)) return 2; }
         else if (!strcmp(a, "--thinking")) { if (arg_thinking(a, v, &c.gen.thinking)) return 2; }
@@ -265,25 +265,25 @@ int cmd_chat(int argc, char **argv) {
             return 2;
         }
     }
-    if (!ep.model_path) {
+    if (!ma.model) {
         fprintf(stderr, "pinhole chat: -m MODEL is required (see pinhole chat --help)\n");
         return 2;
     }
+    model_files files;
+    if (model_find(&ma, true, "pinhole chat", &files)) return 2;
+    ep.model_path = files.model;
+    ep.mmproj_path = files.mmproj[0] ? files.mmproj : NULL;
     ph_err err = {0};
-    char *pulled[2];
-    if (hub_model_arg(&ep.model_path, &ep.mmproj_path, pulled)) return 2;
     if (!(c.e = ph_engine_new(&ep, &err))) {
         fprintf(stderr, "pinhole: %s\n", err.msg);
-        free(pulled[0]);
-        free(pulled[1]);
         return 1;
     }
     const ph_model_info *info = ph_engine_model_info(c.e);
     c.model = ep.model_path;
     c.mmproj = ep.mmproj_path;
-    fprintf(stderr, "pinhole chat: %s, context %d%s. /help lists the commands, /quit leaves.\n",
-            info->name[0] ? info->name : ep.model_path, ph_engine_n_ctx(c.e),
-            ph_engine_has_vision(c.e) ? ", pictures on" : "");
+    model_files_say(&files, ph_engine_has_vision(c.e), NULL);
+    model_say_setup(c.e, info->name[0] ? info->name : files.model, ep.n_threads);
+    fprintf(stderr, "pinhole chat: /help lists the commands, /quit leaves.\n");
     using_history();
     rl_attempted_completion_function = chat_complete;
     char *line;
@@ -307,7 +307,7 @@ int cmd_chat(int argc, char **argv) {
         } else if (!strncmp(in, "/image", 6) && (in[6] == ' ' || in[6] == '\0')) {
             const char *path = trim(in + 6);
             if (!ph_engine_has_vision(c.e)) {
-                fprintf(stderr, "[pictures need --mmproj]\n");
+                fprintf(stderr, "[pictures need a vision file: --mmproj FILE]\n");
             } else if (!*path) {
                 fprintf(stderr, "[usage: /image PATH]\n");
             } else if (c.n_pending == CHAT_MAX_PENDING) {
@@ -342,7 +342,5 @@ int cmd_chat(int argc, char **argv) {
     free(c.hist);
     free(c.msgs);
     ph_engine_free(c.e);
-    free(pulled[0]);
-    free(pulled[1]);
     return 0;
 }

@@ -10,13 +10,14 @@
 #include "base/timeutil.h"
 #include "cli/answer.h"
 #include "cli/args.h"
-#include "cli/hub.h"
+#include "cli/model_find.h"
 #include "pinhole.h"
 
 #define MAX_IMAGES 64
 
 typedef struct run_opts {
-    const char *model, *raw, *mmproj;
+    model_args files;            /* -m, --mmproj, --no-mmproj */
+    const char *raw;
     const char *prompt, *system; /* -p, --system */
     const char *images[MAX_IMAGES];
     int n_images;
@@ -32,11 +33,10 @@ typedef struct run_opts {
 
 static void run_usage(FILE *out) {
     fprintf(out,
-            "usage: pinhole run -m LLM.gguf [--mmproj MMPROJ.gguf] -p TEXT [--image FILE ...] [options]\n"
-            "       pinhole run -m LLM.gguf [--mmproj MMPROJ.gguf] --raw PROMPT [--image FILE ...] [options]\n"
-            "  -m, --model FILE      the LLM GGUF file, or OWNER/NAME[:QUANT]: a model\n"
-            "                        fetched by pinhole pull (and its mmproj)\n"
-            "  --mmproj FILE         the vision GGUF file (needed for pictures)\n"
+            "usage: pinhole run -m LLM.gguf|DIR [--mmproj MMPROJ.gguf] -p TEXT [--image FILE ...] [options]\n"
+            "       pinhole run -m LLM.gguf|DIR [--mmproj MMPROJ.gguf] --raw PROMPT [--image FILE ...] [options]\n");
+    model_help(out, 24, HELP_CTX | HELP_BUDGET | HELP_ON_IMAGE);
+    fprintf(out,
             "  -p, --prompt TEXT     a question: one user message in the model's chat format\n"
             "                        (as the server renders it), the pictures before the text;\n"
             "                        the answer is printed, then a summary line on stderr\n"
@@ -53,8 +53,6 @@ static void run_usage(FILE *out) {
             "                        <|im_start|> are parsed, no BOS unless the model asks\n"
             "  --image FILE          a picture (repeat for more); with --raw each <__image__>\n"
             "                        in the prompt takes the next\n"
-            "  --image-min-tokens N  least merged tokens per picture (default 8)\n"
-            "  --image-max-tokens N  most merged tokens per picture (default 4096)\n"
             "  -n, --n-predict N     most tokens to generate (default 128 with --raw; with -p\n"
             "                        until the answer ends or the context is full, as with 0)\n"
             "  --temp T              temperature; 0 = greedy (default 0)\n"
@@ -62,8 +60,6 @@ static void run_usage(FILE *out) {
             "  --top-p P             nucleus sampling (default 1 = off)\n"
             "  --min-p M             drop tokens below M x the top probability (default off)\n"
             "  --seed S              sampling seed (default 0)\n"
-            "  -t, --threads N       threads (default: all cores)\n"
-            "  -c, --ctx-size N      context size (default: the model's, at most 4096)\n"
             "  --json                with --raw: print one JSON object: chunks,\n"
             "                        n_past_after_prompt, generated, steps ({lse, top})\n"
             "  --top-logits K        with --json: entries in each step's top list (default 16)\n"
@@ -109,10 +105,12 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
             exit(0);
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             VAL();
-            o->model = v;
+            o->files.model = v;
         } else if (!strcmp(a, "--mmproj")) {
             VAL();
-            o->mmproj = v;
+            o->files.mmproj = v;
+        } else if (!strcmp(a, "--no-mmproj")) {
+            o->files.no_mmproj = true;
         } else if (!strcmp(a, "--image")) {
             VAL();
             if (o->n_images == MAX_IMAGES) {
@@ -192,7 +190,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         }
 #undef VAL
     }
-    if (!o->model || !o->raw == !o->prompt) {
+    if (!o->files.model || !o->raw == !o->prompt) {
         fprintf(stderr, "pinhole run: -m MODEL and either -p TEXT or --raw PROMPT are required (see pinhole run "
                         "--help)\n");
         return -1;
@@ -245,15 +243,15 @@ static void print_picture_chunk(FILE *out, const ph_picture_chunk *c, const floa
 
 /* -p: one user message (the pictures, then the text) after the --system
  * one, answered by the engine as the server answers a one-message chat. */
-static int run_prompt(const run_opts *o) {
-    if (o->n_images && !o->mmproj) {
-        fprintf(stderr, "pinhole: pictures need the vision file: --mmproj MMPROJ.gguf\n");
+static int run_prompt(const run_opts *o, const model_files *files) {
+    if (o->n_images && !files->mmproj[0]) {
+        fprintf(stderr, "pinhole: pictures need a vision file (%s): --mmproj MMPROJ.gguf\n", files->text_only);
         return 1;
     }
     ph_engine_params ep;
     ph_engine_params_default(&ep);
-    ep.model_path = o->model;
-    ep.mmproj_path = o->mmproj;
+    ep.model_path = files->model;
+    ep.mmproj_path = files->mmproj[0] ? files->mmproj : NULL;
     ep.n_ctx = (int32_t)o->ctx;
     ep.n_threads = (int)o->threads;
     ep.image_min_tokens = (int)o->img_min_tokens;
@@ -268,6 +266,7 @@ static int run_prompt(const run_opts *o) {
     answer a = {0};
     ph_engine *e = ph_engine_new(&ep, &err);
     if (!e) goto fail;
+    if (ep.mmproj_path) model_files_say(files, true, NULL);
     for (int i = 0; i < o->n_images; i++)
         if (!(parts[i].picture = ph_picture_load(o->images[i], &err))) goto fail;
     parts[o->n_images] = (ph_chat_part){.text = o->prompt, .len = strlen(o->prompt)};
@@ -310,17 +309,12 @@ done:
 
 int cmd_run(int argc, char **argv) {
     run_opts o;
-    char *pulled[2] = {NULL, NULL};
-    if (parse_run_args(argc, argv, &o) || hub_model_arg(&o.model, &o.mmproj, pulled)) {
+    model_files files;
+    if (parse_run_args(argc, argv, &o) || model_find(&o.files, o.n_images > 0, "pinhole run", &files)) {
         ph_tokens_free(&o.forced);
         return 2;
     }
-    if (o.prompt) {
-        const int prc = run_prompt(&o);
-        free(pulled[0]);
-        free(pulled[1]);
-        return prc;
-    }
+    if (o.prompt) return run_prompt(&o, &files);
     int rc = 1;
     ph_err err;
     ph_model *m = NULL;
@@ -336,7 +330,7 @@ int cmd_run(int argc, char **argv) {
     size_t steps_len = 0, chunks_len = 0;
     FILE *steps = NULL, *chunks = NULL;
 
-    m = ph_model_load(o.model, (int)o.threads, &err);
+    m = ph_model_load(files.model, (int)o.threads, &err);
     if (!m) goto fail;
     const ph_model_info *info = ph_model_get_info(m);
     if (ph_prompt_from_raw(m, o.raw, "<__image__>", &prompt, &err)) goto fail;
@@ -345,13 +339,14 @@ int cmd_run(int argc, char **argv) {
                 prompt.n_pictures, o.n_images);
         goto done;
     }
-    if (o.n_images && !o.mmproj) {
-        fprintf(stderr, "pinhole: pictures need the vision file: --mmproj MMPROJ.gguf\n");
+    if (o.n_images && !files.mmproj[0]) {
+        fprintf(stderr, "pinhole: pictures need a vision file (%s): --mmproj MMPROJ.gguf\n", files.text_only);
         goto done;
     }
-    if (o.mmproj) {
-        if (!(mm = ph_mmproj_open(m, o.mmproj, &err))) goto fail;
+    if (files.mmproj[0]) {
+        if (!(mm = ph_mmproj_open(m, files.mmproj, &err))) goto fail;
         if (ph_mmproj_set_budget(mm, (int)o.img_min_tokens, (int)o.img_max_tokens, &err)) goto fail;
+        model_files_say(&files, true, NULL);
     }
     for (int i = 0; i < o.n_images; i++)
         if (!(pics[i] = ph_picture_load(o.images[i], &err))) goto fail;
@@ -472,7 +467,5 @@ done:
     ph_session_free(s);
     ph_mmproj_close(mm);
     ph_model_free(m);
-    free(pulled[0]);
-    free(pulled[1]);
     return rc;
 }

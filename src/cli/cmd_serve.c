@@ -8,7 +8,7 @@
 
 #include "base/log.h"
 #include "cli/args.h"
-#include "cli/hub.h"
+#include "cli/model_find.h"
 #include "pinhole.h"
 #include "server/access.h"
 #include "server/server.h"
@@ -21,15 +21,11 @@
 #define PH_SERVE_MAX_TOKENS 4096
 
 static void serve_usage(FILE *out) {
+    fprintf(out, "usage: pinhole serve -m LLM.gguf|DIR [--mmproj MMPROJ.gguf] [options]\n");
+    model_help(out, 28, HELP_CTX | HELP_BUDGET);
     fprintf(out,
-            "usage: pinhole serve -m LLM.gguf [--mmproj MMPROJ.gguf] [options]\n"
-            "  -m, --model FILE          the LLM GGUF file, or OWNER/NAME[:QUANT]: a model\n"
-            "                            fetched by pinhole pull (and its mmproj)\n"
-            "  --mmproj FILE             the vision GGUF file (pictures are refused without it)\n"
             "  --host ADDR               IPv4 address to listen on (default 127.0.0.1)\n"
             "  --port N                  port (default 8080; 0: any free port)\n"
-            "  -c, --ctx-size N          context size (default: the model's, at most 4096)\n"
-            "  -t, --threads N           threads (default: all cores)\n"
             "  --max-images N            most pictures per request (default 16)\n"
             "  --max-queue N             most requests waiting for the model; past it 503 with\n"
             "                            Retry-After (default 64; 0: no bound)\n"
@@ -80,8 +76,6 @@ static void serve_usage(FILE *out) {
             "                            context is full)\n"
             "                            These four apply to requests that leave the field out; a field\n"
             "                            in the request always wins.\n"
-            "  --image-min-tokens N      least merged tokens per picture (default 8)\n"
-            "  --image-max-tokens N      most merged tokens per picture (default 4096)\n"
             "  --image-cache-entries N   picture embeddings kept in memory (default 32; 0: none)\n"
             "  --image-cache-mib N       and at most this many MiB of them (default 128)\n"
             "  --image-cache-dir DIR     also keep picture embeddings here, across restarts\n"
@@ -195,9 +189,10 @@ static int read_key_file(const char *path, key_list *keys) {
  * --cors-origin and --allow-host values). file_keys: the keys read from a
  * file (freed by the caller). */
 static int serve_main(int argc, char **argv, const char **aliases, const char **cors, const char **hosts,
-                      key_list *file_keys) {
+                      key_list *file_keys, model_files *files) {
     ph_engine_params ep;
     ph_engine_params_default(&ep);
+    model_args ma = {0};
     srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_queue = 64,
                       .max_pixels_in_flight = (uint64_t)256 << 20, .max_body = (size_t)64 << 20,
                       .max_connections = 256, .max_connections_per_ip = 64, .header_timeout_s = 10,
@@ -217,10 +212,11 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         if (!strcmp(a, "--allow-forced-output")) { cfg.allow_forced_output = true; continue; }
         if (!strcmp(a, "--no-reuse")) { ep.reuse = false; continue; }
         if (!strcmp(a, "--no-cache")) { ep.reuse = false; ep.image_cache_entries = 0; continue; }
+        if (!strcmp(a, "--no-mmproj")) { ma.no_mmproj = true; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { ph_log_set_level(PH_LOG_DEBUG); continue; }
         if (!(v = arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ep.model_path = v;
-        else if (!strcmp(a, "--mmproj")) ep.mmproj_path = v;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
+        else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
         else if (!strcmp(a, "--host")) cfg.host = v;
         else if (!strcmp(a, "--port")) { if (arg_int(a, v, 0, 65535, &l)) return 2; cfg.port = (int)l; }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (arg_int(a, v, 16, 1 << 22, &l)) return 2; ep.n_ctx = (int32_t)l; }
@@ -280,7 +276,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
             return 2;
         }
     }
-    if (!ep.model_path) {
+    if (!ma.model) {
         fprintf(stderr, "pinhole serve: -m MODEL is required (see pinhole serve --help)\n");
         return 2;
     }
@@ -312,34 +308,31 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         fprintf(stderr, "pinhole serve: --kv-disk-dir saves state for reuse; it cannot go with --no-reuse or --no-cache\n");
         return 2;
     }
-    /* the model's name: the file name without folder and .gguf */
+    if (model_find(&ma, true, "pinhole serve", files)) return 2;
+    ep.model_path = files->model;
+    ep.mmproj_path = files->mmproj[0] ? files->mmproj : NULL;
+    /* the model's name: the file name without folder and .gguf (a pulled
+     * model's: NAME[:QUANT] of its reference) */
     char name[256];
     cfg.aliases = aliases;
     if (cfg.n_aliases) cfg.model_name = aliases[0];
     else {
-        const char *base = strrchr(ep.model_path, '/');
-        base = base ? base + 1 : ep.model_path;
-        snprintf(name, sizeof name, "%s", base);
+        const char *path = files->pulled ? ma.model : ep.model_path, *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        snprintf(name, sizeof name, "%.*s", (int)sizeof name - 1, base);
         size_t n = strlen(name);
         if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
         cfg.model_name = name;
     }
     ep.progress = on_progress;
     ph_err err = {0};
-    char *pulled[2];
-    if (hub_model_arg(&ep.model_path, &ep.mmproj_path, pulled)) return 2;
     ph_engine *e = ph_engine_new(&ep, &err);
     if (!e) {
         fprintf(stderr, "pinhole: %s\n", err.msg);
-        free(pulled[0]);
-        free(pulled[1]);
         return 1;
     }
-    const ph_model_info *mi = ph_engine_model_info(e);
-    fprintf(stderr, "pinhole: %s (%s), context %d, %s, %s\n", cfg.model_name, mi->arch, ph_engine_n_ctx(e),
-            ph_engine_has_vision(e) ? (ep.vision_idle_s > 0 ? "pictures on (encoder loaded on demand)" : "pictures on")
-                                    : "text only",
-            ph_cpu_isa());
+    model_files_say(files, ph_engine_has_vision(e), ep.vision_idle_s > 0 ? "encoder loaded on demand" : NULL);
+    model_say_setup(e, cfg.model_name, ep.n_threads);
     if (cfg.n_api_keys > 1)
         fprintf(stderr, "pinhole: one of %zu API keys is required (from %s); each key's requests are isolated from "
                         "the others'\n", cfg.n_api_keys, key_from);
@@ -349,8 +342,6 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
                                     cfg.n_cors_origins > 1 ? " and the other --cors-origin values" : "");
     int rc = server_run(e, &cfg);
     ph_engine_free(e);
-    free(pulled[0]);
-    free(pulled[1]);
     return rc;
 }
 
@@ -359,10 +350,12 @@ int cmd_serve(int argc, char **argv) {
     const char **aliases = calloc(n, sizeof *aliases), **cors = calloc(n, sizeof *cors),
                **hosts = calloc(n, sizeof *hosts);
     key_list keys = {0};
+    model_files *files = malloc(sizeof *files);
     int rc = 1;
-    if (!aliases || !cors || !hosts) fprintf(stderr, "pinhole: out of memory\n");
-    else rc = serve_main(argc, argv, aliases, cors, hosts, &keys);
+    if (!aliases || !cors || !hosts || !files) fprintf(stderr, "pinhole: out of memory\n");
+    else rc = serve_main(argc, argv, aliases, cors, hosts, &keys, files);
     keys_free(&keys);
+    free(files);
     free(aliases);
     free(cors);
     free(hosts);

@@ -320,15 +320,3 @@ int hub_find_local(const char *ref, char **llm, char **mmproj) {
     hub_ref_free(&r);
     return rc;
 }
-
-int hub_model_arg(const char **model, const char **mmproj, char *hold[2]) {
-    hold[0] = hold[1] = NULL;
-    if (!*model) return 0;
-    const int rc = hub_find_local(*model, &hold[0], &hold[1]);
-    if (rc < 0) return -1;
-    if (rc == 0) {
-        *model = hold[0];
-        if (!*mmproj) *mmproj = hold[1];
-    }
-    return 0;
-}

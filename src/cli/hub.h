@@ -56,10 +56,4 @@ int hub_choose(const hub_ref *ref, const hub_name *files, size_t n, const char *
  * a reference (a path for the loader to open or refuse). */
 int hub_find_local(const char *ref, char **llm, char **mmproj);
 
-/* The -m hook of serve, run and chat: when *model names a pulled model
- * (hub_find_local), points *model, and *mmproj when it is NULL, at its
- * files, which hold[0] and hold[1] keep (the caller frees both after the
- * last use). Returns 0, or -1 after saying why. */
-int hub_model_arg(const char **model, const char **mmproj, char *hold[2]);
-
 #endif

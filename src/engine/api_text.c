@@ -1,6 +1,7 @@
 /* The public text functions of pinhole.h, over the model's vocabulary. */
 #include <string.h>
 
+#include "base/cpus.h"
 #include "kernels/kernels.h"
 #include "engine/session.h"
 
@@ -29,3 +30,5 @@ const char *ph_cpu_isa(void) {
     ph_kernels_init();
     return ph_isa_name(ph_kernels_isa());
 }
+
+int ph_cpu_threads(void) { return cpus_threads(); }

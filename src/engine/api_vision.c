@@ -1,10 +1,12 @@
 /* The session-level picture path of pinhole.h: the vision tower of an
  * mmproj file attached to its LLM (the engine's encoder, always loaded),
- * and a picture encoded and evaluated into a session. */
+ * a picture encoded and evaluated into a session; and model files and
+ * their pairs told apart from their metadata. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/timeutil.h"
+#include "gguf/gguf.h"
 #include "engine/picture.h"
 #include "engine/session.h"
 #include "state/encoder.h"
@@ -44,9 +46,11 @@ int ph_mmproj_set_budget(ph_mmproj *h, int min_tokens, int max_tokens, ph_err *e
 int ph_session_eval_picture(ph_session *s, ph_mmproj *h, ph_picture *pic, ph_picture_chunk *chunk, float **rows_out,
                             ph_err *e) {
     if (h->m != s->m) return ph_err_set(e, "the vision tower belongs to another model");
+    ph_prep_params budget = h->enc.prep; /* a picture takes at most half the context */
+    prep_cap_tokens(&budget, ph_session_n_ctx(s) / 2);
     ph_prep prep;
     if (picture_decode(pic, e)) return -1;
-    const int prc = ph_image_preprocess(&pic->img, &h->enc.prep, &prep, e);
+    const int prc = ph_image_preprocess(&pic->img, &budget, &prep, e);
     picture_drop_pixels(pic);
     if (prc) return -1;
     const int width = h->enc.out_width;
@@ -71,5 +75,30 @@ int ph_session_eval_picture(ph_session *s, ph_mmproj *h, ph_picture *pic, ph_pic
     ph_prep_free(&prep);
     if (rc == 0 && rows_out) *rows_out = rows;
     else free(rows);
+    return rc;
+}
+
+ph_file_kind ph_file_probe(const char *path, ph_err *e) {
+    gguf_file *f = gguf_open(path, e);
+    if (!f) return PH_FILE_OTHER;
+    gguf_str arch;
+    const bool clip = gguf_get_str(f, "general.architecture", &arch) == 0 && gguf_str_eq(arch, "clip");
+    gguf_close(f);
+    if (clip) {
+        ph_vision *v = ph_vision_probe(path, e);
+        ph_vision_free(v);
+        return v ? PH_FILE_MMPROJ : PH_FILE_OTHER;
+    }
+    ph_model *m = llm_probe(path, e);
+    ph_model_free(m);
+    return m ? PH_FILE_LLM : PH_FILE_OTHER;
+}
+
+int ph_file_pair(const char *llm_path, const char *mmproj_path, ph_err *e) {
+    ph_model *m = llm_probe(llm_path, e);
+    ph_vision *v = m && llm_check_pictures(m, e) == 0 ? ph_vision_probe(mmproj_path, e) : NULL;
+    const int rc = v ? vision_check_width(ph_vision_get_info(v), mmproj_path, m->hp.n_embd_inp, e) : -1;
+    ph_vision_free(v);
+    ph_model_free(m);
     return rc;
 }

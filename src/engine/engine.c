@@ -80,7 +80,17 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
         e->has_vision = true;
     }
     progress(p, "allocating the context", 0.9);
-    if (!(e->s = ph_session_new(e->m, p->n_ctx, err))) goto fail;
+    if (p->n_ctx > 0) {
+        e->ctx = (ph_ctx_choice){.n_ctx = p->n_ctx, .n_ctx_train = e->m->hp.n_ctx_train, .given = true,
+                                 .mem_available = -1, .row_bytes = kv_cache_row_bytes(&e->m->hp)};
+        snprintf(e->ctx.why, sizeof e->ctx.why, "as asked");
+    } else {
+        ph_model_default_ctx(e->m, &e->ctx);
+    }
+    if (!(e->s = ph_session_new(e->m, e->ctx.n_ctx, err))) goto fail;
+    /* one picture takes at most half the context, leaving the other half
+     * to the conversation around it */
+    if (e->has_vision) prep_cap_tokens(&e->enc.prep, e->ctx.n_ctx / 2);
     if (seq_init(&e->live, ph_session_n_ctx(e->s), err)) goto fail;
     /* one token through every weight, so that the first request does not
      * wait for the mapped model file to be paged in (a server resuming a
@@ -142,6 +152,8 @@ void ph_engine_free(ph_engine *e) {
 const ph_model_info *ph_engine_model_info(const ph_engine *e) { return ph_model_get_info(e->m); }
 bool ph_engine_has_vision(const ph_engine *e) { return e->has_vision; }
 int32_t ph_engine_n_ctx(const ph_engine *e) { return ph_session_n_ctx(e->s); }
+const ph_ctx_choice *ph_engine_ctx(const ph_engine *e) { return &e->ctx; }
+int32_t ph_engine_image_max_tokens(const ph_engine *e) { return e->has_vision ? e->enc.prep.max_tokens : 0; }
 
 size_t ph_engine_token_bytes(const ph_engine *e, int32_t id, char *out, size_t cap) {
     int n = ph_token_bytes(e->m->vocab, id, out, cap);
@@ -233,10 +245,22 @@ static size_t prompt_rows(const turn *t) {
     return rows;
 }
 
-/* Whether the prompt leaves room for an answer in the context. */
+/* Whether the prompt leaves room for an answer in the context; the first
+ * picture that does not fit is named. */
 static int check_fits(const turn *t, ph_err *err) {
-    const size_t rows = prompt_rows(t);
     const int32_t n_ctx = ph_session_n_ctx(t->e->s);
+    size_t rows = 0;
+    for (size_t i = 0; i < t->prompt.n; i++) {
+        const ph_prompt_item *it = &t->prompt.items[i];
+        const ph_picture *pic = it->is_picture ? t->pics[it->picture] : NULL;
+        const int32_t pic_rows = pic ? ph_engine_picture_rows(t->e, pic) : 0;
+        rows += pic ? (size_t)pic_rows : it->tokens.n;
+        if (pic && rows + 1 > (size_t)n_ctx)
+            return ph_err_setc(err, PH_ERR_TOO_LONG,
+                               "%s (%d tokens) does not fit: the prompt through it is %zu tokens long but the "
+                               "context holds %d (and needs room for the answer)",
+                               pic->label, pic_rows, rows, n_ctx);
+    }
     if (rows + 1 > (size_t)n_ctx)
         return ph_err_setc(err, PH_ERR_TOO_LONG,
                            "the prompt is %zu tokens long but the context holds %d (and needs room for the answer)",

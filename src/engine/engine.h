@@ -27,6 +27,7 @@ typedef struct image_memo_entry {
 struct ph_engine {
     ph_model *m;
     ph_session *s;
+    ph_ctx_choice ctx;       /* how the session's context size was chosen */
     seq_state live;          /* provenance of the session's KV */
     int32_t live_prompt;     /* rows of the live state's last prompt */
     ram_tier ram;            /* checkpoints of displaced sequences */

@@ -1,14 +1,60 @@
 /* Sessions: a model, one sequence's KV cache and the entry points that feed it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/meminfo.h"
 #include "engine/session.h"
 
 #define PH_CHUNK 512
 
+/* The default context's bounds: never below what it was before memory
+ * was looked at (4096, or a smaller trained context), and the most a
+ * session takes. */
+#define CTX_FLOOR 4096
+#define CTX_MOST  (1 << 22)
+
+void session_ctx_choose(int32_t n_ctx_train, uint64_t row_bytes, int64_t mem_available, ph_ctx_choice *c) {
+    memset(c, 0, sizeof *c);
+    const int64_t train = n_ctx_train > 0 ? n_ctx_train : CTX_FLOOR;
+    const int64_t floor = train < CTX_FLOOR ? train : CTX_FLOOR, most = train < CTX_MOST ? train : CTX_MOST;
+    const double gib = (double)mem_available / (double)(1 << 30);
+    c->n_ctx_train = (int32_t)train;
+    c->row_bytes = row_bytes;
+    c->mem_available = mem_available;
+    int64_t n = most;
+    if (mem_available < 0) { /* nothing to go by: what it was before */
+        n = floor;
+        snprintf(c->why, sizeof c->why, "trained %lld, capped at %lld: available memory unknown", (long long)train,
+                 (long long)n);
+    } else {
+        const int64_t fit = mem_available / 2 / (int64_t)(row_bytes ? row_bytes : 1) / 1024 * 1024;
+        if (fit < floor) n = floor;
+        else if (fit < most) n = fit;
+        if (n < train && fit < floor)
+            snprintf(c->why, sizeof c->why, "trained %lld; at least %lld though only %.1f GiB memory is available",
+                     (long long)train, (long long)n, gib);
+        else if (n < train && fit < most)
+            snprintf(c->why, sizeof c->why, "trained %lld, capped by %.1f GiB available memory", (long long)train,
+                     gib);
+        else if (n < train)
+            snprintf(c->why, sizeof c->why, "trained %lld, capped at the most pinhole takes", (long long)train);
+        else snprintf(c->why, sizeof c->why, "trained; %.1f GiB memory available", gib);
+    }
+    c->capped = n < train;
+    c->n_ctx = (int32_t)n;
+}
+
+void ph_model_default_ctx(const ph_model *m, ph_ctx_choice *c) {
+    session_ctx_choose(m->hp.n_ctx_train, kv_cache_row_bytes(&m->hp), ph_mem_available(), c);
+}
+
 ph_session *ph_session_new(ph_model *m, int32_t n_ctx, ph_err *e) {
-    const llm_hparams *hp = &m->hp;
-    if (n_ctx <= 0) n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (n_ctx <= 0) {
+        ph_ctx_choice c;
+        ph_model_default_ctx(m, &c);
+        n_ctx = c.n_ctx;
+    }
     if (n_ctx <= 0 || n_ctx > (1 << 22)) {
         ph_err_set(e, "context size %d is not usable", n_ctx);
         return NULL;

@@ -24,6 +24,10 @@ int session_eval_prompt(ph_session *s, const int32_t *ids, size_t n, ph_err *e);
 int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
                             ph_err *e);
 
+/* ph_model_default_ctx's choice for a model of n_ctx_train whose rows take
+ * row_bytes each, with mem_available bytes (-1: unknown). */
+void session_ctx_choose(int32_t n_ctx_train, uint64_t row_bytes, int64_t mem_available, ph_ctx_choice *c);
+
 /* Keeps the first n_rows KV cells and sets the next position. */
 void session_truncate(ph_session *s, int32_t n_rows, int32_t next_pos);
 

@@ -61,6 +61,9 @@ typedef struct ph_prep {
 /* The encoder's input size for a w x h picture (no pixels needed); the
  * merged grid is tw / (patch * merge) by th / (patch * merge). */
 void ph_prep_geometry(int w, int h, const ph_prep_params *p, int *tw, int *th);
+/* Caps the token budget at most merged tokens (at least 1): a picture then
+ * takes at most that many, the least lowered to it if above. */
+void prep_cap_tokens(ph_prep_params *p, int most);
 int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *out, ph_err *e);
 void ph_prep_free(ph_prep *p);
 

@@ -253,3 +253,9 @@ void ph_prep_free(ph_prep *p) {
     free(p->pixels);
     p->pixels = NULL;
 }
+
+void prep_cap_tokens(ph_prep_params *p, int most) {
+    if (most < 1) most = 1;
+    if (p->max_tokens > most) p->max_tokens = most;
+    if (p->min_tokens > p->max_tokens) p->min_tokens = p->max_tokens;
+}

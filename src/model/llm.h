@@ -96,6 +96,14 @@ void llm_scratch_free(llm_scratch *sc);
 int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *sc, const int32_t *tokens, const float *embd, int64_t n,
                 const int32_t *pos, bool want_logits, bool prompt, ph_err *e);
 
+/* The model of path with its architecture and hyperparameters (hp,
+ * arch_name, name) read and nothing else loaded: for llm_check_pictures and
+ * the like, and ph_model_free. */
+ph_model *llm_probe(const char *path, ph_err *e);
+/* Whether the model takes pictures (its positions are M-RoPE's): 0, or -1
+ * with e saying it does not. */
+int llm_check_pictures(const ph_model *m, ph_err *e);
+
 /* The u32 metadata value `<arch>.<suffix>`: 0; 1 when it is not required
  * and absent (or of another type); -1 with e set when required and absent
  * or of another type. */

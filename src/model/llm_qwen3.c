@@ -208,7 +208,9 @@ static void fill_info(ph_model *m) {
     in->decode_bytes = db;
 }
 
-ph_model *ph_model_load(const char *path, int n_threads, ph_err *e) {
+/* The model of path: its architecture and hyperparameters read, and with
+ * weights its vocabulary, thread pool and weights too. */
+static ph_model *model_open(const char *path, bool weights, int n_threads, ph_err *e) {
     ph_kernels_init();
     ph_model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -240,6 +242,10 @@ ph_model *ph_model_load(const char *path, int n_threads, ph_err *e) {
     }
     if (gguf_get_str(m->gguf, "general.name", &s) == 0)
         snprintf(m->name, sizeof m->name, "%.*s", (int)(s.len < 127 ? s.len : 127), s.ptr);
+    if (!weights) {
+        if (load_hparams(m, e)) goto fail_prefix;
+        return m;
+    }
     m->vocab = ph_vocab_load(m->gguf, e);
     if (!m->vocab) goto fail_prefix;
     m->hp.n_vocab = ph_vocab_size(m->vocab);
@@ -256,6 +262,15 @@ fail_prefix:
 fail:
     ph_model_free(m);
     return NULL;
+}
+
+ph_model *ph_model_load(const char *path, int n_threads, ph_err *e) { return model_open(path, true, n_threads, e); }
+
+ph_model *llm_probe(const char *path, ph_err *e) { return model_open(path, false, 0, e); }
+
+int llm_check_pictures(const ph_model *m, ph_err *e) {
+    if (m->hp.rope.mode == PH_ROPE_IMROPE) return 0;
+    return ph_err_set(e, "%s models do not take pictures", m->arch_name);
 }
 
 void ph_model_free(ph_model *m) {

@@ -23,6 +23,12 @@ typedef struct ph_vision_info {
 
 /* pool is borrowed (the LLM's); it must outlive the vision tower. */
 ph_vision *ph_vision_load(const char *path, ph_pool *pool, ph_err *e);
+/* The tower's metadata and shapes only (its info; no weights loaded): for
+ * ph_vision_get_info and ph_vision_free alone. */
+ph_vision *ph_vision_probe(const char *path, ph_err *e);
+/* Whether the tower of path (its info) makes rows of the width the LLM
+ * takes (llm_width floats: n_embd_inp): 0, or -1 with e naming both. */
+int vision_check_width(const ph_vision_info *vi, const char *path, int32_t llm_width, ph_err *e);
 void ph_vision_free(ph_vision *v);
 const ph_vision_info *ph_vision_get_info(const ph_vision *v);
 /* The preprocessing parameters this tower wants (mean/std from the file,

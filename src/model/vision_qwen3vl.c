@@ -144,11 +144,18 @@ static int load_hparams(ph_vision *v, ph_err *e) {
     return 0;
 }
 
-static int load_weights(ph_vision *v, ph_err *e) {
-    ph_vision_info *in = &v->info;
-    const int64_t C = in->n_embd, F = in->n_ff, ps = in->patch_size;
+/* Whether layer l has a deepstack merger: iff its tensors are present
+ * (docs/numerics.md, Vision metadata: the is_deepstack_layers key is not
+ * read). */
+static bool has_deepstack(const ph_vision *v, int l) {
     char name[96];
+    snprintf(name, sizeof name, "v.deepstack.%d.norm.weight", l);
+    return gguf_find_tensor(v->gguf, name) != NULL;
+}
 
+/* The width of the rows the tower produces, from the tensors' shapes. */
+static int load_out_width(ph_vision *v, ph_err *e) {
+    ph_vision_info *in = &v->info;
     /* The output width P is what mm.2 produces (docs/numerics.md, Vision metadata); projection_dim
      * must agree when present. */
     const gguf_tensor *mm2 = gguf_find_tensor(v->gguf, "mm.2.weight");
@@ -159,6 +166,16 @@ static int load_weights(ph_vision *v, ph_err *e) {
     if (get_u32(v->gguf, "clip.vision.projection_dim", &u, false, e) < 0) return -1;
     if (gguf_find_kv(v->gguf, "clip.vision.projection_dim") && (int64_t)u != in->proj_dim)
         return ph_err_set(e, "clip.vision.projection_dim is %u but mm.2.weight produces %d", u, in->proj_dim);
+    in->n_deepstack = 0;
+    for (int l = 0; l < in->n_layer; l++) in->n_deepstack += has_deepstack(v, l);
+    in->out_width = in->proj_dim * (1 + in->n_deepstack);
+    return 0;
+}
+
+static int load_weights(ph_vision *v, ph_err *e) {
+    ph_vision_info *in = &v->info;
+    const int64_t C = in->n_embd, F = in->n_ff, ps = in->patch_size;
+    char name[96];
 
     /* Patch kernels [ps, ps, 3, C]. llama.cpp's conv2d is an im2col into an
      * F16 buffer (BF16 for a BF16 kernel) multiplied by the kernel converted
@@ -208,7 +225,7 @@ static int load_weights(ph_vision *v, ph_err *e) {
     v->layers = calloc((size_t)in->n_layer, sizeof *v->layers);
     v->deepstack = calloc((size_t)in->n_layer, sizeof *v->deepstack);
     if (!v->layers || !v->deepstack) return ph_err_set(e, "out of memory");
-    in->n_deepstack = 0;
+    int n_deepstack = 0;
 #define NAME(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
     for (int l = 0; l < in->n_layer; l++) {
         vis_layer *L = &v->layers[l];
@@ -225,25 +242,23 @@ static int load_weights(ph_vision *v, ph_err *e) {
             ph_weights_mat(&v->w, NAME("v.blk.%d.ffn_down.weight", l), F, C, true, &L->down, e) ||
             ph_weights_vec(&v->w, NAME("v.blk.%d.ffn_down.bias", l), C, &L->down_b, e))
             return -1;
-        /* A deepstack merger after this layer iff its tensors are present
-         * (docs/numerics.md, Vision metadata: the is_deepstack_layers key is not read). */
         L->deepstack = -1;
-        if (gguf_find_tensor(v->gguf, NAME("v.deepstack.%d.norm.weight", l))) {
+        if (has_deepstack(v, l)) {
             char nb[96], f1[96], f1b[96], f2[96], f2b[96];
+            snprintf(name, sizeof name, "v.deepstack.%d.norm.weight", l);
             snprintf(nb, sizeof nb, "v.deepstack.%d.norm.bias", l);
             snprintf(f1, sizeof f1, "v.deepstack.%d.fc1.weight", l);
             snprintf(f1b, sizeof f1b, "v.deepstack.%d.fc1.bias", l);
             snprintf(f2, sizeof f2, "v.deepstack.%d.fc2.weight", l);
             snprintf(f2b, sizeof f2b, "v.deepstack.%d.fc2.bias", l);
-            if (load_merger(v, &v->deepstack[in->n_deepstack], name, nb, 4 * C, f1, f1b, f2, f2b, e)) return -1;
-            L->deepstack = in->n_deepstack++;
+            if (load_merger(v, &v->deepstack[n_deepstack], name, nb, 4 * C, f1, f1b, f2, f2b, e)) return -1;
+            L->deepstack = n_deepstack++;
         }
     }
 #undef NAME
     if (load_merger(v, &v->merger, "v.post_ln.weight", "v.post_ln.bias", C, "mm.0.weight", "mm.0.bias",
                     "mm.2.weight", "mm.2.bias", e))
         return -1;
-    in->out_width = in->proj_dim * (1 + in->n_deepstack);
 
     /* every matrix is read only through its ph_mat from here on */
     if (ph_weights_pack(&v->w, v->pool, &v->patch[0], true, e) || ph_weights_pack(&v->w, v->pool, &v->patch[1], true, e) ||
@@ -262,7 +277,9 @@ static int load_weights(ph_vision *v, ph_err *e) {
     return 0;
 }
 
-ph_vision *ph_vision_load(const char *path, ph_pool *pool, ph_err *e) {
+/* The tower of path: its metadata and shapes read, and its weights too
+ * when asked. */
+static ph_vision *vision_open(const char *path, ph_pool *pool, bool weights, ph_err *e) {
     ph_kernels_init();
     ph_vision *v = calloc(1, sizeof *v);
     if (!v) {
@@ -276,12 +293,22 @@ ph_vision *ph_vision_load(const char *path, ph_pool *pool, ph_err *e) {
         return NULL;
     }
     v->w.f = v->gguf;
-    if (load_hparams(v, e) || load_weights(v, e)) {
+    if (load_hparams(v, e) || load_out_width(v, e) || (weights && load_weights(v, e))) {
         ph_err_prefix(e, "%s", path);
         ph_vision_free(v);
         return NULL;
     }
     return v;
+}
+
+ph_vision *ph_vision_load(const char *path, ph_pool *pool, ph_err *e) { return vision_open(path, pool, true, e); }
+
+ph_vision *ph_vision_probe(const char *path, ph_err *e) { return vision_open(path, NULL, false, e); }
+
+int vision_check_width(const ph_vision_info *vi, const char *path, int32_t llm_width, ph_err *e) {
+    if (vi->out_width == llm_width) return 0;
+    return ph_err_set(e, "%s produces rows of %d floats but the LLM takes %d: they are not a pair", path,
+                      vi->out_width, llm_width);
 }
 
 void ph_vision_free(ph_vision *v) {

@@ -197,11 +197,15 @@ static bool job_timed_out(job *j) {
  * pictures that could never be in flight together (--max-pixels-in-flight). */
 static int check_pictures(const srv *s, const job *j, ph_err *err) {
     const int32_t n_ctx = ph_engine_n_ctx(s->e);
-    if (j->picture_rows + 1 > n_ctx)
-        return ph_err_setc(err, PH_ERR_TOO_LONG,
-                           "the prompt is at least %lld tokens long (its pictures alone) but the context holds %d "
-                           "(and needs room for the answer)",
-                           (long long)j->picture_rows, n_ctx);
+    int64_t rows = 0;
+    for (size_t i = 0; j->picture_rows + 1 > n_ctx && i < j->n_images; i++) { /* the first that does not fit */
+        const int32_t n = ph_engine_picture_rows(s->e, j->images[i]);
+        if ((rows += n) + 1 > n_ctx)
+            return ph_err_setc(err, PH_ERR_TOO_LONG,
+                               "picture %zu (%d tokens) does not fit: the prompt through it is at least %lld tokens "
+                               "long (its pictures alone) but the context holds %d (and needs room for the answer)",
+                               i + 1, n, (long long)rows, n_ctx);
+    }
     const uint64_t most = s->cfg.max_pixels_in_flight;
     if (most && j->pixels > most)
         return ph_err_setc(err, PH_ERR_INPUT,

@@ -9,7 +9,7 @@
 int encoder_open(ph_encoder *enc, const char *path, const ph_model *m, double idle_s, const uint8_t encoder_id[32],
                  ph_err *e) {
     memset(enc, 0, sizeof *enc);
-    if (m->hp.rope.mode != PH_ROPE_IMROPE) return ph_err_set(e, "%s models do not take pictures", m->arch_name);
+    if (llm_check_pictures(m, e)) return -1;
     ph_pool *pool = m->pool;
     const int32_t llm_width = m->hp.n_embd_inp;
     enc->path = strdup(path);
@@ -23,9 +23,7 @@ int encoder_open(ph_encoder *enc, const char *path, const ph_model *m, double id
         return -1;
     }
     const ph_vision_info *vi = ph_vision_get_info(enc->tower);
-    if (vi->out_width != llm_width) {
-        ph_err_set(e, "%s produces rows of %d floats but the LLM takes %d: they are not a pair", path,
-                   vi->out_width, llm_width);
+    if (vision_check_width(vi, path, llm_width, e)) {
         encoder_close(enc);
         return -1;
     }

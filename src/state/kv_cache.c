@@ -45,10 +45,15 @@ static int init_recurrent(kv_cache *c, const llm_hparams *hp) {
     return 0;
 }
 
+/* One K (or V) cell of a layer. */
+static size_t cell_bytes(const llm_hparams *hp) { return (size_t)hp->n_head_kv * (size_t)hp->head_dim * sizeof(ph_f16); }
+
+size_t kv_cache_row_bytes(const llm_hparams *hp) { return 2 * (size_t)hp->n_attn_layer * cell_bytes(hp); }
+
 int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e) {
     memset(c, 0, sizeof *c);
     c->n_layer = m->hp.n_attn_layer;
-    c->row_bytes = (size_t)m->hp.n_head_kv * m->hp.head_dim * sizeof(ph_f16);
+    c->row_bytes = cell_bytes(&m->hp);
     c->rows.n_ctx = n_ctx;
     c->rows.k = calloc((size_t)c->n_layer, sizeof *c->rows.k);
     c->rows.v = calloc((size_t)c->n_layer, sizeof *c->rows.v);

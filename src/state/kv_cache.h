@@ -50,6 +50,9 @@ typedef struct kv_cache {
 } kv_cache;
 
 int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e);
+/* The bytes one row of context takes in a model's cache: its K and V cells
+ * in every attention layer. */
+size_t kv_cache_row_bytes(const llm_hparams *hp);
 void kv_cache_free(kv_cache *c);
 
 /* Keeps the first n cells (later ones are overwritten as rows come); with

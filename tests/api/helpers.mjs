@@ -76,14 +76,17 @@ function cacheDir() {
  * Starts `pinhole serve` on a free port and waits (60 s at most) for its
  * "pinhole: listening on http://127.0.0.1:PORT" line on stderr.
  * model: QWEN3VL (default) or QWEN35, or a string that -m takes as it is
- * (a pulled hub reference); vision: pass the model's --mmproj (never for a
- * string); extra: more arguments (--max-images 2, -c 128 ...); env: more
- * environment variables (PINHOLE_API_KEY ...).
+ * (a folder, or a pulled hub reference); vision: pass the model's --mmproj
+ * (true; for a string, none is passed: its vision file is looked for or
+ * pulled with it), --no-mmproj (false: text only), or neither (null: the
+ * vision file is looked for beside the model); extra: more arguments
+ * (--max-images 2, -c 128 ...); env: more environment variables
+ * (PINHOLE_API_KEY ...).
  */
 export async function startServer({ model = QWEN3VL, vision = true, extra = [], env = {} } = {}) {
   const named = typeof model === 'string';
-  const args = ['serve', '-m', named ? model : model.llm, ...(vision && !named ? ['--mmproj', model.mmproj] : []),
-                '--port', '0', '-t', '2', ...extra];
+  const visionArgs = vision === false ? ['--no-mmproj'] : vision && !named ? ['--mmproj', model.mmproj] : [];
+  const args = ['serve', '-m', named ? model : model.llm, ...visionArgs, '--port', '0', '-t', '2', ...extra];
   const inherited = { ...process.env };
   delete inherited.PINHOLE_API_KEY; // a key of the caller's shell would lock every test out
   const proc = spawn(BIN, args, {

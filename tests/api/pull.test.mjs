@@ -322,7 +322,7 @@ test('a gated repository: 401 names HF_TOKEN; the token is sent and never printe
 test('serve and run -m OWNER/NAME:QUANT use the pulled files without the network', async () => {
   assert.ok(pulled, 'the first pull ran');
   hub.reset();
-  await withServer({ model: `${REPO}:F16`, vision: false, env: { XDG_CACHE_HOME: pulled } }, async (srv) => {
+  await withServer({ model: `${REPO}:F16`, vision: null, env: { XDG_CACHE_HOME: pulled } }, async (srv) => {
     assert.match(srv.stderr, /pictures on/, 'the pulled mmproj was loaded');
     const c = await openai(srv).chat.completions.create({
       max_tokens: 2, temperature: 0,
