@@ -123,6 +123,24 @@ void ph_session_reset(ph_session *s);
 int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *err);
 const float *ph_session_logits(const ph_session *s); /* n_vocab floats */
 
+/* ---- progress of long work ------------------------------------------------------ */
+typedef enum ph_progress_phase {
+    PH_PROGRESS_ENCODE,  /* pictures through the vision encoder: done and total count its steps
+                            (each layer, then the merger) */
+    PH_PROGRESS_PREFILL, /* a prompt's rows evaluated (text and picture rows) */
+} ph_progress_phase;
+
+/* Called on the thread doing the work, between its steps (never inside
+ * one): first with done 0, then after each step (a prefill chunk of at
+ * most 512 rows, an encoder layer) with done rising to total. It must be
+ * quick and must not call back into the session or engine. */
+typedef void (*ph_progress_fn)(void *ud, ph_progress_phase phase, int64_t done, int64_t total);
+
+/* Progress of the session's prompt evaluations (ph_session_eval_tokens of
+ * more than one token: its rows; ph_session_eval_picture: the encoder's
+ * steps, then the picture's rows). fn NULL: none (the default). */
+void ph_session_set_progress(ph_session *s, ph_progress_fn fn, void *ud);
+
 /* ---- pictures ------------------------------------------------------------------ */
 /* A picture as received: its bytes (copied), fingerprinted, and its header
  * read and checked (PNG, JPEG, WebP or GIF's first frame, sniffed from the
@@ -311,6 +329,11 @@ const ph_ctx_choice *ph_engine_ctx(const ph_engine *e);
 /* The most rows one picture takes: the budget's maximum, capped at half the
  * context (0 without vision). */
 int32_t ph_engine_image_max_tokens(const ph_engine *e);
+/* Progress of each turn of ph_engine_chat: PH_PROGRESS_ENCODE over the
+ * pictures it encodes (their steps summed), then PH_PROGRESS_PREFILL over
+ * the rows it evaluates (ph_turn_report.n_prefilled). Called on the
+ * thread that runs the turn. fn NULL: none (the default). */
+void ph_engine_set_progress(ph_engine *e, ph_progress_fn fn, void *ud);
 
 /* The prompt rows a picture takes with the engine's encoder and token
  * budget (0 without an encoder). */

@@ -384,12 +384,45 @@ static void check_info(void) {
     }
 }
 
+/* pinhole run with stderr on a terminal (a pseudo-terminal from script(1))
+ * draws a progress line while its picture is encoded and its long prompt
+ * prefilled, erasing it when done; with stderr a pipe it writes none. */
+static void check_progress_line(void) {
+    CHECKF(system("command -v script >/dev/null 2>&1") == 0, "script(1) (util-linux) is needed for this test");
+    char pfile[] = "/tmp/pinhole-test-promptXXXXXX";
+    FILE *pf = fdopen(mkstemp(pfile), "w");
+    fputs("<__image__>", pf);
+    for (int i = 0; i < 150; i++) fputs("the river runs to the sea ", pf);
+    fclose(pf);
+    char run[4096], cmd[8192], *out = NULL;
+    snprintf(run, sizeof run,
+             "%s run -m %s/models/tiny-f16.gguf --mmproj %s/models/tiny-f16-mmproj.gguf --image %s/img/wide.png "
+             "--raw \"$(cat %s)\" -n 1 -t 2",
+             PH_PINHOLE_BIN, PH_ORACLE_DIR, PH_ORACLE_DIR, PH_ORACLE_DIR, pfile);
+    /* on a terminal: stdout dropped, stderr on the pseudo-terminal that script copies out */
+    snprintf(cmd, sizeof cmd, "script -qec '%s >/dev/null' /dev/null", run);
+    int rc = t_run(cmd, &out);
+    CHECKF(rc == 0 && strstr(out, "\r\033[Kpinhole: encoding pictures: 0/") &&
+               strstr(out, "\r\033[Kpinhole: prefilling the prompt: 0/") && strstr(out, " rows (0%)"),
+           "on a terminal: exit %d, no progress line in '%s'", rc, out ? out : "");
+    free(out);
+    out = NULL;
+    /* a pipe: not a byte of it */
+    snprintf(cmd, sizeof cmd, "%s 2>&1 >/dev/null", run);
+    rc = t_run(cmd, &out);
+    CHECKF(rc == 0 && !strstr(out, "encoding pictures") && !strstr(out, "prefilling") && !strchr(out, '\r'),
+           "stderr a pipe: exit %d, '%s'", rc, out ? out : "");
+    free(out);
+    unlink(pfile);
+}
+
 int main(void) {
     char images[2048];
     check_info();
     check_run_prompt();
     check_chat_pipe();
     check_chat_completion();
+    check_progress_line();
     check_bench_picture();
     check_case("tiny-f16", "text_hello", "");
     snprintf(images, sizeof images, "--image %s/img/wide.png --image %s/img/tall.png", PH_ORACLE_DIR, PH_ORACLE_DIR);

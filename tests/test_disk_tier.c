@@ -1378,7 +1378,7 @@ static void recurrent(void) {
 }
 
 int main(void) {
-    ph_log_set_level(PH_LOG_ERROR); /* rejections are expected here */
+    log_set_level(LOG_ERROR); /* rejections are expected here */
     umask(022);                     /* the usual one: the tier must not rely on a stricter umask */
     snprintf(g_root, sizeof g_root, "/tmp/ph_disk_tier.XXXXXX");
     if (!mkdtemp(g_root)) die("mkdtemp");

@@ -1073,6 +1073,110 @@ static void test_recurrent_every(void) {
     mmproj = MMPROJ;
 }
 
+/* ---- progress ------------------------------------------------------------------ */
+
+typedef struct prog_log {
+    int n[2];                 /* calls per phase */
+    int64_t first[2], last[2], total[2];
+    bool monotone[2], same_total[2];
+    bool encode_after_prefill;
+} prog_log;
+
+static void on_prog(void *ud, ph_progress_phase phase, int64_t done, int64_t total) {
+    prog_log *l = ud;
+    const int k = phase == PH_PROGRESS_ENCODE ? 0 : 1;
+    if (k == 0 && l->n[1]) l->encode_after_prefill = true;
+    if (l->n[k] == 0) {
+        l->first[k] = done;
+        l->total[k] = total;
+        l->monotone[k] = l->same_total[k] = true;
+    } else {
+        l->monotone[k] = l->monotone[k] && done >= l->last[k];
+        l->same_total[k] = l->same_total[k] && total == l->total[k];
+    }
+    l->last[k] = done;
+    l->n[k]++;
+}
+
+/* One phase's calls: from 0, never down, ending at its total (want > 0:
+ * that total); at least min_calls of them. */
+static void check_phase(const prog_log *l, int k, int64_t want, int min_calls, const char *what) {
+    CHECKF(l->n[k] >= min_calls, "%s: %d calls", what, l->n[k]);
+    if (!l->n[k]) return;
+    CHECKF(l->first[k] == 0 && l->monotone[k] && l->same_total[k], "%s: first %lld, monotone %d, same total %d", what,
+           (long long)l->first[k], l->monotone[k], l->same_total[k]);
+    CHECKF(l->last[k] == l->total[k], "%s: ends at %lld of %lld", what, (long long)l->last[k], (long long)l->total[k]);
+    if (want > 0) CHECKF(l->total[k] == want, "%s: total %lld, want %lld", what, (long long)l->total[k], (long long)want);
+}
+
+/* ph_engine_set_progress: a picture prompt reports the encoder's steps,
+ * then the prefill's rows; a long prompt its rows chunk by chunk; a
+ * picture from the cache nothing of the encoder; and a session its own
+ * evaluations. */
+static void test_progress(file a) {
+    ph_engine *e = engine(true, 8, (size_t)64 << 20, NULL, 0);
+    prog_log l = {0};
+    ph_engine_set_progress(e, on_prog, &l);
+    ph_picture *pics[1] = {pic(a)};
+    conv c = {0};
+    msg(&c, 'u', (const char *[]){"@0", "What is in it?"}, 2, pics);
+    result r = turn(e, &c);
+    CHECK(r.n > 0 && r.r.pics_encoded == 1);
+    check_phase(&l, 0, 0, 3, "picture: encode");
+    check_phase(&l, 1, r.r.n_prefilled, 2, "picture: prefill");
+    CHECK(!l.encode_after_prefill);
+    printf("  progress: a picture prompt: %d encoder calls (%lld steps), %d prefill calls (%lld rows)\n", l.n[0],
+           (long long)l.total[0], l.n[1], (long long)l.total[1]);
+
+    /* the same picture again, in a new conversation: from the cache */
+    memset(&l, 0, sizeof l);
+    conv c2 = {0};
+    msg(&c2, 'u', (const char *[]){"Another question.", "@0"}, 2, pics);
+    r = turn(e, &c2);
+    CHECK(r.n > 0 && r.r.pics_encoded == 0 && r.r.pics_from_cache == 1);
+    CHECKF(l.n[0] == 0, "a cached picture: %d encoder calls", l.n[0]);
+    check_phase(&l, 1, r.r.n_prefilled, 2, "cached picture: prefill");
+
+    /* a long prompt: its rows in chunks of at most 512 */
+    memset(&l, 0, sizeof l);
+    static char text[20000];
+    text[0] = '\0';
+    for (int i = 0; i < 300; i++) strcat(text, "the river runs to the sea ");
+    conv c3 = {0};
+    msg(&c3, 'u', (const char *[]){text}, 1, pics);
+    r = turn(e, &c3);
+    CHECK(r.n > 0 && r.r.n_prefilled > 1024);
+    check_phase(&l, 1, r.r.n_prefilled, (int)(r.r.n_prefilled / 512) + 2, "long prompt: prefill");
+    CHECK(l.n[0] == 0);
+    printf("  progress: a long prompt: %d prefill calls over %lld rows\n", l.n[1], (long long)l.total[1]);
+
+    /* unset: no more calls */
+    ph_engine_set_progress(e, NULL, NULL);
+    memset(&l, 0, sizeof l);
+    r = turn(e, &c);
+    CHECK(r.n > 0 && l.n[0] == 0 && l.n[1] == 0);
+    ph_picture_free(pics[0]);
+    ph_engine_free(e);
+
+    /* a session's own evaluations: each reported from 0 to its rows */
+    ph_model *m = ph_model_load(llm, 2, NULL);
+    ph_session *s = m ? ph_session_new(m, 2048, NULL) : NULL;
+    CHECK(s != NULL);
+    if (!s) return;
+    ph_tokens t = {0};
+    ph_tokenize(m, text, strlen(text), false, &t, NULL);
+    memset(&l, 0, sizeof l);
+    ph_session_set_progress(s, on_prog, &l);
+    CHECK(ph_session_eval_tokens(s, t.ids, 1200, NULL) == 0);
+    check_phase(&l, 1, 1200, 4, "session: prefill");
+    memset(&l, 0, sizeof l);
+    CHECK(ph_session_eval_tokens(s, t.ids, 1, NULL) == 0); /* a decoded token: not a prompt */
+    CHECK(l.n[1] == 0);
+    ph_tokens_free(&t);
+    ph_session_free(s);
+    ph_model_free(m);
+}
+
 int main(void) {
     snprintf(idcache, sizeof idcache, "/tmp/ph-ids-XXXXXX");
     if (!mkdtemp(idcache)) return 1;
@@ -1080,6 +1184,7 @@ int main(void) {
          s = read_file(PH_ORACLE_DIR "/img/small.png");
     CHECK(a.n && b.n && s.n);
     test_back_off();
+    test_progress(a);
     test_resent_picture(a);
     test_edit(a);
     test_other_picture_same_size();

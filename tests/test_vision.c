@@ -57,7 +57,7 @@ static void check_picture(ph_vision *v, const char *model, const char *id, const
 
     const int n = gx * gy;
     float *rows = malloc((size_t)n * width * sizeof(float));
-    rc = ph_vision_encode(v, &prep, rows, &e);
+    rc = ph_vision_encode(v, &prep, rows, NULL, &e);
     ph_prep_free(&prep);
     CHECKF(rc == 0, "%s/%s: encode: %s", model, id, e.msg);
     if (rc) {
@@ -199,11 +199,11 @@ static void check_bad_input(ph_pool *pool) {
     if (!v) return;
     float pixels[3 * 64 * 48] = {0}, rows[64 * 128];
     ph_prep bad_size = {48, 48, 1, 1, pixels};
-    CHECK(ph_vision_encode(v, &bad_size, rows, &e) == -1 && strstr(e.msg, "multiple of 32"));
+    CHECK(ph_vision_encode(v, &bad_size, rows, NULL, &e) == -1 && strstr(e.msg, "multiple of 32"));
     ph_prep bad_grid = {64, 32, 1, 1, pixels};
-    CHECK(ph_vision_encode(v, &bad_grid, rows, &e) == -1 && strstr(e.msg, "grid"));
+    CHECK(ph_vision_encode(v, &bad_grid, rows, NULL, &e) == -1 && strstr(e.msg, "grid"));
     ph_prep ok = {64, 32, 2, 1, pixels};
-    CHECK(ph_vision_encode(v, &ok, rows, &e) == 0);
+    CHECK(ph_vision_encode(v, &ok, rows, NULL, &e) == 0);
     ph_vision_free(v);
 }
 

@@ -15,6 +15,7 @@
 #include "cli/answer.h"
 #include "cli/args.h"
 #include "cli/model_find.h"
+#include "cli/progress.h"
 #include "pinhole.h"
 
 #define CHAT_MAX_PENDING 16
@@ -278,6 +279,9 @@ int cmd_chat(int argc, char **argv) {
         fprintf(stderr, "pinhole: %s\n", err.msg);
         return 1;
     }
+    cli_progress prog;
+    cli_progress_init(&prog);
+    ph_engine_set_progress(c.e, cli_progress_cb, &prog);
     const ph_model_info *info = ph_engine_model_info(c.e);
     c.model = ep.model_path;
     c.mmproj = ep.mmproj_path;

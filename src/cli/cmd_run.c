@@ -11,6 +11,7 @@
 #include "cli/answer.h"
 #include "cli/args.h"
 #include "cli/model_find.h"
+#include "cli/progress.h"
 #include "pinhole.h"
 
 #define MAX_IMAGES 64
@@ -266,6 +267,9 @@ static int run_prompt(const run_opts *o, const model_files *files) {
     answer a = {0};
     ph_engine *e = ph_engine_new(&ep, &err);
     if (!e) goto fail;
+    cli_progress prog;
+    cli_progress_init(&prog);
+    ph_engine_set_progress(e, cli_progress_cb, &prog);
     if (ep.mmproj_path) model_files_say(files, true, NULL);
     for (int i = 0; i < o->n_images; i++)
         if (!(parts[i].picture = ph_picture_load(o->images[i], &err))) goto fail;
@@ -362,6 +366,9 @@ int cmd_run(int argc, char **argv) {
         }
     s = ph_session_new(m, (int32_t)o.ctx, &err);
     if (!s) goto fail;
+    cli_progress prog;
+    cli_progress_init(&prog);
+    ph_session_set_progress(s, cli_progress_cb, &prog);
     smp = ph_sampler_new(&o.sp);
     top_ids = malloc((size_t)o.top_logits * sizeof *top_ids);
     top_vals = malloc((size_t)o.top_logits * sizeof *top_vals);

@@ -95,16 +95,23 @@ static void serve_usage(FILE *out) {
             "                            (default 4096; 0: never)\n"
             "  --no-reuse                evaluate every prompt from scratch (no live-state reuse)\n"
             "  --no-cache                no reuse and no embedding cache (a cold run, for comparisons)\n"
-            "  -v, --verbose             log more\n"
+            "  --log-format FMT          text: each log line starts with an ISO-8601 UTC timestamp; json:\n"
+            "                            one JSON object a line (ts, level, id, client, method, path,\n"
+            "                            event, status, ms, msg, token counts) (default text)\n"
+            "  -v, --verbose             log more (and GET /health and /metrics requests)\n"
             "Endpoints: POST /v1/chat/completions, /v1/responses, /v1/messages,\n"
             "/v1/messages/count_tokens (bodies as Content-Type: application/json, else 415);\n"
             "GET /v1/models, /health, /metrics. Pictures only as data: URIs (PNG, JPEG, WebP, GIF).\n"
-            "GET / is a web chat page: open http://HOST:PORT/ in a browser.\n");
+            "GET / is a web chat page: open http://HOST:PORT/ in a browser.\n"
+            "The port is bound before the model loads: until it is ready /health answers 503\n"
+            "{\"status\":\"loading\",\"progress\":F} and other requests 503. Every answer carries an\n"
+            "X-Request-Id (the client's, when 1 to 64 of A-Za-z0-9._-), named in the request's log lines.\n");
 }
 
+/* Loading: a line per step, and /health's progress (ud: the server). */
 static void on_progress(void *ud, const char *what, double f) {
-    (void)ud;
-    fprintf(stderr, "pinhole: [%3.0f%%] %s\n", f * 100.0, what);
+    PH_INFO("[%3.0f%%] %s", f * 100.0, what);
+    server_loading(ud, f);
 }
 
 /* API keys read from a file (freed with keys_free). */
@@ -143,8 +150,8 @@ static int read_key_file(const char *path, key_list *keys) {
     }
     struct stat st;
     if (fstat(fileno(f), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
-        fprintf(stderr, "pinhole: warning: --api-key-file %s can be read by group or others (mode %03o); "
-                        "chmod 600 it\n", path, (unsigned)(st.st_mode & 0777));
+        PH_WARN("--api-key-file %s can be read by group or others (mode %03o); chmod 600 it", path,
+                (unsigned)(st.st_mode & 0777));
     char *line = NULL;
     size_t cap = 0, line_no = 0;
     ssize_t n;
@@ -201,6 +208,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     long l;
     double d;
     const char *key_file = NULL, *one_key[1] = {NULL};
+    log_format log_fmt = LOG_TEXT;
     bool key_flag = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -213,11 +221,17 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         if (!strcmp(a, "--no-reuse")) { ep.reuse = false; continue; }
         if (!strcmp(a, "--no-cache")) { ep.reuse = false; ep.image_cache_entries = 0; continue; }
         if (!strcmp(a, "--no-mmproj")) { ma.no_mmproj = true; continue; }
-        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { ph_log_set_level(PH_LOG_DEBUG); continue; }
+        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { log_set_level(LOG_DEBUG); continue; }
         if (!(v = arg_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
         else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
         else if (!strcmp(a, "--host")) cfg.host = v;
+        else if (!strcmp(a, "--log-format")) {
+            if (log_parse_format(v, &log_fmt)) {
+                fprintf(stderr, "pinhole serve: --log-format '%s': give text or json\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--port")) { if (arg_int(a, v, 0, 65535, &l)) return 2; cfg.port = (int)l; }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (arg_int(a, v, 16, 1 << 22, &l)) return 2; ep.n_ctx = (int32_t)l; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &l)) return 2; ep.n_threads = (int)l; }
@@ -280,6 +294,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         fprintf(stderr, "pinhole serve: -m MODEL is required (see pinhole serve --help)\n");
         return 2;
     }
+    log_set_format(log_fmt);
     /* the key: --api-key, --api-key-file, or PINHOLE_API_KEY */
     if (key_flag && key_file) {
         fprintf(stderr, "pinhole serve: give the key once: --api-key or --api-key-file, not both\n");
@@ -324,23 +339,32 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
         cfg.model_name = name;
     }
-    ep.progress = on_progress;
     ph_err err = {0};
+    /* the port first: one that is taken fails before the seconds of loading */
+    srv *s = server_open(&cfg, &err);
+    if (!s) {
+        PH_ERROR("%s", err.msg);
+        return 1;
+    }
+    ep.progress = on_progress;
+    ep.progress_ud = s;
     ph_engine *e = ph_engine_new(&ep, &err);
     if (!e) {
-        fprintf(stderr, "pinhole: %s\n", err.msg);
+        PH_ERROR("%s", err.msg);
+        server_close(s);
         return 1;
     }
     model_files_say(files, ph_engine_has_vision(e), ep.vision_idle_s > 0 ? "encoder loaded on demand" : NULL);
     model_say_setup(e, cfg.model_name, ep.n_threads);
     if (cfg.n_api_keys > 1)
-        fprintf(stderr, "pinhole: one of %zu API keys is required (from %s); each key's requests are isolated from "
-                        "the others'\n", cfg.n_api_keys, key_from);
+        PH_INFO("one of %zu API keys is required (from %s); each key's requests are isolated from the others'",
+                cfg.n_api_keys, key_from);
     else if (key_from)
-        fprintf(stderr, "pinhole: an API key is required (from %s)\n", key_from);
-    if (cfg.n_cors_origins) fprintf(stderr, "pinhole: CORS: pages of %s%s may read answers\n", cors[0],
-                                    cfg.n_cors_origins > 1 ? " and the other --cors-origin values" : "");
-    int rc = server_run(e, &cfg);
+        PH_INFO("an API key is required (from %s)", key_from);
+    if (cfg.n_cors_origins)
+        PH_INFO("CORS: pages of %s%s may read answers", cors[0],
+                cfg.n_cors_origins > 1 ? " and the other --cors-origin values" : "");
+    int rc = server_run(s, e);
     ph_engine_free(e);
     return rc;
 }

@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "base/log.h"
 #include "cli/hub.h"
 #include "pinhole.h"
 
@@ -215,12 +216,10 @@ int model_find(const model_args *a, bool want_vision, const char *cmd, model_fil
 
 void model_files_say(const model_files *f, bool pictures_on, const char *note) {
     if (f->mmproj[0])
-        fprintf(stderr, "pinhole: model %s, vision %s (%s%s%s%s%s)\n", f->model, f->mmproj,
-                f->source ? f->source : "", f->source ? "; " : "", pictures_on ? "pictures on" : "pictures off",
-                note ? ", " : "", note ? note : "");
+        PH_INFO("model %s, vision %s (%s%s%s%s%s)", f->model, f->mmproj, f->source ? f->source : "",
+                f->source ? "; " : "", pictures_on ? "pictures on" : "pictures off", note ? ", " : "", note ? note : "");
     else
-        fprintf(stderr, "pinhole: model %s, no vision file (text only: %s)\n", f->model,
-                f->text_only[0] ? f->text_only : "none given");
+        PH_INFO("model %s, no vision file (text only: %s)", f->model, f->text_only[0] ? f->text_only : "none given");
 }
 
 void model_say_setup(const ph_engine *e, const char *name, int n_threads) {
@@ -230,9 +229,8 @@ void model_say_setup(const ph_engine *e, const char *name, int n_threads) {
     if (ph_engine_has_vision(e))
         snprintf(pictures, sizeof pictures, ", pictures up to %d tokens", (int)ph_engine_image_max_tokens(e));
     const int threads = n_threads > 0 ? n_threads : ph_cpu_threads();
-    fprintf(stderr, "pinhole: %s (%s), context %d (%s)%s, %d thread%s (%s), %s\n", name, mi->arch, (int)c->n_ctx,
-            c->why, pictures, threads, threads == 1 ? "" : "s", n_threads > 0 ? "-t" : "physical cores",
-            ph_cpu_isa());
+    PH_INFO("%s (%s), context %d (%s)%s, %d thread%s (%s), %s", name, mi->arch, (int)c->n_ctx, c->why, pictures,
+            threads, threads == 1 ? "" : "s", n_threads > 0 ? "-t" : "physical cores", ph_cpu_isa());
 }
 
 void help_line(FILE *out, int col, const char *opt, const char *fmt, ...) {

@@ -61,7 +61,9 @@ int ph_session_eval_picture(ph_session *s, ph_mmproj *h, ph_picture *pic, ph_pic
         return ph_err_set(e, "out of memory for %zu picture rows", n);
     }
     double t0 = ph_now_s();
-    int rc = ph_vision_encode(h->enc.tower, &prep, rows, e);
+    const vision_progress vp = {session_encode_step, s};
+    session_encode_step(s, 0, ph_vision_get_info(h->enc.tower)->n_layer + 1);
+    int rc = ph_vision_encode(h->enc.tower, &prep, rows, &vp, e);
     double t1 = ph_now_s();
     if (rc == 0) rc = session_eval_image_rows(s, rows, prep.grid_x, prep.grid_y, false, e);
     if (rc == 0 && chunk) {

@@ -41,6 +41,19 @@ static void progress(const ph_engine_params *p, const char *what, double f) {
     if (p->progress) p->progress(p->progress_ud, what, f);
 }
 
+/* A delay a test asks for (set by tests only): the environment variable
+ * name's milliseconds, or 0. */
+static int test_delay_ms(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : 0;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (ms > 0 && nanosleep(&ts, &ts) != 0) {
+    }
+}
+
 static int file_identity(const ph_engine_params *p, const char *path, uint8_t id[32], ph_err *err) {
     char buf[4096];
     const char *dir = p->id_cache_dir ? p->id_cache_dir : ph_default_cache_dir(buf, sizeof buf);
@@ -64,6 +77,8 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
         if (file_identity(p, p->mmproj_path, enc_id, err)) goto fail;
     }
     progress(p, "loading the model", 0.2);
+    sleep_ms(test_delay_ms("PINHOLE_TEST_LOAD_DELAY_MS"));
+    e->test_step_delay_ms = test_delay_ms("PINHOLE_TEST_PREFILL_DELAY_MS");
     if (!(e->m = ph_model_load(p->model_path, p->n_threads, err))) goto fail;
     /* A recurrent layer's state (qwen35) is what all of a sequence's rows
      * left behind: the live state and a RAM checkpoint can be cut back only
@@ -130,6 +145,26 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
 fail:
     ph_engine_free(e);
     return NULL;
+}
+
+/* The session's prompt rows, passed on (ud: the engine). */
+static void on_rows(void *ud, ph_progress_phase phase, int64_t done, int64_t total) {
+    ph_engine *e = ud;
+    if (done) sleep_ms(e->test_step_delay_ms);
+    e->progress(e->progress_ud, phase, done, total);
+}
+
+void ph_engine_set_progress(ph_engine *e, ph_progress_fn fn, void *ud) {
+    e->progress = fn;
+    e->progress_ud = ud;
+    ph_session_set_progress(e->s, fn ? on_rows : NULL, e);
+}
+
+/* An encoder step of the turn's current picture (ud: the engine). */
+static void on_encoder_step(void *ud, int done, int total) {
+    ph_engine *e = ud;
+    (void)total;
+    if (e->progress) e->progress(e->progress_ud, PH_PROGRESS_ENCODE, e->enc_done + done, e->enc_total);
 }
 
 void ph_engine_free(ph_engine *e) {
@@ -330,7 +365,9 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
         return ph_err_set(err, "out of memory for %s's rows", im->label);
     }
     double t0 = ph_now_s();
-    int rc = ph_vision_encode(e->enc.tower, &prep, rows, err);
+    const vision_progress vp = {on_encoder_step, e};
+    int rc = ph_vision_encode(e->enc.tower, &prep, rows, &vp, err);
+    e->enc_done += ph_vision_get_info(e->enc.tower)->n_layer + 1;
     r->encode_s += ph_now_s() - t0;
     e->enc.last_used = ph_now_s();
     bool geometry_ok = prep.grid_x == sp->grid_x && prep.grid_y == sp->grid_y;
@@ -379,6 +416,11 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
         bool loaded = false;
         rc = encoder_acquire(&e->enc, &loaded, err);
         r->encoder_loaded = loaded;
+        if (rc == 0 && e->progress) {
+            e->enc_done = 0;
+            e->enc_total = (int64_t)missing * (ph_vision_get_info(e->enc.tower)->n_layer + 1);
+            e->progress(e->progress_ud, PH_PROGRESS_ENCODE, 0, e->enc_total);
+        }
     }
     for (int32_t k = 0; rc == 0 && k < n; k++)
         if (want_span(t, k)->start >= keep && same[k] < 0 && !t->embeds[k]) rc = encode_picture(t, k, r, err);
@@ -927,7 +969,10 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
 
     if ((rc = resolve_pictures(&t, keep, r, err)) != 0) goto out;
     const double t1 = ph_now_s();
-    if ((rc = prefill(&t, keep, err)) != 0) {
+    session_progress_span(e->s, r->n_prefilled);
+    rc = prefill(&t, keep, err);
+    session_progress_span(e->s, 0);
+    if (rc) {
         err->code = PH_ERR_INTERNAL;
         goto reset;
     }

@@ -49,6 +49,10 @@ struct ph_engine {
     uint64_t memo_clock;
     ph_engine_stats st;
     jc_vocab *jv;            /* the constraint's tables over the vocabulary, built on first use */
+    ph_progress_fn progress; /* ph_engine_set_progress */
+    void *progress_ud;
+    int64_t enc_done, enc_total; /* the turn's encoder steps (PH_PROGRESS_ENCODE) */
+    int test_step_delay_ms;  /* PINHOLE_TEST_PREFILL_DELAY_MS: a test's slow prefill */
 };
 
 /* The embed_key of a picture of w x h with this encoder (docs/state-cache.md, Identity) in an

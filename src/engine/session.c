@@ -95,6 +95,31 @@ void session_truncate(ph_session *s, int32_t n_rows, int32_t next_pos) {
 
 const float *ph_session_logits(const ph_session *s) { return s->sc.logits; }
 
+void ph_session_set_progress(ph_session *s, ph_progress_fn fn, void *ud) {
+    s->progress = fn;
+    s->progress_ud = ud;
+}
+
+void session_progress_span(ph_session *s, int64_t total) {
+    s->prog_done = 0;
+    s->prog_total = total;
+    if (total && s->progress) s->progress(s->progress_ud, PH_PROGRESS_PREFILL, 0, total);
+}
+
+void session_encode_step(void *ud, int done, int total) {
+    ph_session *s = ud;
+    if (s->progress) s->progress(s->progress_ud, PH_PROGRESS_ENCODE, done, total);
+}
+
+/* done of an evaluation's n rows are in: reported within the span (after
+ * its base rows done before), or as the evaluation's own. */
+static void rows_done(ph_session *s, int64_t base, int64_t done, int64_t n) {
+    if (!s->progress) return;
+    if (!s->prog_total) s->progress(s->progress_ud, PH_PROGRESS_PREFILL, done, n);
+    else if (done) s->progress(s->progress_ud, PH_PROGRESS_PREFILL, base + done, s->prog_total);
+    if (s->prog_total && done == n) s->prog_done = base + n;
+}
+
 static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt, ph_err *e) {
     if (n == 0) return 0;
     const llm_kv *kv = &s->kv.rows;
@@ -102,6 +127,8 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
         return ph_err_set(e, "the prompt needs %zu more tokens but the context has room for %d", n,
                           kv->n_ctx - kv->n_rows);
     const bool mrope = s->m->hp.rope.mode == PH_ROPE_IMROPE;
+    const int64_t base = s->prog_done;
+    if (prompt) rows_done(s, base, 0, (int64_t)n);
     for (size_t done = 0; done < n;) {
         size_t c = n - done < (size_t)s->sc.cap ? n - done : (size_t)s->sc.cap;
         /* text positions: (p, p, p, 0) section-major for M-RoPE (docs/numerics.md, IMROPE) */
@@ -118,6 +145,7 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
             return -1;
         s->next_pos += (int32_t)c;
         done += c;
+        if (prompt) rows_done(s, base, (int64_t)done, (int64_t)n);
     }
     return 0;
 }
@@ -141,6 +169,8 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
                           kv->n_ctx - kv->n_rows);
     /* every row of the picture has t = p0, h = p0 + row, w = p0 + col (docs/numerics.md, Positions of picture rows) */
     const int32_t p0 = s->next_pos;
+    const int64_t base = s->prog_done;
+    rows_done(s, base, 0, n);
     for (int64_t done = 0; done < n;) {
         int64_t c = n - done < s->sc.cap ? n - done : s->sc.cap;
         for (int64_t i = 0; i < c; i++) {
@@ -154,6 +184,7 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
                         want_logits && done + c == n, true, e))
             return -1;
         done += c;
+        rows_done(s, base, done, n);
     }
     s->next_pos = p0 + (grid_x > grid_y ? grid_x : grid_y);
     return 0;

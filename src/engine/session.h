@@ -12,7 +12,19 @@ struct ph_session {
     kv_cache kv;
     llm_scratch sc;
     int32_t next_pos;   /* position of the next text token */
+    ph_progress_fn progress;
+    void *progress_ud;
+    /* a span of work reported as one (session_progress_span): rows done
+     * of total; total 0: each evaluation is its own span */
+    int64_t prog_done, prog_total;
 };
+
+/* Reports the next prompt evaluations as one span of total rows (done 0
+ * now); total 0 ends it. */
+void session_progress_span(ph_session *s, int64_t total);
+/* An encoder's step (a vision_progress's fn; ud: the session) reported
+ * as the session's PH_PROGRESS_ENCODE. */
+void session_encode_step(void *ud, int done, int total);
 
 /* Evaluates a picture's rows (grid_x * grid_y rows of n_embd_inp floats,
  * row-major over the merged grid) with M-RoPE positions; the next text

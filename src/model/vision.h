@@ -38,6 +38,12 @@ void ph_vision_prep_params(const ph_vision *v, ph_prep_params *p);
 /* Encodes a preprocessed picture: grid_x * grid_y rows of out_width floats,
  * row-major over the merged grid, [main | deepstack 0 | deepstack 1 ...]
  * (docs/numerics.md, Output rows). rows must hold grid_x * grid_y * out_width floats. */
-int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, ph_err *e);
+typedef struct vision_progress {
+    void (*fn)(void *ud, int done, int total); /* after each step: each layer, then the merger */
+    void *ud;
+} vision_progress;
+
+/* prog may be NULL. */
+int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, const vision_progress *prog, ph_err *e);
 
 #endif

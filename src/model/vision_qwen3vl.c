@@ -539,7 +539,7 @@ static void *alloc_floats(int64_t n, size_t elem, bool *failed) {
     return p;
 }
 
-int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, ph_err *e) {
+int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, const vision_progress *prog, ph_err *e) {
     const ph_vision_info *in = &v->info;
     const int ps = in->patch_size, f = ps * in->n_merge;
     if (!img->pixels || img->w <= 0 || img->h <= 0 || img->w % f || img->h % f)
@@ -590,12 +590,15 @@ int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, ph_err *e) {
                           .sections = {v->head_dim / 4, v->head_dim / 4, v->head_dim / 4, v->head_dim / 4}};
     ph_rope_table(&rope, b.pos, N, b.rope_cs);
 
+    const int steps = in->n_layer + 1;
     for (int l = 0; l < in->n_layer; l++) {
         const vis_layer *L = &v->layers[l];
         run_layer(v, L, &b, N);
         if (L->deepstack >= 0) run_merger(v, &v->deepstack[L->deepstack], &b, N, rows, 1 + L->deepstack);
+        if (prog && prog->fn) prog->fn(prog->ud, l + 1, steps);
     }
     run_merger(v, &v->merger, &b, N, rows, 0);
+    if (prog && prog->fn) prog->fn(prog->ud, steps, steps);
 
 done:
     free(b.x);

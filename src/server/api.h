@@ -16,6 +16,15 @@ struct MHD_Connection;
 typedef struct srv srv;
 typedef struct job job;
 
+/* Who asked for what: a request as its log lines name it. */
+typedef struct req_ident {
+    char id[65];                  /* X-Request-Id: the client's when sane, else 16 random hex digits */
+    char client[48];              /* the client's address */
+    char method[16];
+    char path[200];
+    double t0;                    /* when its head arrived (ph_now_s) */
+} req_ident;
+
 /* A tool call in the answer: its ids in the API's shape, name, arguments. */
 typedef struct out_call {
     char id[40];                  /* call_... / toolu_... / fc_... */
@@ -104,6 +113,7 @@ struct job {
     double t_suspended;
     int refs;
     double t_queued;
+    req_ident req;                /* its log lines */
 };
 
 /* Appends stream bytes (worker side) and wakes the connection. */
@@ -194,6 +204,11 @@ json_t *openai_error_body_code(int status, const char *msg, const char *param, c
 int api_status_for(const ph_err *err);
 
 void api_make_id(char *out, size_t cap, const char *prefix);
+
+/* Whether a request id a client sent (X-Request-Id) is used as it is: 1
+ * to 64 of [A-Za-z0-9._-] (else the server makes one: api_make_id's 16
+ * first hex digits). */
+bool api_request_id_sane(const char *id);
 
 /* The sampling seed of a request that names none: from getrandom(2), or, if
  * that fails, the clock's nanoseconds mixed with a counter. */

@@ -120,6 +120,11 @@ void api_make_id(char *out, size_t cap, const char *prefix) {
     snprintf(out, cap, "%s%s", prefix, tail);
 }
 
+bool api_request_id_sane(const char *id) {
+    size_t n = strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-");
+    return n >= 1 && n <= 64 && !id[n];
+}
+
 uint64_t api_random_seed(void) {
     uint64_t seed;
     for (;;) {

@@ -1,6 +1,8 @@
 /* The table of open connections: deadlines and limits (see conns.h). */
 #include "server/conns.h"
 
+#include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -28,6 +30,14 @@ void conns_free(conns *t) {
 }
 
 /* An address as 16 bytes (IPv4 as ::ffff:a.b.c.d), so both families compare. */
+void conns_addr_text(const struct sockaddr *sa, char *out, size_t cap) {
+    const void *a = !sa                        ? NULL
+                    : sa->sa_family == AF_INET  ? (const void *)&((const struct sockaddr_in *)(const void *)sa)->sin_addr
+                    : sa->sa_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr
+                                                : NULL;
+    if (!a || !inet_ntop(sa->sa_family, a, out, (socklen_t)cap)) snprintf(out, cap, "?");
+}
+
 static void addr_key(const struct sockaddr *sa, uint8_t out[16]) {
     memset(out, 0, 16);
     if (sa && sa->sa_family == AF_INET) {

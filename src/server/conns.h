@@ -54,6 +54,8 @@ void conns_free(conns *t);
 
 /* A connection from addr is about to be accepted: makes room (closing the
  * oldest waiting connection of a full scope) and says whether it may be. */
+/* A client's address as text ("?" when it is neither IPv4 nor IPv6; sa may be NULL). */
+void conns_addr_text(const struct sockaddr *sa, char *out, size_t cap);
 bool conns_admit(conns *t, const struct sockaddr *addr, double now);
 /* An accepted connection: its record (NULL: out of memory, not tracked). */
 conn_rec *conns_add(conns *t, int fd, const struct sockaddr *addr, double now);

@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "base/timeutil.h"
+#include "server/api.h"
 
 #define MAX_LINE 16384 /* a longer request line is not served */
 
@@ -73,11 +74,16 @@ static void close_waiting(door *d, waiting *w) {
 static void refuse(door *d, waiting *w) {
     static const char body[] = "{\"error\":{\"message\":\"the request line is not HTTP (METHOD TARGET VERSION)\","
                                "\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}";
-    char msg[512];
+    char msg[512], id[17];
+    api_make_id(id, sizeof id, ""); /* 16 hex digits */
     int n = snprintf(msg, sizeof msg,
                      "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                     "Content-Length: %zu\r\n\r\n%s",
-                     sizeof body - 1, body);
+                     "X-Request-Id: %s\r\nContent-Length: %zu\r\n\r\n%s",
+                     id, sizeof body - 1, body);
+    char client[48];
+    conns_addr_text((const struct sockaddr *)&w->addr, client, sizeof client);
+    const log_ctx lc = {.id = id, .client = client, .status = 400};
+    log_line(LOG_INFO, &lc, "answered 400 to a connection whose request line is not HTTP");
     char sink[4096]; /* what was sent is read, so that closing does not reset the answer away */
     while (recv(w->fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
     }
@@ -133,7 +139,6 @@ static void look(door *d, waiting *w) {
     }
     int c = door_line_check(buf, (size_t)n, sizeof buf);
     if (c < 0) {
-        PH_INFO("door: answered 400 to a connection whose request line is not HTTP");
         refuse(d, w);
     } else if (c > 0) {
         drop(d, w);
@@ -183,7 +188,9 @@ door *door_open(const char *host, int port, conns *table, const door_hooks *hook
         bind(d->lfd, (struct sockaddr *)&addr, sizeof addr) || listen(d->lfd, 511) ||
         getsockname(d->lfd, (struct sockaddr *)&bound, &blen) || epoll_ctl(d->ep, EPOLL_CTL_ADD, d->lfd, &el) ||
         epoll_ctl(d->ep, EPOLL_CTL_ADD, d->wake, &ew)) {
-        ph_err_set(err, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+        const int why = errno;
+        ph_err_set(err, "cannot listen on %s:%d: %s%s", host, port, strerror(why),
+                   why == EADDRINUSE ? " (another program listens there: stop it or give another --port)" : "");
         goto fail;
     }
     if (pthread_create(&d->thread, NULL, door_main, d) != 0) {

@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,13 @@ static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds)
  * answer; no thread waits for a job. */
 #define HTTP_THREADS 4
 
+/* The job the worker runs, and whether its stream has begun. */
+typedef struct run_ctx {
+    job *j;
+    bool started;
+    double t0;
+} run_ctx;
+
 struct srv {
     ph_engine *e;
     srv_config cfg;
@@ -70,8 +78,15 @@ struct srv {
     conns conns;
     pthread_t watcher;
     bool watcher_stop;         /* under mu */
+    bool watcher_started;
+    int port;                  /* the port bound */
     uint8_t (*key_domains)[32]; /* per API key its isolation domain (NULL: keys are not isolated) */
     web_page page;             /* the web chat page (GET /) */
+    /* loading: the port is bound before the model is loaded; until e is
+     * set (server_run) only GET /health is answered, with load_fraction */
+    atomic_bool ready;
+    double load_fraction;      /* under mu */
+    run_ctx *cur;              /* the worker's job (its thread only) */
 };
 
 /* ---- jobs ---------------------------------------------------------------------- */
@@ -274,11 +289,6 @@ static void start_stream(job *j, bool *started) {
     *started = true;
 }
 
-typedef struct run_ctx {
-    job *j;
-    bool started;
-} run_ctx;
-
 static int on_gen(void *ud, const ph_gen_event *ev) {
     run_ctx *c = ud;
     job *j = c->j;
@@ -298,16 +308,39 @@ static int on_gen(void *ud, const ph_gen_event *ev) {
     return job_cancelled(j);
 }
 
+/* A request's log context (no status yet). */
+static log_ctx req_ctx(const req_ident *r) {
+    return (log_ctx){.id = r->id, .client = r->client, .method = r->method, .path = r->path};
+}
+
+/* A stream whose answer is this long in coming (a long picture encode or
+ * prefill) begins at once, so that the client gets keep-alive comments
+ * (watch_job) until the first token. */
+#define STREAM_EARLY_S 1.0
+
+/* The engine's progress on the worker's job (ud: the server). */
+static void on_progress(void *ud, ph_progress_phase phase, int64_t done, int64_t total) {
+    (void)phase;
+    (void)done;
+    (void)total;
+    srv *s = ud;
+    run_ctx *c = s->cur;
+    if (c && c->j->stream && !c->started && ph_now_s() - c->t0 >= STREAM_EARLY_S) start_stream(c->j, &c->started);
+}
+
 static void run_job(srv *s, job *j) {
-    run_ctx c = {.j = j};
     const double t0 = ph_now_s();
+    run_ctx c = {.j = j, .t0 = t0};
+    const log_ctx lc = req_ctx(&j->req);
     if (j->count_only) {
         j->failed = ph_engine_count(s->e, j->msgs, j->n_msgs, &j->gen, &j->n_counted, &j->err) != 0;
-        PH_INFO("%s count_tokens: %d%s%s", j->api->endpoint, j->n_counted, j->failed ? ": " : "",
-                j->failed ? j->err.msg : "");
+        log_line(LOG_INFO, &lc, "%s count_tokens: %d%s%s", j->api->endpoint, j->n_counted, j->failed ? ": " : "",
+                 j->failed ? j->err.msg : "");
         return;
     }
+    s->cur = &c;
     int rc = ph_engine_chat(s->e, j->msgs, j->n_msgs, &j->gen, on_gen, &c, &j->rep, &j->err);
+    s->cur = NULL;
     if (!rc && j->rep.finish == PH_FINISH_CANCELLED) {
         /* cut by a shutdown or by --request-timeout-s: the client is still
          * there and must be able to tell (a client that left reads nothing) */
@@ -336,12 +369,14 @@ static void run_job(srv *s, job *j) {
     else if (r->n_from_disk)
         snprintf(from, sizeof from, " from a checkpoint file in %.0f ms", r->checkpoint_s * 1e3);
     const char *aux = !j->gen.auxiliary ? "" : r->parked ? " (auxiliary; the conversation parked)" : " (auxiliary)";
-    PH_INFO("%s%s %s: prompt %d (reused %d%s, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
-            "generated %d, queued %.2f s, ttft %.2f s, %.1f tok/s%s%s",
-            j->api->endpoint, aux, rc ? "failed" : r->finish == PH_FINISH_CANCELLED ? "cancelled" : "done",
-            r->n_prompt, r->n_reused, from, r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache,
-            r->pics_encoded, r->encoder_loaded ? ", encoder loaded" : "", r->n_generated, t0 - j->t_queued,
-            r->ttft_s, r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, j->failed ? ": " : "", j->failed ? j->err.msg : "");
+    log_line(LOG_INFO, &lc,
+             "%s%s %s: prompt %d (reused %d%s, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
+             "generated %d, queued %.2f s, ttft %.2f s, %.1f tok/s%s%s",
+             j->api->endpoint, aux, rc ? "failed" : r->finish == PH_FINISH_CANCELLED ? "cancelled" : "done",
+             r->n_prompt, r->n_reused, from, r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache,
+             r->pics_encoded, r->encoder_loaded ? ", encoder loaded" : "", r->n_generated, t0 - j->t_queued,
+             r->ttft_s, r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, j->failed ? ": " : "",
+             j->failed ? j->err.msg : "");
 }
 
 /* A job that will not run (the server is stopping, its client left, or
@@ -424,7 +459,27 @@ typedef struct conn {
     int key;           /* the index of the API key the request carries (-1: none needed) */
     job *j;            /* the request's job while the connection waits for it (a reference) */
     conn_rec *rec;     /* the connection's entry in s->conns (NULL: untracked) */
+    req_ident req;     /* its id, client, method and path, for X-Request-Id and the log */
+    log_level lv;      /* of its start and end lines (debug for /health and /metrics) */
+    int status;        /* the answer's, once queued */
+    job *answered_j;   /* the job answered (a reference): its figures go in the end line */
 } conn;
+
+/* The request whose callback the thread is in: on_request sets it, and
+ * every answer queued from there (queue_answer) carries its id. Each
+ * connection is served by one HTTP thread, in on_request only. */
+static _Thread_local conn *tl_conn;
+
+/* Queues an answer with the request's X-Request-Id, noting its status. */
+static enum MHD_Result queue_answer(struct MHD_Connection *c, unsigned status, struct MHD_Response *r) {
+    if (tl_conn) {
+        MHD_add_response_header(r, "X-Request-Id", tl_conn->req.id);
+        tl_conn->status = (int)status;
+    }
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
 
 /* CORS (--cors-origin): no header at all without the flag; with it, the
  * request's Origin is reflected when it is in the list, and every answer
@@ -433,8 +488,10 @@ static void add_cors(srv *s, struct MHD_Connection *c, struct MHD_Response *r) {
     if (!s->cfg.n_cors_origins) return;
     MHD_add_response_header(r, "Vary", "Origin");
     const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (access_origin_allowed(o, s->cfg.cors_origins, s->cfg.n_cors_origins))
+    if (access_origin_allowed(o, s->cfg.cors_origins, s->cfg.n_cors_origins)) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", o);
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id");
+    }
 }
 
 /* close: the answer ends the connection (a request refused before its
@@ -451,9 +508,7 @@ static enum MHD_Result send_bytes_ex(srv *s, struct MHD_Connection *c, int statu
     add_cors(s, c, r);
     if (close) MHD_add_response_header(r, "Connection", "close");
     if (hname) MHD_add_response_header(r, hname, hvalue);
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ok;
+    return queue_answer(c, (unsigned)status, r);
 }
 
 static enum MHD_Result send_bytes(srv *s, struct MHD_Connection *c, int status, const char *type, char *data, size_t n) {
@@ -652,8 +707,10 @@ static enum MHD_Result answer_or_wait(srv *s, struct MHD_Connection *c, conn *cn
     }
     bool failed_early = j->done && j->failed && j->out.n == 0;
     if (j->stream && !failed_early) j->streaming = true;
+    j->refs++; /* the end line's */
     pthread_mutex_unlock(&j->mu);
     cn->j = NULL;
+    cn->answered_j = j;
     if (j->stream && !failed_early) {
         pthread_mutex_lock(&s->mu);
         s->n_streams++; /* stream_free counts it off */
@@ -667,9 +724,7 @@ static enum MHD_Result answer_or_wait(srv *s, struct MHD_Connection *c, conn *cn
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         add_cors(s, c, r);
         metrics_request(&s->met, api->endpoint, 200);
-        enum MHD_Result ok = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-        return ok;
+        return queue_answer(c, 200, r);
     }
     enum MHD_Result ok;
     if (j->failed)
@@ -707,6 +762,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     ph_err err = {0};
     j->count_only = count_only; /* the Messages parser then takes no stream and no max_tokens */
     j->conn = c;
+    j->req = cn->req;
     const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = fd ? fd->connect_fd : -1;
     int q = 0;
@@ -761,14 +817,20 @@ static enum MHD_Result send_page(srv *s, struct MHD_Connection *c) {
     MHD_add_response_header(r, "X-Frame-Options", "DENY");
     const int status = same ? 304 : 200;
     metrics_request(&s->met, "web", status);
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ok;
+    return queue_answer(c, (unsigned)status, r);
 }
 
 static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *url, const char *method) {
     if (is_page(url, method)) return send_page(s, c);
     if (!strcmp(url, "/health")) {
+        if (!atomic_load(&s->ready)) { /* the model is loading: how far */
+            pthread_mutex_lock(&s->mu);
+            const double f = s->load_fraction;
+            pthread_mutex_unlock(&s->mu);
+            metrics_request(&s->met, "health", 503);
+            return send_json_ex(s, c, 503, json_pack("{s:s,s:f}", "status", "loading", "progress", f), false,
+                                "Retry-After", "1");
+        }
         metrics_request(&s->met, "health", 200);
         return send_json(s, c, 200, json_pack("{s:s}", "status", "ok"));
     }
@@ -855,9 +917,7 @@ static enum MHD_Result handle_options(srv *s, struct MHD_Connection *c, conn *cn
     }
     cn->answered = true;
     metrics_request(&s->met, label, 204);
-    enum MHD_Result ok = MHD_queue_response(c, 204, r);
-    MHD_destroy_response(r);
-    return ok;
+    return queue_answer(c, 204, r);
 }
 
 /* The body's framing headers: a request whose length two parties could
@@ -926,13 +986,18 @@ static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, c
                  "the Host '%.200s' is not allowed: this server answers requests addressed to localhost, "
                  "127.0.0.1, [::1] or %s; start it with --allow-host NAME to accept another name",
                  host, s->cfg.host);
-        PH_INFO("refused a request for Host '%.200s' (see --allow-host)", host);
+        const log_ctx lc = req_ctx(&cn->req);
+        log_line(LOG_INFO, &lc, "refused a request for Host '%.200s' (see --allow-host)", host);
         return refuse_now(s, c, cn, label, anth, 403, msg);
     }
     if (!strcmp(method, "OPTIONS")) return handle_options(s, c, cn, url, api);
     if (strcmp(url, "/health") && !is_page(url, method) && !authorized(s, c, &cn->key))
         return refuse_now(s, c, cn, label, anth, 401,
                           "a valid API key is required (Authorization: Bearer KEY or x-api-key: KEY)");
+    if (strcmp(url, "/health") && !is_page(url, method) && !atomic_load(&s->ready))
+        return refuse_now_h(s, c, cn, label, anth, 503,
+                            "the model is still loading; try again shortly (GET /health says how far it is)",
+                            "Retry-After", "1");
     if (!strcmp(method, "POST") && api) {
         const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
         if (!access_is_json(ct)) {
@@ -945,6 +1010,57 @@ static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, c
     return MHD_YES;
 }
 
+/* A request's head is in: its identity (X-Request-Id: the client's when
+ * sane, else a new one), and its start line. */
+static void request_begin(struct MHD_Connection *c, conn *cn, const char *url, const char *method) {
+    req_ident *r = &cn->req;
+    r->t0 = ph_now_s();
+    const char *id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
+    if (id && api_request_id_sane(id)) snprintf(r->id, sizeof r->id, "%s", id);
+    else api_make_id(r->id, 17, ""); /* 16 hex digits */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    conns_addr_text(ci ? ci->client_addr : NULL, r->client, sizeof r->client);
+    snprintf(r->method, sizeof r->method, "%s", method);
+    snprintf(r->path, sizeof r->path, "%s", url);
+    /* probes come often: their lines only with --verbose */
+    cn->lv = !strcmp(method, "GET") && (!strcmp(url, "/health") || !strcmp(url, "/metrics")) ? LOG_DEBUG : LOG_INFO;
+    log_ctx lc = req_ctx(r);
+    lc.event = "start";
+    log_line(cn->lv, &lc, "%s", "");
+}
+
+/* The request's end line: status, time since its head, and for a turn
+ * its rows (once the job is done: a client that left a stream early
+ * ends before it). */
+static void request_end(conn *cn, enum MHD_RequestTerminationCode toe) {
+    log_ctx lc = req_ctx(&cn->req);
+    lc.event = "end";
+    lc.status = cn->status;
+    lc.ms = (ph_now_s() - cn->req.t0) * 1e3;
+    char msg[200] = "";
+    job *j = cn->answered_j;
+    if (j) {
+        pthread_mutex_lock(&j->mu);
+        const bool done = j->done;
+        pthread_mutex_unlock(&j->mu);
+        const ph_turn_report *r = &j->rep;
+        if (done && !j->count_only) {
+            const log_field f[] = {{"prompt_tokens", r->n_prompt},       {"reused_tokens", r->n_reused},
+                                   {"from_ram_tokens", r->n_from_ram},   {"from_disk_tokens", r->n_from_disk},
+                                   {"prefilled_tokens", r->n_prefilled}, {"completion_tokens", r->n_generated},
+                                   {"pictures_encoded", r->pics_encoded}};
+            memcpy(lc.fields, f, sizeof f);
+            lc.n_fields = (int)(sizeof f / sizeof f[0]);
+            snprintf(msg, sizeof msg, "prompt %d (reused %d, prefilled %d), generated %d", r->n_prompt, r->n_reused,
+                     r->n_prefilled, r->n_generated);
+        }
+    }
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%sthe connection ended before the whole answer was sent",
+                 msg[0] ? "; " : "");
+    log_line(cn->lv, &lc, "%s", msg);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -954,6 +1070,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         conn *cn = calloc(1, sizeof *cn);
         if (!cn) return MHD_NO;
         *con_cls = cn;
+        tl_conn = cn;
+        request_begin(c, cn, url, method);
         const union MHD_ConnectionInfo *ctx = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         cn->rec = ctx ? ctx->socket_context : NULL;
         /* the head is in: the body's deadline starts (or the answer's work) */
@@ -981,6 +1099,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     conn *cn = *con_cls;
+    tl_conn = cn;
     if (cn->j) return answer_or_wait(s, c, cn); /* resumed: its job is ready */
     if (cn->answered) { /* refused at the door: nothing more is read */
         *upload_size = 0;
@@ -1009,10 +1128,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)c;
-    (void)toe;
     srv *s = cls;
     conn *cn = *con_cls;
     if (!cn) return;
+    request_end(cn, toe);
+    if (cn->answered_j) job_unref(cn->answered_j);
+    if (tl_conn == cn) tl_conn = NULL;
     if (cn->j) { /* ended before its answer: nobody waits for the job any more */
         pthread_mutex_lock(&cn->j->mu);
         if (!cn->j->done) cn->j->cancelled = true;
@@ -1137,10 +1258,89 @@ static void fit_connections(srv_config *cfg) {
     if (rl.rlim_cur >= want) return;
     long fit = (long)rl.rlim_cur - CONN_SLACK - FD_RESERVE;
     if (fit < 8) fit = 8;
-    fprintf(stderr, "pinhole: warning: %d connections need %llu open files, the limit is %llu: at most %ld connections\n",
+    PH_WARN("%d connections need %llu open files, the limit is %llu: at most %ld connections",
             cfg->max_connections, (unsigned long long)want, (unsigned long long)rl.rlim_cur, fit);
     cfg->max_connections = (int)fit;
     if (cfg->max_connections_per_ip > fit) cfg->max_connections_per_ip = (int)fit;
+}
+
+/* Stops what server_open started (and what server_run left) and frees it. */
+static void server_free(srv *s) {
+    door_close(s->door);
+    for (int i = 0; i < HTTP_THREADS; i++)
+        if (s->d[i]) MHD_stop_daemon(s->d[i]);
+    if (s->watcher_started) {
+        pthread_mutex_lock(&s->mu);
+        s->watcher_stop = true;
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->watcher, NULL);
+    }
+    conns_free(&s->conns);
+    metrics_free(&s->met);
+    free(s->key_domains);
+    free(s->q);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+srv *server_open(const srv_config *cfg, ph_err *err) {
+    srv *s = calloc(1, sizeof *s);
+    if (!s) {
+        ph_err_set(err, "out of memory");
+        return NULL;
+    }
+    s->cfg = *cfg;
+    fit_connections(&s->cfg);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    metrics_init(&s->met);
+    conns_init(&s->conns, s->cfg.max_connections, s->cfg.max_connections_per_ip, s->cfg.header_timeout_s,
+               s->cfg.body_timeout_s);
+    if (web_page_init(&s->page, err)) goto fail;
+    if (cfg->n_api_keys > 1) { /* each key its own isolation domain */
+        if (!(s->key_domains = calloc(cfg->n_api_keys, sizeof *s->key_domains))) {
+            ph_err_set(err, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < cfg->n_api_keys; i++) access_key_domain(cfg->api_keys[i], s->key_domains[i]);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (pthread_create(&s->watcher, NULL, watcher_main, s) != 0) {
+        ph_err_set(err, "cannot start the watcher thread");
+        goto fail;
+    }
+    s->watcher_started = true;
+    for (int i = 0; i < HTTP_THREADS; i++) {
+        s->d[i] = MHD_start_daemon(
+            MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
+            NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->cfg.max_connections + CONN_SLACK),
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
+            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+        if (!s->d[i]) {
+            ph_err_set(err, "cannot start the HTTP threads: %s", strerror(errno));
+            goto fail;
+        }
+    }
+    const door_hooks hooks = {door_hand, door_refused, s};
+    if (!(s->door = door_open(cfg->host, cfg->port, &s->conns, &hooks, &s->port, err))) goto fail;
+    PH_INFO("bound to http://%s:%d; loading the model (GET /health answers 503 until it is ready)", cfg->host,
+            s->port);
+    return s;
+fail:
+    server_free(s);
+    return NULL;
+}
+
+void server_loading(srv *s, double fraction) {
+    pthread_mutex_lock(&s->mu);
+    s->load_fraction = fraction;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void server_close(srv *s) {
+    if (s) server_free(s);
 }
 
 /* The thread in sigwait. The engine's threads were started before the
@@ -1151,31 +1351,11 @@ static pthread_t g_signal_thread;
 
 static void forward_signal(int sig) { pthread_kill(g_signal_thread, sig); }
 
-int server_run(ph_engine *e, const srv_config *cfg) {
-    srv *s = calloc(1, sizeof *s);
-    if (!s) return 1;
+int server_run(srv *s, ph_engine *e) {
     s->e = e;
-    s->cfg = *cfg;
-    fit_connections(&s->cfg);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    metrics_init(&s->met);
-    conns_init(&s->conns, s->cfg.max_connections, s->cfg.max_connections_per_ip, s->cfg.header_timeout_s,
-               s->cfg.body_timeout_s);
     ph_engine_get_stats(e, &s->snap);
+    ph_engine_set_progress(e, on_progress, s);
     int rc = 1;
-    ph_err werr = {0};
-    if (web_page_init(&s->page, &werr)) {
-        fprintf(stderr, "pinhole: %s\n", werr.msg);
-        goto out;
-    }
-    if (cfg->n_api_keys > 1) { /* each key its own isolation domain */
-        if (!(s->key_domains = calloc(cfg->n_api_keys, sizeof *s->key_domains))) {
-            fprintf(stderr, "pinhole: out of memory\n");
-            goto out;
-        }
-        for (size_t i = 0; i < cfg->n_api_keys; i++) access_key_domain(cfg->api_keys[i], s->key_domains[i]);
-    }
     /* signals go to sigwait below, not to any thread */
     sigset_t set;
     sigemptyset(&set);
@@ -1189,52 +1369,24 @@ int server_run(ph_engine *e, const srv_config *cfg) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
-        fprintf(stderr, "pinhole: cannot start the worker thread\n");
-        goto out;
+        PH_ERROR("cannot start the worker thread");
+        server_free(s);
+        return 1;
     }
-    if (pthread_create(&s->watcher, NULL, watcher_main, s) != 0) {
-        fprintf(stderr, "pinhole: cannot start the watcher thread\n");
-        pthread_mutex_lock(&s->mu);
-        s->stopping = true;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->worker, NULL);
-        goto out;
-    }
-    for (int i = 0; i < HTTP_THREADS; i++) {
-        s->d[i] = MHD_start_daemon(
-            MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
-            NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->cfg.max_connections + CONN_SLACK),
-            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
-            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
-        if (!s->d[i]) {
-            fprintf(stderr, "pinhole: cannot start the HTTP threads: %s\n", strerror(errno));
-            goto stop_worker;
-        }
-    }
-    ph_err derr = {0};
-    int port = 0;
-    const door_hooks hooks = {door_hand, door_refused, s};
-    if (!(s->door = door_open(cfg->host, cfg->port, &s->conns, &hooks, &port, &derr))) {
-        fprintf(stderr, "pinhole: %s\n", derr.msg);
-        goto stop_worker;
-    }
-    fprintf(stderr, "pinhole: listening on http://%s:%d\n", cfg->host, port);
-    fflush(stderr);
+    atomic_store(&s->ready, true);
+    PH_INFO("listening on http://%s:%d", s->cfg.host, s->port);
     int sig = 0;
     sigwait(&set, &sig);
     /* a second signal during the shutdown ends the process, as before */
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    fprintf(stderr, "pinhole: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    PH_INFO("%s, stopping", sig == SIGINT ? "interrupted" : "terminated");
     rc = 0;
-stop_worker:
     /* stop taking connections and requests, cancel the running one, refuse
      * the queued ones */
     door_close(s->door);
+    s->door = NULL;
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     if (s->running) {
@@ -1253,19 +1405,6 @@ stop_worker:
         cond_wait_s(&s->cv, &s->mu, 0.05);
     }
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < HTTP_THREADS; i++)
-        if (s->d[i]) MHD_stop_daemon(s->d[i]);
-    pthread_mutex_lock(&s->mu);
-    s->watcher_stop = true;
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->watcher, NULL);
-out:
-    conns_free(&s->conns);
-    metrics_free(&s->met);
-    free(s->key_domains);
-    free(s->q);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    free(s);
+    server_free(s);
     return rc;
 }

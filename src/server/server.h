@@ -58,8 +58,19 @@ typedef struct srv_config {
     int max_tokens;            /* 0: until the context is full */
 } srv_config;
 
-/* Serves until SIGINT or SIGTERM. Prints "pinhole: listening on URL" on
- * stderr when ready. Returns 0 after a clean stop. */
-int server_run(ph_engine *e, const srv_config *c);
+typedef struct srv srv;
+
+/* Binds the port and starts the HTTP threads before the model is loaded
+ * (a port taken fails at once): until server_run, GET /health answers 503
+ * {"status":"loading","progress":F} and every other request 503 with
+ * Retry-After. Logs "bound to URL". NULL (err set) on failure. */
+srv *server_open(const srv_config *c, ph_err *err);
+/* How far the loading is, 0 to 1 (for /health). */
+void server_loading(srv *s, double fraction);
+/* Frees a server that never ran (the model did not load). */
+void server_close(srv *s);
+/* Serves over the loaded engine until SIGINT or SIGTERM, then frees s.
+ * Logs "listening on URL" when ready. Returns 0 after a clean stop. */
+int server_run(srv *s, ph_engine *e);
 
 #endif

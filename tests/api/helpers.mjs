@@ -74,7 +74,8 @@ function cacheDir() {
 
 /**
  * Starts `pinhole serve` on a free port and waits (60 s at most) for its
- * "pinhole: listening on http://127.0.0.1:PORT" line on stderr.
+ * "pinhole: listening on http://127.0.0.1:PORT" line on stderr (or its
+ * json line's "msg").
  * model: QWEN3VL (default) or QWEN35, or a string that -m takes as it is
  * (a folder, or a pulled hub reference); vision: pass the model's --mmproj
  * (true; for a string, none is passed: its vision file is looked for or
@@ -109,7 +110,8 @@ export async function startServer({ model = QWEN3VL, vision = true, extra = [], 
       reject(new Error(`${cmd}: no "listening" line within 60 s; stderr:\n${stderr}`));
     }, 60_000);
     const look = () => {
-      const m = /pinhole: listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(stderr);
+      // the text line, or the json one (--log-format json)
+      const m = /(?:pinhole: |"msg":")listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(stderr);
       if (m) { clearTimeout(timer); resolve(Number(m[1])); }
     };
     proc.stderr.on('data', look);
