@@ -314,7 +314,8 @@ typedef struct ph_engine_params {
     uint64_t kv_disk_bytes;       /* at most this many bytes of checkpoint files (default 16 GiB) */
     int32_t checkpoint_every;     /* also checkpoint (recurrent layers: snapshot) every N rows of a long prompt (default 4096; 0: never) */
     const char *id_cache_dir;     /* where file ids are remembered; NULL: $XDG_CACHE_HOME/pinhole */
-    void (*progress)(void *ud, const char *what, double fraction); /* loading progress, may be NULL */
+    void (*progress)(void *ud, const char *what, double fraction); /* loading progress, may be NULL: at each
+                                     step, and at each percent while a file is hashed */
     void *progress_ud;
 } ph_engine_params;
 

@@ -132,6 +132,20 @@ static void test_helpers(void) {
     remove_tree(q);
 }
 
+typedef struct hashed {
+    int n;
+    bool rising;
+    uint64_t done, total;
+} hashed;
+
+static void on_hashed(void *ud, uint64_t done, uint64_t total) {
+    hashed *h = ud;
+    h->rising = h->n == 0 || (h->rising && done > h->done && total == h->total);
+    h->n++;
+    h->done = done;
+    h->total = total;
+}
+
 static void test_memo(void) {
     char file[256], file2[256], memo[256], memo_file[256], many[70][96];
     path_in(file, sizeof file, "model.gguf");
@@ -160,19 +174,26 @@ static void test_memo(void) {
 
     ph_err e = {0};
     bool memo_hit = true;
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0);
+    /* hashed: the progress reports rise to the file's size, read by read */
+    hashed h = {0};
+    const file_id_progress prog = {on_hashed, &h};
+    CHECK(ph_file_id(file, memo, id, &memo_hit, &prog, &e) == 0);
     CHECK(memcmp(id, want, 32) == 0 && !memo_hit);
+    CHECKF(h.n == 2 && h.rising && h.done == size && h.total == size, "%d reports, last %llu of %llu", h.n,
+           (unsigned long long)h.done, (unsigned long long)h.total);
     CHECK(count_lines(memo_file) == 1);
     memset(id, 0, 32);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0);
+    memset(&h, 0, sizeof h);
+    CHECK(ph_file_id(file, memo, id, &memo_hit, &prog, &e) == 0);
     CHECK(memcmp(id, want, 32) == 0 && memo_hit);
-    CHECK(ph_file_id(file, memo, id, NULL, &e) == 0 && memcmp(id, want, 32) == 0); /* from_memo may be NULL */
+    CHECK(h.n == 0); /* from the memo: nothing read */
+    CHECK(ph_file_id(file, memo, id, NULL, NULL, &e) == 0 && memcmp(id, want, 32) == 0); /* from_memo may be NULL */
 
     /* a second file: remembered first, the first one kept */
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, &e) == 0 && !memo_hit && memcmp(id, id2, 32) == 0);
+    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, id2, 32) == 0);
     CHECK(count_lines(memo_file) == 2);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0 && memo_hit && memcmp(id, want, 32) == 0);
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, &e) == 0 && memo_hit && memcmp(id, id2, 32) == 0);
+    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit && memcmp(id, id2, 32) == 0);
 
     /* a garbled memo: its bad lines are ignored, the good one is used, and
      * the rewrite keeps only good lines */
@@ -191,64 +212,64 @@ static void test_memo(void) {
         fclose(f);
     }
     free(text);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0 && memo_hit && memcmp(id, want, 32) == 0);
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, &e) == 0 && !memo_hit && memcmp(id, id2, 32) == 0);
+    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, id2, 32) == 0);
     CHECK(count_lines(memo_file) == 2);
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, &e) == 0 && memo_hit);
+    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
 
     /* a memo that is pure garbage, or a folder */
     FILE *f = fopen(memo_file, "wb");
     for (int i = 0; i < 3000; i++) fputc(i * 37 & 0xff, f);
     fclose(f);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0 && memo_hit);
+    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
     unlink(memo_file);
     CHECK(mkdir(memo_file, 0700) == 0); /* cannot be read, nor replaced (even by root) */
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
     rmdir(memo_file);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0 && !memo_hit);
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, &e) == 0 && !memo_hit);
+    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
+    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
 
     /* another mtime (only the nanoseconds): hashed again; the change is
      * fresh, so it is not remembered yet */
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0 && memo_hit);
+    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
     set_mtime(file, 1500000000, 123456790);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0);
+    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0);
     CHECK(memcmp(id, want, 32) == 0 && !memo_hit);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &e) == 0 && !memo_hit);
+    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
 
     /* another size, the mtime put back: hashed again, the new id */
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, &e) == 0 && memo_hit);
+    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
     write_file(file2, 1000, 2, &bytes);
     ph_sha256(bytes, 1000, id2);
     free(bytes);
     set_mtime(file2, 1400000000, 0);
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, &e) == 0);
+    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0);
     CHECK(memcmp(id, id2, 32) == 0 && !memo_hit);
 
     /* at most 64 lines: the oldest are dropped */
-    for (int i = 0; i < 70; i++) CHECK(ph_file_id(many[i], memo, id, &memo_hit, &e) == 0 && !memo_hit);
+    for (int i = 0; i < 70; i++) CHECK(ph_file_id(many[i], memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
     CHECK(count_lines(memo_file) == PH_FILE_ID_MEMO_MAX);
-    CHECK(ph_file_id(many[69], memo, id, &memo_hit, &e) == 0 && memo_hit);
-    CHECK(ph_file_id(many[6], memo, id, &memo_hit, &e) == 0 && memo_hit);
-    CHECK(ph_file_id(many[5], memo, id, &memo_hit, &e) == 0 && !memo_hit); /* dropped */
+    CHECK(ph_file_id(many[69], memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
+    CHECK(ph_file_id(many[6], memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
+    CHECK(ph_file_id(many[5], memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit); /* dropped */
     for (int i = 0; i < 70; i++) unlink(many[i]);
 
     /* NULL memo: always hashed */
-    CHECK(ph_file_id(file, NULL, id, &memo_hit, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
-    CHECK(ph_file_id(file, "", id, &memo_hit, &e) == 0 && !memo_hit);
+    CHECK(ph_file_id(file, NULL, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(ph_file_id(file, "", id, &memo_hit, NULL, &e) == 0 && !memo_hit);
 
     /* a memo folder that cannot exist (under a file): still the id */
     char bad[300];
     snprintf(bad, sizeof bad, "%s/sub", file);
-    CHECK(ph_file_id(file, bad, id, &memo_hit, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(ph_file_id(file, bad, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
     /* ...or a read-only one (root writes anyway: for root, the memo that is
      * a folder above is the unwritable case) */
     if (geteuid() != 0) {
         char ro[256];
         path_in(ro, sizeof ro, "readonly");
         CHECK(mkdir(ro, 0500) == 0);
-        CHECK(ph_file_id(file, ro, id, &memo_hit, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
+        CHECK(ph_file_id(file, ro, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
         chmod(ro, 0700);
         remove_tree(ro);
     }
@@ -257,15 +278,15 @@ static void test_memo(void) {
     char missing[256];
     path_in(missing, sizeof missing, "missing.gguf");
     e.msg[0] = '\0';
-    CHECK(ph_file_id(missing, memo, id, &memo_hit, &e) == -1 && strstr(e.msg, "missing.gguf"));
-    CHECK(ph_file_id(g_dir, memo, id, &memo_hit, &e) == -1);
+    CHECK(ph_file_id(missing, memo, id, &memo_hit, NULL, &e) == -1 && strstr(e.msg, "missing.gguf"));
+    CHECK(ph_file_id(g_dir, memo, id, &memo_hit, NULL, &e) == -1);
 
     /* an empty file */
     char empty[256];
     path_in(empty, sizeof empty, "empty.gguf");
     write_file(empty, 0, 0, NULL);
     ph_sha256("", 0, want);
-    CHECK(ph_file_id(empty, NULL, id, NULL, &e) == 0 && memcmp(id, want, 32) == 0);
+    CHECK(ph_file_id(empty, NULL, id, NULL, NULL, &e) == 0 && memcmp(id, want, 32) == 0);
     unlink(empty);
     unlink(file);
     unlink(file2);

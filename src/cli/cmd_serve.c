@@ -108,9 +108,12 @@ static void serve_usage(FILE *out) {
             "X-Request-Id (the client's, when 1 to 64 of A-Za-z0-9._-), named in the request's log lines.\n");
 }
 
-/* Loading: a line per step, and /health's progress (ud: the server). */
+/* Loading: a line per step (not per report within one), and /health's
+ * progress (ud: the server). */
 static void on_progress(void *ud, const char *what, double f) {
-    PH_INFO("[%3.0f%%] %s", f * 100.0, what);
+    static const char *last;
+    if (!last || strcmp(last, what)) PH_INFO("[%3.0f%%] %s", f * 100.0, what);
+    last = what;
     server_loading(ud, f);
 }
 

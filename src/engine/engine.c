@@ -54,12 +54,35 @@ static void sleep_ms(int ms) {
     }
 }
 
-static int file_identity(const ph_engine_params *p, const char *path, uint8_t id[32], ph_err *err) {
+/* A loading step whose progress is the bytes of a file hashed: from lo to
+ * hi, reported at each whole percent. */
+typedef struct load_step {
+    const ph_engine_params *p;
+    const char *what;
+    double lo, hi;
+    int pct;
+} load_step;
+
+static void on_hashed(void *ud, uint64_t done, uint64_t total) {
+    load_step *st = ud;
+    const double f = st->lo + (st->hi - st->lo) * (total ? (double)done / (double)total : 1.0);
+    if ((int)(f * 100) > st->pct) {
+        st->pct = (int)(f * 100);
+        progress(st->p, st->what, f);
+    }
+}
+
+/* The file's id (its SHA-256, or the memo's), the step what going from lo
+ * to hi of the loading while it is hashed. */
+static int file_identity(const ph_engine_params *p, const char *path, const char *what, double lo, double hi,
+                         uint8_t id[32], ph_err *err) {
     char buf[4096];
     const char *dir = p->id_cache_dir ? p->id_cache_dir : ph_default_cache_dir(buf, sizeof buf);
+    load_step st = {p, what, lo, hi, (int)(lo * 100)};
+    const file_id_progress prog = {on_hashed, &st};
+    progress(p, what, lo);
     bool memo = false;
-    if (ph_file_id(path, dir, id, &memo, err)) return -1;
-    return 0;
+    return ph_file_id(path, dir, id, &memo, &prog, err);
 }
 
 ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
@@ -70,12 +93,9 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     }
     e->reuse = p->reuse;
     uint8_t enc_id[32];
-    progress(p, "identifying the model file", 0.0);
-    if (file_identity(p, p->model_path, e->model_id, err)) goto fail;
-    if (p->mmproj_path) {
-        progress(p, "identifying the vision file", 0.1);
-        if (file_identity(p, p->mmproj_path, enc_id, err)) goto fail;
-    }
+    if (file_identity(p, p->model_path, "identifying the model file", 0.0, 0.1, e->model_id, err) ||
+        (p->mmproj_path && file_identity(p, p->mmproj_path, "identifying the vision file", 0.1, 0.2, enc_id, err)))
+        goto fail;
     progress(p, "loading the model", 0.2);
     sleep_ms(test_delay_ms("PINHOLE_TEST_LOAD_DELAY_MS"));
     e->test_step_delay_ms = test_delay_ms("PINHOLE_TEST_PREFILL_DELAY_MS");

@@ -135,7 +135,8 @@ static void memo_store(const char *memo_dir, const char *memo_path, const memo_e
 }
 
 /* SHA-256 of everything fd reads; *n_read gets the byte count. */
-static int hash_fd(int fd, const char *path, uint8_t id[32], uint64_t *n_read, ph_err *e) {
+static int hash_fd(int fd, const char *path, uint64_t size, const file_id_progress *prog, uint8_t id[32],
+                   uint64_t *n_read, ph_err *e) {
     uint8_t *buf = malloc(HASH_CHUNK);
     if (!buf) return ph_err_set(e, "%s: out of memory", path);
     ph_sha256_ctx ctx;
@@ -157,13 +158,15 @@ static int hash_fd(int fd, const char *path, uint8_t id[32], uint64_t *n_read, p
         if (r == 0) break;
         ph_sha256_update(&ctx, buf, (size_t)r);
         *n_read += (uint64_t)r;
+        if (prog && prog->fn) prog->fn(prog->ud, *n_read, size);
     }
     free(buf);
     if (ph_sha256_final(&ctx, id) != 0) return ph_err_set(e, "%s: libcrypto failed to compute a SHA-256 digest", path);
     return 0;
 }
 
-int ph_file_id(const char *path, const char *memo_dir, uint8_t id[32], bool *from_memo, ph_err *e) {
+int ph_file_id(const char *path, const char *memo_dir, uint8_t id[32], bool *from_memo, const file_id_progress *prog,
+               ph_err *e) {
     if (from_memo) *from_memo = false;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ph_err_set(e, "%s: cannot open: %s", path, strerror(errno));
@@ -208,7 +211,7 @@ int ph_file_id(const char *path, const char *memo_dir, uint8_t id[32], bool *fro
     struct timespec started;
     clock_gettime(CLOCK_REALTIME, &started);
     uint64_t n_read = 0;
-    int rc = hash_fd(fd, path, me.id, &n_read, e);
+    int rc = hash_fd(fd, path, (uint64_t)st.st_size, prog, me.id, &n_read, e);
     struct stat st2;
     bool stable = rc == 0 && fstat(fd, &st2) == 0 && n_read == me.size;
     close(fd);

@@ -35,7 +35,14 @@
  * coarse (a kernel tick; 2 s on FAT), so one more change of the same size
  * could keep them. Returns 0, or -1 with e set when the file itself cannot
  * be read. */
-int ph_file_id(const char *path, const char *memo_dir, uint8_t id[32], bool *from_memo, ph_err *e);
+typedef struct file_id_progress {
+    void (*fn)(void *ud, uint64_t done, uint64_t total); /* bytes hashed of the file's, after each read */
+    void *ud;
+} file_id_progress;
+
+/* prog may be NULL (no reports; none either when the memo knows the file). */
+int ph_file_id(const char *path, const char *memo_dir, uint8_t id[32], bool *from_memo, const file_id_progress *prog,
+               ph_err *e);
 
 /* The default cache folder: $XDG_CACHE_HOME/pinhole (when it is an
  * absolute path), else $HOME/.cache/pinhole, else NULL. Writes into buf
