@@ -1265,7 +1265,8 @@ static void fit_connections(srv_config *cfg) {
 }
 
 /* Stops what server_open started (and what server_run left) and frees it. */
-static void server_free(srv *s) {
+void server_close(srv *s) {
+    if (!s) return;
     door_close(s->door);
     for (int i = 0; i < HTTP_THREADS; i++)
         if (s->d[i]) MHD_stop_daemon(s->d[i]);
@@ -1329,7 +1330,7 @@ srv *server_open(const srv_config *cfg, ph_err *err) {
             s->port);
     return s;
 fail:
-    server_free(s);
+    server_close(s);
     return NULL;
 }
 
@@ -1337,10 +1338,6 @@ void server_loading(srv *s, double fraction) {
     pthread_mutex_lock(&s->mu);
     s->load_fraction = fraction;
     pthread_mutex_unlock(&s->mu);
-}
-
-void server_close(srv *s) {
-    if (s) server_free(s);
 }
 
 /* The thread in sigwait. The engine's threads were started before the
@@ -1355,7 +1352,6 @@ int server_run(srv *s, ph_engine *e) {
     s->e = e;
     ph_engine_get_stats(e, &s->snap);
     ph_engine_set_progress(e, on_progress, s);
-    int rc = 1;
     /* signals go to sigwait below, not to any thread */
     sigset_t set;
     sigemptyset(&set);
@@ -1371,7 +1367,7 @@ int server_run(srv *s, ph_engine *e) {
     sigaction(SIGTERM, &sa, NULL);
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
         PH_ERROR("cannot start the worker thread");
-        server_free(s);
+        server_close(s);
         return 1;
     }
     atomic_store(&s->ready, true);
@@ -1382,7 +1378,6 @@ int server_run(srv *s, ph_engine *e) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     PH_INFO("%s, stopping", sig == SIGINT ? "interrupted" : "terminated");
-    rc = 0;
     /* stop taking connections and requests, cancel the running one, refuse
      * the queued ones */
     door_close(s->door);
@@ -1405,6 +1400,6 @@ int server_run(srv *s, ph_engine *e) {
         cond_wait_s(&s->cv, &s->mu, 0.05);
     }
     pthread_mutex_unlock(&s->mu);
-    server_free(s);
-    return rc;
+    server_close(s);
+    return 0;
 }
