@@ -1106,7 +1106,8 @@ static void check_phase(const prog_log *l, int k, int64_t want, int min_calls, c
     CHECKF(l->first[k] == 0 && l->monotone[k] && l->same_total[k], "%s: first %lld, monotone %d, same total %d", what,
            (long long)l->first[k], l->monotone[k], l->same_total[k]);
     CHECKF(l->last[k] == l->total[k], "%s: ends at %lld of %lld", what, (long long)l->last[k], (long long)l->total[k]);
-    if (want > 0) CHECKF(l->total[k] == want, "%s: total %lld, want %lld", what, (long long)l->total[k], (long long)want);
+    if (want > 0)
+        CHECKF(l->total[k] == want, "%s: total %lld, want %lld", what, (long long)l->total[k], (long long)want);
 }
 
 /* ph_engine_set_progress: a picture prompt reports the encoder's steps,

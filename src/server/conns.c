@@ -31,10 +31,9 @@ void conns_free(conns *t) {
 
 /* An address as 16 bytes (IPv4 as ::ffff:a.b.c.d), so both families compare. */
 void conns_addr_text(const struct sockaddr *sa, char *out, size_t cap) {
-    const void *a = !sa                        ? NULL
-                    : sa->sa_family == AF_INET  ? (const void *)&((const struct sockaddr_in *)(const void *)sa)->sin_addr
-                    : sa->sa_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr
-                                                : NULL;
+    const void *a = NULL;
+    if (sa && sa->sa_family == AF_INET) a = &((const struct sockaddr_in *)(const void *)sa)->sin_addr;
+    else if (sa && sa->sa_family == AF_INET6) a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
     if (!a || !inet_ntop(sa->sa_family, a, out, (socklen_t)cap)) snprintf(out, cap, "?");
 }
 
