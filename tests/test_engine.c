@@ -1076,7 +1076,7 @@ static void test_recurrent_every(void) {
 /* ---- progress ------------------------------------------------------------------ */
 
 typedef struct prog_log {
-    int n[2];                 /* calls per phase */
+    int n[2]; /* calls per phase */
     int64_t first[2], last[2], total[2];
     bool monotone[2], same_total[2];
     bool encode_after_prefill;
@@ -1105,7 +1105,8 @@ static void check_phase(const prog_log *l, int k, int64_t want, int min_calls, c
     if (!l->n[k]) return;
     CHECKF(l->first[k] == 0 && l->monotone[k] && l->same_total[k], "%s: first %lld, monotone %d, same total %d", what,
            (long long)l->first[k], l->monotone[k], l->same_total[k]);
-    CHECKF(l->last[k] == l->total[k], "%s: ends at %lld of %lld", what, (long long)l->last[k], (long long)l->total[k]);
+    CHECKF(l->last[k] == l->total[k], "%s: ends at %lld of %lld", what, (long long)l->last[k],
+           (long long)l->total[k]);
     if (want > 0)
         CHECKF(l->total[k] == want, "%s: total %lld, want %lld", what, (long long)l->total[k], (long long)want);
 }

@@ -42,8 +42,8 @@ typedef struct log_ctx {
 void log_line(log_level level, const log_ctx *ctx, const char *fmt, ...) PH_PRINTF(3, 4);
 
 #define PH_DEBUG(...) log_line(LOG_DEBUG, NULL, __VA_ARGS__)
-#define PH_INFO(...) log_line(LOG_INFO, NULL, __VA_ARGS__)
-#define PH_WARN(...) log_line(LOG_WARN, NULL, __VA_ARGS__)
+#define PH_INFO(...)  log_line(LOG_INFO, NULL, __VA_ARGS__)
+#define PH_WARN(...)  log_line(LOG_WARN, NULL, __VA_ARGS__)
 #define PH_ERROR(...) log_line(LOG_ERROR, NULL, __VA_ARGS__)
 
 #endif

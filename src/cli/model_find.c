@@ -149,7 +149,7 @@ static int pick_vision(const file_list *cands, const char *where, const char *cm
             }
         } else {
             const bool named = !strncmp(err.msg, cands->v[i], strlen(cands->v[i]));
-            fprintf(stderr, "pinhole: %s%s%s (not used)\n", named ? "" : cands->v[i], named ? "" : ": ", err.msg);
+            PH_INFO("%s%s%s (not used)", named ? "" : cands->v[i], named ? "" : ": ", err.msg);
         }
     }
     if (rc == 0 && pairs.n > 1) {
@@ -217,9 +217,9 @@ int model_find(const model_args *a, bool want_vision, const char *cmd, model_fil
 void model_files_say(const model_files *f, bool pictures_on, const char *note) {
     if (f->mmproj[0])
         PH_INFO("model %s, vision %s (%s%s%s%s%s)", f->model, f->mmproj, f->source ? f->source : "",
-                f->source ? "; " : "", pictures_on ? "pictures on" : "pictures off", note ? ", " : "", note ? note : "");
-    else
-        PH_INFO("model %s, no vision file (text only: %s)", f->model, f->text_only[0] ? f->text_only : "none given");
+                f->source ? "; " : "", pictures_on ? "pictures on" : "pictures off", note ? ", " : "",
+                note ? note : "");
+    else PH_INFO("model %s, no vision file (text only: %s)", f->model, f->text_only[0] ? f->text_only : "none given");
 }
 
 void model_say_setup(const ph_engine *e, const char *name, int n_threads) {

@@ -8,11 +8,9 @@
 /* A prefill this short takes a moment: no line. */
 #define MIN_PREFILL_ROWS 256
 /* Redrawn at most this often (and at the start). */
-#define REDRAW_S 0.1
+#define REDRAW_S         0.1
 
-void cli_progress_init(cli_progress *p) {
-    *p = (cli_progress){.tty = isatty(STDERR_FILENO) == 1};
-}
+void cli_progress_init(cli_progress *p) { *p = (cli_progress){.tty = isatty(STDERR_FILENO) == 1}; }
 
 static void erase(cli_progress *p) {
     if (p->drawn) fputs("\r\033[K", stderr);

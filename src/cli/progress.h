@@ -10,11 +10,11 @@
 #include "pinhole.h"
 
 typedef struct cli_progress {
-    bool tty;               /* stderr is a terminal */
+    bool tty; /* stderr is a terminal */
     ph_progress_phase phase;
     int64_t total;
     double t0, last_draw;
-    bool drawn;             /* a line is on the screen */
+    bool drawn; /* a line is on the screen */
 } cli_progress;
 
 void cli_progress_init(cli_progress *p);

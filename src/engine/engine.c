@@ -50,8 +50,7 @@ static int test_delay_ms(const char *name) {
 
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (ms > 0 && nanosleep(&ts, &ts) != 0) {
-    }
+    while (ms > 0 && nanosleep(&ts, &ts) != 0) {}
 }
 
 /* A loading step whose progress is the bytes of a file hashed: from lo to

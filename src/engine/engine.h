@@ -52,7 +52,7 @@ struct ph_engine {
     ph_progress_fn progress; /* ph_engine_set_progress */
     void *progress_ud;
     int64_t enc_done, enc_total; /* the turn's encoder steps (PH_PROGRESS_ENCODE) */
-    int test_step_delay_ms;  /* PINHOLE_TEST_PREFILL_DELAY_MS: a test's slow prefill */
+    int test_step_delay_ms;      /* PINHOLE_TEST_PREFILL_DELAY_MS: a test's slow prefill */
 };
 
 /* The embed_key of a picture of w x h with this encoder (docs/state-cache.md, Identity) in an

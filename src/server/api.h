@@ -18,11 +18,11 @@ typedef struct job job;
 
 /* Who asked for what: a request as its log lines name it. */
 typedef struct req_ident {
-    char id[65];                  /* X-Request-Id: the client's when sane, else 16 random hex digits */
-    char client[48];              /* the client's address */
+    char id[65];     /* X-Request-Id: the client's when sane, else 16 random hex digits */
+    char client[48]; /* the client's address */
     char method[16];
     char path[200];
-    double t0;                    /* when its head arrived (ph_now_s) */
+    double t0; /* when its head arrived (ph_now_s) */
 } req_ident;
 
 /* A tool call in the answer: its ids in the API's shape, name, arguments. */
@@ -113,7 +113,7 @@ struct job {
     double t_suspended;
     int refs;
     double t_queued;
-    req_ident req;                /* its log lines */
+    req_ident req; /* its log lines */
 };
 
 /* Appends stream bytes (worker side) and wakes the connection. */

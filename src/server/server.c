@@ -79,14 +79,14 @@ struct srv {
     pthread_t watcher;
     bool watcher_stop;         /* under mu */
     bool watcher_started;
-    int port;                  /* the port bound */
+    int port;                   /* the port bound */
     uint8_t (*key_domains)[32]; /* per API key its isolation domain (NULL: keys are not isolated) */
     web_page page;             /* the web chat page (GET /) */
     /* loading: the port is bound before the model is loaded; until e is
      * set (server_run) only GET /health is answered, with load_fraction */
     atomic_bool ready;
-    double load_fraction;      /* under mu */
-    run_ctx *cur;              /* the worker's job (its thread only) */
+    double load_fraction; /* under mu */
+    run_ctx *cur;         /* the worker's job (its thread only) */
 };
 
 /* ---- jobs ---------------------------------------------------------------------- */
@@ -372,7 +372,10 @@ static void run_job(srv *s, job *j) {
     log_line(LOG_INFO, &lc,
              "%s%s %s: prompt %d (reused %d%s, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
              "generated %d, queued %.2f s, ttft %.2f s, %.1f tok/s%s%s",
-             j->api->endpoint, aux, rc ? "failed" : r->finish == PH_FINISH_CANCELLED ? "cancelled" : "done",
+             j->api->endpoint, aux,
+             rc                                 ? "failed"
+             : r->finish == PH_FINISH_CANCELLED ? "cancelled"
+                                                : "done",
              r->n_prompt, r->n_reused, from, r->n_prefilled, r->n_pictures, r->pics_from_kv, r->pics_from_cache,
              r->pics_encoded, r->encoder_loaded ? ", encoder loaded" : "", r->n_generated, t0 - j->t_queued,
              r->ttft_s, r->decode_s > 0 ? r->n_generated / r->decode_s : 0.0, j->failed ? ": " : "",
@@ -1056,8 +1059,8 @@ static void request_end(conn *cn, enum MHD_RequestTerminationCode toe) {
         }
     }
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%sthe connection ended before the whole answer was sent",
-                 msg[0] ? "; " : "");
+        snprintf(msg + strlen(msg), sizeof msg - strlen(msg),
+                 "%sthe connection ended before the whole answer was sent", msg[0] ? "; " : "");
     log_line(cn->lv, &lc, "%s", msg);
 }
 
@@ -1258,8 +1261,8 @@ static void fit_connections(srv_config *cfg) {
     if (rl.rlim_cur >= want) return;
     long fit = (long)rl.rlim_cur - CONN_SLACK - FD_RESERVE;
     if (fit < 8) fit = 8;
-    PH_WARN("%d connections need %llu open files, the limit is %llu: at most %ld connections",
-            cfg->max_connections, (unsigned long long)want, (unsigned long long)rl.rlim_cur, fit);
+    PH_WARN("%d connections need %llu open files, the limit is %llu: at most %ld connections", cfg->max_connections,
+            (unsigned long long)want, (unsigned long long)rl.rlim_cur, fit);
     cfg->max_connections = (int)fit;
     if (cfg->max_connections_per_ip > fit) cfg->max_connections_per_ip = (int)fit;
 }

@@ -12,6 +12,8 @@ import { after, before, describe, test } from 'node:test';
 
 import { MMPROJ, MODEL, MODEL_ID, ORACLE, get, openai, openaiError, picture, post, withServer } from './helpers.mjs';
 
+// a log line's timestamp (pinhole serve's lines start with one)
+const TS = '\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z ';
 const image = (p) => ({ type: 'image_url', image_url: { url: p.url } });
 const ask = (...pics) => [{ role: 'user', content: [...pics.map(image), { type: 'text', text: 'What is it?' }] }];
 
@@ -30,10 +32,11 @@ describe('model files', { timeout: 300_000 }, () => {
   test('-m DIR: the pair in it, said in one line; pictures work', async () => {
     const pair = join(dir, 'pair');
     await withServer({ model: pair, vision: null }, async (srv) => {
-      assert.match(srv.stderr, new RegExp(`^pinhole: model ${pair}/tiny-f16\\.gguf, vision ${pair}/tiny-f16-mmproj\\.gguf ` +
+      assert.match(srv.stderr, new RegExp(`^${TS}pinhole: model ${pair}/tiny-f16\\.gguf, vision ${pair}/tiny-f16-mmproj\\.gguf ` +
                                           '\\(found beside the model; pictures on\\)$', 'm'));
       assert.match(srv.stderr, /mmproj-mid-q8\.gguf produces rows of 384 floats but the LLM takes 128: they are not a pair \(not used\)/);
-      assert.match(srv.stderr, /^pinhole: tiny-f16 \(qwen3vl\), context 4096 \(trained; [\d.]+ GiB memory available\), pictures up to 2048 tokens, 2 threads \(-t\)/m);
+      assert.match(srv.stderr, new RegExp(`^${TS}pinhole: tiny-f16 \\(qwen3vl\\), context 4096 \\(trained; [\\d.]+ GiB memory ` +
+                                          'available\\), pictures up to 2048 tokens, 2 threads \\(-t\\)', 'm'));
       const models = await get(srv, '/v1/models');
       assert.equal(JSON.parse(models.text).data[0].id, MODEL_ID, 'the name of the file the folder held');
       const r = await openai(srv).chat.completions.create({ model: MODEL_ID, messages: ask(picture('grad.png')), max_tokens: 2 });
@@ -43,7 +46,7 @@ describe('model files', { timeout: 300_000 }, () => {
 
   test('--no-mmproj: text only, said so; a picture is refused', async () => {
     await withServer({ model: join(dir, 'pair', 'tiny-f16.gguf'), vision: false }, async (srv) => {
-      assert.match(srv.stderr, /^pinhole: model .*\/tiny-f16\.gguf, no vision file \(text only: --no-mmproj\)$/m);
+      assert.match(srv.stderr, new RegExp(`^${TS}pinhole: model .*/tiny-f16\\.gguf, no vision file \\(text only: --no-mmproj\\)$`, 'm'));
       assert.doesNotMatch(srv.stderr, /pictures up to/);
       await openaiError(openai(srv).chat.completions.create({ model: MODEL_ID, messages: ask(picture('grad.png')), max_tokens: 2 }), 400);
     });
