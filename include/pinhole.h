@@ -300,15 +300,15 @@ typedef struct ph_engine_params {
     const char *mmproj_path;      /* NULL: text only */
     int32_t n_ctx;                /* <= 0: ph_model_default_ctx's */
     int n_threads;                /* <= 0: ph_cpu_threads() */
-    int image_min_tokens;         /* picture budget in merged tokens; 0: 8 */
-    int image_max_tokens;         /* 0: 4096; at most half the context in any case */
+    int picture_min_tokens;         /* picture budget in merged tokens; 0: 8 */
+    int picture_max_tokens;         /* 0: 4096; at most half the context in any case */
     bool reuse;                   /* reuse the live state's common prefix (default on) */
     size_t ram_cache_bytes;       /* RAM tier: checkpoints of displaced conversations (default 2 GiB; 0: off) */
     size_t conversation_cache_bytes; /* the primary conversation parked for auxiliary requests (default 2 GiB; 0: off) */
-    int image_cache_entries;      /* embedding cache: most entries (default 32; 0: off) */
-    size_t image_cache_bytes;     /* and most bytes (default 128 MiB) */
-    const char *image_cache_dir;  /* also keep entries here (NULL: memory only) */
-    uint64_t image_cache_disk_bytes; /* and at most this many bytes of files there (default 4 GiB) */
+    int picture_cache_entries;      /* embedding cache: most entries (default 32; 0: off) */
+    size_t picture_cache_bytes;     /* and most bytes (default 128 MiB) */
+    const char *picture_cache_dir;  /* also keep entries here (NULL: memory only) */
+    uint64_t picture_cache_disk_bytes; /* and at most this many bytes of files there (default 4 GiB) */
     double vision_idle_s;         /* > 0: load the encoder on demand, release it after this long idle */
     const char *kv_disk_dir;      /* disk tier: checkpoints written here, found again after a restart (NULL: off) */
     uint64_t kv_disk_bytes;       /* at most this many bytes of checkpoint files (default 16 GiB) */
@@ -329,7 +329,7 @@ int32_t ph_engine_n_ctx(const ph_engine *e);
 const ph_ctx_choice *ph_engine_ctx(const ph_engine *e);
 /* The most rows one picture takes: the budget's maximum, capped at half the
  * context (0 without vision). */
-int32_t ph_engine_image_max_tokens(const ph_engine *e);
+int32_t ph_engine_picture_max_tokens(const ph_engine *e);
 /* Progress of each turn of ph_engine_chat: PH_PROGRESS_ENCODE over the
  * pictures it encodes (their steps summed), then PH_PROGRESS_PREFILL over
  * the rows it evaluates (ph_turn_report.n_prefilled). Called on the
@@ -526,10 +526,10 @@ size_t ph_engine_token_bytes(const ph_engine *e, int32_t id, char *out, size_t c
 typedef struct ph_engine_stats {
     uint64_t prompt_tokens_reused, prompt_tokens_prefilled, tokens_generated;
     uint64_t prompt_tokens_from_ram;     /* of the reused ones, restored from RAM checkpoints */
-    uint64_t image_cache_hits, image_cache_misses, image_cache_evictions;
-    uint64_t images_encoded, encoder_loads, encoder_unloads;
-    uint64_t image_cache_entries, image_cache_bytes;
-    uint64_t image_cache_disk_bytes, image_cache_disk_evictions; /* files in --image-cache-dir */
+    uint64_t picture_cache_hits, picture_cache_misses, picture_cache_evictions;
+    uint64_t pictures_encoded, encoder_loads, encoder_unloads;
+    uint64_t picture_cache_entries, picture_cache_bytes;
+    uint64_t picture_cache_disk_bytes, picture_cache_disk_evictions; /* files in --image-cache-dir */
     uint64_t ram_cache_hits, ram_cache_saves, ram_cache_evictions; /* RAM tier */
     uint64_t ram_cache_refused;          /* checkpoints not taken: memory short */
     uint64_t conversations_parked, conversations_restored, conversations_dropped; /* auxiliary requests */

@@ -5,7 +5,7 @@
 #include "model/llm.h"
 #include "text/chat_format.h"
 
-static inline ph_chat_format format_of(const ph_model *m) {
+static inline chat_fmt format_of(const ph_model *m) {
     size_t n;
     const char *t = llm_chat_template(m, &n);
     return chat_format_detect(t, n, m->arch_name);

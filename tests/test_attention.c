@@ -1,4 +1,4 @@
-/* ph_attention against a plain double-precision softmax attention: the
+/* attn_compute against a plain double-precision softmax attention: the
  * tiled path (64 or more query rows: pictures, prompts) tightly, the
  * per-cell path (f16 query and f16 sums, as llama.cpp) loosely, and the
  * per-thread chunks of one query row over many cells; causal and
@@ -29,7 +29,7 @@ typedef struct shape {
 } shape;
 
 /* The reference in double over the same f16 K and V. */
-static void reference(const ph_attn_args *a, double *out) {
+static void reference(const attn_args *a, double *out) {
     const int d = a->head_dim, group = a->n_head / a->n_head_kv;
     double *p = malloc((size_t)a->n_kv * sizeof(double));
     for (int64_t i = 0; i < a->n_q; i++)
@@ -41,41 +41,41 @@ static void reference(const ph_attn_args *a, double *out) {
                 double s = 0.0;
                 for (int t = 0; t < d; t++)
                     s += (double)a->q[i * a->q_stride + h * d + t] *
-                         ph_f16_to_f32(a->k[c * a->kv_stride + g * d + t]);
+                         fp16_to_f32(a->k[c * a->kv_stride + g * d + t]);
                 p[c] = s * a->scale;
                 if (p[c] > m) m = p[c];
             }
             for (int64_t c = 0; c < n; c++) sum += p[c] = exp(p[c] - m);
             for (int t = 0; t < d; t++) {
                 double o = 0.0;
-                for (int64_t c = 0; c < n; c++) o += p[c] * ph_f16_to_f32(a->v[c * a->kv_stride + g * d + t]);
+                for (int64_t c = 0; c < n; c++) o += p[c] * fp16_to_f32(a->v[c * a->kv_stride + g * d + t]);
                 out[(i * a->n_head + h) * d + t] = o / sum;
             }
         }
     free(p);
 }
 
-/* Runs one shape through ph_attention with the current kernels and pool;
+/* Runs one shape through attn_compute with the current kernels and pool;
  * returns the largest difference from the reference. */
-static double run_shape(const shape *s, ph_pool *pool, float *out_copy) {
+static double run_shape(const shape *s, tpool *pool, float *out_copy) {
     const int64_t qs = (int64_t)s->n_head * s->d + 3, kvs = (int64_t)s->n_head_kv * s->d + 5; /* odd strides */
     float *q = malloc((size_t)(s->n_q * qs) * sizeof(float));
-    ph_f16 *k = malloc((size_t)(s->n_kv * kvs) * sizeof(ph_f16)), *v = malloc((size_t)(s->n_kv * kvs) * sizeof(ph_f16));
+    f16_bits *k = malloc((size_t)(s->n_kv * kvs) * sizeof(f16_bits)), *v = malloc((size_t)(s->n_kv * kvs) * sizeof(f16_bits));
     float *out = malloc((size_t)s->n_q * s->n_head * s->d * sizeof(float));
     double *ref = malloc((size_t)s->n_q * s->n_head * s->d * sizeof(double));
     uint64_t seed = rng;
     for (int64_t i = 0; i < s->n_q * qs; i++) q[i] = 2.0f * frand();
     for (int64_t i = 0; i < s->n_kv * kvs; i++) {
-        k[i] = ph_f32_to_f16(2.0f * frand());
-        v[i] = ph_f32_to_f16(frand());
+        k[i] = f32_to_fp16(2.0f * frand());
+        v[i] = f32_to_fp16(frand());
     }
     rng = seed; /* the same data on every call with this shape */
-    ph_attn_args a = {
+    attn_args a = {
         .q = q, .q_stride = qs, .k = k, .v = v, .kv_stride = kvs, .n_q = s->n_q, .n_kv = s->n_kv,
         .causal = s->causal, .first_cell = s->first_cell, .n_head = s->n_head, .n_head_kv = s->n_head_kv,
         .head_dim = s->d, .scale = 1.0f / sqrtf((float)s->d), .out = out, .out_stride = (int64_t)s->n_head * s->d,
     };
-    ph_attention(pool, &a);
+    attn_compute(pool, &a);
     reference(&a, ref);
     double worst = 0.0;
     for (int64_t i = 0; i < s->n_q * s->n_head * s->d; i++) {
@@ -111,7 +111,7 @@ static const shape shapes[] = {
     {1, 700, 16, 8, 128, true, 699}, /* and one chunk per thread */
 };
 
-static void check_kernels(const ph_attn_kernels *simd, const char *name) {
+static void check_kernels(const attn_kernels *simd, const char *name) {
     enum { TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV, D = 40 };
     static float k[TK * D], qt[D * TQ], v[TK * D], st1[TK * TQ], st2[TK * TQ], o1[TQ * D], o2[TQ * D];
     float M1[TQ], M2[TQ], L1[TQ], L2[TQ], ms1[TQ], ms2[TQ];
@@ -123,7 +123,7 @@ static void check_kernels(const ph_attn_kernels *simd, const char *name) {
         L1[i] = L2[i] = i % 3 == 0 ? 0.0f : 1.0f + frand();
     }
     const int nk = TK - 3; /* a partial tile */
-    ph_attn_kernels_ref.qk_tile(k, nk, qt, D, 0.3f, st1);
+    attn_kernels_ref.qk_tile(k, nk, qt, D, 0.3f, st1);
     simd->qk_tile(k, nk, qt, D, 0.3f, st2);
     double worst = 0.0;
     for (int i = 0; i < nk * TQ; i++) worst = fmax(worst, fabs(st1[i] - st2[i]));
@@ -133,7 +133,7 @@ static void check_kernels(const ph_attn_kernels *simd, const char *name) {
     memcpy(st2, st1, sizeof st1);
     M1[9] = M2[9] = -INFINITY;
     L1[9] = L2[9] = 0.0f;
-    ph_attn_kernels_ref.softmax_tile(st1, nk, M1, L1, ms1);
+    attn_kernels_ref.softmax_tile(st1, nk, M1, L1, ms1);
     simd->softmax_tile(st2, nk, M2, L2, ms2);
     worst = 0.0;
     for (int i = 0; i < nk * TQ; i++) worst = fmax(worst, fabs(st1[i] - st2[i]));
@@ -145,7 +145,7 @@ static void check_kernels(const ph_attn_kernels *simd, const char *name) {
     CHECKF(worst < 1e-6, "%s softmax_tile differs by %g", name, worst);
     CHECKF(st2[5 * TQ + 7] == 0.0f && st2[9] == 0.0f && ms2[9] == 1.0f && L2[9] == 0.0f,
            "%s softmax_tile: masked scores must give p = 0", name);
-    ph_attn_kernels_ref.pv_tile(st1, nk, v, D, ms1, o1);
+    attn_kernels_ref.pv_tile(st1, nk, v, D, ms1, o1);
     simd->pv_tile(st1, nk, v, D, ms1, o2);
     worst = 0.0;
     for (int i = 0; i < TQ * D; i++) worst = fmax(worst, fabs(o1[i] - o2[i]) / fmax(1.0, fabs(o1[i])));
@@ -153,14 +153,14 @@ static void check_kernels(const ph_attn_kernels *simd, const char *name) {
 
     /* the f16 running sums of the per-cell path: the same roundings exactly */
     float a1[D + 3], a2[D + 3];
-    for (int i = 0; i < D + 3; i++) a1[i] = a2[i] = ph_f16_to_f32(ph_f32_to_f16(frand()));
-    ph_attn_kernels_ref.scale_f16(a1, 0.37f, D + 3);
+    for (int i = 0; i < D + 3; i++) a1[i] = a2[i] = fp16_to_f32(f32_to_fp16(frand()));
+    attn_kernels_ref.scale_f16(a1, 0.37f, D + 3);
     simd->scale_f16(a2, 0.37f, D + 3);
-    ph_attn_kernels_ref.mad_f16(a1, v, 0.61f, D + 3);
+    attn_kernels_ref.mad_f16(a1, v, 0.61f, D + 3);
     simd->mad_f16(a2, v, 0.61f, D + 3);
     CHECKF(memcmp(a1, a2, sizeof a1) == 0, "%s scale_f16/mad_f16 differ from the reference", name);
     int exact = 1;
-    for (int i = 0; i < D + 3; i++) exact &= a2[i] == ph_f16_to_f32(ph_f32_to_f16(a2[i]));
+    for (int i = 0; i < D + 3; i++) exact &= a2[i] == fp16_to_f32(f32_to_fp16(a2[i]));
     CHECKF(exact, "%s mad_f16 leaves values that are not f16", name);
 }
 
@@ -168,26 +168,26 @@ static void check_kernels(const ph_attn_kernels *simd, const char *name) {
  * pass made of that table's primitives, for several heads at once, causal
  * rows and head sizes with a tail; the SIMD primitives' own pass, in turn,
  * is within the per-cell tolerance of the double reference above. */
-static void check_cells(const ph_attn_kernels *kk, const char *name) {
+static void check_cells(const attn_kernels *kk, const char *name) {
     enum { CELLS = 37, G = 3, NQ = 6, GROUP = 2 };
     static const int dims[] = {128, 40, 35};
     for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
         const int hd = dims[di];
         const int64_t stride = (int64_t)G * hd + 5;
-        ph_f16 *k = malloc(sizeof(ph_f16) * (size_t)(CELLS * stride)), *v = malloc(sizeof(ph_f16) * (size_t)(CELLS * stride));
+        f16_bits *k = malloc(sizeof(f16_bits) * (size_t)(CELLS * stride)), *v = malloc(sizeof(f16_bits) * (size_t)(CELLS * stride));
         float *q = malloc(sizeof(float) * G * NQ * (size_t)hd), *acc[2], M[2][G * NQ], S[2][G * NQ], kf[128], vf[128];
-        for (int64_t i = 0; i < CELLS * stride; i++) k[i] = ph_f32_to_f16(2.0f * frand()), v[i] = ph_f32_to_f16(frand());
-        for (int i = 0; i < G * NQ * hd; i++) q[i] = ph_f16_to_f32(ph_f32_to_f16(frand()));
+        for (int64_t i = 0; i < CELLS * stride; i++) k[i] = f32_to_fp16(2.0f * frand()), v[i] = f32_to_fp16(frand());
+        for (int i = 0; i < G * NQ * hd; i++) q[i] = fp16_to_f32(f32_to_fp16(frand()));
         for (int causal = 0; causal < 2; causal++) {
             for (int t = 0; t < 2; t++) {
                 acc[t] = calloc((size_t)G * NQ * hd, sizeof(float));
                 for (int j = 0; j < G * NQ; j++) M[t][j] = -INFINITY, S[t][j] = 0.0f;
             }
             for (int t = 0; t < 2; t++) {
-                const ph_attn_cells x = {.k = k, .v = v, .stride = stride, .c0 = 0, .c1 = CELLS, .n_g = G, .q = q,
+                const attn_cells x = {.k = k, .v = v, .stride = stride, .c0 = 0, .c1 = CELLS, .n_g = G, .q = q,
                                          .nq = NQ, .hd = hd, .group = GROUP, .causal = causal, .last0 = CELLS - 4,
                                          .scale = 0.3f, .M = M[t], .S = S[t], .acc = acc[t], .kf = kf, .vf = vf};
-                if (t == 0) ph_attn_cells_with(kk, &x);
+                if (t == 0) attn_cells_with(kk, &x);
                 else kk->cells(&x);
             }
             CHECKF(memcmp(M[0], M[1], sizeof M[0]) == 0 && memcmp(S[0], S[1], sizeof S[0]) == 0 &&
@@ -211,7 +211,7 @@ static void check_tiles_avx512(void) {
     static const int nks[] = {1, 3, 4, 5, 7, 11, 64}, dims[] = {64, 72, 80, 128, 8, 35, 200};
     static float k[TK * DMAX], qt[DMAX * TQ], v[TK * DMAX], st[2][TK * TQ], o[2][TQ * DMAX];
     float M[2][TQ], L[2][TQ], ms[2][TQ];
-    const ph_attn_kernels *kk[2] = {&ph_attn_kernels_avx2, &ph_attn_kernels_avx512};
+    const attn_kernels *kk[2] = {&attn_kernels_avx2, &attn_kernels_avx512};
     for (size_t ni = 0; ni < sizeof nks / sizeof *nks; ni++)
         for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
             const int nk = nks[ni], d = dims[di];
@@ -247,11 +247,11 @@ static void check_tiles_avx512(void) {
 }
 
 int main(void) {
-    ph_kernels_init();
-    ph_pool *pool = ph_pool_create(3);
-    const ph_isa isas[] = {PH_ISA_SCALAR, PH_ISA_AVX2, PH_ISA_AVX512};
+    kernels_init();
+    tpool *pool = tpool_create(3);
+    const isa_level isas[] = {PH_ISA_SCALAR, PH_ISA_AVX2, PH_ISA_AVX512};
     for (size_t n = 0; n < sizeof isas / sizeof isas[0]; n++) {
-        if (ph_kernels_force(isas[n]) != 0) continue;
+        if (kernels_force(isas[n]) != 0) continue;
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             const shape *s = &shapes[i];
             const size_t n_out = (size_t)s->n_q * s->n_head * s->d;
@@ -261,29 +261,29 @@ int main(void) {
             /* tiled: f32 throughout; per-cell: whatever rounding llama.cpp's
              * short-batch path does to q and the sums (spec B.4) */
             const double tol = s->n_q >= PH_ATTN_TILE_Q ? 2e-5 : 5e-3;
-            CHECKF(worst < tol, "%s: shape %zu (%d queries, %d cells, d %d%s): off by %g", ph_isa_name(isas[n]), i,
+            CHECKF(worst < tol, "%s: shape %zu (%d queries, %d cells, d %d%s): off by %g", isa_name(isas[n]), i,
                    s->n_q, s->n_kv, s->d, s->causal ? ", causal" : "", worst);
             if (s->n_q > 1)
                 CHECKF(memcmp(one, three, n_out * sizeof(float)) == 0, "%s: shape %zu depends on the thread count",
-                       ph_isa_name(isas[n]), i);
-            printf("%-6s %4d queries %4d cells %d/%d heads d %3d %-6s worst %.2g\n", ph_isa_name(isas[n]), s->n_q,
+                       isa_name(isas[n]), i);
+            printf("%-6s %4d queries %4d cells %d/%d heads d %3d %-6s worst %.2g\n", isa_name(isas[n]), s->n_q,
                    s->n_kv, s->n_head, s->n_head_kv, s->d, s->causal ? "causal" : "", worst);
             free(one);
             free(three);
         }
     }
-    check_cells(&ph_attn_kernels_ref, "scalar");
-    if (ph_cpu_has(PH_ISA_AVX2)) {
-        check_kernels(&ph_attn_kernels_avx2, "avx2");
-        check_cells(&ph_attn_kernels_avx2, "avx2");
+    check_cells(&attn_kernels_ref, "scalar");
+    if (kernels_cpu_has(PH_ISA_AVX2)) {
+        check_kernels(&attn_kernels_avx2, "avx2");
+        check_cells(&attn_kernels_avx2, "avx2");
     }
-    if (ph_cpu_has(PH_ISA_AVX512)) {
+    if (kernels_cpu_has(PH_ISA_AVX512)) {
         /* the AVX-512 pass: equal to the AVX2 primitives' pass, bit for bit */
-        check_cells(&ph_attn_kernels_avx512, "avx512");
-        check_kernels(&ph_attn_kernels_avx512, "avx512");
+        check_cells(&attn_kernels_avx512, "avx512");
+        check_kernels(&attn_kernels_avx512, "avx512");
         /* and its tiles: equal to the AVX2 tiles, bit for bit */
         check_tiles_avx512();
     }
-    ph_pool_free(pool);
+    tpool_free(pool);
     TEST_END();
 }

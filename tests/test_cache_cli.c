@@ -80,7 +80,7 @@ static int one_turn(const char *dir, const char *system, const char *user, const
     p.mmproj_path = MMPROJ;
     p.n_ctx = 2048;
     p.n_threads = 2;
-    p.image_cache_entries = 0;
+    p.picture_cache_entries = 0;
     p.id_cache_dir = idcache;
     p.kv_disk_dir = dir;
     ph_err err = {0};

@@ -21,7 +21,7 @@ static bool same_tokens(const ph_model *m, const ph_prompt_item *it, const char 
 }
 
 static void test_render(const ph_model *m) {
-    ph_chat_format f = {.name = "chatml"};
+    chat_fmt f = {.name = "chatml"};
     ph_picture *fake = (ph_picture *)(uintptr_t)0x1000; /* only its address is used */
     ph_chat_part sys[] = {{.text = "Be brief.", .len = 9}};
     ph_chat_part user[] = {{.text = "Look: ", .len = 6}, {.picture = fake}, {.text = "What is it?", .len = 11}};
@@ -47,7 +47,7 @@ static void test_render(const ph_model *m) {
     ph_prompt_free(&p);
     free(pics);
     /* the thinking variant opens the answer with <think> */
-    ph_chat_format think = {.name = "chatml-think", .think = true};
+    chat_fmt think = {.name = "chatml-think", .think = true};
     CHECK(chat_format_render(&think, m->vocab, &msgs[3], 1, NULL, 0, NULL, &p, &pics, &err) == 0);
     CHECK(p.n == 1 && same_tokens(m, &p.items[0], "<|im_start|>user\nSure?<|im_end|>\n<|im_start|>assistant\n<think>\n"));
     ph_prompt_free(&p);
@@ -77,7 +77,7 @@ static void on_piece(void *ud, out_kind kind, int32_t call, const char *t, size_
 /* Feeds s in pieces of `step` bytes and checks the split. */
 static void split_case(bool think, const char *s, const char *reasoning, const char *content) {
     for (size_t step = 1; step <= strlen(s); step++) {
-        ph_chat_format f = {.think = think};
+        chat_fmt f = {.think = think};
         out_parser sp;
         out_parser_init(&sp, &(out_parser_cfg){.fmt = &f, .in_reasoning = think}, NULL);
         split_out o = {0};

@@ -155,7 +155,7 @@ static int on_event(void *ud, const ph_gen_event *ev) {
 }
 
 static void test_picture_budget(void) {
-    ph_prep_params p = {.min_tokens = 8, .max_tokens = 4096};
+    prep_params p = {.min_tokens = 8, .max_tokens = 4096};
     prep_cap_tokens(&p, 2048);
     CHECK(p.min_tokens == 8 && p.max_tokens == 2048);
     prep_cap_tokens(&p, 4);
@@ -177,7 +177,7 @@ static void test_picture_budget(void) {
     ph_engine *e = ph_engine_new(&ep, &err);
     CHECKF(e != NULL, "%s", err.msg);
     if (!e) return;
-    CHECK(ph_engine_image_max_tokens(e) == 128);
+    CHECK(ph_engine_picture_max_tokens(e) == 128);
     CHECK(ph_engine_ctx(e)->given && ph_engine_ctx(e)->n_ctx == 256);
     FILE *f = fopen(PH_ORACLE_DIR "/img/large.png", "rb");
     static unsigned char png[1 << 22];
@@ -215,7 +215,7 @@ static void test_picture_budget(void) {
     e = ph_engine_new(&ep, &err);
     CHECKF(e != NULL, "%s", err.msg);
     if (!e) return;
-    CHECK(ph_engine_n_ctx(e) == 4096 && !ph_engine_ctx(e)->given && ph_engine_image_max_tokens(e) == 2048);
+    CHECK(ph_engine_n_ctx(e) == 4096 && !ph_engine_ctx(e)->given && ph_engine_picture_max_tokens(e) == 2048);
     CHECKF(!strncmp(ph_engine_ctx(e)->why, "trained; ", 9), "%s", ph_engine_ctx(e)->why);
     ph_engine_free(e);
 }

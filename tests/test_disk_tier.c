@@ -1009,7 +1009,7 @@ static void floor_space(void) {
     const uint64_t one = file_bytes(CONV_ROWS, 2);
     make_dir(g_floor_dir, sizeof g_floor_dir, "floor");
     g_other = (1ull << 30) - PH_FS_FLOOR_MIN - 2 * one - one / 2; /* room for 2 and a half */
-    ph_fs_space_set_test_hook(fake_space);
+    fs_space_set_test_hook(fake_space);
     disk_tier *t = open_tier(g_floor_dir, BIG);
     seq_state c[4];
     kv_cache kv[4];
@@ -1053,7 +1053,7 @@ static void floor_space(void) {
     CHECK(!exists(g_floor_dir, names[0]) && exists(g_floor_dir, names[1]) && stats(t).entries == 1);
     RESTORES(t, &c[1], &c[1], &kv[1], CONV_ROWS);
     disk_tier_close(t);
-    ph_fs_space_set_test_hook(NULL);
+    fs_space_set_test_hook(NULL);
     for (int i = 0; i < 4; i++) {
         seq_free(&c[i]);
         kv_drop(&kv[i]);

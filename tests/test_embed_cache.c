@@ -38,37 +38,37 @@ static float *rows_of(int32_t gx, int32_t gy, int32_t w, int seed) {
 }
 
 /* Whether en holds the rows rows_of(..., seed) made. */
-static int rows_are(const ph_embed *en, int seed) {
+static int rows_are(const embed_entry *en, int seed) {
     size_t n = n_floats(en->grid_x, en->grid_y, en->width);
     for (size_t i = 0; i < n; i++)
         if (en->rows[i] != value(seed, i)) return 0;
     uint8_t h[32];
-    ph_embed_rows_hash(en->rows, n, h);
+    embed_rows_hash(en->rows, n, h);
     return memcmp(h, en->cond_hash, 32) == 0;
 }
 
 /* Puts key i with a 2 x 2 grid of 8-float rows made from seed. */
-static int put_i(ph_embed_cache *c, int i, int seed, const ph_embed **out) {
+static int put_i(embed_store *c, int i, int seed, const embed_entry **out) {
     uint8_t key[32];
     key_of(i, key);
     ph_err e = {0};
-    int rc = ph_embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, seed), NULL, out, &e);
+    int rc = embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, seed), NULL, out, &e);
     if (rc) fprintf(stderr, "put %d: %s\n", i, e.msg);
     return rc;
 }
 
 /* get and release at once: whether key i is there. */
-static int has(ph_embed_cache *c, int i) {
+static int has(embed_store *c, int i) {
     uint8_t key[32];
     key_of(i, key);
-    const ph_embed *en = ph_embed_cache_get(c, key);
-    ph_embed_cache_release(c, en);
+    const embed_entry *en = embed_cache_get(c, key);
+    embed_cache_release(c, en);
     return en != NULL;
 }
 
-static ph_embed_cache_stats stats(const ph_embed_cache *c) {
-    ph_embed_cache_stats st;
-    ph_embed_cache_get_stats(c, &st);
+static embed_cache_stats stats(const embed_store *c) {
+    embed_cache_stats st;
+    embed_cache_get_stats(c, &st);
     return st;
 }
 
@@ -76,7 +76,7 @@ static void file_of(int i, char *path, size_t cap) {
     uint8_t key[32];
     char hex[65];
     key_of(i, key);
-    ph_hex(key, 32, hex);
+    hex_encode(key, 32, hex);
     snprintf(path, cap, "%s/%s.embd", g_dir, hex);
 }
 
@@ -133,13 +133,13 @@ static void read_bytes(const char *path, long off, void *bytes, size_t n) {
 static void reseal_header(const char *path) {
     uint8_t h[HEADER];
     read_bytes(path, 0, h, sizeof h);
-    ph_sha256(h, 136, h + 136);
+    sha256_digest(h, 136, h + 136);
     patch(path, 0, h, sizeof h);
 }
 
 static void test_lru(void) {
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(3, 1 << 20, NULL, &e);
+    embed_store *c = embed_cache_new(3, 1 << 20, NULL, &e);
     CHECK(c != NULL);
     for (int i = 1; i <= 3; i++) CHECK(put_i(c, i, i, NULL) == 0);
     CHECK(stats(c).entries == 3);
@@ -151,180 +151,180 @@ static void test_lru(void) {
     CHECK(put_i(c, 5, 5, NULL) == 0); /* evicts 1 */
     CHECK(!has(c, 1));
     CHECK(has(c, 3) && has(c, 4) && has(c, 5));
-    ph_embed_cache_stats st = stats(c);
+    embed_cache_stats st = stats(c);
     CHECK(st.evictions == 2);
     CHECK(st.entries == 3);
 
     /* the rows come back as put */
     uint8_t key[32];
     key_of(4, key);
-    const ph_embed *en = ph_embed_cache_get(c, key);
+    const embed_entry *en = embed_cache_get(c, key);
     CHECK(en && en->grid_x == 2 && en->grid_y == 2 && en->width == 8 && memcmp(en->key, key, 32) == 0);
     CHECK(en && rows_are(en, 4));
-    ph_embed_cache_release(c, en);
-    ph_embed_cache_free(c);
+    embed_cache_release(c, en);
+    embed_cache_free(c);
 }
 
 static void test_bytes_bound(void) {
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(100, 1 << 20, NULL, &e);
+    embed_store *c = embed_cache_new(100, 1 << 20, NULL, &e);
     CHECK(put_i(c, 1, 1, NULL) == 0);
     uint64_t one = stats(c).bytes;
     CHECK(one >= n_floats(2, 2, 8) * sizeof(float));
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
 
-    c = ph_embed_cache_new(100, (size_t)(one * 2 + one / 2), NULL, &e); /* room for two */
+    c = embed_cache_new(100, (size_t)(one * 2 + one / 2), NULL, &e); /* room for two */
     for (int i = 1; i <= 3; i++) CHECK(put_i(c, i, i, NULL) == 0);
-    ph_embed_cache_stats st = stats(c);
+    embed_cache_stats st = stats(c);
     CHECK(st.entries == 2 && st.bytes == 2 * one && st.evictions == 1);
     CHECK(!has(c, 1) && has(c, 2) && has(c, 3));
 
     /* one bigger entry pushes out both */
     uint8_t key[32];
     key_of(9, key);
-    CHECK(ph_embed_cache_put(c, key, 2, 4, 8, rows_of(2, 4, 8, 9), NULL, NULL, &e) == 0);
+    CHECK(embed_cache_put(c, key, 2, 4, 8, rows_of(2, 4, 8, 9), NULL, NULL, &e) == 0);
     st = stats(c);
     CHECK(st.entries == 1 && st.evictions == 3);
     CHECK(has(c, 9) && !has(c, 2) && !has(c, 3));
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
 }
 
 static void test_referenced_eviction(void) {
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(1, 1 << 20, NULL, &e);
-    const ph_embed *held = NULL, *again = NULL;
+    embed_store *c = embed_cache_new(1, 1 << 20, NULL, &e);
+    const embed_entry *held = NULL, *again = NULL;
     CHECK(put_i(c, 1, 11, &held) == 0 && held);
     uint8_t key[32];
     key_of(1, key);
-    again = ph_embed_cache_get(c, key); /* a second reference */
+    again = embed_cache_get(c, key); /* a second reference */
     CHECK(again == held);
     CHECK(put_i(c, 2, 12, NULL) == 0); /* evicts 1 while held twice */
     CHECK(stats(c).evictions == 1 && !has(c, 1));
     CHECK(held && rows_are(held, 11));
-    ph_embed_cache_release(c, again);
+    embed_cache_release(c, again);
     CHECK(held && rows_are(held, 11)); /* still one reference */
-    ph_embed_cache_release(c, held);   /* freed here (valgrind/ASan see it) */
+    embed_cache_release(c, held);   /* freed here (valgrind/ASan see it) */
 
     /* replacing a key: the old entry lives on while held */
     CHECK(put_i(c, 3, 30, &held) == 0);
     CHECK(put_i(c, 3, 31, NULL) == 0);
     CHECK(stats(c).entries == 1 && stats(c).evictions == 2);
     key_of(3, key);
-    const ph_embed *now = ph_embed_cache_get(c, key);
+    const embed_entry *now = embed_cache_get(c, key);
     CHECK(now && now != held && rows_are(now, 31));
     CHECK(rows_are(held, 30));
-    ph_embed_cache_release(c, now);
-    ph_embed_cache_release(c, held);
+    embed_cache_release(c, now);
+    embed_cache_release(c, held);
 
     /* retain adds a reference */
     CHECK(put_i(c, 4, 40, &held) == 0);
-    ph_embed_cache_retain(c, held);
-    ph_embed_cache_release(c, held);
+    embed_cache_retain(c, held);
+    embed_cache_release(c, held);
     CHECK(put_i(c, 5, 50, NULL) == 0); /* evicts 4, still held once */
     CHECK(rows_are(held, 40));
-    ph_embed_cache_release(c, held);
+    embed_cache_release(c, held);
 
     /* an entry held when the cache is freed outlives it */
     CHECK(put_i(c, 6, 60, &held) == 0);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     CHECK(rows_are(held, 60));
-    ph_embed_cache_release(NULL, held);
+    embed_cache_release(NULL, held);
 }
 
 static void test_oversize_and_disabled(void) {
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(10, 64, g_dir, &e); /* 64 bytes: every entry is too big */
+    embed_store *c = embed_cache_new(10, 64, g_dir, &e); /* 64 bytes: every entry is too big */
     CHECK(c != NULL);
     CHECK(put_i(c, 1, 1, NULL) == 0);
-    const ph_embed *en = NULL;
+    const embed_entry *en = NULL;
     CHECK(put_i(c, 2, 2, &en) == 0);
     CHECK(en && rows_are(en, 2));
-    ph_embed_cache_release(c, en);
-    ph_embed_cache_stats st = stats(c);
+    embed_cache_release(c, en);
+    embed_cache_stats st = stats(c);
     CHECK(st.entries == 0 && st.bytes == 0 && st.evictions == 0 && st.disk_writes == 2);
     uint8_t key[32];
     key_of(2, key);
-    en = ph_embed_cache_get(c, key); /* not in memory, but on disk */
+    en = embed_cache_get(c, key); /* not in memory, but on disk */
     CHECK(en && rows_are(en, 2));
-    ph_embed_cache_release(c, en);
+    embed_cache_release(c, en);
     st = stats(c);
     CHECK(st.disk_hits == 1 && st.hits == 1 && st.entries == 0);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     clear_dir();
 
     /* the memory cache off: nothing kept, puts still hand back entries */
-    c = ph_embed_cache_new(0, 1 << 20, NULL, &e);
+    c = embed_cache_new(0, 1 << 20, NULL, &e);
     CHECK(put_i(c, 1, 1, &en) == 0);
     CHECK(en && rows_are(en, 1));
     CHECK(!has(c, 1));
-    ph_embed_cache_release(c, en);
+    embed_cache_release(c, en);
     st = stats(c);
     CHECK(st.entries == 0 && st.hits == 0 && st.misses == 1);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
 
     /* off, with a folder: gets are served from the disk only */
-    c = ph_embed_cache_new(-1, 1 << 20, g_dir, &e);
+    c = embed_cache_new(-1, 1 << 20, g_dir, &e);
     CHECK(put_i(c, 1, 5, NULL) == 0);
     key_of(1, key);
-    en = ph_embed_cache_get(c, key);
+    en = embed_cache_get(c, key);
     CHECK(en && rows_are(en, 5));
-    ph_embed_cache_release(c, en);
+    embed_cache_release(c, en);
     st = stats(c);
     CHECK(st.disk_hits == 1 && st.entries == 0);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     clear_dir();
 }
 
 static void test_bad_put(void) {
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(4, 1 << 20, NULL, &e);
+    embed_store *c = embed_cache_new(4, 1 << 20, NULL, &e);
     uint8_t key[32], wrong[32] = {0};
     key_of(1, key);
-    const ph_embed *en = (const ph_embed *)1;
+    const embed_entry *en = (const embed_entry *)1;
     /* the rows are freed on failure too (valgrind would see a leak) */
-    CHECK(ph_embed_cache_put(c, key, 0, 2, 8, rows_of(1, 2, 8, 0), NULL, &en, &e) == -1 && en == NULL);
+    CHECK(embed_cache_put(c, key, 0, 2, 8, rows_of(1, 2, 8, 0), NULL, &en, &e) == -1 && en == NULL);
     CHECK(strstr(e.msg, "dimensions") != NULL);
-    CHECK(ph_embed_cache_put(c, key, 2, 2, 65537, malloc(16), NULL, NULL, &e) == -1);
-    CHECK(ph_embed_cache_put(c, key, 4097, 1, 1, malloc(16), NULL, NULL, &e) == -1);
-    CHECK(ph_embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, 0), wrong, NULL, &e) == -1);
+    CHECK(embed_cache_put(c, key, 2, 2, 65537, malloc(16), NULL, NULL, &e) == -1);
+    CHECK(embed_cache_put(c, key, 4097, 1, 1, malloc(16), NULL, NULL, &e) == -1);
+    CHECK(embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, 0), wrong, NULL, &e) == -1);
     CHECK(strstr(e.msg, "cond_hash") != NULL);
-    CHECK(ph_embed_cache_put(c, key, 2, 2, 8, NULL, NULL, NULL, &e) == -1);
+    CHECK(embed_cache_put(c, key, 2, 2, 8, NULL, NULL, NULL, &e) == -1);
     /* the right cond_hash is accepted */
     float *rows = rows_of(2, 2, 8, 3);
     uint8_t h[32];
-    ph_embed_rows_hash(rows, n_floats(2, 2, 8), h);
-    CHECK(ph_embed_cache_put(c, key, 2, 2, 8, rows, h, NULL, &e) == 0);
+    embed_rows_hash(rows, n_floats(2, 2, 8), h);
+    CHECK(embed_cache_put(c, key, 2, 2, 8, rows, h, NULL, &e) == 0);
     CHECK(stats(c).entries == 1);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
 }
 
 static void test_disk_round_trip(void) {
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    embed_store *c = embed_cache_new(4, 1 << 20, g_dir, &e);
     uint8_t key[32];
     key_of(1, key);
-    CHECK(ph_embed_cache_put(c, key, 3, 5, 7, rows_of(3, 5, 7, 42), NULL, NULL, &e) == 0);
+    CHECK(embed_cache_put(c, key, 3, 5, 7, rows_of(3, 5, 7, 42), NULL, NULL, &e) == 0);
     CHECK(stats(c).disk_writes == 1);
     char path[512];
     file_of(1, path, sizeof path);
     CHECK(file_size(path) == HEADER + 3 * 5 * 7 * 4);
     CHECK(count_files() == 1); /* no temporary file left behind */
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
 
     /* a restart: a fresh cache on the same folder */
-    c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
-    const ph_embed *en = ph_embed_cache_get(c, key);
+    c = embed_cache_new(4, 1 << 20, g_dir, &e);
+    const embed_entry *en = embed_cache_get(c, key);
     CHECK(en && en->grid_x == 3 && en->grid_y == 5 && en->width == 7 && memcmp(en->key, key, 32) == 0);
     CHECK(en && rows_are(en, 42));
-    ph_embed_cache_release(c, en);
-    ph_embed_cache_stats st = stats(c);
+    embed_cache_release(c, en);
+    embed_cache_stats st = stats(c);
     CHECK(st.disk_hits == 1 && st.hits == 1 && st.misses == 0 && st.entries == 1 && st.disk_rejects == 0);
     CHECK(has(c, 1)); /* now from memory */
     CHECK(stats(c).disk_hits == 1 && stats(c).hits == 2);
     CHECK(!has(c, 2)); /* no file: a plain miss */
     st = stats(c);
     CHECK(st.misses == 1 && st.disk_rejects == 0);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     clear_dir();
 }
 
@@ -334,9 +334,9 @@ typedef void (*damage_fn)(const char *path);
 
 static void expect_rejected(const char *what, damage_fn damage, int lookup_key) {
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    embed_store *c = embed_cache_new(4, 1 << 20, g_dir, &e);
     CHECK(put_i(c, 1, 7, NULL) == 0);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     char path[512];
     file_of(lookup_key, path, sizeof path);
     if (lookup_key != 1) {
@@ -345,15 +345,15 @@ static void expect_rejected(const char *what, damage_fn damage, int lookup_key) 
         CHECK(rename(from, path) == 0);
     }
     if (damage) damage(path);
-    c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    c = embed_cache_new(4, 1 << 20, g_dir, &e);
     CHECKF(!has(c, lookup_key), "%s: the bad file was used", what);
-    ph_embed_cache_stats st = stats(c);
+    embed_cache_stats st = stats(c);
     CHECKF(st.disk_rejects == 1 && st.misses == 1 && st.hits == 0 && st.entries == 0, "%s: rejects %llu misses %llu",
            what, (unsigned long long)st.disk_rejects, (unsigned long long)st.misses);
     CHECKF(!exists(path), "%s: the bad file was not removed", what);
     CHECK(!has(c, lookup_key)); /* gone: a plain miss now */
     CHECK(stats(c).disk_rejects == 1);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     clear_dir();
 }
 
@@ -407,7 +407,7 @@ static void resealed_payload(const char *path) { /* payload changed, its sum upd
     patch(path, HEADER, &v, sizeof v);
     float rows[32];
     read_bytes(path, HEADER, rows, sizeof rows);
-    ph_sha256(rows, sizeof rows, sum);
+    sha256_digest(rows, sizeof rows, sum);
     patch(path, 104, sum, 32);
     reseal_header(path);
 }
@@ -440,27 +440,27 @@ static void test_bad_files(void) {
     file_of(3, path, sizeof path);
     CHECK(mkdir(path, 0700) == 0);
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    embed_store *c = embed_cache_new(4, 1 << 20, g_dir, &e);
     CHECK(!has(c, 3));
     CHECK(stats(c).disk_rejects == 1);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     rmdir(path);
 }
 
 static void test_stats(void) {
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(2, 1 << 20, g_dir, &e);
+    embed_store *c = embed_cache_new(2, 1 << 20, g_dir, &e);
     CHECK(put_i(c, 1, 1, NULL) == 0);
     CHECK(put_i(c, 2, 2, NULL) == 0);
     CHECK(put_i(c, 3, 3, NULL) == 0); /* evicts 1 from memory; its file stays */
     CHECK(has(c, 3));                 /* memory hit */
     CHECK(has(c, 1));                 /* disk hit, admitted: evicts 2 */
     CHECK(!has(c, 4));                /* miss */
-    ph_embed_cache_stats st = stats(c);
+    embed_cache_stats st = stats(c);
     CHECK(st.hits == 2 && st.disk_hits == 1 && st.misses == 1);
     CHECK(st.evictions == 2 && st.disk_writes == 3 && st.disk_rejects == 0);
     CHECK(st.entries == 2);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     clear_dir();
 
     /* a folder that cannot be made is an error */
@@ -469,7 +469,7 @@ static void test_stats(void) {
     FILE *f = fopen(bad, "wb");
     fclose(f);
     snprintf(bad, sizeof bad, "%s/file/sub", g_dir);
-    CHECK(ph_embed_cache_new(2, 1 << 20, bad, &e) == NULL);
+    CHECK(embed_cache_new(2, 1 << 20, bad, &e) == NULL);
     CHECK(e.msg[0] != '\0');
     clear_dir();
 }
@@ -489,8 +489,8 @@ static void test_disk_budget(void) {
     FILE *f = fopen(other, "w");
     CHECK(f && fputs("not ours", f) >= 0 && fclose(f) == 0);
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(0, 1 << 20, g_dir, &e); /* nothing in memory: every get reads a file */
-    ph_embed_cache_set_disk_budget(c, 3 * (uint64_t)one);
+    embed_store *c = embed_cache_new(0, 1 << 20, g_dir, &e); /* nothing in memory: every get reads a file */
+    embed_cache_set_disk_budget(c, 3 * (uint64_t)one);
     for (int i = 1; i <= 3; i++) {
         CHECK(put_i(c, i, i, NULL) == 0);
         usleep(20000); /* file times are coarse */
@@ -498,25 +498,25 @@ static void test_disk_budget(void) {
     CHECK(has(c, 1)); /* 1 is used again: 2 is now the least recent */
     usleep(20000);
     CHECK(put_i(c, 4, 4, NULL) == 0);
-    ph_embed_cache_stats st = stats(c);
+    embed_cache_stats st = stats(c);
     CHECKF(st.disk_evictions == 1 && st.disk_files == 3 && st.disk_bytes == 3 * (uint64_t)one,
            "budget of 3 files: evictions %llu, files %llu, bytes %llu", (unsigned long long)st.disk_evictions,
            (unsigned long long)st.disk_files, (unsigned long long)st.disk_bytes);
     CHECK(exists(p1) && !exists(p2) && exists(p3) && exists(p4) && exists(other));
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
 
     /* a restart with room for two: the order of use was kept in the files */
-    c = ph_embed_cache_new(0, 1 << 20, g_dir, &e);
+    c = embed_cache_new(0, 1 << 20, g_dir, &e);
     CHECK(stats(c).disk_files == 3);
-    ph_embed_cache_set_disk_budget(c, 2 * (uint64_t)one);
+    embed_cache_set_disk_budget(c, 2 * (uint64_t)one);
     CHECK(exists(p1) && !exists(p3) && exists(p4) && exists(other));
     CHECK(stats(c).disk_evictions == 1 && has(c, 1) && has(c, 4));
     /* an entry larger than the whole budget is not written */
     uint8_t key[32];
     key_of(5, key);
-    CHECK(ph_embed_cache_put(c, key, 4, 4, 8, rows_of(4, 4, 8, 5), NULL, NULL, &e) == 0);
+    CHECK(embed_cache_put(c, key, 4, 4, 8, rows_of(4, 4, 8, 5), NULL, NULL, &e) == 0);
     CHECK(stats(c).disk_writes == 0 && stats(c).disk_files == 2);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
 
     /* temporary files: a dead writer's is removed, a live one's is kept */
     pid_t child = fork();
@@ -526,9 +526,9 @@ static void test_disk_budget(void) {
     snprintf(alive, sizeof alive, "%s.tmp.%ld.0", p3, (long)getpid());
     CHECK((f = fopen(dead, "w")) && fclose(f) == 0);
     CHECK((f = fopen(alive, "w")) && fclose(f) == 0);
-    c = ph_embed_cache_new(4, 1 << 20, g_dir, &e);
+    c = embed_cache_new(4, 1 << 20, g_dir, &e);
     CHECK(!exists(dead) && exists(alive) && exists(other) && stats(c).disk_files == 2);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     clear_dir();
 }
 
@@ -544,36 +544,36 @@ static void test_modes(void) {
     snprintf(top, sizeof top, "%s/new", g_dir);
     snprintf(dir, sizeof dir, "%s/new/embeddings", g_dir);
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(4, 1 << 20, dir, &e);
+    embed_store *c = embed_cache_new(4, 1 << 20, dir, &e);
     CHECK(c != NULL);
     CHECKF(mode_of(top) == 0700 && mode_of(dir) == 0700, "created folders: %o %o", mode_of(top), mode_of(dir));
     uint8_t key[32];
     key_of(1, key);
-    CHECK(ph_embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, 1), NULL, NULL, &e) == 0);
+    CHECK(embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, 1), NULL, NULL, &e) == 0);
     char hex[65];
-    ph_hex(key, 32, hex);
+    hex_encode(key, 32, hex);
     snprintf(p, sizeof p, "%s/%s.embd", dir, hex);
     CHECKF(mode_of(p) == 0600, "an entry file: %o", mode_of(p));
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     CHECK(unlink(p) == 0 && rmdir(dir) == 0 && rmdir(top) == 0);
 
     /* the user's own folder keeps its mode; the files in it are 0600 */
     snprintf(mine, sizeof mine, "%s/mine", g_dir);
     CHECK(mkdir(mine, 0755) == 0 && chmod(mine, 0755) == 0);
-    c = ph_embed_cache_new(4, 1 << 20, mine, &e);
-    CHECK(c && ph_embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, 1), NULL, NULL, &e) == 0);
+    c = embed_cache_new(4, 1 << 20, mine, &e);
+    CHECK(c && embed_cache_put(c, key, 2, 2, 8, rows_of(2, 2, 8, 1), NULL, NULL, &e) == 0);
     snprintf(p, sizeof p, "%s/%s.embd", mine, hex);
     CHECKF(mode_of(mine) == 0755 && mode_of(p) == 0600, "folder %o, file %o", mode_of(mine), mode_of(p));
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     CHECK(unlink(p) == 0 && rmdir(mine) == 0);
 
     /* base/atomic_file itself: temporary and final files 0600, folders 0700 */
     snprintf(top, sizeof top, "%s/x/y", g_dir);
-    CHECK(ph_mkdir_p(top, &e) == 0 && mode_of(top) == 0700);
+    CHECK(mkdir_p(top, &e) == 0 && mode_of(top) == 0700);
     snprintf(p, sizeof p, "%s/f", top);
     const void *parts[1] = {"abc"};
     const size_t lens[1] = {3};
-    CHECK(ph_file_write_atomic(p, parts, lens, 1, &e) == 0 && mode_of(p) == 0600);
+    CHECK(file_write_atomic(p, parts, lens, 1, &e) == 0 && mode_of(p) == 0600);
     CHECK(unlink(p) == 0 && rmdir(top) == 0);
     snprintf(top, sizeof top, "%s/x", g_dir);
     CHECK(mode_of(top) == 0700 && rmdir(top) == 0);
@@ -610,15 +610,15 @@ static int fake_space(const char *dir, uint64_t *avail, uint64_t *total) {
     return 0;
 }
 
-static int fake_write(const char *path, const void *const *parts, const size_t *lens, size_t n, ph_err *e) {
+static int fake_write(const char *path, const void *const *parts, const size_t *lens, size_t n, ph_err *err) {
     g_write_calls++;
     uint64_t size = 0;
     for (size_t i = 0; i < n; i++) size += lens[i];
     if (dir_bytes() + size > g_fs_quota) {
         errno = ENOSPC;
-        return ph_err_set(e, "%s: write of the temporary file failed: %s", path, strerror(ENOSPC));
+        return err_set(err, "%s: write of the temporary file failed: %s", path, strerror(ENOSPC));
     }
-    return ph_file_write_atomic(path, parts, lens, n, e);
+    return file_write_atomic(path, parts, lens, n, err);
 }
 
 /* The free-space floor: the least recently used files make room for a new
@@ -629,25 +629,25 @@ static void test_disk_full(void) {
     const uint64_t one = HEADER + 2 * 2 * 8 * 4;
     char p[7][512];
     for (int i = 1; i <= 6; i++) file_of(i, p[i], sizeof p[i]);
-    CHECK(ph_fs_floor(1ull << 40) == (1ull << 40) / 20);      /* 5% of 1 TiB */
-    CHECK(ph_fs_floor(4ull << 30) == PH_FS_FLOOR_MIN);        /* 256 MiB of 4 GiB */
-    CHECK(ph_fs_floor(512ull << 20) == 128ull << 20);         /* a quarter of a small one */
+    CHECK(fs_floor(1ull << 40) == (1ull << 40) / 20);      /* 5% of 1 TiB */
+    CHECK(fs_floor(4ull << 30) == PH_FS_FLOOR_MIN);        /* 256 MiB of 4 GiB */
+    CHECK(fs_floor(512ull << 20) == 128ull << 20);         /* a quarter of a small one */
     g_fs_total = 1ull << 30;                                  /* floor: 256 MiB */
     g_fs_other = g_fs_total - PH_FS_FLOOR_MIN - 3 * one - one / 2; /* room for 3 files above the floor */
-    ph_fs_space_set_test_hook(fake_space);
+    fs_space_set_test_hook(fake_space);
     ph_err e = {0};
-    ph_embed_cache *c = ph_embed_cache_new(0, 1 << 20, g_dir, &e);
-    ph_embed_cache_set_write_hook(c, fake_write);
+    embed_store *c = embed_cache_new(0, 1 << 20, g_dir, &e);
+    embed_cache_set_write_hook(c, fake_write);
     for (int i = 1; i <= 3; i++) {
         CHECK(put_i(c, i, i, NULL) == 0);
         usleep(20000); /* file times are coarse */
     }
     CHECK(has(c, 1)); /* 2 is now the least recent */
     usleep(20000);
-    const ph_embed *en = NULL;
+    const embed_entry *en = NULL;
     CHECK(put_i(c, 4, 4, &en) == 0 && en && rows_are(en, 4));
-    ph_embed_cache_release(c, en);
-    ph_embed_cache_stats st = stats(c);
+    embed_cache_release(c, en);
+    embed_cache_stats st = stats(c);
     CHECKF(st.disk_writes == 4 && st.disk_evictions == 1 && st.disk_full == 0 && st.disk_files == 3,
            "writes %llu evictions %llu full %llu files %llu", (unsigned long long)st.disk_writes,
            (unsigned long long)st.disk_evictions, (unsigned long long)st.disk_full, (unsigned long long)st.disk_files);
@@ -658,7 +658,7 @@ static void test_disk_full(void) {
      * the entry works from memory */
     g_fs_other += 4 * one;
     CHECK(put_i(c, 5, 5, &en) == 0 && en && rows_are(en, 5));
-    ph_embed_cache_release(c, en);
+    embed_cache_release(c, en);
     st = stats(c);
     CHECKF(st.disk_writes == 4 && st.disk_evictions == 4 && st.disk_full == 1 && st.disk_files == 0 && count_files() == 0,
            "writes %llu evictions %llu full %llu files %llu", (unsigned long long)st.disk_writes,
@@ -671,32 +671,32 @@ static void test_disk_full(void) {
     g_fs_other += one + one / 2; /* floor + 1 file free, 1 file of the cache; the entry needs 2.3 */
     uint8_t big[32];
     key_of(9, big);
-    CHECK(ph_embed_cache_put(c, big, 4, 4, 8, rows_of(4, 4, 8, 9), NULL, NULL, &e) == 0);
+    CHECK(embed_cache_put(c, big, 4, 4, 8, rows_of(4, 4, 8, 9), NULL, NULL, &e) == 0);
     st = stats(c);
     CHECK(st.disk_full == 2 && st.disk_writes == 5 && st.disk_evictions == 4 && exists(p[5]));
     g_fs_other -= one + one / 2;
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
 
     /* opening a folder on a file system under its floor (with a budget set,
      * as the server does) removes least recently used files until it is
      * above it again */
     usleep(20000);
-    c = ph_embed_cache_new(0, 1 << 20, g_dir, &e);
+    c = embed_cache_new(0, 1 << 20, g_dir, &e);
     CHECK(put_i(c, 6, 6, NULL) == 0 && exists(p[6]) && count_files() == 2);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     g_fs_other += 2 * one; /* the floor is now half a file short: the older file (5) goes */
-    c = ph_embed_cache_new(0, 1 << 20, g_dir, &e);
-    ph_embed_cache_set_disk_budget(c, UINT64_MAX);
+    c = embed_cache_new(0, 1 << 20, g_dir, &e);
+    embed_cache_set_disk_budget(c, UINT64_MAX);
     CHECK(!exists(p[5]) && exists(p[6]) && stats(c).disk_evictions == 1);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     clear_dir();
 
     /* ENOSPC though statvfs shows room: the least recently used file goes
      * and the write is tried again, once */
     g_fs_other = 0;
     g_fs_quota = 2 * one + one / 2;
-    c = ph_embed_cache_new(0, 1 << 20, g_dir, &e);
-    ph_embed_cache_set_write_hook(c, fake_write);
+    c = embed_cache_new(0, 1 << 20, g_dir, &e);
+    embed_cache_set_write_hook(c, fake_write);
     CHECK(put_i(c, 1, 1, NULL) == 0);
     usleep(20000);
     CHECK(put_i(c, 2, 2, NULL) == 0);
@@ -712,13 +712,13 @@ static void test_disk_full(void) {
     g_fs_quota = one / 2;
     g_write_calls = 0;
     CHECK(put_i(c, 4, 4, &en) == 0 && en && rows_are(en, 4));
-    ph_embed_cache_release(c, en);
+    embed_cache_release(c, en);
     st = stats(c);
     CHECKF(g_write_calls == 2 && st.disk_full == 1 && !exists(p[4]), "calls %d full %llu", g_write_calls,
            (unsigned long long)st.disk_full);
-    ph_embed_cache_free(c);
+    embed_cache_free(c);
     g_fs_quota = UINT64_MAX;
-    ph_fs_space_set_test_hook(NULL);
+    fs_space_set_test_hook(NULL);
     clear_dir();
 }
 

@@ -108,9 +108,9 @@ static ph_engine_params params(const char *model) {
 static ph_engine *engine_ram(bool warm, int entries, size_t bytes, const char *dir, double idle, size_t ram) {
     ph_engine_params p = params(llm);
     p.reuse = warm;
-    p.image_cache_entries = warm ? entries : 0;
-    p.image_cache_bytes = bytes;
-    p.image_cache_dir = warm ? dir : NULL;
+    p.picture_cache_entries = warm ? entries : 0;
+    p.picture_cache_bytes = bytes;
+    p.picture_cache_dir = warm ? dir : NULL;
     p.vision_idle_s = idle;
     p.ram_cache_bytes = ram;
     ph_err err = {0};
@@ -228,8 +228,8 @@ static void test_resent_picture(file a) {
     }
     ph_engine_stats st;
     ph_engine_get_stats(e, &st);
-    CHECKF(st.images_encoded == 1, "a picture re-sent on 4 turns was encoded %llu times",
-           (unsigned long long)st.images_encoded);
+    CHECKF(st.pictures_encoded == 1, "a picture re-sent on 4 turns was encoded %llu times",
+           (unsigned long long)st.pictures_encoded);
     ph_picture_free(pics[0]);
     ph_engine_free(e);
 }
@@ -324,8 +324,8 @@ static void test_eviction(file a, file b, file g) {
     }
     ph_engine_stats st;
     ph_engine_get_stats(e, &st);
-    CHECKF(st.images_encoded == 3 && st.image_cache_evictions == 2, "count bound 1: encoded %llu, evictions %llu",
-           (unsigned long long)st.images_encoded, (unsigned long long)st.image_cache_evictions);
+    CHECKF(st.pictures_encoded == 3 && st.picture_cache_evictions == 2, "count bound 1: encoded %llu, evictions %llu",
+           (unsigned long long)st.pictures_encoded, (unsigned long long)st.picture_cache_evictions);
     ph_engine_free(e);
     /* by bytes: room for either picture's rows but not for both */
     e = engine_ram(true, 32, 20000, NULL, 0, 0);
@@ -335,9 +335,9 @@ static void test_eviction(file a, file b, file g) {
         turn(e, &c);
     }
     ph_engine_get_stats(e, &st);
-    CHECKF(st.image_cache_bytes <= 20000, "byte bound: %llu bytes held", (unsigned long long)st.image_cache_bytes);
-    CHECKF(st.images_encoded == 3 && st.image_cache_evictions >= 1, "byte bound: encoded %llu, evictions %llu",
-           (unsigned long long)st.images_encoded, (unsigned long long)st.image_cache_evictions);
+    CHECKF(st.picture_cache_bytes <= 20000, "byte bound: %llu bytes held", (unsigned long long)st.picture_cache_bytes);
+    CHECKF(st.pictures_encoded == 3 && st.picture_cache_evictions >= 1, "byte bound: encoded %llu, evictions %llu",
+           (unsigned long long)st.pictures_encoded, (unsigned long long)st.picture_cache_evictions);
     for (int k = 0; k < 3; k++) ph_picture_free(pics[k]);
     ph_engine_free(e);
 }
@@ -422,8 +422,8 @@ static void test_interleaved(file a, file b) {
            rb1.r.n_prompt, rb2.r.pics_from_kv, rb2.r.pics_encoded);
     same_as_cold(&b2, &rb2, "interleaved B2 (from a RAM checkpoint)");
     ph_engine_get_stats(e, &st);
-    CHECKF(st.ram_cache_hits == 2 && st.images_encoded == 2, "ram hits %llu, encoded %llu",
-           (unsigned long long)st.ram_cache_hits, (unsigned long long)st.images_encoded);
+    CHECKF(st.ram_cache_hits == 2 && st.pictures_encoded == 2, "ram hits %llu, encoded %llu",
+           (unsigned long long)st.ram_cache_hits, (unsigned long long)st.pictures_encoded);
     ph_picture_free(pics[0]);
     ph_picture_free(pics[1]);
     ph_engine_free(e);
@@ -638,7 +638,7 @@ static void test_disk(file a) {
 
 static ph_engine *engine_kv(const char *model, const char *dir) {
     ph_engine_params p = params(model);
-    p.image_cache_entries = 0; /* pictures come from the checkpoint or the encoder */
+    p.picture_cache_entries = 0; /* pictures come from the checkpoint or the encoder */
     p.kv_disk_dir = dir;
     ph_err err = {0};
     ph_engine *e = ph_engine_new(&p, &err);
@@ -792,7 +792,7 @@ static void test_domains(file a) {
     ph_engine_params p = params(LLM);
     p.ram_cache_bytes = RAM_ON;
     p.kv_disk_dir = dir;
-    p.image_cache_dir = dir;
+    p.picture_cache_dir = dir;
     ph_err err = {0};
     ph_engine *e = ph_engine_new(&p, &err);
     CHECKF(e != NULL, "engine: %s", err.msg);

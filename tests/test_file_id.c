@@ -55,7 +55,7 @@ static char *read_text(const char *path) {
     void *d;
     size_t n;
     ph_err e = {0};
-    return ph_file_read_all(path, 1 << 20, &d, &n, &e) == 0 ? d : NULL;
+    return file_read_all(path, 1 << 20, &d, &n, &e) == 0 ? d : NULL;
 }
 
 static void remove_tree(const char *dir) {
@@ -78,41 +78,41 @@ static void test_helpers(void) {
     /* FIPS 180-2 test vector */
     uint8_t h[32];
     char hex[65];
-    ph_sha256("abc", 3, h);
-    ph_hex(h, 32, hex);
+    sha256_digest("abc", 3, h);
+    hex_encode(h, 32, hex);
     CHECK(strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
-    ph_sha256_ctx c;
-    CHECK(ph_sha256_init(&c) == 0);
-    ph_sha256_update(&c, "a", 1);
-    ph_sha256_update(&c, "", 0);
-    ph_sha256_update(&c, "bc", 2);
+    sha256_ctx c;
+    CHECK(sha256_init(&c) == 0);
+    sha256_update(&c, "a", 1);
+    sha256_update(&c, "", 0);
+    sha256_update(&c, "bc", 2);
     uint8_t h2[32];
-    CHECK(ph_sha256_final(&c, h2) == 0 && memcmp(h, h2, 32) == 0);
-    CHECK(ph_sha256_init(&c) == 0);
-    ph_sha256_discard(&c);
+    CHECK(sha256_final(&c, h2) == 0 && memcmp(h, h2, 32) == 0);
+    CHECK(sha256_init(&c) == 0);
+    sha256_discard(&c);
 
     char p[256], q[256];
     ph_err e = {0};
     path_in(p, sizeof p, "a/b/c");
-    CHECK(ph_mkdir_p(p, &e) == 0);
-    CHECK(ph_mkdir_p(p, &e) == 0); /* exists: fine */
+    CHECK(mkdir_p(p, &e) == 0);
+    CHECK(mkdir_p(p, &e) == 0); /* exists: fine */
     path_in(p, sizeof p, "a/b/c/f");
     const void *parts[3] = {"hello ", NULL, "world"};
     const size_t lens[3] = {6, 0, 5};
-    CHECK(ph_file_write_atomic(p, parts, lens, 3, &e) == 0);
+    CHECK(file_write_atomic(p, parts, lens, 3, &e) == 0);
     void *d = NULL;
     size_t n = 0;
-    CHECK(ph_file_read_all(p, 11, &d, &n, &e) == 0 && n == 11 && memcmp(d, "hello world", 12) == 0);
+    CHECK(file_read_all(p, 11, &d, &n, &e) == 0 && n == 11 && memcmp(d, "hello world", 12) == 0);
     free(d);
     errno = 0;
-    CHECK(ph_file_read_all(p, 10, &d, &n, &e) == -1 && errno == EFBIG && d == NULL);
-    CHECK(ph_mkdir_p(p, &e) == -1); /* a file, not a folder */
+    CHECK(file_read_all(p, 10, &d, &n, &e) == -1 && errno == EFBIG && d == NULL);
+    CHECK(mkdir_p(p, &e) == -1); /* a file, not a folder */
     path_in(q, sizeof q, "a/b/c/f/g");
-    CHECK(ph_mkdir_p(q, &e) == -1);
+    CHECK(mkdir_p(q, &e) == -1);
     /* a failed write leaves the old file as it was, and no temporary */
-    CHECK(ph_file_write_atomic(q, parts, lens, 3, &e) == -1 && e.msg[0]);
+    CHECK(file_write_atomic(q, parts, lens, 3, &e) == -1 && e.msg[0]);
     path_in(q, sizeof q, "a/b/c");
-    CHECK(ph_file_write_atomic(q, parts, lens, 3, &e) == -1); /* rename over a folder fails */
+    CHECK(file_write_atomic(q, parts, lens, 3, &e) == -1); /* rename over a folder fails */
     DIR *dir = opendir(q);
     int entries = 0;
     for (struct dirent *de; dir && (de = readdir(dir));) entries += de->d_name[0] != '.';
@@ -120,12 +120,12 @@ static void test_helpers(void) {
     CHECK(entries == 1);
     errno = 0;
     path_in(q, sizeof q, "missing");
-    CHECK(ph_file_read_all(q, 100, &d, &n, &e) == -1 && errno == ENOENT);
+    CHECK(file_read_all(q, 100, &d, &n, &e) == -1 && errno == ENOENT);
     path_in(q, sizeof q, "a");
-    CHECK(ph_file_read_all(q, 100, &d, &n, &e) == -1); /* a folder */
+    CHECK(file_read_all(q, 100, &d, &n, &e) == -1); /* a folder */
     path_in(q, sizeof q, "empty");
-    CHECK(ph_file_write_atomic(q, NULL, NULL, 0, &e) == 0);
-    CHECK(ph_file_read_all(q, 0, &d, &n, &e) == 0 && n == 0 && ((char *)d)[0] == '\0');
+    CHECK(file_write_atomic(q, NULL, NULL, 0, &e) == 0);
+    CHECK(file_read_all(q, 0, &d, &n, &e) == 0 && n == 0 && ((char *)d)[0] == '\0');
     free(d);
     unlink(q);
     path_in(q, sizeof q, "a");
@@ -157,11 +157,11 @@ static void test_memo(void) {
     write_file(file, size, 1, &bytes);
     set_mtime(file, 1500000000, 123456789);
     uint8_t want[32], id[32], id2[32];
-    ph_sha256(bytes, size, want);
+    sha256_digest(bytes, size, want);
     free(bytes);
     write_file(file2, 4096, 3, &bytes);
     set_mtime(file2, 1400000000, 0);
-    ph_sha256(bytes, 4096, id2);
+    sha256_digest(bytes, 4096, id2);
     free(bytes);
     for (int i = 0; i < 70; i++) {
         snprintf(many[i], sizeof many[i], "%s/many-%d", g_dir, i);
@@ -177,23 +177,23 @@ static void test_memo(void) {
     /* hashed: the progress reports rise to the file's size, read by read */
     hashed h = {0};
     const file_id_progress prog = {on_hashed, &h};
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &prog, &e) == 0);
+    CHECK(file_id_of(file, memo, id, &memo_hit, &prog, &e) == 0);
     CHECK(memcmp(id, want, 32) == 0 && !memo_hit);
     CHECKF(h.n == 2 && h.rising && h.done == size && h.total == size, "%d reports, last %llu of %llu", h.n,
            (unsigned long long)h.done, (unsigned long long)h.total);
     CHECK(count_lines(memo_file) == 1);
     memset(id, 0, 32);
     memset(&h, 0, sizeof h);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, &prog, &e) == 0);
+    CHECK(file_id_of(file, memo, id, &memo_hit, &prog, &e) == 0);
     CHECK(memcmp(id, want, 32) == 0 && memo_hit);
     CHECK(h.n == 0); /* from the memo: nothing read */
-    CHECK(ph_file_id(file, memo, id, NULL, NULL, &e) == 0 && memcmp(id, want, 32) == 0); /* from_memo may be NULL */
+    CHECK(file_id_of(file, memo, id, NULL, NULL, &e) == 0 && memcmp(id, want, 32) == 0); /* from_memo may be NULL */
 
     /* a second file: remembered first, the first one kept */
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, id2, 32) == 0);
+    CHECK(file_id_of(file2, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, id2, 32) == 0);
     CHECK(count_lines(memo_file) == 2);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit && memcmp(id, want, 32) == 0);
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit && memcmp(id, id2, 32) == 0);
+    CHECK(file_id_of(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(file_id_of(file2, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit && memcmp(id, id2, 32) == 0);
 
     /* a garbled memo: its bad lines are ignored, the good one is used, and
      * the rewrite keeps only good lines */
@@ -212,64 +212,64 @@ static void test_memo(void) {
         fclose(f);
     }
     free(text);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit && memcmp(id, want, 32) == 0);
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, id2, 32) == 0);
+    CHECK(file_id_of(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(file_id_of(file2, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, id2, 32) == 0);
     CHECK(count_lines(memo_file) == 2);
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
+    CHECK(file_id_of(file2, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
 
     /* a memo that is pure garbage, or a folder */
     FILE *f = fopen(memo_file, "wb");
     for (int i = 0; i < 3000; i++) fputc(i * 37 & 0xff, f);
     fclose(f);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
+    CHECK(file_id_of(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(file_id_of(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
     unlink(memo_file);
     CHECK(mkdir(memo_file, 0700) == 0); /* cannot be read, nor replaced (even by root) */
-    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(file_id_of(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
     rmdir(memo_file);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
+    CHECK(file_id_of(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
+    CHECK(file_id_of(file2, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
 
     /* another mtime (only the nanoseconds): hashed again; the change is
      * fresh, so it is not remembered yet */
-    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
+    CHECK(file_id_of(file, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
     set_mtime(file, 1500000000, 123456790);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0);
+    CHECK(file_id_of(file, memo, id, &memo_hit, NULL, &e) == 0);
     CHECK(memcmp(id, want, 32) == 0 && !memo_hit);
-    CHECK(ph_file_id(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
+    CHECK(file_id_of(file, memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
 
     /* another size, the mtime put back: hashed again, the new id */
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
+    CHECK(file_id_of(file2, memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
     write_file(file2, 1000, 2, &bytes);
-    ph_sha256(bytes, 1000, id2);
+    sha256_digest(bytes, 1000, id2);
     free(bytes);
     set_mtime(file2, 1400000000, 0);
-    CHECK(ph_file_id(file2, memo, id, &memo_hit, NULL, &e) == 0);
+    CHECK(file_id_of(file2, memo, id, &memo_hit, NULL, &e) == 0);
     CHECK(memcmp(id, id2, 32) == 0 && !memo_hit);
 
     /* at most 64 lines: the oldest are dropped */
-    for (int i = 0; i < 70; i++) CHECK(ph_file_id(many[i], memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
+    for (int i = 0; i < 70; i++) CHECK(file_id_of(many[i], memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit);
     CHECK(count_lines(memo_file) == PH_FILE_ID_MEMO_MAX);
-    CHECK(ph_file_id(many[69], memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
-    CHECK(ph_file_id(many[6], memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
-    CHECK(ph_file_id(many[5], memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit); /* dropped */
+    CHECK(file_id_of(many[69], memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
+    CHECK(file_id_of(many[6], memo, id, &memo_hit, NULL, &e) == 0 && memo_hit);
+    CHECK(file_id_of(many[5], memo, id, &memo_hit, NULL, &e) == 0 && !memo_hit); /* dropped */
     for (int i = 0; i < 70; i++) unlink(many[i]);
 
     /* NULL memo: always hashed */
-    CHECK(ph_file_id(file, NULL, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
-    CHECK(ph_file_id(file, "", id, &memo_hit, NULL, &e) == 0 && !memo_hit);
+    CHECK(file_id_of(file, NULL, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(file_id_of(file, "", id, &memo_hit, NULL, &e) == 0 && !memo_hit);
 
     /* a memo folder that cannot exist (under a file): still the id */
     char bad[300];
     snprintf(bad, sizeof bad, "%s/sub", file);
-    CHECK(ph_file_id(file, bad, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
+    CHECK(file_id_of(file, bad, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
     /* ...or a read-only one (root writes anyway: for root, the memo that is
      * a folder above is the unwritable case) */
     if (geteuid() != 0) {
         char ro[256];
         path_in(ro, sizeof ro, "readonly");
         CHECK(mkdir(ro, 0500) == 0);
-        CHECK(ph_file_id(file, ro, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
+        CHECK(file_id_of(file, ro, id, &memo_hit, NULL, &e) == 0 && !memo_hit && memcmp(id, want, 32) == 0);
         chmod(ro, 0700);
         remove_tree(ro);
     }
@@ -278,15 +278,15 @@ static void test_memo(void) {
     char missing[256];
     path_in(missing, sizeof missing, "missing.gguf");
     e.msg[0] = '\0';
-    CHECK(ph_file_id(missing, memo, id, &memo_hit, NULL, &e) == -1 && strstr(e.msg, "missing.gguf"));
-    CHECK(ph_file_id(g_dir, memo, id, &memo_hit, NULL, &e) == -1);
+    CHECK(file_id_of(missing, memo, id, &memo_hit, NULL, &e) == -1 && strstr(e.msg, "missing.gguf"));
+    CHECK(file_id_of(g_dir, memo, id, &memo_hit, NULL, &e) == -1);
 
     /* an empty file */
     char empty[256];
     path_in(empty, sizeof empty, "empty.gguf");
     write_file(empty, 0, 0, NULL);
-    ph_sha256("", 0, want);
-    CHECK(ph_file_id(empty, NULL, id, NULL, NULL, &e) == 0 && memcmp(id, want, 32) == 0);
+    sha256_digest("", 0, want);
+    CHECK(file_id_of(empty, NULL, id, NULL, NULL, &e) == 0 && memcmp(id, want, 32) == 0);
     unlink(empty);
     unlink(file);
     unlink(file2);
@@ -300,17 +300,17 @@ static void test_default_dir(void) {
     char *save_xdg = xdg ? strdup(xdg) : NULL, *save_home = home ? strdup(home) : NULL;
     setenv("XDG_CACHE_HOME", "/xdg/cache", 1);
     setenv("HOME", "/home/u", 1);
-    const char *d = ph_default_cache_dir(buf, sizeof buf);
+    const char *d = default_cache_dir(buf, sizeof buf);
     CHECK(d == buf && strcmp(d, "/xdg/cache/pinhole") == 0);
-    CHECK(ph_default_cache_dir(buf, 10) == NULL); /* does not fit */
+    CHECK(default_cache_dir(buf, 10) == NULL); /* does not fit */
     setenv("XDG_CACHE_HOME", "relative", 1);      /* ignored, as the XDG spec says */
-    d = ph_default_cache_dir(buf, sizeof buf);
+    d = default_cache_dir(buf, sizeof buf);
     CHECK(d && strcmp(d, "/home/u/.cache/pinhole") == 0);
     unsetenv("XDG_CACHE_HOME");
-    d = ph_default_cache_dir(buf, sizeof buf);
+    d = default_cache_dir(buf, sizeof buf);
     CHECK(d && strcmp(d, "/home/u/.cache/pinhole") == 0);
     unsetenv("HOME");
-    CHECK(ph_default_cache_dir(buf, sizeof buf) == NULL);
+    CHECK(default_cache_dir(buf, sizeof buf) == NULL);
     if (save_xdg) setenv("XDG_CACHE_HOME", save_xdg, 1);
     if (save_home) setenv("HOME", save_home, 1);
     free(save_xdg);

@@ -27,7 +27,7 @@ static void l2norm(float *x, int n) {
 }
 
 /* n channels (some not a multiple of the vector width), kc taps, 40 rows */
-static void check_conv(const ph_gdn_kernels *kk, const char *name, int n, int kc) {
+static void check_conv(const gdn_kernels *kk, const char *name, int n, int kc) {
     const int ld = n + 3, rows = 40;
     float *w = malloc((size_t)kc * ld * sizeof(float)), *x = malloc((size_t)rows * n * sizeof(float));
     float *st0 = calloc((size_t)kc * ld, sizeof(float)), *st1 = calloc((size_t)kc * ld, sizeof(float));
@@ -36,7 +36,7 @@ static void check_conv(const ph_gdn_kernels *kk, const char *name, int n, int kc
     fill(x, (size_t)rows * n);
     int same = 1;
     for (int r = 0; r < rows; r++) {
-        ph_gdn_kernels_ref.conv(st0, w, x + (size_t)r * n, u0, n, ld, kc);
+        gdn_kernels_ref.conv(st0, w, x + (size_t)r * n, u0, n, ld, kc);
         memcpy(u1, x + (size_t)r * n, (size_t)n * sizeof(float)); /* in place, as the model calls it */
         kk->conv(st1, w, u1, u1, n, ld, kc);
         same &= memcmp(u0, u1, (size_t)n * sizeof(float)) == 0;
@@ -51,7 +51,7 @@ static void check_conv(const ph_gdn_kernels *kk, const char *name, int n, int kc
     free(u1);
 }
 
-static void check_step(const ph_gdn_kernels *kk, const char *name, int dk, int dv) {
+static void check_step(const gdn_kernels *kk, const char *name, int dk, int dv) {
     const int tokens = 200;
     float *S0 = calloc((size_t)dk * dv, sizeof(float)), *S1 = calloc((size_t)dk * dv, sizeof(float));
     float *q = malloc((size_t)dk * sizeof(float)), *k = malloc((size_t)dk * sizeof(float));
@@ -66,7 +66,7 @@ static void check_step(const ph_gdn_kernels *kk, const char *name, int dk, int d
         l2norm(k, dk);
         const float decay = expf(-0.5f * (rnd() + 1.0f)), beta = 0.5f * (rnd() + 1.0f);
         const float scale = 1.0f / sqrtf((float)dv);
-        ph_gdn_kernels_ref.step(S0, q, k, v, decay, beta, scale, o0, dk, dv);
+        gdn_kernels_ref.step(S0, q, k, v, decay, beta, scale, o0, dk, dv);
         kk->step(S1, q, k, v, decay, beta, scale, o1, dk, dv);
         for (int j = 0; j < dv; j++) worst = fmax(worst, fabs((double)o0[j] - o1[j]));
     }
@@ -82,7 +82,7 @@ static void check_step(const ph_gdn_kernels *kk, const char *name, int dk, int d
     free(o1);
 }
 
-static void check(const ph_gdn_kernels *kk, const char *name) {
+static void check(const gdn_kernels *kk, const char *name) {
     const int convs[][2] = {{256, 4}, {37, 4}, {512, 4}, {24, 2}, {5, 1}, {100, 3}};
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) check_conv(kk, name, convs[i][0], convs[i][1]);
     const int steps[][2] = {{16, 16}, {32, 32}, {64, 64}, {128, 128}, {12, 20}, {8, 8}};
@@ -90,9 +90,9 @@ static void check(const ph_gdn_kernels *kk, const char *name) {
 }
 
 int main(void) {
-    ph_kernels_init();
-    check(&ph_gdn_kernels_ref, "scalar");
-    if (ph_cpu_has(PH_ISA_AVX2)) check(&ph_gdn_kernels_avx2, "avx2");
-    if (ph_cpu_has(PH_ISA_AVX512)) check(&ph_gdn_kernels_avx512, "avx512");
+    kernels_init();
+    check(&gdn_kernels_ref, "scalar");
+    if (kernels_cpu_has(PH_ISA_AVX2)) check(&gdn_kernels_avx2, "avx2");
+    if (kernels_cpu_has(PH_ISA_AVX512)) check(&gdn_kernels_avx512, "avx512");
     TEST_END();
 }

@@ -237,14 +237,14 @@ static int fill_from(void *ctx, uint64_t i, void *buf, uint64_t nbytes) {
 }
 
 /* Writes a copy of src (all kvs, all tensors) to path. */
-static int copy_file(const gguf_file *src, const char *path, ph_err *e) {
+static int copy_file(const gguf_file *src, const char *path, ph_err *err) {
     gguf_writer *w = gguf_writer_new();
     for (uint64_t i = 0; i < src->n_kv; i++) gguf_writer_copy_kv(w, &src->kv[i]);
     for (uint64_t i = 0; i < src->n_tensors; i++) {
         const gguf_tensor *t = &src->tensors[i];
         gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
     }
-    int rc = gguf_writer_write(w, path, fill_from, (void *)src, e);
+    int rc = gguf_writer_write(w, path, fill_from, (void *)src, err);
     gguf_writer_free(w);
     return rc;
 }

@@ -86,32 +86,32 @@ static int max_diff(const uint8_t *a, const uint8_t *b, size_t n) {
 static int starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 
 /* Decodes from memory with default limits; returns the decode's status. */
-static int decode(const void *d, size_t n, const char *label, ph_image *img, ph_err *e) {
-    memset(e, 0, sizeof *e);
-    return ph_image_decode(d, n, NULL, label, img, e);
+static int decode(const void *d, size_t n, const char *label, image_rgb *img, ph_err *err) {
+    memset(err, 0, sizeof *err);
+    return image_decode(d, n, NULL, label, img, err);
 }
 
 /* The header probe against a decode of the same bytes (rc, img, e): a file
  * the decode takes, the probe takes with the same size; a file the probe
  * refuses, the decode refuses with the same message. (The probe may pass a
  * file whose pixels are damaged.) Returns 1 when they agree. */
-static int probe_matches(const void *d, size_t n, const ph_image_limits *lim, const char *label, int rc,
-                         const ph_image *img, const ph_err *e) {
+static int probe_matches(const void *d, size_t n, const image_limits *lim, const char *label, int rc,
+                         const image_rgb *img, const ph_err *err) {
     ph_err pe = {0};
     int w = -1, h = -1;
     const int prc = image_probe(d, n, lim, label, &w, &h, &pe);
-    const int ok = rc == 0 ? prc == 0 && w == img->w && h == img->h : prc == 0 || !strcmp(pe.msg, e->msg);
+    const int ok = rc == 0 ? prc == 0 && w == img->w && h == img->h : prc == 0 || !strcmp(pe.msg, err->msg);
     if (!ok)
-        fprintf(stderr, "%s (%zu bytes): decode '%s' %dx%d, probe '%s' %dx%d\n", label, n, rc ? e->msg : "ok",
+        fprintf(stderr, "%s (%zu bytes): decode '%s' %dx%d, probe '%s' %dx%d\n", label, n, rc ? err->msg : "ok",
                 rc ? 0 : img->w, rc ? 0 : img->h, prc ? pe.msg : "ok", w, h);
     return ok;
 }
 
 static int probe_agrees(const void *d, size_t n, const char *label) {
-    ph_image img;
+    image_rgb img;
     ph_err e;
     const int rc = decode(d, n, label, &img, &e), ok = probe_matches(d, n, NULL, label, rc, &img, &e);
-    ph_image_free(&img);
+    image_free(&img);
     return ok;
 }
 
@@ -126,7 +126,7 @@ static void test_smart_resize(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int w, h;
-        ph_smart_resize(cases[i][0], cases[i][1], 32, 8 * 1024, 4096 * 1024, &w, &h);
+        smart_resize(cases[i][0], cases[i][1], 32, 8 * 1024, 4096 * 1024, &w, &h);
         CHECKF(w == cases[i][2] && h == cases[i][3], "%dx%d -> %dx%d, want %dx%d", cases[i][0], cases[i][1], w, h,
                cases[i][2], cases[i][3]);
     }
@@ -146,14 +146,14 @@ static void test_resampler(void) {
             for (int c = 0; c < 3; c++) src[(y * 13 + x) * 3 + c] = (uint8_t)((x * 53 + y * 97 + c * 31 + x * y * 13) % 256);
 
     /* Same size: a copy. */
-    CHECK(ph_resize_bicubic(src, 13, 7, dst, 13, 7) == 0 && !memcmp(src, dst, sizeof src));
+    CHECK(resize_bicubic(src, 13, 7, dst, 13, 7) == 0 && !memcmp(src, dst, sizeof src));
 
     /* A constant picture stays constant, down and up, in either direction. */
     uint8_t flat[8 * 6 * 3];
     for (int i = 0; i < 8 * 6; i++) flat[3 * i] = 17, flat[3 * i + 1] = 200, flat[3 * i + 2] = 255;
     static const int sizes[][2] = {{4, 3}, {16, 12}, {5, 7}, {8, 2}, {1, 1}};
     for (int s = 0; s < 5; s++) {
-        int dw = sizes[s][0], dh = sizes[s][1], ok = ph_resize_bicubic(flat, 8, 6, dst, dw, dh) == 0;
+        int dw = sizes[s][0], dh = sizes[s][1], ok = resize_bicubic(flat, 8, 6, dst, dw, dh) == 0;
         for (int i = 0; ok && i < dw * dh; i++) ok = dst[3 * i] == 17 && dst[3 * i + 1] == 200 && dst[3 * i + 2] == 255;
         CHECKF(ok, "constant 8x6 -> %dx%d changed", dw, dh);
     }
@@ -161,7 +161,7 @@ static void test_resampler(void) {
     /* 4 -> 2 pixels in one row, worked out here from the formulas of F.3. */
     const uint8_t row[4][3] = {{10, 0, 255}, {200, 50, 0}, {30, 255, 128}, {250, 100, 7}};
     uint8_t out[2][3];
-    CHECK(ph_resize_bicubic(&row[0][0], 4, 1, &out[0][0], 2, 1) == 0);
+    CHECK(resize_bicubic(&row[0][0], 4, 1, &out[0][0], 2, 1) == 0);
     for (int o = 0; o < 2; o++) {
         const double scale = 2.0, support = 4.0, center = (o + 0.5) * scale;
         int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
@@ -203,18 +203,18 @@ static void test_resampler(void) {
     for (size_t i = 0; i < sizeof pillow / sizeof pillow[0]; i++) {
         char hex[26 * 20 * 6 + 1];
         int n = pillow[i].w * pillow[i].h * 3;
-        CHECK(ph_resize_bicubic(src, 13, 7, dst, pillow[i].w, pillow[i].h) == 0);
+        CHECK(resize_bicubic(src, 13, 7, dst, pillow[i].w, pillow[i].h) == 0);
         to_hex(dst, n, hex);
         CHECKF(!strcmp(hex, pillow[i].hex), "13x7 -> %dx%d differs from Pillow:\n got %s\nwant %s", pillow[i].w,
                pillow[i].h, hex, pillow[i].hex);
     }
     /* 26x7 (width only) by its SHA-256, to keep the table short. */
     char hex[65];
-    CHECK(ph_resize_bicubic(src, 13, 7, dst, 26, 7) == 0);
+    CHECK(resize_bicubic(src, 13, 7, dst, 26, 7) == 0);
     sha256_hex(dst, 26 * 7 * 3, hex);
     CHECKF(!strcmp(hex, "99aea339202b2ef3071f0f583d101469b8166e66013707745d5388479d973f6c"), "13x7 -> 26x7: %s", hex);
 
-    CHECK(ph_resize_bicubic(src, 13, 7, dst, 0, 7) == -1);
+    CHECK(resize_bicubic(src, 13, 7, dst, 0, 7) == -1);
 }
 
 /* ---- the oracle pictures -------------------------------------------------- */
@@ -252,13 +252,13 @@ static const struct {
 };
 
 static void test_oracle_pictures(void) {
-    ph_prep_params pp = {16, 2, 8, 4096, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
+    prep_params pp = {16, 2, 8, 4096, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
     for (size_t i = 0; i < sizeof oracle_pics / sizeof oracle_pics[0]; i++) {
         char path[1024], hex[65];
         snprintf(path, sizeof path, "%s/img/%s", PH_ORACLE_DIR, oracle_pics[i].name);
-        ph_image img;
+        image_rgb img;
         ph_err e = {0};
-        int rc = ph_image_load_file(path, NULL, &img, &e);
+        int rc = image_load_file(path, NULL, &img, &e);
         CHECKF(rc == 0, "%s: %s", path, e.msg);
         if (rc) continue;
         CHECKF(img.w == oracle_pics[i].w && img.h == oracle_pics[i].h, "%s is %dx%d", oracle_pics[i].name, img.w,
@@ -278,15 +278,15 @@ static void test_oracle_pictures(void) {
 
         const int nw = oracle_pics[i].nw, nh = oracle_pics[i].nh;
         uint8_t *rs = malloc((size_t)nw * nh * 3);
-        CHECK(ph_resize_bicubic(img.rgb, img.w, img.h, rs, nw, nh) == 0);
+        CHECK(resize_bicubic(img.rgb, img.w, img.h, rs, nw, nh) == 0);
         sha256_hex(rs, (size_t)nw * nh * 3, hex);
         CHECKF(!strcmp(hex, oracle_pics[i].resized), "%s: resized to %dx%d differs from Pillow", oracle_pics[i].name,
                nw, nh);
 
         /* The whole preprocessing: size, and the resized picture pasted in the
          * middle of a black canvas (which normalizes to -1). */
-        ph_prep prep;
-        rc = ph_image_preprocess(&img, &pp, &prep, &e);
+        prep_image prep;
+        rc = image_preprocess(&img, &pp, &prep, &e);
         CHECKF(rc == 0, "%s: %s", oracle_pics[i].name, e.msg);
         if (rc == 0) {
             const int tw = oracle_pics[i].tw, th = oracle_pics[i].th, x0 = (tw - nw) / 2, y0 = (th - nh) / 2;
@@ -302,15 +302,15 @@ static void test_oracle_pictures(void) {
                         bad += prep.pixels[((size_t)c * th + y) * tw + x] != want_v;
                     }
             CHECKF(bad == 0, "%s: %d normalized values differ", oracle_pics[i].name, bad);
-            ph_prep_free(&prep);
+            prep_free(&prep);
         }
         free(rs);
-        ph_image_free(&img);
+        image_free(&img);
     }
 }
 
 /* The preprocessing parameters of an mmproj file (spec E.1, F.1). */
-static int mmproj_params(const char *path, ph_prep_params *p) {
+static int mmproj_params(const char *path, prep_params *p) {
     ph_err e;
     gguf_file *f = gguf_open(path, &e);
     if (!f) return -1;
@@ -338,7 +338,7 @@ static void test_oracle_grids(void) {
     static const char *models[] = {"tiny-f16", "mid-q8", "small-q4k"};
     int n_checked = 0;
     for (int m = 0; m < 3; m++) {
-        ph_prep_params pp;
+        prep_params pp;
         snprintf(path, sizeof path, "%s/models/%s-mmproj.gguf", PH_ORACLE_DIR, models[m]);
         CHECKF(mmproj_params(path, &pp) == 0, "cannot read the parameters of %s", path);
         CHECK(pp.patch_size == 16 && pp.n_merge == 2 && pp.mean[0] == 0.5f && pp.std[2] == 0.5f);
@@ -365,11 +365,11 @@ static void test_oracle_grids(void) {
                 if (!img_name) break;
                 char ipath[1024];
                 snprintf(ipath, sizeof ipath, "%s/%s", PH_ORACLE_DIR, img_name);
-                ph_image img;
-                ph_prep prep;
+                image_rgb img;
+                prep_image prep;
                 ph_err e = {0};
-                int rc = ph_image_load_file(ipath, NULL, &img, &e);
-                if (rc == 0) rc = ph_image_preprocess(&img, &pp, &prep, &e);
+                int rc = image_load_file(ipath, NULL, &img, &e);
+                if (rc == 0) rc = image_preprocess(&img, &pp, &prep, &e);
                 CHECKF(rc == 0, "%s: %s", ipath, e.msg);
                 if (rc) continue;
                 int gx = (int)json_integer_value(json_object_get(ch, "grid_x"));
@@ -379,8 +379,8 @@ static void test_oracle_grids(void) {
                        "%s %s %s: grid %dx%d, llama.cpp %dx%d (%d tokens)", models[m], id, img_name, prep.grid_x,
                        prep.grid_y, gx, gy, nt);
                 n_checked++;
-                ph_prep_free(&prep);
-                ph_image_free(&img);
+                prep_free(&prep);
+                image_free(&img);
             }
             CHECKF(k == json_array_size(images), "%s %s: %zu image chunks for %zu images", models[m], id, k,
                    json_array_size(images));
@@ -396,15 +396,15 @@ static void test_oracle_grids(void) {
 /* ---- preprocessing values ------------------------------------------------- */
 
 static void test_preprocess_values(void) {
-    ph_prep_params pp = {16, 2, 8, 4096, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
+    prep_params pp = {16, 2, 8, 4096, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
     ph_err e = {0};
-    ph_prep prep;
+    prep_image prep;
 
     /* White 1000x500 -> 992x512: the resized 992x496 sits between 8 black
      * rows at the top and 8 at the bottom. */
-    ph_image white = {1000, 500, malloc(1000 * 500 * 3), {0}, {0}};
+    image_rgb white = {1000, 500, malloc(1000 * 500 * 3), {0}, {0}};
     memset(white.rgb, 255, 1000 * 500 * 3);
-    CHECK(ph_image_preprocess(&white, &pp, &prep, &e) == 0);
+    CHECK(image_preprocess(&white, &pp, &prep, &e) == 0);
     CHECK(prep.w == 992 && prep.h == 512 && prep.grid_x == 31 && prep.grid_y == 16);
     int bad = 0;
     for (int c = 0; c < 3; c++)
@@ -412,33 +412,33 @@ static void test_preprocess_values(void) {
             for (int x = 0; x < 992; x++)
                 bad += prep.pixels[((size_t)c * 512 + y) * 992 + x] != ((y < 8 || y >= 504) ? -1.0f : 1.0f);
     CHECKF(bad == 0, "letterbox of 1000x500: %d values wrong", bad);
-    ph_prep_free(&prep);
+    prep_free(&prep);
     free(white.rgb);
 
     /* Unchanged size: planar output, per-channel mean and std. */
-    ph_prep_params p2 = {16, 2, 8, 4096, {0.1f, 0.2f, 0.3f}, {0.5f, 0.25f, 2.0f}};
-    ph_image img = {128, 64, malloc(128 * 64 * 3), {0}, {0}};
+    prep_params p2 = {16, 2, 8, 4096, {0.1f, 0.2f, 0.3f}, {0.5f, 0.25f, 2.0f}};
+    image_rgb img = {128, 64, malloc(128 * 64 * 3), {0}, {0}};
     for (int i = 0; i < 128 * 64 * 3; i++) img.rgb[i] = (uint8_t)(i * 7);
-    CHECK(ph_image_preprocess(&img, &p2, &prep, &e) == 0);
+    CHECK(image_preprocess(&img, &p2, &prep, &e) == 0);
     CHECK(prep.w == 128 && prep.h == 64 && prep.grid_x == 4 && prep.grid_y == 2);
     bad = 0;
     for (int c = 0; c < 3; c++)
         for (int i = 0; i < 128 * 64; i++)
             bad += prep.pixels[c * 128 * 64 + i] != ((float)img.rgb[3 * i + c] / 255.0f - p2.mean[c]) / p2.std[c];
     CHECKF(bad == 0, "normalization: %d values wrong", bad);
-    ph_prep_free(&prep);
+    prep_free(&prep);
 
     /* Token budget: a small maximum shrinks the picture. */
     p2.min_tokens = 1;
     p2.max_tokens = 1;
-    CHECK(ph_image_preprocess(&img, &p2, &prep, &e) == 0 && prep.grid_x * prep.grid_y == 1);
-    ph_prep_free(&prep);
+    CHECK(image_preprocess(&img, &p2, &prep, &e) == 0 && prep.grid_x * prep.grid_y == 1);
+    prep_free(&prep);
 
     p2.std[1] = 0.0f;
-    CHECK(ph_image_preprocess(&img, &p2, &prep, &e) == -1 && strstr(e.msg, "std") && prep.pixels == NULL);
+    CHECK(image_preprocess(&img, &p2, &prep, &e) == -1 && strstr(e.msg, "std") && prep.pixels == NULL);
     p2.std[1] = 1.0f;
     p2.patch_size = 0;
-    CHECK(ph_image_preprocess(&img, &p2, &prep, &e) == -1);
+    CHECK(image_preprocess(&img, &p2, &prep, &e) == -1);
     free(img.rgb);
 }
 
@@ -465,9 +465,9 @@ static void test_ok_corpus(void) {
         int w, h;
         uint8_t *want = read_ppm(ppm, &w, &h);
         CHECKF(want != NULL, "cannot read %s", ppm);
-        ph_image img;
+        image_rgb img;
         ph_err e = {0};
-        int rc = ph_image_load_file(path, NULL, &img, &e);
+        int rc = image_load_file(path, NULL, &img, &e);
         CHECKF(rc == 0, "%s", e.msg);
         if (rc == 0 && want) {
             CHECKF(img.w == w && img.h == h && !memcmp(img.rgb, want, (size_t)w * h * 3),
@@ -478,7 +478,7 @@ static void test_ok_corpus(void) {
         uint8_t *bytes = read_all(path, &len);
         CHECKF(bytes && probe_agrees(bytes, len, de->d_name), "%s: the probe", de->d_name);
         free(bytes);
-        ph_image_free(&img);
+        image_free(&img);
         free(want);
     }
     closedir(d);
@@ -517,7 +517,7 @@ static void test_bad_corpus(void) {
         uint8_t *buf = read_all(path, &n);
         CHECKF(buf != NULL, "cannot read %s", path);
         if (!buf) continue;
-        ph_image img = {0};
+        image_rgb img = {0};
         ph_err e = {0};
         double t0 = now_s();
         int rc = decode(buf, n, name, &img, &e);
@@ -539,10 +539,10 @@ static void test_bad_corpus(void) {
             pixels_bad |= !strcmp(name, damaged_pixels[k]);
         CHECKF(pixels_bad ? prc == 0 : prc == -1 && !strcmp(pe.msg, e.msg), "%s: the probe %s", name,
                prc ? pe.msg : "passed");
-        ph_image_free(&img);
+        image_free(&img);
 
         /* Through a file: the label is the path. */
-        rc = ph_image_load_file(path, NULL, &img, &e);
+        rc = image_load_file(path, NULL, &img, &e);
         CHECKF(rc == -1 && starts_with(e.msg, path) && strstr(e.msg, expect), "%s (file): '%s'", name, e.msg);
         free(buf);
     }
@@ -644,19 +644,19 @@ static void test_jpeg(void) {
     for (int k = 0; k < 3; k++) {
         size_t n;
         uint8_t *jpg = make_jpeg(px, W, H, TJPF_RGB, kinds[k].subsamp, kinds[k].flags, 0, &n);
-        ph_image img;
+        image_rgb img;
         ph_err e;
         int rc = decode(jpg, n, "jpeg", &img, &e);
         CHECKF(rc == 0 && img.w == W && img.h == H, "%s JPEG: %s", kinds[k].what, e.msg);
         if (rc == 0) CHECKF(max_diff(img.rgb, px, sizeof px) <= 12, "%s JPEG: off by %d", kinds[k].what, max_diff(img.rgb, px, sizeof px));
-        ph_image_free(&img);
+        image_free(&img);
 
         /* Data after the end-of-image marker is ignored; a cut file is not. */
         uint8_t *more = malloc(n + 5);
         memcpy(more, jpg, n);
         memcpy(more + n, "trail", 5);
         CHECK(decode(more, n + 5, "jpeg", &img, &e) == 0);
-        ph_image_free(&img);
+        image_free(&img);
         CHECK(decode(jpg, n - 2, "jpeg", &img, &e) == -1 && strstr(e.msg, "truncated"));
         free(more);
         free(jpg);
@@ -665,7 +665,7 @@ static void test_jpeg(void) {
     /* Grey. */
     size_t n;
     uint8_t *jpg = make_jpeg(grey, W, H, TJPF_GRAY, TJSAMP_GRAY, 0, 0, &n);
-    ph_image img;
+    image_rgb img;
     ph_err e;
     int rc = decode(jpg, n, "grey", &img, &e), worst = 0, same = 1;
     CHECKF(rc == 0, "grey JPEG: %s", e.msg);
@@ -675,7 +675,7 @@ static void test_jpeg(void) {
         worst = d > worst ? d : worst;
     }
     CHECKF(rc == 0 && same && worst <= 4, "grey JPEG: off by %d", worst);
-    ph_image_free(&img);
+    image_free(&img);
     free(jpg);
 
     /* CMYK (stored as YCCK): flat blocks of known inks, Adobe-inverted. */
@@ -693,7 +693,7 @@ static void test_jpeg(void) {
             CHECKF(abs(p[c] - want) <= 6, "CMYK block %d channel %d: %d, want %d", b, c, p[c], want);
         }
     }
-    ph_image_free(&img);
+    image_free(&img);
     free(jpg);
 
     /* EXIF orientation 1..8 (and no EXIF at all). */
@@ -711,7 +711,7 @@ static void test_jpeg(void) {
                 wrong += max_diff(img.rgb + (by * ew + bx) * 3, want + (by * ew + bx) * 3, 3) > 16;
         CHECKF(wrong == 0, "orientation %d: %d blocks in the wrong place", o, wrong);
         CHECKF(probe_agrees(jpg, n, "exif"), "orientation %d: the probe", o);
-        ph_image_free(&img);
+        image_free(&img);
         free(want);
         free(jpg);
     }
@@ -751,11 +751,11 @@ static void test_webp(void) {
     for (int i = 0; i < W * H * 3; i++) px[i] = (uint8_t)(i * 13 + (i / 97) * 7);
     uint8_t *out = NULL;
     size_t n = WebPEncodeLosslessRGB(px, W, H, W * 3, &out);
-    ph_image img;
+    image_rgb img;
     ph_err e;
     int rc = decode(out, n, "webp", &img, &e);
     CHECKF(rc == 0 && img.w == W && img.h == H && !memcmp(img.rgb, px, sizeof px), "lossless WebP: %s", e.msg);
-    ph_image_free(&img);
+    image_free(&img);
     WebPFree(out);
 
     for (int i = 0; i < W * H; i++) px[3 * i] = (uint8_t)(i % W * 6), px[3 * i + 1] = (uint8_t)(i / W * 10), px[3 * i + 2] = 90;
@@ -763,7 +763,7 @@ static void test_webp(void) {
     rc = decode(out, n, "webp", &img, &e);
     CHECKF(rc == 0 && img.w == W && img.h == H, "lossy WebP: %s", e.msg);
     if (rc == 0) CHECKF(max_diff(img.rgb, px, sizeof px) <= 40, "lossy WebP: off by %d", max_diff(img.rgb, px, sizeof px));
-    ph_image_free(&img);
+    image_free(&img);
     WebPFree(out);
 
     uint8_t blocks[16 * 24 * 3];
@@ -776,7 +776,7 @@ static void test_webp(void) {
         CHECKF(rc == 0 && img.w == ew && img.h == eh && !memcmp(img.rgb, want, (size_t)ew * eh * 3),
                "WebP orientation %d: %s", o, rc ? e.msg : "wrong pixels");
         CHECKF(probe_agrees(b, n, "webp-exif"), "WebP orientation %d: the probe", o);
-        ph_image_free(&img);
+        image_free(&img);
         free(want);
         free(b);
     }
@@ -789,7 +789,7 @@ static void test_fingerprint(void) {
     const uint8_t px[6] = {1, 2, 3, 4, 5, 6};
     uint8_t *webp = NULL;
     size_t n = WebPEncodeLosslessRGB(px, 2, 1, 6, &webp);
-    ph_image img;
+    image_rgb img;
     ph_err e;
     char hex[65], want[65];
     CHECK(decode(webp, n, "fp", &img, &e) == 0);
@@ -798,19 +798,19 @@ static void test_fingerprint(void) {
     sha256_hex(webp, n, want);
     to_hex(img.bytes_id, 32, hex);
     CHECK(!strcmp(hex, want));
-    ph_image_free(&img);
+    image_free(&img);
     WebPFree(webp);
 
     /* The same pixels in another file: same image_id, another bytes_id. */
     char path[600];
     snprintf(path, sizeof path, "%s/images_ok/gif_basic.gif", PH_TEST_DATA);
-    ph_image gif, again;
-    CHECK(ph_image_load_file(path, NULL, &gif, &e) == 0);
+    image_rgb gif, again;
+    CHECK(image_load_file(path, NULL, &gif, &e) == 0);
     n = WebPEncodeLosslessRGB(gif.rgb, gif.w, gif.h, gif.w * 3, &webp);
     CHECK(decode(webp, n, "fp", &again, &e) == 0);
     CHECK(!memcmp(gif.image_id, again.image_id, 32) && memcmp(gif.bytes_id, again.bytes_id, 32));
-    ph_image_free(&gif);
-    ph_image_free(&again);
+    image_free(&gif);
+    image_free(&again);
     WebPFree(webp);
 }
 
@@ -888,11 +888,11 @@ static void test_probe(void) {
     snprintf(path, sizeof path, "%s/images_ok/exif6.png", PH_TEST_DATA);
     uint8_t *exif6 = read_all(path, &n), *moved = malloc(n);
     CHECK(exif6 && png_exif_last(exif6, n, moved) == n && memcmp(exif6, moved, n) != 0);
-    ph_image img;
+    image_rgb img;
     ph_err e;
     CHECKF(decode(moved, n, "exif-last", &img, &e) == 0 && img.w < img.h && probe_agrees(moved, n, "exif-last"),
            "eXIf after IDAT: %s (%dx%d)", e.msg, img.w, img.h);
-    ph_image_free(&img);
+    image_free(&img);
     free(moved);
     free(exif6);
 }
@@ -902,31 +902,31 @@ static void test_limits(void) {
     snprintf(path, sizeof path, "%s/img/grad.png", PH_ORACLE_DIR);
     size_t n;
     uint8_t *buf = read_all(path, &n);
-    ph_image_limits lim;
-    ph_image_limits_default(&lim);
+    image_limits lim;
+    image_limits_default(&lim);
     CHECK(lim.max_file_bytes == 64u << 20 && lim.max_side == 16384 && lim.max_pixels == 64u << 20);
-    ph_image img;
+    image_rgb img;
     ph_err e = {0};
 
     lim.max_side = 199;
-    CHECK(ph_image_decode(buf, n, &lim, "image 2", &img, &e) == -1 &&
+    CHECK(image_decode(buf, n, &lim, "image 2", &img, &e) == -1 &&
           !strcmp(e.msg, "image 2: PNG is 200x150, more than the 199-pixel side limit"));
-    ph_image_limits_default(&lim);
+    image_limits_default(&lim);
     lim.max_pixels = 29999;
-    CHECK(ph_image_decode(buf, n, &lim, "image 2", &img, &e) == -1 &&
+    CHECK(image_decode(buf, n, &lim, "image 2", &img, &e) == -1 &&
           !strcmp(e.msg, "image 2: PNG is 200x150 = 30000 pixels, more than the 29999-pixel limit"));
     lim.max_pixels = 30000;
-    CHECK(ph_image_decode(buf, n, &lim, "image 2", &img, &e) == 0);
-    ph_image_free(&img);
-    ph_image_limits_default(&lim);
+    CHECK(image_decode(buf, n, &lim, "image 2", &img, &e) == 0);
+    image_free(&img);
+    image_limits_default(&lim);
     lim.max_file_bytes = 100;
-    CHECK(ph_image_decode(buf, n, &lim, NULL, &img, &e) == -1 &&
+    CHECK(image_decode(buf, n, &lim, NULL, &img, &e) == -1 &&
           strstr(e.msg, "image: the file is ") && strstr(e.msg, "more than the 100-byte limit"));
-    CHECK(ph_image_load_file(path, &lim, &img, &e) == -1 && strstr(e.msg, "more than the 100-byte limit"));
+    CHECK(image_load_file(path, &lim, &img, &e) == -1 && strstr(e.msg, "more than the 100-byte limit"));
     free(buf);
 
-    CHECK(ph_image_load_file("/nonexistent/x.png", NULL, &img, &e) == -1 && strstr(e.msg, "cannot open"));
-    CHECK(ph_image_load_file(PH_TEST_DATA, NULL, &img, &e) == -1 && strstr(e.msg, "not a regular file"));
+    CHECK(image_load_file("/nonexistent/x.png", NULL, &img, &e) == -1 && strstr(e.msg, "cannot open"));
+    CHECK(image_load_file(PH_TEST_DATA, NULL, &img, &e) == -1 && strstr(e.msg, "not a regular file"));
 }
 
 /* ---- damaged copies of good files ------------------------------------------ */
@@ -941,23 +941,23 @@ static uint32_t rng(void) {
 
 /* Every outcome must be clean: a picture, or one labelled line; and the
  * probe agrees. */
-static int damaged_ok(const uint8_t *d, size_t n, const ph_image_limits *lim, double *worst) {
-    ph_image img;
+static int damaged_ok(const uint8_t *d, size_t n, const image_limits *lim, double *worst) {
+    image_rgb img;
     ph_err e = {0};
     double t0 = now_s();
-    int rc = ph_image_decode(d, n, lim, "damaged", &img, &e), ok;
+    int rc = image_decode(d, n, lim, "damaged", &img, &e), ok;
     double dt = now_s() - t0;
     if (dt > *worst) *worst = dt;
     if (rc == 0) ok = img.w > 0 && img.h > 0 && img.rgb != NULL;
     else ok = img.rgb == NULL && starts_with(e.msg, "damaged: ") && !strchr(e.msg, '\n');
     ok = ok && probe_matches(d, n, lim, "damaged", rc, &img, &e);
-    ph_image_free(&img);
+    image_free(&img);
     return ok;
 }
 
 static void test_damaged(void) {
-    ph_image_limits lim;
-    ph_image_limits_default(&lim);
+    image_limits lim;
+    image_limits_default(&lim);
     lim.max_pixels = 4u << 20; /* keep damaged headers from asking for much */
     char path[1024];
     static const char *seeds[] = {"oracle:grad.png",         "oracle:small.png", "oracle:photo.jpg",

@@ -698,14 +698,14 @@ static void free_synth(synth_vocab *v) {
 }
 
 typedef struct real_vocab {
-    ph_vocab *v;
+    bpe_vocab *v;
     gguf_file *f;
 } real_vocab;
 
 static size_t real_text(void *ud, int32_t id, char *buf, size_t cap) {
     const real_vocab *r = ud;
-    if (ph_vocab_token_type(r->v, id) == PH_TOK_CONTROL) return 0;
-    const int n = ph_token_bytes(r->v, id, buf, cap);
+    if (vocab_token_type(r->v, id) == PH_TOK_CONTROL) return 0;
+    const int n = token_bytes(r->v, id, buf, cap);
     return n < 0 ? 0 : (size_t)n;
 }
 
@@ -942,20 +942,20 @@ static void test_real(bool quick) {
     ph_err e = {0};
     real_vocab rv = {0};
     rv.f = gguf_open(VOCAB_GGUF, &e);
-    rv.v = rv.f ? ph_vocab_load(rv.f, &e) : NULL;
+    rv.v = rv.f ? vocab_load(rv.f, &e) : NULL;
     CHECKF(rv.v != NULL, "%s: %s", VOCAB_GGUF, e.msg);
     if (!rv.v) {
         gguf_close(rv.f);
         return;
     }
     const double t0 = now_s();
-    jc_vocab *v = jc_vocab_new(ph_vocab_size(rv.v), real_text, &rv, &e);
+    jc_vocab *v = jc_vocab_new(vocab_size(rv.v), real_text, &rv, &e);
     CHECKF(v != NULL, "%s", e.msg);
-    printf("real vocabulary: %d tokens, indexed in %.0f ms\n", ph_vocab_size(rv.v), (now_s() - t0) * 1e3);
+    printf("real vocabulary: %d tokens, indexed in %.0f ms\n", vocab_size(rv.v), (now_s() - t0) * 1e3);
     if (!v) goto done;
     {
         /* <tool_call> keeps its text; <|im_end|> has none */
-        const int32_t tc = ph_vocab_find(rv.v, "<tool_call>", 11), im = ph_vocab_find(rv.v, "<|im_end|>", 10);
+        const int32_t tc = vocab_find(rv.v, "<tool_call>", 11), im = vocab_find(rv.v, "<|im_end|>", 10);
         jc_schema *s = compile_ok(TOOLS);
         jc_matcher *m = jc_matcher_new(s, "<tool_call>\n", "\n</tool_call>", false, NULL);
         CHECK(tc >= 0 && jc_matcher_token_ok(m, v, tc));
@@ -1037,7 +1037,7 @@ static void test_real(bool quick) {
     run_generation(v, real_text, &rv, quick ? 2 : 25, 0, "real");
 done:
     jc_vocab_free(v);
-    ph_vocab_free(rv.v);
+    vocab_free(rv.v);
     gguf_close(rv.f);
 }
 

@@ -85,7 +85,7 @@ int main(void) {
      * the tier owns it once added; refused, it stays the caller's */
     fill_seq(&a, 10, 500, true);
     ram_ckpt w;
-    void *map = ph_big_alloc(1 << 16);
+    void *map = big_alloc(1 << 16);
     CHECK(map && ram_ckpt_wrap(&w, &a, a.n_rows, 100, map, 1 << 16, 64, t.floor) == 0);
     CHECK(ram_tier_add(&t, &w) && w.kv == NULL && t.v[t.n - 1].kv == map && t.v[t.n - 1].kv_rows == 64);
     CHECK(ram_ckpt_wrap(&w, &a, 6, 100, map, 1 << 16, 64, t.floor) == 0);

@@ -50,10 +50,10 @@ static bool same_file(const char *a, const char *b) {
     return same;
 }
 
-static int synth(const char *arch, const char *out, uint64_t seed, ph_err *e) {
+static int synth(const char *arch, const char *out, uint64_t seed, ph_err *err) {
     const ph_synth_params p = {.arch = arch, .shape = "tiny", .type = "f16", .vision_type = "f16", .out = out,
                                .seed = seed, .n_threads = 2};
-    return ph_synth(&p, e);
+    return ph_synth(&p, err);
 }
 
 static ph_tokens tokenize(const ph_model *m, const char *text, bool parse_special) {
@@ -259,7 +259,7 @@ static void text_run(ph_model *m, float *last) {
     ph_session_free(s);
 }
 
-static void check_render(const ph_chat_format *f, const ph_chat_msg *msgs, size_t n, int thinking, const char *want) {
+static void check_render(const chat_fmt *f, const ph_chat_msg *msgs, size_t n, int thinking, const char *want) {
     const chat_render_opts o = {.thinking = thinking};
     char *text = NULL;
     size_t len = 0;
@@ -275,7 +275,7 @@ static void check_render(const ph_chat_format *f, const ph_chat_msg *msgs, size_
  * are llama.cpp's renderings of that template (llama-server's
  * /apply-template, identical to those of Qwen3.5's own template). */
 static void test_qwen35_format(const ph_model *m) {
-    const ph_chat_format f = format_of(m);
+    const chat_fmt f = format_of(m);
     CHECK(f.think && f.thinking_switch && f.reasoning_history && !strcmp(chat_format_family(&f)->name, "xml"));
     const ph_chat_part sys[] = {PART("Be brief.")}, hi[] = {PART("Hi")},
                        hello[] = {PART("<think>\nhmm\n</think>\n\nHello!")}, now[] = {PART("And now?")};
@@ -362,7 +362,7 @@ static void test_qwen35(const char *dir) {
     m = ph_model_load(llm, 2, &e);
     CHECKF(m != NULL, "%s", e.msg);
     if (m) {
-        const ph_chat_format f = format_of(m);
+        const chat_fmt f = format_of(m);
         CHECK(f.think && f.family_from_template && !strcmp(chat_format_family(&f)->name, "xml"));
         ph_model_free(m);
     }
@@ -404,7 +404,7 @@ int main(void) {
         if (last) test_picture(m, mmproj, last);
         free(last);
         /* no template file: the built-in tokenizer's ChatML, Qwen3-VL's tool format */
-        const ph_chat_format f = format_of(m);
+        const chat_fmt f = format_of(m);
         CHECK(!f.think && !strcmp(chat_format_family(&f)->name, "hermes"));
         ph_model_free(m);
     }

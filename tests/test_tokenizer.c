@@ -43,22 +43,22 @@ static void print_ids(const char *label, const int32_t *ids, size_t n) {
     fputc('\n', stderr);
 }
 
-static ph_tokens tokenize(const ph_vocab *v, const char *s, size_t n, bool parse_special) {
+static ph_tokens tokenize(const bpe_vocab *v, const char *s, size_t n, bool parse_special) {
     ph_tokens t = {0};
     ph_err e = {0};
-    CHECKF(ph_vocab_tokenize(v, s, n, parse_special, &t, &e) == 0, "%s", e.msg);
+    CHECKF(vocab_tokenize(v, s, n, parse_special, &t, &e) == 0, "%s", e.msg);
     return t;
 }
 
-/* Concatenated ph_token_bytes of all tokens (malloc'd, NUL-terminated). */
-static char *detokenize(const ph_vocab *v, const ph_tokens *t, size_t *len) {
+/* Concatenated token_bytes of all tokens (malloc'd, NUL-terminated). */
+static char *detokenize(const bpe_vocab *v, const ph_tokens *t, size_t *len) {
     size_t cap = 64, n = 0;
     char *s = malloc(cap);
     for (size_t i = 0; i < t->n; i++) {
-        const int k = ph_token_bytes(v, t->ids[i], NULL, 0);
+        const int k = token_bytes(v, t->ids[i], NULL, 0);
         if (k < 0) continue;
         while (n + (size_t)k + 1 > cap) s = realloc(s, cap *= 2);
-        ph_token_bytes(v, t->ids[i], s + n, (size_t)k);
+        token_bytes(v, t->ids[i], s + n, (size_t)k);
         n += (size_t)k;
     }
     s[n] = '\0';
@@ -68,19 +68,19 @@ static char *detokenize(const ph_vocab *v, const ph_tokens *t, size_t *len) {
 
 /* Streams the tokens through a ph_detok; every piece must be whole, valid
  * UTF-8. Returns the concatenation (malloc'd). */
-static char *detok_stream(const ph_vocab *v, const ph_tokens *t, size_t *len, bool *pieces_valid) {
-    const size_t piece_cap = 3 * (ph_vocab_max_token_len(v) + 3) + 1;
+static char *detok_stream(const bpe_vocab *v, const ph_tokens *t, size_t *len, bool *pieces_valid) {
+    const size_t piece_cap = 3 * (vocab_max_token_len(v) + 3) + 1;
     char *piece = malloc(piece_cap);
     char *s = malloc(t->n * piece_cap + piece_cap);
     size_t n = 0;
     ph_detok d = {0};
     *pieces_valid = true;
     for (size_t i = 0; i <= t->n; i++) {
-        const size_t k = i < t->n ? ph_detok_push(&d, v, t->ids[i], piece, piece_cap) : ph_detok_flush(&d, piece, piece_cap);
+        const size_t k = i < t->n ? detok_push(&d, v, t->ids[i], piece, piece_cap) : detok_flush(&d, piece, piece_cap);
         if (strlen(piece) != k) *pieces_valid = false;
         for (size_t j = 0; j < k;) {
             uint32_t cp;
-            const int r = ph_utf8_next((const uint8_t *)piece + j, k - j, &cp);
+            const int r = utf8_next((const uint8_t *)piece + j, k - j, &cp);
             if (r <= 0) {
                 *pieces_valid = false;
                 break;
@@ -114,10 +114,10 @@ static int byte_char(uint8_t b, char out[2]) {
     return 2;
 }
 
-static int32_t byte_token(const ph_vocab *v, uint8_t b) {
+static int32_t byte_token(const bpe_vocab *v, uint8_t b) {
     char c[2];
     const int n = byte_char(b, c);
-    return ph_vocab_find(v, c, (size_t)n);
+    return vocab_find(v, c, (size_t)n);
 }
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
@@ -130,7 +130,7 @@ static uint32_t rng(void) {
 
 /* ---- llama.cpp test vectors ---------------------------------------------- */
 
-static void test_vectors(const ph_vocab *v) {
+static void test_vectors(const bpe_vocab *v) {
     char *inp = read_file(PH_ORACLE_DIR "/tokenizer/ggml-vocab-qwen2.gguf.inp", NULL);
     char *outp = read_file(PH_ORACLE_DIR "/tokenizer/ggml-vocab-qwen2.gguf.out", NULL);
     CHECK(inp && outp);
@@ -227,7 +227,7 @@ static char *json_string(const char *p, size_t *len) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4(p + 2) - 0xDC00);
                 p += 6;
             }
-            n += (size_t)ph_utf8_encode(cp, (uint8_t *)out + n);
+            n += (size_t)utf8_encode(cp, (uint8_t *)out + n);
             break;
         }
         default: out[n++] = c; break; /* \" \\ \/ */
@@ -260,7 +260,7 @@ static size_t ref_text_chunks(const char *line, const char *end, ph_tokens *chun
 /* Each prompt of cases.json must split into the reference's text chunks:
  * the text between image markers, with <|vision_start|> ending the chunk
  * before a picture and <|vision_end|> starting the one after it. */
-static void test_prompts(const ph_vocab *v) {
+static void test_prompts(const bpe_vocab *v) {
     size_t cases_len, ref_len;
     char *cases = read_file(PH_ORACLE_DIR "/cases.json", &cases_len);
     char *ref = read_file(PH_ORACLE_DIR "/ref-tiny-f16.jsonl", &ref_len);
@@ -335,16 +335,16 @@ static int cmp_cand(const void *pa, const void *pb) {
 }
 
 /* CONTROL, USER_DEFINED and UNKNOWN tokens, longest first (ties by id). */
-static cand *list_candidates(const ph_vocab *v, int *n) {
+static cand *list_candidates(const bpe_vocab *v, int *n) {
     cand *c = NULL;
     *n = 0;
-    for (int32_t id = 0; id < ph_vocab_size(v); id++) {
-        const int t = ph_vocab_token_type(v, id);
+    for (int32_t id = 0; id < vocab_size(v); id++) {
+        const int t = vocab_token_type(v, id);
         if (t != PH_TOK_CONTROL && t != PH_TOK_USER_DEFINED && t != PH_TOK_UNKNOWN) continue;
         c = realloc(c, (size_t)(*n + 1) * sizeof *c);
         c[*n].id = id;
         c[*n].type = t;
-        const int len = ph_token_bytes(v, id, c[*n].text, sizeof c[*n].text);
+        const int len = token_bytes(v, id, c[*n].text, sizeof c[*n].text);
         c[*n].len = (size_t)len;
         (*n)++;
     }
@@ -360,7 +360,7 @@ typedef struct frag {
 /* Spec I.2 literally: for each candidate, split every raw fragment at its
  * occurrences; then tokenize the raw fragments (which hold no candidate
  * any more) and emit the tokens. user_only: parse_special = false. */
-static ph_tokens ref_tokenize(const ph_vocab *v, const cand *c, int nc, const char *s, size_t n, bool user_only) {
+static ph_tokens ref_tokenize(const bpe_vocab *v, const cand *c, int nc, const char *s, size_t n, bool user_only) {
     frag *fr = malloc((2 * n + 2) * sizeof *fr), *nf = malloc((2 * n + 2) * sizeof *nf);
     size_t nfr = 0;
     if (n > 0) fr[nfr++] = (frag){-1, 0, n};
@@ -389,16 +389,16 @@ static ph_tokens ref_tokenize(const ph_vocab *v, const cand *c, int nc, const ch
     ph_err e;
     for (size_t i = 0; i < nfr; i++) {
         if (fr[i].id >= 0) ph_tokens_push(&out, fr[i].id);
-        else ph_vocab_tokenize(v, s + fr[i].start, fr[i].len, !user_only, &out, &e);
+        else vocab_tokenize(v, s + fr[i].start, fr[i].len, !user_only, &out, &e);
     }
     free(fr);
     free(nf);
     return out;
 }
 
-/* Random concatenations of the pieces: ph_vocab_tokenize must equal the
+/* Random concatenations of the pieces: vocab_tokenize must equal the
  * direct implementation. */
-static void fuzz_specials(const ph_vocab *v, const char *const *pieces, int n_pieces, int rounds, bool user_only) {
+static void fuzz_specials(const bpe_vocab *v, const char *const *pieces, int n_pieces, int rounds, bool user_only) {
     int n_cand;
     cand *c = list_candidates(v, &n_cand);
     int n_bad = 0;
@@ -425,7 +425,7 @@ static void fuzz_specials(const ph_vocab *v, const char *const *pieces, int n_pi
     free(c);
 }
 
-static void test_specials(const ph_vocab *v) {
+static void test_specials(const bpe_vocab *v) {
     ph_tokens t = tokenize(v, "<|im_start|>user", 16, true);
     CHECK(t.n == 2 && t.ids[0] == 151644 && t.ids[1] == 872);
     ph_tokens_free(&t);
@@ -511,7 +511,7 @@ static void test_synthetic(const char *dir) {
     };
     static const char *const merges[] = {"a b", "ab ab"};
     gguf_file *f = synth_vocab(path, "gpt2", "qwen2", specials, (int)(sizeof specials / sizeof specials[0]), merges, 2, -1);
-    ph_vocab *v = f ? ph_vocab_load(f, &e) : NULL;
+    bpe_vocab *v = f ? vocab_load(f, &e) : NULL;
     CHECKF(v != NULL, "%s", e.msg);
     if (v) {
         static const char *const pieces[] = {"<", ">", "a", "b", "<a>", "<b>", "x", "y", "z", "!", " ", "ab", "<a><b>", "yz"};
@@ -523,7 +523,7 @@ static void test_synthetic(const char *dir) {
         t = tokenize(v, " aab", 4, false); /* one pre-token; only "a b" merges */
         CHECK(t.n == 3 && t.ids[0] == ' ' && t.ids[1] == 'a' && t.ids[2] == 256);
         ph_tokens_free(&t);
-        ph_vocab_free(v);
+        vocab_free(v);
     }
     gguf_close(f);
 
@@ -536,14 +536,14 @@ static void test_synthetic(const char *dir) {
     const char *word = "e\xcc\x81x";
     for (int qwen35 = 0; qwen35 < 2; qwen35++) {
         f = synth_vocab(path, "gpt2", qwen35 ? "qwen35" : "qwen2", eacute, 1, emerge, 1, -1);
-        v = f ? ph_vocab_load(f, &e) : NULL;
+        v = f ? vocab_load(f, &e) : NULL;
         CHECKF(v != NULL, "%s", e.msg);
         if (v) {
             ph_tokens t = tokenize(v, word, strlen(word), false);
             if (qwen35) CHECK(t.n == 3 && t.ids[0] == 256);
             else CHECK(t.n == 4 && t.ids[0] == 'e');
             ph_tokens_free(&t);
-            ph_vocab_free(v);
+            vocab_free(v);
         }
         gguf_close(f);
     }
@@ -553,25 +553,25 @@ static void test_synthetic(const char *dir) {
     static const synth_tok fim[] = {{"<|fim_prefix|>", PH_TOK_USER_DEFINED}, {"<|im_end|>", PH_TOK_USER_DEFINED}};
     for (int keyed = 0; keyed < 2; keyed++) {
         f = synth_vocab(path, "gpt2", "qwen2", fim, 2, NULL, 0, keyed ? 256 : -1);
-        v = f ? ph_vocab_load(f, &e) : NULL;
+        v = f ? vocab_load(f, &e) : NULL;
         CHECKF(v != NULL, "%s", e.msg);
         if (v) {
             ph_tokens t = tokenize(v, "<|fim_prefix|><|im_end|>", 24, false);
             CHECKF(keyed ? t.n > 1 && t.ids[0] == 256 : t.n > 2 && t.ids[0] == '<', "keyed %d", keyed);
-            CHECK(t.ids[t.n - 1] == '>' && ph_vocab_is_eog(v, 257) && !ph_vocab_is_eog(v, 256));
+            CHECK(t.ids[t.n - 1] == '>' && vocab_is_eog(v, 257) && !vocab_is_eog(v, 256));
             ph_tokens_free(&t);
-            ph_vocab_free(v);
+            vocab_free(v);
         }
         gguf_close(f);
     }
 
     /* Refusals. */
     f = synth_vocab(path, "llama", "qwen2", NULL, 0, NULL, 0, -1);
-    v = f ? ph_vocab_load(f, &e) : NULL;
+    v = f ? vocab_load(f, &e) : NULL;
     CHECK(f && !v && strstr(e.msg, "'llama'") && strstr(e.msg, "gpt2"));
     gguf_close(f);
     f = synth_vocab(path, "gpt2", "llama-bpe", NULL, 0, NULL, 0, -1);
-    v = f ? ph_vocab_load(f, &e) : NULL;
+    v = f ? vocab_load(f, &e) : NULL;
     CHECK(f && !v && strstr(e.msg, "'llama-bpe'"));
     gguf_close(f);
     unlink(path);
@@ -581,18 +581,18 @@ static void test_synthetic(const char *dir) {
 
 /* Pushes the tokens of the given bytes (one byte token each, then flush if
  * asked) and returns the concatenated output. */
-static char *stream_bytes(const ph_vocab *v, const char *bytes, bool flush) {
+static char *stream_bytes(const bpe_vocab *v, const char *bytes, bool flush) {
     static char all[256];
     char piece[64];
     size_t n = 0;
     ph_detok d = {0};
     for (const char *b = bytes; *b; b++) {
-        const size_t k = ph_detok_push(&d, v, byte_token(v, (uint8_t)*b), piece, sizeof piece);
+        const size_t k = detok_push(&d, v, byte_token(v, (uint8_t)*b), piece, sizeof piece);
         memcpy(all + n, piece, k);
         n += k;
     }
     if (flush) {
-        const size_t k = ph_detok_flush(&d, piece, sizeof piece);
+        const size_t k = detok_flush(&d, piece, sizeof piece);
         memcpy(all + n, piece, k);
         n += k;
     }
@@ -602,16 +602,16 @@ static char *stream_bytes(const ph_vocab *v, const char *bytes, bool flush) {
 
 #define FFFD "\xef\xbf\xbd"
 
-static void test_detok(const ph_vocab *v) {
+static void test_detok(const bpe_vocab *v) {
     /* Token bytes. */
     char buf[32];
-    CHECK(ph_token_bytes(v, 151644, buf, sizeof buf) == 12 && memcmp(buf, "<|im_start|>", 12) == 0);
-    CHECK(ph_token_bytes(v, 151644, buf, 3) == 12 && memcmp(buf, "<|i", 3) == 0);
-    CHECK(ph_token_bytes(v, 220, buf, sizeof buf) == 1 && buf[0] == ' ');
-    CHECK(ph_token_bytes(v, 198, buf, sizeof buf) == 1 && buf[0] == '\n');
-    CHECK(ph_token_bytes(v, 21927, buf, sizeof buf) == 6 && memcmp(buf, " Hello", 6) == 0);
-    CHECK(ph_token_bytes(v, -1, buf, sizeof buf) == -1);
-    CHECK(ph_token_bytes(v, ph_vocab_size(v), buf, sizeof buf) == -1);
+    CHECK(token_bytes(v, 151644, buf, sizeof buf) == 12 && memcmp(buf, "<|im_start|>", 12) == 0);
+    CHECK(token_bytes(v, 151644, buf, 3) == 12 && memcmp(buf, "<|i", 3) == 0);
+    CHECK(token_bytes(v, 220, buf, sizeof buf) == 1 && buf[0] == ' ');
+    CHECK(token_bytes(v, 198, buf, sizeof buf) == 1 && buf[0] == '\n');
+    CHECK(token_bytes(v, 21927, buf, sizeof buf) == 6 && memcmp(buf, " Hello", 6) == 0);
+    CHECK(token_bytes(v, -1, buf, sizeof buf) == -1);
+    CHECK(token_bytes(v, vocab_size(v), buf, sizeof buf) == -1);
 
     /* Streaming over characters split across tokens. */
     const char *text = "emoji \xf0\x9f\x99\x82 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\xa6\x99.cpp "
@@ -619,10 +619,10 @@ static void test_detok(const ph_vocab *v) {
     ph_tokens t = tokenize(v, text, strlen(text), false);
     int split_tokens = 0;
     for (size_t i = 0; i < t.n; i++) {
-        const int n = ph_token_bytes(v, t.ids[i], buf, sizeof buf);
+        const int n = token_bytes(v, t.ids[i], buf, sizeof buf);
         uint32_t cp;
         for (int j = 0; j < n;) {
-            const int r = ph_utf8_next((const uint8_t *)buf + j, (size_t)(n - j), &cp);
+            const int r = utf8_next((const uint8_t *)buf + j, (size_t)(n - j), &cp);
             if (r <= 0) {
                 split_tokens++;
                 break;
@@ -652,7 +652,7 @@ static void test_detok(const ph_vocab *v) {
     /* A too small buffer: whole characters only, NUL-terminated. */
     ph_detok d = {0};
     char small[4];
-    CHECK(ph_detok_push(&d, v, 21927, small, sizeof small) == 3 && strcmp(small, " He") == 0);
+    CHECK(detok_push(&d, v, 21927, small, sizeof small) == 3 && strcmp(small, " He") == 0);
 
     /* Invalid input text becomes U+FFFD (invalid bytes one by one); overlong
      * forms decode to their value, as in llama.cpp. */
@@ -671,53 +671,53 @@ static void test_detok(const ph_vocab *v) {
 
 /* ---- vocabulary facts and the code point classes ----------------------------- */
 
-static void test_vocab_facts(const ph_vocab *v) {
-    CHECK(ph_vocab_size(v) == 151936);
-    CHECK(ph_vocab_bos(v) == 151643 && ph_vocab_eos(v) == 151645 && !ph_vocab_add_bos(v));
-    CHECK(ph_vocab_find(v, "<|im_end|>", 10) == 151645);
-    CHECK(ph_vocab_find(v, "Hello", 5) == 9707);
-    CHECK(ph_vocab_find(v, "no such token here", 18) == -1);
-    CHECK(ph_vocab_token_type(v, 151644) == PH_TOK_CONTROL);
-    CHECK(ph_vocab_token_type(v, 151667) == PH_TOK_USER_DEFINED);
-    CHECK(ph_vocab_token_type(v, 9707) == PH_TOK_NORMAL);
-    CHECK(ph_vocab_token_type(v, -5) == -1);
+static void test_vocab_facts(const bpe_vocab *v) {
+    CHECK(vocab_size(v) == 151936);
+    CHECK(vocab_bos(v) == 151643 && vocab_eos(v) == 151645 && !vocab_add_bos(v));
+    CHECK(vocab_find(v, "<|im_end|>", 10) == 151645);
+    CHECK(vocab_find(v, "Hello", 5) == 9707);
+    CHECK(vocab_find(v, "no such token here", 18) == -1);
+    CHECK(vocab_token_type(v, 151644) == PH_TOK_CONTROL);
+    CHECK(vocab_token_type(v, 151667) == PH_TOK_USER_DEFINED);
+    CHECK(vocab_token_type(v, 9707) == PH_TOK_NORMAL);
+    CHECK(vocab_token_type(v, -5) == -1);
     /* end of generation: <|endoftext|>, <|im_end|>, and the FIM pad / repo / file separator */
     const int32_t eog[] = {151643, 151645, 151662, 151663, 151664};
-    for (size_t i = 0; i < sizeof eog / sizeof eog[0]; i++) CHECKF(ph_vocab_is_eog(v, eog[i]), "%d", eog[i]);
-    CHECK(!ph_vocab_is_eog(v, 151644) && !ph_vocab_is_eog(v, 151659) && !ph_vocab_is_eog(v, 9707));
-    CHECK(!ph_vocab_is_eog(v, -1) && !ph_vocab_is_eog(v, 151936));
-    CHECK(ph_vocab_max_token_len(v) == 256);
+    for (size_t i = 0; i < sizeof eog / sizeof eog[0]; i++) CHECKF(vocab_is_eog(v, eog[i]), "%d", eog[i]);
+    CHECK(!vocab_is_eog(v, 151644) && !vocab_is_eog(v, 151659) && !vocab_is_eog(v, 9707));
+    CHECK(!vocab_is_eog(v, -1) && !vocab_is_eog(v, 151936));
+    CHECK(vocab_max_token_len(v) == 256);
 }
 
 static void test_unicode(void) {
-    CHECK(ph_cp_flags('a') == PH_CP_LETTER && ph_cp_flags('Z') == PH_CP_LETTER);
-    CHECK(ph_cp_flags('5') == PH_CP_NUMBER && ph_cp_flags(0xB2) == PH_CP_NUMBER); /* superscript two */
-    CHECK(ph_cp_flags(' ') == PH_CP_SPACE && ph_cp_flags('\n') == PH_CP_SPACE && ph_cp_flags(0x3000) == PH_CP_SPACE);
-    CHECK(ph_cp_flags(0x85) == PH_CP_SPACE && ph_cp_flags(0x200B) == 0); /* zero width space is not */
-    CHECK(ph_cp_flags(0x301) == PH_CP_MARK && ph_cp_flags(0x0E31) == PH_CP_MARK);
-    CHECK(ph_cp_flags(0x4E00) == PH_CP_LETTER && ph_cp_flags(0xAC00) == PH_CP_LETTER);
-    CHECK(ph_cp_flags(0x31350) == PH_CP_LETTER);   /* CJK extension H (Unicode 15.0) */
-    CHECK(ph_cp_flags(0x2EBF0) == PH_CP_LETTER);   /* CJK extension I (Unicode 15.1) */
-    CHECK(ph_cp_flags(0x1F642) == 0 && ph_cp_flags('!') == 0 && ph_cp_flags(0xFFFD) == 0);
-    CHECK(ph_cp_flags(0x10FFFF) == 0 && ph_cp_flags(0x110000) == 0 && ph_cp_flags(0xFFFFFFFF) == 0);
+    CHECK(cp_flags('a') == PH_CP_LETTER && cp_flags('Z') == PH_CP_LETTER);
+    CHECK(cp_flags('5') == PH_CP_NUMBER && cp_flags(0xB2) == PH_CP_NUMBER); /* superscript two */
+    CHECK(cp_flags(' ') == PH_CP_SPACE && cp_flags('\n') == PH_CP_SPACE && cp_flags(0x3000) == PH_CP_SPACE);
+    CHECK(cp_flags(0x85) == PH_CP_SPACE && cp_flags(0x200B) == 0); /* zero width space is not */
+    CHECK(cp_flags(0x301) == PH_CP_MARK && cp_flags(0x0E31) == PH_CP_MARK);
+    CHECK(cp_flags(0x4E00) == PH_CP_LETTER && cp_flags(0xAC00) == PH_CP_LETTER);
+    CHECK(cp_flags(0x31350) == PH_CP_LETTER);   /* CJK extension H (Unicode 15.0) */
+    CHECK(cp_flags(0x2EBF0) == PH_CP_LETTER);   /* CJK extension I (Unicode 15.1) */
+    CHECK(cp_flags(0x1F642) == 0 && cp_flags('!') == 0 && cp_flags(0xFFFD) == 0);
+    CHECK(cp_flags(0x10FFFF) == 0 && cp_flags(0x110000) == 0 && cp_flags(0xFFFFFFFF) == 0);
     uint32_t cp;
-    CHECK(ph_utf8_decode_lenient((const uint8_t *)"\xe6\x97\xa5", 3, &cp) == 3 && cp == 0x65E5);
-    CHECK(ph_utf8_decode_lenient((const uint8_t *)"\xe6\x97", 2, &cp) == 1 && cp == 0xFFFD);
-    CHECK(ph_utf8_decode_lenient((const uint8_t *)"\xf7\xbf\xbf\xbf", 4, &cp) == 1 && cp == 0xFFFD);
-    CHECK(ph_utf8_decode_lenient((const uint8_t *)"\xed\xa0\x80", 3, &cp) == 3 && cp == 0xD800);
+    CHECK(utf8_decode_lenient((const uint8_t *)"\xe6\x97\xa5", 3, &cp) == 3 && cp == 0x65E5);
+    CHECK(utf8_decode_lenient((const uint8_t *)"\xe6\x97", 2, &cp) == 1 && cp == 0xFFFD);
+    CHECK(utf8_decode_lenient((const uint8_t *)"\xf7\xbf\xbf\xbf", 4, &cp) == 1 && cp == 0xFFFD);
+    CHECK(utf8_decode_lenient((const uint8_t *)"\xed\xa0\x80", 3, &cp) == 3 && cp == 0xD800);
 }
 
 /* ---- load time and speed ----------------------------------------------------- */
 
-static void bench(const gguf_file *f, const ph_vocab *v) {
+static void bench(const gguf_file *f, const bpe_vocab *v) {
     double best = 1e9;
     for (int i = 0; i < 5; i++) {
         ph_err e;
-        const double t0 = ph_now_s();
-        ph_vocab *w = ph_vocab_load(f, &e);
-        const double dt = ph_now_s() - t0;
+        const double t0 = time_now_s();
+        bpe_vocab *w = vocab_load(f, &e);
+        const double dt = time_now_s() - t0;
         if (dt < best) best = dt;
-        ph_vocab_free(w);
+        vocab_free(w);
     }
     char *cases = read_file(PH_ORACLE_DIR "/cases.json", NULL);
     const char *p = cases ? strstr(cases, "\"text_long\"") : NULL;
@@ -726,13 +726,13 @@ static void bench(const gguf_file *f, const ph_vocab *v) {
     if (text) {
         size_t n_tok = 0;
         const int reps = 200;
-        const double t0 = ph_now_s();
+        const double t0 = time_now_s();
         for (int i = 0; i < reps; i++) {
             ph_tokens t = tokenize(v, text, strlen(text), true);
             n_tok += t.n;
             ph_tokens_free(&t);
         }
-        const double dt = ph_now_s() - t0;
+        const double dt = time_now_s() - t0;
         printf("vocab load %.1f ms; tokenize %.2f M tokens/s (%zu-byte prompt, %zu tokens)\n", best * 1e3,
                (double)n_tok / dt / 1e6, strlen(text), n_tok / reps);
     }
@@ -746,7 +746,7 @@ int main(void) {
     ph_err e = {0};
     gguf_file *f = gguf_open(VOCAB_GGUF, &e);
     CHECKF(f != NULL, "%s", e.msg);
-    ph_vocab *v = f ? ph_vocab_load(f, &e) : NULL;
+    bpe_vocab *v = f ? vocab_load(f, &e) : NULL;
     CHECKF(v != NULL, "%s", e.msg);
     if (v) {
         test_vocab_facts(v);
@@ -756,7 +756,7 @@ int main(void) {
         test_detok(v);
         bench(f, v);
     }
-    ph_vocab_free(v);
+    vocab_free(v);
     gguf_close(f);
 
     char dir[] = "/tmp/ph_test_tokenizer_XXXXXX";

@@ -91,37 +91,37 @@ static void test_tojson(void) {
 
 /* ---- detection ------------------------------------------------------------------ */
 
-static ph_chat_format fmt_from(const char *file, const char *arch) {
+static chat_fmt fmt_from(const char *file, const char *arch) {
     char path[512];
     snprintf(path, sizeof path, SPEC "%s", file);
     size_t n = 0;
     char *t = read_all(path, &n);
     CHECKF(t != NULL, "cannot read %s", path);
-    ph_chat_format f = chat_format_detect(t, n, arch);
+    chat_fmt f = chat_format_detect(t, n, arch);
     free(t);
     return f;
 }
 
 static void test_detect(const ph_model *m) {
-    ph_chat_format vl = fmt_from("Qwen3-VL-Instruct.jinja", "qwen3vl");
+    chat_fmt vl = fmt_from("Qwen3-VL-Instruct.jinja", "qwen3vl");
     CHECK(!strcmp(chat_format_family(&vl)->name, "hermes") && vl.family_from_template);
     CHECK(!vl.think && !vl.thinking_switch && !vl.reasoning_history);
-    ph_chat_format q3 = fmt_from("Qwen3.jinja", "qwen3");
+    chat_fmt q3 = fmt_from("Qwen3.jinja", "qwen3");
     CHECK(!strcmp(chat_format_family(&q3)->name, "hermes") && q3.family_from_template);
     CHECK(!q3.think && q3.thinking_switch && q3.reasoning_history);
-    ph_chat_format q35 = fmt_from("Qwen3.5.jinja", "qwen35");
+    chat_fmt q35 = fmt_from("Qwen3.5.jinja", "qwen35");
     CHECK(!strcmp(chat_format_family(&q35)->name, "xml") && q35.family_from_template);
     CHECK(q35.think && q35.thinking_switch && q35.reasoning_history);
     /* a template without tool markup: the architecture decides */
     const char *plain = "{% for message in messages %}<|im_start|>{{ message.role }}{% endfor %}";
-    ph_chat_format a = chat_format_detect(plain, strlen(plain), "qwen35");
+    chat_fmt a = chat_format_detect(plain, strlen(plain), "qwen35");
     CHECK(!strcmp(chat_format_family(&a)->name, "xml") && !a.family_from_template);
     a = chat_format_detect(plain, strlen(plain), "qwen3");
     CHECK(!strcmp(chat_format_family(&a)->name, "hermes") && !a.family_from_template);
     a = chat_format_detect(NULL, 0, "llama");
     CHECK(!strcmp(chat_format_family(&a)->name, "hermes"));
     /* the test model's template is plain ChatML; it is a qwen3vl */
-    ph_chat_format t = format_of(m);
+    chat_fmt t = format_of(m);
     CHECK(!strcmp(chat_format_family(&t)->name, "hermes") && !t.family_from_template && !t.think);
 }
 
@@ -218,7 +218,7 @@ static char *cat(const char *const *parts, size_t n) {
 
 /* Renders as text and compares; then as tokens against the tokens of the
  * expected text (pictures: the picture items in their places). */
-static void expect_render(const char *what, const ph_chat_format *f, const ph_model *m, const ph_chat_msg *msgs,
+static void expect_render(const char *what, const chat_fmt *f, const ph_model *m, const ph_chat_msg *msgs,
                           size_t n, size_t n_tools, int thinking, const char *want) {
     const chat_render_opts o = {.thinking = thinking};
     char *text = NULL;
@@ -267,7 +267,7 @@ static void expect_render(const char *what, const ph_chat_format *f, const ph_mo
     free(pics);
 }
 
-static void test_spec_renderings(const ph_model *m, const char *section, const ph_chat_format *f) {
+static void test_spec_renderings(const ph_model *m, const char *section, const chat_fmt *f) {
     char *all = read_all(SPEC "tool-renderings.txt", NULL);
     CHECK(all != NULL);
     if (!all) return;
@@ -309,8 +309,8 @@ static void test_spec_renderings(const ph_model *m, const char *section, const p
 #define MORE "<|im_start|>user\nThanks. And Rome?<|im_end|>\n"
 
 /* The literals of tools.md 1.2, 1.3 and 1.5 that the file does not hold. */
-static void test_more_renderings(const ph_model *m, const ph_chat_format *vl, const ph_chat_format *q3,
-                                 const ph_chat_format *q35) {
+static void test_more_renderings(const ph_model *m, const chat_fmt *vl, const chat_fmt *q3,
+                                 const chat_fmt *q35) {
     static const char reason[] = "I should call the tool twice.";
     ph_chat_msg thought = CALLS(p_check, 1);
     thought.reasoning = reason;
@@ -483,7 +483,7 @@ static const char *s_or(const strbuf *t) { return t->n ? t->p : ""; }
 
 /* mode 0: whole; 1: a byte at a time; 2+: random pieces */
 static void run_case(const pcase *c, int mode) {
-    ph_chat_format f = chat_format_detect(NULL, 0, c->xml ? "qwen35" : "qwen3vl");
+    chat_fmt f = chat_format_detect(NULL, 0, c->xml ? "qwen35" : "qwen3vl");
     out_parser p;
     out_parser_cfg cfg = {.fmt = &f, .in_reasoning = c->in_reasoning, .parse_calls = !c->no_calls,
                           .tools = ptools, .n_tools = sizeof ptools / sizeof *ptools};
@@ -680,7 +680,7 @@ static void test_parser_random(void) {
         size_t k = 1 + rnd(40);
         for (size_t i = 0; i < k; i++) strbuf_puts(&text, bits[rnd(nb)]);
         bool xml = iter & 1, reasoning = (iter >> 1) & 1;
-        ph_chat_format f = chat_format_detect(NULL, 0, xml ? "qwen35" : "qwen3vl");
+        chat_fmt f = chat_format_detect(NULL, 0, xml ? "qwen35" : "qwen3vl");
         out_parser_cfg cfg = {.fmt = &f, .in_reasoning = reasoning, .parse_calls = true, .tools = ptools,
                               .n_tools = sizeof ptools / sizeof *ptools};
         strbuf got[3] = {{0}}, norm[3] = {{0}};
@@ -718,9 +718,9 @@ int main(void) {
     CHECK(m != NULL);
     if (!m) TEST_END();
     test_detect(m);
-    ph_chat_format vl = fmt_from("Qwen3-VL-Instruct.jinja", "qwen3vl");
-    ph_chat_format q3 = fmt_from("Qwen3.jinja", "qwen3");
-    ph_chat_format q35 = fmt_from("Qwen3.5.jinja", "qwen35");
+    chat_fmt vl = fmt_from("Qwen3-VL-Instruct.jinja", "qwen3vl");
+    chat_fmt q3 = fmt_from("Qwen3.jinja", "qwen3");
+    chat_fmt q35 = fmt_from("Qwen3.5.jinja", "qwen35");
     test_spec_renderings(m, "qwen3vl", &vl);
     test_spec_renderings(m, "qwen3", &q3);
     test_spec_renderings(m, "qwen35", &q35);

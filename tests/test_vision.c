@@ -22,28 +22,28 @@
 static const char *models[] = {"tiny-f16", "mid-q8", "small-q4k", "qwen35/tiny", "qwen35/q8", "qwen35/q4k"};
 
 /* Encodes one picture and compares it with a reference image chunk. */
-static void check_picture(ph_vision *v, const char *model, const char *id, const char *img_rel, json_t *chunk,
+static void check_picture(vis_tower *v, const char *model, const char *id, const char *img_rel, json_t *chunk,
                           double *model_worst_norm, double *model_worst_val) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", PH_ORACLE_DIR, img_rel);
     ph_err e = {0};
-    ph_image_limits lim;
-    ph_image_limits_default(&lim);
-    ph_image img;
-    if (ph_image_load_file(path, &lim, &img, &e)) {
+    image_limits lim;
+    image_limits_default(&lim);
+    image_rgb img;
+    if (image_load_file(path, &lim, &img, &e)) {
         CHECKF(0, "%s/%s: %s: %s", model, id, img_rel, e.msg);
         return;
     }
-    ph_prep_params pp;
-    ph_vision_prep_params(v, &pp);
-    ph_prep prep;
-    int rc = ph_image_preprocess(&img, &pp, &prep, &e);
-    ph_image_free(&img);
+    prep_params pp;
+    vision_prep_params(v, &pp);
+    prep_image prep;
+    int rc = image_preprocess(&img, &pp, &prep, &e);
+    image_free(&img);
     if (rc) {
         CHECKF(0, "%s/%s: preprocess %s: %s", model, id, img_rel, e.msg);
         return;
     }
-    const ph_vision_info *in = ph_vision_get_info(v);
+    const vision_info *in = vision_get_info(v);
     const int gx = (int)json_integer_value(json_object_get(chunk, "grid_x"));
     const int gy = (int)json_integer_value(json_object_get(chunk, "grid_y"));
     const int width = (int)json_integer_value(json_object_get(chunk, "embd_width"));
@@ -51,14 +51,14 @@ static void check_picture(ph_vision *v, const char *model, const char *id, const
            prep.grid_y, gx, gy);
     CHECKF(in->out_width == width, "%s/%s: row width %d, reference %d", model, id, in->out_width, width);
     if (prep.grid_x != gx || prep.grid_y != gy || in->out_width != width) {
-        ph_prep_free(&prep);
+        prep_free(&prep);
         return;
     }
 
     const int n = gx * gy;
     float *rows = malloc((size_t)n * width * sizeof(float));
-    rc = ph_vision_encode(v, &prep, rows, NULL, &e);
-    ph_prep_free(&prep);
+    rc = vision_encode(v, &prep, rows, NULL, &e);
+    prep_free(&prep);
     CHECKF(rc == 0, "%s/%s: encode: %s", model, id, e.msg);
     if (rc) {
         free(rows);
@@ -103,11 +103,11 @@ static void check_picture(ph_vision *v, const char *model, const char *id, const
     free(rows);
 }
 
-static void run_model(ph_pool *pool, const char *model) {
+static void run_model(tpool *pool, const char *model) {
     char path[1024];
     oracle_path(path, sizeof path, model, "models/", "-mmproj.gguf");
     ph_err e = {0};
-    ph_vision *v = ph_vision_load(path, pool, &e);
+    vis_tower *v = vision_load(path, pool, &e);
     CHECKF(v != NULL, "%s: %s", model, e.msg);
     if (!v) return;
 
@@ -115,7 +115,7 @@ static void run_model(ph_pool *pool, const char *model) {
     FILE *f = fopen(path, "r");
     CHECKF(f != NULL, "cannot open %s", path);
     if (!f) {
-        ph_vision_free(v);
+        vision_free(v);
         return;
     }
     char *line = NULL;
@@ -146,12 +146,12 @@ static void run_model(ph_pool *pool, const char *model) {
     CHECKF(n_pictures > 0, "%s: no pictures in the reference", model);
     printf("%s: %d pictures, worst row norm error %.4f%%, worst first/last row value difference %.5f\n", model,
            n_pictures, 100 * worst_norm, worst_val);
-    ph_vision_free(v);
+    vision_free(v);
 }
 
 /* ---- malformed files ------------------------------------------------------ */
 
-static void check_malformed(ph_pool *pool) {
+static void check_malformed(tpool *pool) {
     char src[1024], dir[] = "/tmp/ph_test_vision_XXXXXX", dst[1100];
     snprintf(src, sizeof src, "%s/models/tiny-f16-mmproj.gguf", PH_ORACLE_DIR);
     CHECK(mkdtemp(dir) != NULL);
@@ -173,10 +173,10 @@ static void check_malformed(ph_pool *pool) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECKF(write_variant(src, dst, &cases[i].v) == 0, "cannot write variant %zu", i);
         ph_err e = {0};
-        ph_vision *v = ph_vision_load(dst, pool, &e);
+        vis_tower *v = vision_load(dst, pool, &e);
         CHECKF(v == NULL && strstr(e.msg, cases[i].expect), "variant %zu: expected \"%s\", got \"%s\"", i,
                cases[i].expect, v ? "(loaded)" : e.msg);
-        ph_vision_free(v);
+        vision_free(v);
     }
     unlink(dst);
     rmdir(dir);
@@ -184,34 +184,34 @@ static void check_malformed(ph_pool *pool) {
     /* the LLM file is not an mmproj */
     snprintf(src, sizeof src, "%s/models/tiny-f16.gguf", PH_ORACLE_DIR);
     ph_err e = {0};
-    ph_vision *v = ph_vision_load(src, pool, &e);
+    vis_tower *v = vision_load(src, pool, &e);
     CHECKF(v == NULL && strstr(e.msg, "is not an mmproj"), "LLM as mmproj: %s", v ? "(loaded)" : e.msg);
-    ph_vision_free(v);
+    vision_free(v);
 }
 
 /* Pictures the tower cannot take are refused, not encoded. */
-static void check_bad_input(ph_pool *pool) {
+static void check_bad_input(tpool *pool) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/tiny-f16-mmproj.gguf", PH_ORACLE_DIR);
     ph_err e = {0};
-    ph_vision *v = ph_vision_load(path, pool, &e);
+    vis_tower *v = vision_load(path, pool, &e);
     CHECKF(v != NULL, "%s", e.msg);
     if (!v) return;
     float pixels[3 * 64 * 48] = {0}, rows[64 * 128];
-    ph_prep bad_size = {48, 48, 1, 1, pixels};
-    CHECK(ph_vision_encode(v, &bad_size, rows, NULL, &e) == -1 && strstr(e.msg, "multiple of 32"));
-    ph_prep bad_grid = {64, 32, 1, 1, pixels};
-    CHECK(ph_vision_encode(v, &bad_grid, rows, NULL, &e) == -1 && strstr(e.msg, "grid"));
-    ph_prep ok = {64, 32, 2, 1, pixels};
-    CHECK(ph_vision_encode(v, &ok, rows, NULL, &e) == 0);
-    ph_vision_free(v);
+    prep_image bad_size = {48, 48, 1, 1, pixels};
+    CHECK(vision_encode(v, &bad_size, rows, NULL, &e) == -1 && strstr(e.msg, "multiple of 32"));
+    prep_image bad_grid = {64, 32, 1, 1, pixels};
+    CHECK(vision_encode(v, &bad_grid, rows, NULL, &e) == -1 && strstr(e.msg, "grid"));
+    prep_image ok = {64, 32, 2, 1, pixels};
+    CHECK(vision_encode(v, &ok, rows, NULL, &e) == 0);
+    vision_free(v);
 }
 
 int main(void) {
-    ph_pool *pool = ph_pool_create(2);
+    tpool *pool = tpool_create(2);
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) run_model(pool, models[i]);
     check_malformed(pool);
     check_bad_input(pool);
-    ph_pool_free(pool);
+    tpool_free(pool);
     TEST_END();
 }

@@ -1,4 +1,4 @@
-/* Cross-check of ph_matmul against llama.cpp's own CPU mul_mat (not part of
+/* Cross-check of mat_mul against llama.cpp's own CPU mul_mat (not part of
  * the library). It dlopens the ggml inside bench/node_modules (the llama.node
  * addon exports ggml's C API), builds the same 2048 x 6144 products in both,
  * and prints the time of each (best of interleaved runs, 1 thread) and the
@@ -48,8 +48,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     g_cpu_init();
-    ph_kernels_init();
-    printf("pinhole isa: %s\n", ph_isa_name(ph_kernels_isa()));
+    kernels_init();
+    printf("pinhole isa: %s\n", isa_name(kernels_isa()));
 
     const int types[] = {PH_TYPE_Q4_K, PH_TYPE_Q6_K, PH_TYPE_Q8_0, PH_TYPE_F16};
     const long n_in = 2048, n_out = 6144;
@@ -58,23 +58,23 @@ int main(int argc, char **argv) {
         for (long rows = 1; rows <= 512; rows += 511) {
             void *ctx = g_init((struct ggml_init_params){(size_t)1 << 30, NULL, false});
             void *W = g_tensor_2d(ctx, t, n_in, n_out), *X = g_tensor_2d(ctx, PH_TYPE_F32, n_in, rows);
-            size_t rb = ph_row_bytes(t, n_in);
+            size_t rb = type_row_bytes(t, n_in);
             float *row = malloc(sizeof(float) * (size_t)n_in), *x = g_data(X);
             for (long o = 0; o < n_out; o++) {
                 for (long i = 0; i < n_in; i++) row[i] = (float)((o * 7 + i * 13) % 97) / 97.f - 0.5f;
-                ph_quantize_weight_row(t, row, (char *)g_data(W) + o * rb, n_in);
+                quantize_weight_row(t, row, (char *)g_data(W) + o * rb, n_in);
             }
             for (long i = 0; i < n_in * rows; i++) x[i] = (float)(i % 31) / 31.f - 0.5f;
             void *Y = g_mul_mat(ctx, W, X), *gf = g_new_graph(ctx);
             g_expand(gf, Y);
-            ph_mat m = {.type = t, .n_in = n_in, .n_out = n_out, .data = g_data(W), .row_bytes = rb};
+            wmat m = {.type = t, .n_in = n_in, .n_out = n_out, .data = g_data(W), .row_bytes = rb};
             float *yp = malloc(sizeof(float) * (size_t)(n_out * rows));
             double tg = 1e9, tp = 1e9;
             for (int r = 0; r < (rows == 1 ? 200 : 4); r++) { /* interleaved: both see the same machine load */
                 double t0 = now();
                 g_compute(ctx, gf, 1);
                 double t1 = now();
-                ph_matmul(NULL, &m, x, rows, yp);
+                mat_mul(NULL, &m, x, rows, yp);
                 double t2 = now();
                 if (t1 - t0 < tg) tg = t1 - t0;
                 if (t2 - t1 < tp) tp = t2 - t1;
@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
             }
             double flop = 2.0 * (double)(n_in * n_out * rows);
             printf("%-5s %s: ggml %8.1f us %6.1f GFLOP/s | pinhole %8.1f us %6.1f GFLOP/s | x%.2f | max |diff| %.2g (max |y| %.2g)\n",
-                   ph_type_get(t)->name, rows == 1 ? "decode     " : "prefill 512", tg * 1e6, flop / tg / 1e9, tp * 1e6,
+                   type_get(t)->name, rows == 1 ? "decode     " : "prefill 512", tg * 1e6, flop / tg / 1e9, tp * 1e6,
                    flop / tp / 1e9, tg / tp, diff, mag);
             free(row);
             free(yp);

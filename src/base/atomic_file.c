@@ -31,7 +31,7 @@ static int write_full(int fd, const void *p, size_t n) {
     return 0;
 }
 
-int ph_fsync_parent_dir(const char *path) {
+int fsync_parent_dir(const char *path) {
     const char *slash = strrchr(path, '/');
     char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
     if (!dir) return -1;
@@ -43,17 +43,17 @@ int ph_fsync_parent_dir(const char *path) {
     return rc == 0 ? 0 : -1;
 }
 
-int ph_file_write_atomic(const char *path, const void *const *parts, const size_t *lens, size_t n_parts, ph_err *e) {
-    if (!path || !*path) return ph_err_set(e, "atomic write: no path given");
-    if (n_parts && (!parts || !lens)) return ph_err_set(e, "%s: atomic write: no data given", path);
+int file_write_atomic(const char *path, const void *const *parts, const size_t *lens, size_t n_parts, ph_err *err) {
+    if (!path || !*path) return err_set(err, "atomic write: no path given");
+    if (n_parts && (!parts || !lens)) return err_set(err, "%s: atomic write: no data given", path);
     size_t cap = strlen(path) + 64;
     char *tmp = malloc(cap);
-    if (!tmp) return ph_err_set(e, "%s: out of memory", path);
+    if (!tmp) return err_set(err, "%s: out of memory", path);
     snprintf(tmp, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), (unsigned long)atomic_fetch_add(&g_tmp_counter, 1));
 
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-        ph_err_set(e, "%s: cannot create the temporary file %s: %s", path, tmp, strerror(errno));
+        err_set(err, "%s: cannot create the temporary file %s: %s", path, tmp, strerror(errno));
         free(tmp);
         return -1;
     }
@@ -73,42 +73,42 @@ int ph_file_write_atomic(const char *path, const void *const *parts, const size_
     if (rc != 0) goto fail;
     what = "rename";
     if (rename(tmp, path) != 0) goto fail;
-    ph_fsync_parent_dir(path); /* best effort: the data itself is safe already */
+    fsync_parent_dir(path); /* best effort: the data itself is safe already */
     free(tmp);
     return 0;
 
 fail:;
-    int err = errno;
+    int errnum = errno;
     if (fd >= 0) close(fd);
     unlink(tmp);
-    ph_err_set(e, "%s: %s of the temporary file %s failed: %s", path, what, tmp, strerror(err));
+    err_set(err, "%s: %s of the temporary file %s failed: %s", path, what, tmp, strerror(errnum));
     free(tmp);
-    errno = err;
+    errno = errnum;
     return -1;
 }
 
-int ph_file_read_all(const char *path, size_t max_bytes, void **data, size_t *len, ph_err *e) {
+int file_read_all(const char *path, size_t max_bytes, void **data, size_t *len, ph_err *err) {
     *data = NULL;
     *len = 0;
     if (max_bytes > SIZE_MAX - 2) max_bytes = SIZE_MAX - 2;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        int err = errno;
-        ph_err_set(e, "%s: cannot open: %s", path, strerror(err));
-        errno = err;
+        int errnum = errno;
+        err_set(err, "%s: cannot open: %s", path, strerror(errnum));
+        errno = errnum;
         return -1;
     }
-    int err = 0;
+    int errnum = 0;
     uint8_t *buf = NULL;
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        err = errno;
-        ph_err_set(e, "%s: cannot stat: %s", path, strerror(err));
+        errnum = errno;
+        err_set(err, "%s: cannot stat: %s", path, strerror(errnum));
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        err = EINVAL;
-        ph_err_set(e, "%s: not a regular file", path);
+        errnum = EINVAL;
+        err_set(err, "%s: not a regular file", path);
         goto fail;
     }
     if ((uint64_t)st.st_size > max_bytes) goto too_big;
@@ -129,8 +129,8 @@ int ph_file_read_all(const char *path, size_t max_bytes, void **data, size_t *le
         ssize_t r = read(fd, buf + n, cap - 1 - n);
         if (r < 0) {
             if (errno == EINTR) continue;
-            err = errno;
-            ph_err_set(e, "%s: read failed: %s", path, strerror(err));
+            errnum = errno;
+            err_set(err, "%s: read failed: %s", path, strerror(errnum));
             goto fail;
         }
         if (r == 0) break;
@@ -144,23 +144,23 @@ int ph_file_read_all(const char *path, size_t max_bytes, void **data, size_t *le
     return 0;
 
 too_big:
-    err = EFBIG;
-    ph_err_set(e, "%s: larger than the %zu bytes allowed", path, max_bytes);
+    errnum = EFBIG;
+    err_set(err, "%s: larger than the %zu bytes allowed", path, max_bytes);
     goto fail;
 oom:
-    err = ENOMEM;
-    ph_err_set(e, "%s: out of memory", path);
+    errnum = ENOMEM;
+    err_set(err, "%s: out of memory", path);
 fail:
     free(buf);
     close(fd);
-    errno = err;
+    errno = errnum;
     return -1;
 }
 
-int ph_mkdir_p(const char *path, ph_err *e) {
-    if (!path || !*path) return ph_err_set(e, "cannot create a folder with an empty name");
+int mkdir_p(const char *path, ph_err *err) {
+    if (!path || !*path) return err_set(err, "cannot create a folder with an empty name");
     char *p = strdup(path);
-    if (!p) return ph_err_set(e, "%s: out of memory", path);
+    if (!p) return err_set(err, "%s: out of memory", path);
     /* Every prefix that ends before a slash, then the whole path. */
     for (char *s = p + 1;; s++) {
         int last = *s == '\0';
@@ -169,12 +169,12 @@ int ph_mkdir_p(const char *path, ph_err *e) {
         char c = *s;
         *s = '\0';
         int rc = mkdir(p, 0700);
-        int err = errno;
+        int errnum = errno;
         *s = c;
-        if (rc != 0 && err != EEXIST) {
-            ph_err_set(e, "%s: cannot create the folder %.*s: %s", path, (int)(s - p), p, strerror(err));
+        if (rc != 0 && errnum != EEXIST) {
+            err_set(err, "%s: cannot create the folder %.*s: %s", path, (int)(s - p), p, strerror(errnum));
             free(p);
-            errno = err;
+            errno = errnum;
             return -1;
         }
         if (last) break;
@@ -182,14 +182,14 @@ int ph_mkdir_p(const char *path, ph_err *e) {
     free(p);
     struct stat st;
     if (stat(path, &st) != 0) {
-        int err = errno;
-        ph_err_set(e, "%s: cannot stat the folder: %s", path, strerror(err));
-        errno = err;
+        int errnum = errno;
+        err_set(err, "%s: cannot stat the folder: %s", path, strerror(errnum));
+        errno = errnum;
         return -1;
     }
     if (!S_ISDIR(st.st_mode)) {
         errno = ENOTDIR;
-        return ph_err_set(e, "%s: exists and is not a folder", path);
+        return err_set(err, "%s: exists and is not a folder", path);
     }
     return 0;
 }

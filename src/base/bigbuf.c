@@ -4,7 +4,7 @@
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-void *ph_big_alloc(size_t n) {
+void *big_alloc(size_t n) {
     if (n == 0) n = 1;
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
@@ -14,6 +14,6 @@ void *ph_big_alloc(size_t n) {
     return p;
 }
 
-void ph_big_free(void *p, size_t n) {
+void big_free(void *p, size_t n) {
     if (p) munmap(p, n ? n : 1);
 }

@@ -9,8 +9,8 @@
 #include <stddef.h>
 
 /* n bytes (zeroed, page aligned), or NULL. */
-void *ph_big_alloc(size_t n);
-/* Frees what ph_big_alloc(n) returned (NULL is allowed). */
-void ph_big_free(void *p, size_t n);
+void *big_alloc(size_t n);
+/* Frees what big_alloc(n) returned (NULL is allowed). */
+void big_free(void *p, size_t n);
 
 #endif

@@ -14,13 +14,13 @@
 #endif
 
 /* Sets the message (if e is not NULL) and returns -1, so callers can write
- * `return ph_err_set(e, "...")`. */
-int ph_err_set(ph_err *e, const char *fmt, ...) PH_PRINTF(2, 3);
+ * `return err_set(e, "...")`. */
+int err_set(ph_err *err, const char *fmt, ...) PH_PRINTF(2, 3);
 
-/* Same, with an error code (ph_err_code); ph_err_set sets PH_ERR_INTERNAL. */
-int ph_err_setc(ph_err *e, int code, const char *fmt, ...) PH_PRINTF(3, 4);
+/* Same, with an error code (ph_err_code); err_set sets PH_ERR_INTERNAL. */
+int err_setc(ph_err *err, int code, const char *fmt, ...) PH_PRINTF(3, 4);
 
 /* Prepends "prefix: " to an existing message. Returns -1. */
-int ph_err_prefix(ph_err *e, const char *fmt, ...) PH_PRINTF(2, 3);
+int err_prefix(ph_err *err, const char *fmt, ...) PH_PRINTF(2, 3);
 
 #endif

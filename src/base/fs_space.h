@@ -12,23 +12,23 @@
 /* The bytes an unprivileged writer may still use on the file system that
  * holds dir (*avail) and the file system's size (*total), by statvfs.
  * Returns 0, or -1 with errno set (then the caller does not know). */
-int ph_fs_space(const char *dir, uint64_t *avail, uint64_t *total);
+int fs_space_get(const char *dir, uint64_t *avail, uint64_t *total);
 
 /* The free space a cache leaves on a file system of total bytes:
  * max(256 MiB, 5% of it), but at most a quarter of it (so that a small file
  * system still holds a cache). */
-uint64_t ph_fs_floor(uint64_t total);
+uint64_t fs_floor(uint64_t total);
 
 /* Whether a cache may write need more bytes on a file system with avail
  * bytes free out of total and still leave its floor. */
-static inline int ph_fs_room(uint64_t avail, uint64_t total, uint64_t need) {
-    uint64_t floor = ph_fs_floor(total);
+static inline int fs_room(uint64_t avail, uint64_t total, uint64_t need) {
+    uint64_t floor = fs_floor(total);
     return avail >= floor && avail - floor >= need;
 }
 
 /* A test hook, for tests only (a full disk is hard to make): fn replaces
- * statvfs in ph_fs_space; NULL restores statvfs. Set it while no cache is
+ * statvfs in fs_space_get; NULL restores statvfs. Set it while no cache is
  * in use. */
-void ph_fs_space_set_test_hook(int (*fn)(const char *dir, uint64_t *avail, uint64_t *total));
+void fs_space_set_test_hook(int (*fn)(const char *dir, uint64_t *avail, uint64_t *total));
 
 #endif

@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-void *ph_grow(void *items, size_t *cap, size_t n, size_t elem, size_t first) {
+void *grow_array(void *items, size_t *cap, size_t n, size_t elem, size_t first) {
     if (n < *cap) return items;
     size_t c = *cap ? *cap : first;
     while (c <= n) {

@@ -8,6 +8,6 @@
  * elements, doubling from first: returns the array (perhaps moved; store
  * it), or NULL when memory is out or the size would overflow (then items
  * and *cap are unchanged). */
-void *ph_grow(void *items, size_t *cap, size_t n, size_t elem, size_t first);
+void *grow_array(void *items, size_t *cap, size_t n, size_t elem, size_t first);
 
 #endif

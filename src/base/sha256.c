@@ -5,14 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-void ph_sha256(const void *p, size_t n, uint8_t out[PH_SHA256_LEN]) {
+void sha256_digest(const void *p, size_t n, uint8_t out[PH_SHA256_LEN]) {
     if (!EVP_Digest(p, n, out, NULL, EVP_sha256(), NULL)) {
         fprintf(stderr, "pinhole: error: libcrypto could not compute a SHA-256 digest (out of memory?)\n");
         abort();
     }
 }
 
-int ph_sha256_init(ph_sha256_ctx *c) {
+int sha256_init(sha256_ctx *c) {
     c->failed = 0;
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     c->md = md;
@@ -25,19 +25,19 @@ int ph_sha256_init(ph_sha256_ctx *c) {
     return 0;
 }
 
-void ph_sha256_update(ph_sha256_ctx *c, const void *p, size_t n) {
+void sha256_update(sha256_ctx *c, const void *p, size_t n) {
     if (c->failed || !c->md || n == 0) return;
     if (!EVP_DigestUpdate((EVP_MD_CTX *)c->md, p, n)) c->failed = 1;
 }
 
-int ph_sha256_final(ph_sha256_ctx *c, uint8_t out[PH_SHA256_LEN]) {
+int sha256_final(sha256_ctx *c, uint8_t out[PH_SHA256_LEN]) {
     int ok = c->md && !c->failed && EVP_DigestFinal_ex((EVP_MD_CTX *)c->md, out, NULL);
-    ph_sha256_discard(c);
+    sha256_discard(c);
     if (!ok) memset(out, 0, PH_SHA256_LEN);
     return ok ? 0 : -1;
 }
 
-void ph_sha256_discard(ph_sha256_ctx *c) {
+void sha256_discard(sha256_ctx *c) {
     EVP_MD_CTX_free((EVP_MD_CTX *)c->md); /* NULL is allowed */
     c->md = NULL;
 }
@@ -48,7 +48,7 @@ static int hex_val(char c) {
     return -1;
 }
 
-bool ph_unhex(const char *s, size_t n, uint8_t *out) {
+bool hex_decode(const char *s, size_t n, uint8_t *out) {
     for (size_t i = 0; i < n; i++) {
         int hi = hex_val(s[2 * i]), lo = hi < 0 ? -1 : hex_val(s[2 * i + 1]);
         if (hi < 0 || lo < 0) return false;
@@ -57,7 +57,7 @@ bool ph_unhex(const char *s, size_t n, uint8_t *out) {
     return true;
 }
 
-void ph_hex(const uint8_t *p, size_t n, char *out) {
+void hex_encode(const uint8_t *p, size_t n, char *out) {
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
         out[2 * i] = digits[p[i] >> 4];

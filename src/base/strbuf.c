@@ -12,7 +12,7 @@
 /* Room for n more bytes and the NUL: 0, or -1 (oom set). */
 static int reserve(strbuf *b, size_t n) {
     if (b->oom) return -1;
-    char *p = n < SIZE_MAX - b->n ? ph_grow(b->p, &b->cap, b->n + n, 1, 64) : NULL;
+    char *p = n < SIZE_MAX - b->n ? grow_array(b->p, &b->cap, b->n + n, 1, 64) : NULL;
     if (!p) {
         b->oom = true;
         return -1;

@@ -16,7 +16,7 @@
 #define PH_SPIN_ITERS 2000    /* pause instructions before yielding */
 #define PH_YIELD_ITERS 20000  /* sched_yield calls before sleeping */
 
-struct ph_pool {
+struct tpool {
     int n;
     pthread_t *threads;
     pthread_mutex_t lock;
@@ -24,12 +24,12 @@ struct ph_pool {
     _Atomic unsigned gen;      /* bumped once per job */
     _Atomic int pending;       /* workers still running the current job */
     _Atomic int stop;
-    ph_pool_fn fn;
+    tpool_fn fn;
     void *ctx;
 };
 
 typedef struct {
-    ph_pool *pool;
+    tpool *pool;
     int ith;
 } worker_arg;
 
@@ -41,7 +41,7 @@ static inline void cpu_relax(void) {
 
 static void *worker_main(void *p) {
     worker_arg *wa = p;
-    ph_pool *pool = wa->pool;
+    tpool *pool = wa->pool;
     int ith = wa->ith;
     free(wa);
     unsigned seen = 0;
@@ -71,9 +71,9 @@ static void *worker_main(void *p) {
     return NULL;
 }
 
-ph_pool *ph_pool_create(int n_threads) {
+tpool *tpool_create(int n_threads) {
     if (n_threads <= 0) n_threads = cpus_threads();
-    ph_pool *pool = calloc(1, sizeof *pool);
+    tpool *pool = calloc(1, sizeof *pool);
     if (!pool) return NULL;
     pool->n = n_threads;
     pthread_mutex_init(&pool->lock, NULL);
@@ -81,7 +81,7 @@ ph_pool *ph_pool_create(int n_threads) {
     if (n_threads > 1) {
         pool->threads = calloc((size_t)n_threads - 1, sizeof *pool->threads);
         if (!pool->threads) {
-            ph_pool_free(pool);
+            tpool_free(pool);
             return NULL;
         }
         for (int i = 1; i < n_threads; i++) {
@@ -93,7 +93,7 @@ ph_pool *ph_pool_create(int n_threads) {
             if (!wa || pthread_create(&pool->threads[i - 1], NULL, worker_main, wa) != 0) {
                 free(wa);
                 pool->n = i; /* threads 1..i-1 started */
-                ph_pool_free(pool);
+                tpool_free(pool);
                 return NULL;
             }
         }
@@ -101,9 +101,9 @@ ph_pool *ph_pool_create(int n_threads) {
     return pool;
 }
 
-int ph_pool_size(const ph_pool *pool) { return pool ? pool->n : 1; }
+int tpool_size(const tpool *pool) { return pool ? pool->n : 1; }
 
-void ph_pool_run(ph_pool *pool, ph_pool_fn fn, void *ctx) {
+void tpool_run(tpool *pool, tpool_fn fn, void *ctx) {
     if (!pool || pool->n == 1) {
         fn(ctx, 0, 1);
         return;
@@ -122,7 +122,7 @@ void ph_pool_run(ph_pool *pool, ph_pool_fn fn, void *ctx) {
     }
 }
 
-void ph_pool_free(ph_pool *pool) {
+void tpool_free(tpool *pool) {
     if (!pool) return;
     pthread_mutex_lock(&pool->lock);
     atomic_store(&pool->stop, 1);

@@ -3,7 +3,7 @@
 
 #include <time.h>
 
-static inline double ph_now_s(void) {
+static inline double time_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;

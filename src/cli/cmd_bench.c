@@ -50,7 +50,7 @@ static int picture_bench(ph_model *m, ph_session *s, const char *mmproj, const c
     ph_picture_size(pic, &out->w, &out->h);
     for (long r = 0; r < reps; r++) {
         ph_session_reset(s);
-        const double t0 = ph_now_s();
+        const double t0 = time_now_s();
         for (size_t i = 0; i < p.n; i++) {
             const ph_prompt_item *it = &p.items[i];
             if (!it->is_picture) {
@@ -66,7 +66,7 @@ static int picture_bench(ph_model *m, ph_session *s, const char *mmproj, const c
         int32_t top;
         float val;
         ph_logits_top(ph_session_logits(s), info->n_vocab, 1, &top, &val); /* the first token, greedy */
-        ttft[r] = ph_now_s() - t0;
+        ttft[r] = time_now_s() - t0;
         out->prompt_rows = ph_session_n_rows(s);
         fprintf(stderr, "pinhole bench: picture run %ld: encode %.3f s, time to first token %.3f s\n", r + 1, enc[r],
                 ttft[r]);
@@ -163,20 +163,20 @@ int cmd_bench(int argc, char **argv) {
         if (pp > 0) {
             ph_session_reset(s);
             if (depth && ph_session_eval_tokens(s, ids, (size_t)depth, &err)) goto fail;
-            double t0 = ph_now_s();
+            double t0 = time_now_s();
             if (ph_session_eval_tokens(s, ids, (size_t)pp, &err)) goto fail;
-            pp_tps[r] = (double)pp / (ph_now_s() - t0);
+            pp_tps[r] = (double)pp / (time_now_s() - t0);
         }
         if (tg > 0) {
             ph_session_reset(s);
             if (depth && ph_session_eval_tokens(s, ids, (size_t)depth, &err)) goto fail;
             int32_t tok = 1000;
-            double t0 = ph_now_s();
+            double t0 = time_now_s();
             for (long i = 0; i < tg; i++) {
                 if (ph_session_eval_tokens(s, &tok, 1, &err)) goto fail;
                 tok = (int32_t)((i * 104729) % info->n_vocab);
             }
-            tg_tps[r] = (double)tg / (ph_now_s() - t0);
+            tg_tps[r] = (double)tg / (time_now_s() - t0);
         }
         fprintf(stderr, "pinhole bench: run %ld: prefill %.2f tok/s, decode %.2f tok/s\n", r + 1, pp_tps[r],
                 tg_tps[r]);

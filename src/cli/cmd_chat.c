@@ -136,22 +136,22 @@ static int push_msg(chat *c, ph_role role, ph_picture **pics, char **paths, int 
  * conversation, the engine answers (reusing what the KV already holds). */
 static int chat_turn(chat *c, const char *text, ph_err *err) {
     if (c->n == 0 && c->system && push_msg(c, PH_ROLE_SYSTEM, NULL, NULL, 0, c->system, strlen(c->system)))
-        return ph_err_set(err, "out of memory");
+        return err_set(err, "out of memory");
     if (push_msg(c, PH_ROLE_USER, c->pending, c->pending_paths, c->n_pending, text, strlen(text)))
-        return ph_err_set(err, "out of memory");
+        return err_set(err, "out of memory");
     c->n_pending = 0; /* the message owns them now */
     for (size_t i = 0; i < c->n; i++)
         c->msgs[i] = (ph_chat_msg){.role = c->hist[i].role, .parts = c->hist[i].parts, .n_parts = c->hist[i].n_parts};
     answer a;
     if (answer_begin(&a, c->reasoning)) {
         answer_free(&a);
-        return ph_err_set(err, "out of memory");
+        return err_set(err, "out of memory");
     }
     ph_turn_report r;
     int rc = ph_engine_chat(c->e, c->msgs, c->n, &c->gen, answer_event, &a, &r, err);
-    if (answer_end(&a, rc == 0) && !rc) rc = ph_err_set(err, "out of memory");
+    if (answer_end(&a, rc == 0) && !rc) rc = err_set(err, "out of memory");
     if (rc == 0 && push_msg(c, PH_ROLE_ASSISTANT, NULL, NULL, 0, a.text, a.len))
-        rc = ph_err_set(err, "out of memory");
+        rc = err_set(err, "out of memory");
     if (rc == 0 && a.reason_len) {
         c->hist[c->n - 1].reasoning = a.reason;
         a.reason = NULL;
@@ -184,15 +184,15 @@ static int save_transcript(const chat *c, const char *path, ph_err *err) {
     }
     char *s = doc ? json_dumps(doc, JSON_INDENT(2)) : NULL;
     json_decref(doc);
-    if (!s) return ph_err_set(err, "cannot save: the model or vision file's path is not UTF-8 (or memory is out)");
+    if (!s) return err_set(err, "cannot save: the model or vision file's path is not UTF-8 (or memory is out)");
     const void *parts[] = {s, "\n"};
     const size_t lens[] = {strlen(s), 1};
-    int rc = ph_file_write_atomic(path, parts, lens, 2, err);
+    int rc = file_write_atomic(path, parts, lens, 2, err);
     free(s);
     return rc;
 bad:
     json_decref(doc);
-    return ph_err_set(err, "cannot save: message %zu's text or picture path is not UTF-8 (or memory is out)", i + 1);
+    return err_set(err, "cannot save: message %zu's text or picture path is not UTF-8 (or memory is out)", i + 1);
 }
 
 /* Tab completion: a command's name at the start of the line, a path after
@@ -259,8 +259,8 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) { if (arg_u64(a, v, &sp->seed)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &l)) return 2; ep.n_threads = (int)l; }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (arg_int(a, v, 16, 1 << 22, &l)) return 2; ep.n_ctx = (int32_t)l; }
-        else if (!strcmp(a, "--image-min-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.image_min_tokens = (int)l; }
-        else if (!strcmp(a, "--image-max-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.image_max_tokens = (int)l; }
+        else if (!strcmp(a, "--image-min-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.picture_min_tokens = (int)l; }
+        else if (!strcmp(a, "--image-max-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.picture_max_tokens = (int)l; }
         else {
             fprintf(stderr, "pinhole chat: unknown option '%s' (see pinhole chat --help)\n", a);
             return 2;

@@ -207,7 +207,7 @@ static int server_start(server *s) {
     }
     /* until it says where it listens */
     static const char ready[] = "pinhole: listening on http://127.0.0.1:";
-    const double t_end = ph_now_s() + DEMO_START_TIMEOUT_S;
+    const double t_end = time_now_s() + DEMO_START_TIMEOUT_S;
     for (int st = 0;; usleep(20 * 1000)) {
         size_t n;
         char *log = read_log(s, &n), *at = log && n > from ? strstr(log + from, ready) : NULL;
@@ -221,7 +221,7 @@ static int server_start(server *s) {
             s->pid = 0;
             return fail("the server %s before listening", describe_exit(st, how, sizeof how));
         }
-        if (ph_now_s() > t_end) return fail("the server did not start within %.0f s", DEMO_START_TIMEOUT_S);
+        if (time_now_s() > t_end) return fail("the server did not start within %.0f s", DEMO_START_TIMEOUT_S);
     }
     if (s->port <= 0 || s->port > 65535) return fail("the server announced a strange port");
     return 0;
@@ -236,8 +236,8 @@ static int server_stop(server *s) {
     const bool ended = w == s->pid; /* on its own, during the session */
     if (w == 0) {
         kill(s->pid, SIGINT);
-        const double t_end = ph_now_s() + 60.0;
-        while ((w = waitpid(s->pid, &st, WNOHANG)) == 0 && ph_now_s() < t_end) usleep(20 * 1000);
+        const double t_end = time_now_s() + 60.0;
+        while ((w = waitpid(s->pid, &st, WNOHANG)) == 0 && time_now_s() < t_end) usleep(20 * 1000);
     }
     if (w == 0) {
         kill(s->pid, SIGKILL);
@@ -383,7 +383,7 @@ static int on_sse_line(void *arg, const char *line, size_t len) {
         const char *m = json_string_value(json_object_get(err, "message"));
         rc = fail("the server reported an error in the stream: %s", m ? m : "(no message)");
     } else if (n) {
-        if (tr->ttft_s < 0) tr->ttft_s = ph_now_s() - tr->t0;
+        if (tr->ttft_s < 0) tr->ttft_s = time_now_s() - tr->t0;
         if (fwrite(json_string_value(content), 1, n, tr->out) != n) rc = fail("out of memory");
     }
     if (json_is_object(usage)) {
@@ -399,7 +399,7 @@ static int on_sse_line(void *arg, const char *line, size_t len) {
 
 static int chat_turn(int port, const char *body, turn_result *tr) {
     size_t len;
-    *tr = (turn_result){.ttft_s = -1, .t0 = ph_now_s()};
+    *tr = (turn_result){.ttft_s = -1, .t0 = time_now_s()};
     if (!(tr->out = open_memstream(&tr->answer, &len))) return fail("out of memory");
     char *text;
     long status = request(port, "/v1/chat/completions", body, on_sse_line, tr, &text);
@@ -632,7 +632,7 @@ int cmd_demo(int argc, char **argv) {
     printf("  folder    %s (%s)\n", dir, keep ? "kept: --keep" : "removed at the end; --keep keeps it");
     fflush(stdout);
 
-    double t0 = ph_now_s();
+    double t0 = time_now_s();
     ph_synth_params sp = {.shape = shape, .type = "f16", .vision_type = "f16", .vocab = NULL, .out = out,
                           .seed = DEMO_SEED, .n_threads = (int)threads};
     ph_err err = {0};
@@ -640,7 +640,7 @@ int cmd_demo(int argc, char **argv) {
     else if (ph_synth(&sp, &err)) rc = fail("cannot write the synthetic model: %s", err.msg);
     if (!rc) {
         printf("  model     %s.gguf + %s-mmproj.gguf (%s, f16, random weights, seed %d), written in %.1f s\n",
-               model_name, model_name, shape, DEMO_SEED, ph_now_s() - t0);
+               model_name, model_name, shape, DEMO_SEED, time_now_s() - t0);
         for (int i = 0; i < 2 && !rc; i++) rc = make_picture(i, &pics[i], dir);
     }
     if (!rc) {
@@ -649,14 +649,14 @@ int cmd_demo(int argc, char **argv) {
                                            pics[i].desc);
         printf("\n");
         fflush(stdout);
-        t0 = ph_now_s();
+        t0 = time_now_s();
         rc = server_start(&srv);
     }
     if (!rc) {
         printf("  server    pinhole serve on http://127.0.0.1:%d, ready in %.1f s; each turn is a streamed\n"
                "            POST /v1/chat/completions (temperature 0.7, seed %d, max_tokens %d), with\n"
                "            GET /metrics read before and after it\n\n",
-               srv.port, ph_now_s() - t0, DEMO_SAMPLER_SEED, DEMO_MAX_TOKENS);
+               srv.port, time_now_s() - t0, DEMO_SAMPLER_SEED, DEMO_MAX_TOKENS);
         fflush(stdout);
         rc = play(&srv, pics, model_name, rows);
     }

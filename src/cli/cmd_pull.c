@@ -169,7 +169,7 @@ static size_t on_mem(char *p, size_t size, size_t nmemb, void *ud) {
     mem_body *b = ud;
     const size_t n = size * nmemb;
     if (b->n + n > PULL_LISTING_MAX) return 0;
-    char *g = ph_grow(b->p, &b->cap, b->n + n, 1, 4096);
+    char *g = grow_array(b->p, &b->cap, b->n + n, 1, 4096);
     if (!g) return 0;
     b->p = g;
     memcpy(b->p + b->n, p, n);
@@ -179,7 +179,7 @@ static size_t on_mem(char *p, size_t size, size_t nmemb, void *ud) {
 
 static bool hex64(const char *s) {
     uint8_t tmp[PH_SHA256_LEN];
-    return strlen(s) == 64 && ph_unhex(s, PH_SHA256_LEN, tmp);
+    return strlen(s) == 64 && hex_decode(s, PH_SHA256_LEN, tmp);
 }
 
 /* A name a file of ours may take: one path element, not hidden, no
@@ -267,7 +267,7 @@ typedef struct progress {
 /* One line on the terminal, redrawn in place (at most 10 times a second):
  * bytes, percent, rate, time left. */
 static void progress_draw(progress *p, uint64_t have) {
-    const double now = ph_now_s();
+    const double now = time_now_s();
     if (now - p->drawn < 0.1) return;
     p->drawn = now;
     const double dt = now - p->t0, rate = dt > 0 ? (double)(have - p->start) / dt : 0;
@@ -289,7 +289,7 @@ static void progress_draw(progress *p, uint64_t have) {
 
 typedef struct download {
     int fd;
-    ph_sha256_ctx sha;
+    sha256_ctx sha;
     uint64_t have;    /* bytes in the .part file (all hashed) */
     uint64_t fetched; /* bytes received in this run */
     http_heads heads;
@@ -301,8 +301,8 @@ typedef struct download {
 
 /* Empties the .part file and the digest: the download starts over. */
 static int download_restart(download *d) {
-    ph_sha256_discard(&d->sha);
-    if (ftruncate(d->fd, 0) || lseek(d->fd, 0, SEEK_SET) < 0 || ph_sha256_init(&d->sha)) {
+    sha256_discard(&d->sha);
+    if (ftruncate(d->fd, 0) || lseek(d->fd, 0, SEEK_SET) < 0 || sha256_init(&d->sha)) {
         d->write_errno = errno ? errno : ENOMEM;
         return -1;
     }
@@ -335,7 +335,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ud) {
         }
         done += (size_t)w;
     }
-    ph_sha256_update(&d->sha, p, n);
+    sha256_update(&d->sha, p, n);
     d->have += n;
     d->fetched += n;
     if (d->c->tty) progress_draw(&d->prog, d->have);
@@ -343,7 +343,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ud) {
 }
 
 /* Feeds the first n bytes of fd to the digest. Returns 0, or -1 (errno). */
-static int hash_fd(int fd, uint64_t n, ph_sha256_ctx *sha) {
+static int hash_fd(int fd, uint64_t n, sha256_ctx *sha) {
     static char buf[1 << 16];
     for (uint64_t off = 0; off < n;) {
         size_t want = n - off < sizeof buf ? (size_t)(n - off) : sizeof buf;
@@ -353,7 +353,7 @@ static int hash_fd(int fd, uint64_t n, ph_sha256_ctx *sha) {
             if (r == 0) errno = EIO;
             return -1;
         }
-        ph_sha256_update(sha, buf, (size_t)r);
+        sha256_update(sha, buf, (size_t)r);
         off += (uint64_t)r;
     }
     return 0;
@@ -361,19 +361,19 @@ static int hash_fd(int fd, uint64_t n, ph_sha256_ctx *sha) {
 
 /* The SHA-256 (hex) of the file at path; 0, or -1. */
 static int hash_path(const char *path, char hex[65]) {
-    ph_sha256_ctx sha;
+    sha256_ctx sha;
     uint8_t dig[PH_SHA256_LEN];
     struct stat st;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ph_sha256_init(&sha)) {
+    if (fd < 0 || sha256_init(&sha)) {
         if (fd >= 0) close(fd);
         return -1;
     }
     int rc = fstat(fd, &st) || hash_fd(fd, (uint64_t)st.st_size, &sha) ? -1 : 0;
     close(fd);
-    if (rc) ph_sha256_discard(&sha);
-    else if (ph_sha256_final(&sha, dig)) rc = -1;
-    else ph_hex(dig, PH_SHA256_LEN, hex);
+    if (rc) sha256_discard(&sha);
+    else if (sha256_final(&sha, dig)) rc = -1;
+    else hex_encode(dig, PH_SHA256_LEN, hex);
     return rc;
 }
 
@@ -388,7 +388,7 @@ static int write_record(const char *side, const remote_file *f, uint64_t size) {
     const void *parts[1] = {line};
     const size_t lens[1] = {strlen(line)};
     ph_err err = {0};
-    if (ph_file_write_atomic(side, parts, lens, 1, &err)) {
+    if (file_write_atomic(side, parts, lens, 1, &err)) {
         fprintf(stderr, "pinhole pull: %s\n", err.msg);
         return -1;
     }
@@ -405,7 +405,7 @@ static bool up_to_date(const char *path, const char *side, const remote_file *f)
     void *have = NULL;
     size_t n = 0;
     ph_err err = {0};
-    bool same = f->id[0] && !ph_file_read_all(side, 256, &have, &n, &err) && !strcmp(have, want);
+    bool same = f->id[0] && !file_read_all(side, 256, &have, &n, &err) && !strcmp(have, want);
     free(have);
     if (same || !f->sha256[0]) return same;
     fprintf(stderr, "  %s: checking the copy already here\n", f->name);
@@ -491,11 +491,11 @@ static int finish(download *d, const remote_file *f, const char *part, const cha
     char hex[65];
     const char *want = f->sha256[0] ? f->sha256 : hex64(d->heads.linked_etag) ? d->heads.linked_etag : NULL;
     const uint64_t size = f->size ? f->size : d->heads.linked_size;
-    if (ph_sha256_final(&d->sha, dig)) {
+    if (sha256_final(&d->sha, dig)) {
         fprintf(stderr, "pinhole pull: %s: the SHA-256 could not be computed (out of memory)\n", f->name);
         return -1;
     }
-    ph_hex(dig, PH_SHA256_LEN, hex);
+    hex_encode(dig, PH_SHA256_LEN, hex);
     if ((size && d->have != size) || (want && strcasecmp(hex, want))) {
         unlink(part);
         if (size && d->have != size)
@@ -518,12 +518,12 @@ static int finish(download *d, const remote_file *f, const char *part, const cha
         fprintf(stderr, "pinhole pull: cannot rename %s to %s: %s\n", part, path, strerror(errno));
         return -1;
     }
-    ph_fsync_parent_dir(path);
+    fsync_parent_dir(path);
     /* After the rename: a record never names a file that is not there. Without
      * it, the next pull checks the file's SHA-256 instead. */
     write_record(side, f, d->have);
     char got[32], speed[32];
-    const double dt = ph_now_s() - d->prog.t0;
+    const double dt = time_now_s() - d->prog.t0;
     hub_size_text(got, sizeof got, (double)d->fetched);
     hub_size_text(speed, sizeof speed, dt > 0 ? (double)d->fetched / dt : 0);
     fprintf(stderr, "  %s: %s fetched in %.1f s (%s/s), %s\n", f->name, got, dt, speed,
@@ -544,7 +544,7 @@ static int download_open(download *d, const char *part, const remote_file *f) {
         fprintf(stderr, "pinhole pull: %s: another pinhole pull is downloading it\n", part);
         return -1;
     }
-    if (ph_sha256_init(&d->sha)) {
+    if (sha256_init(&d->sha)) {
         fprintf(stderr, "pinhole pull: out of memory\n");
         return -1;
     }
@@ -563,7 +563,7 @@ static int download_open(download *d, const char *part, const remote_file *f) {
 /* Checks that dir's file system has room for need more bytes. */
 static int room_for(const char *dir, const remote_file *f, uint64_t need) {
     uint64_t avail, total;
-    if (!need || ph_fs_space(dir, &avail, &total) || avail >= need) return 0;
+    if (!need || fs_space_get(dir, &avail, &total) || avail >= need) return 0;
     char a[32], b[32];
     hub_size_text(a, sizeof a, (double)need);
     hub_size_text(b, sizeof b, (double)avail);
@@ -597,12 +597,12 @@ static int pull_file(pull_ctx *c, const char *dir, const remote_file *f) {
             fprintf(stderr, "  %s: resuming at %s\n", f->name, at);
         }
         d.prog.start = d.have;
-        d.prog.t0 = ph_now_s();
+        d.prog.t0 = time_now_s();
         if (!transfer(c, &d, url, f)) rc = finish(&d, f, part, path, side);
     }
     if (rc && !d.have) unlink(part); /* nothing fetched: no empty .part left behind */
 out:
-    ph_sha256_discard(&d.sha);
+    sha256_discard(&d.sha);
     if (d.fd >= 0) close(d.fd);
     curl_free(esc);
     free(url);
@@ -695,7 +695,7 @@ static int pull_main(pull_ctx *c, const char *mm_quant) {
     }
     ph_err err = {0};
     if (!(dir = hub_repo_dir(c->ref.repo))) goto out;
-    if (ph_mkdir_p(dir, &err)) {
+    if (mkdir_p(dir, &err)) {
         fprintf(stderr, "pinhole pull: %s\n", err.msg);
         goto out;
     }

@@ -255,10 +255,10 @@ static int run_prompt(const run_opts *o, const model_files *files) {
     ep.mmproj_path = files->mmproj[0] ? files->mmproj : NULL;
     ep.n_ctx = (int32_t)o->ctx;
     ep.n_threads = (int)o->threads;
-    ep.image_min_tokens = (int)o->img_min_tokens;
-    ep.image_max_tokens = (int)o->img_max_tokens;
+    ep.picture_min_tokens = (int)o->img_min_tokens;
+    ep.picture_max_tokens = (int)o->img_max_tokens;
     ep.ram_cache_bytes = ep.conversation_cache_bytes = 0; /* one turn: nothing comes back */
-    ep.image_cache_entries = 0;
+    ep.picture_cache_entries = 0;
     int rc = 1;
     ph_err err = {0};
     ph_chat_part parts[MAX_IMAGES + 1] = {{0}};
@@ -379,7 +379,7 @@ int cmd_run(int argc, char **argv) {
     if (o.top_logits > info->n_vocab) o.top_logits = info->n_vocab;
 
     /* the prompt, item by item */
-    double t0 = ph_now_s(), encode_s = 0.0;
+    double t0 = time_now_s(), encode_s = 0.0;
     size_t n_prompt_tokens = 0;
     for (size_t i = 0; i < prompt.n; i++) {
         const ph_prompt_item *it = &prompt.items[i];
@@ -406,7 +406,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "pinhole: the prompt must not end with a picture: add the text that follows it\n");
         goto done;
     }
-    double t1 = ph_now_s();
+    double t1 = time_now_s();
     int32_t n_past_after_prompt = ph_session_next_pos(s);
 
     const size_t n_steps = o.forced.n ? o.forced.n : (size_t)o.n_predict;
@@ -432,7 +432,7 @@ int cmd_run(int argc, char **argv) {
         if (step + 1 == n_steps) break; /* the last token is chosen, not fed */
         if (ph_session_eval_tokens(s, &tok, 1, &err)) goto fail;
     }
-    double t2 = ph_now_s();
+    double t2 = time_now_s();
     if (!o.json) {
         size_t len = ph_detok_finish(&dt, piece, sizeof piece);
         fwrite(piece, 1, len, stdout);

@@ -222,7 +222,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         if (!strcmp(a, "--any-model")) { cfg.any_model = true; continue; }
         if (!strcmp(a, "--allow-forced-output")) { cfg.allow_forced_output = true; continue; }
         if (!strcmp(a, "--no-reuse")) { ep.reuse = false; continue; }
-        if (!strcmp(a, "--no-cache")) { ep.reuse = false; ep.image_cache_entries = 0; continue; }
+        if (!strcmp(a, "--no-cache")) { ep.reuse = false; ep.picture_cache_entries = 0; continue; }
         if (!strcmp(a, "--no-mmproj")) { ma.no_mmproj = true; continue; }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { log_set_level(LOG_DEBUG); continue; }
         if (!(v = arg_value(argc, argv, &i))) return 2;
@@ -276,12 +276,12 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         }
         else if (!strcmp(a, "--top-k")) { if (arg_int(a, v, 0, INT32_MAX, &l)) return 2; cfg.top_k = (int)l; }
         else if (!strcmp(a, "--max-tokens")) { if (arg_int(a, v, 0, INT32_MAX, &l)) return 2; cfg.max_tokens = (int)l; }
-        else if (!strcmp(a, "--image-min-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.image_min_tokens = (int)l; }
-        else if (!strcmp(a, "--image-max-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.image_max_tokens = (int)l; }
-        else if (!strcmp(a, "--image-cache-entries")) { if (arg_int(a, v, 0, 1 << 20, &l)) return 2; ep.image_cache_entries = (int)l; }
-        else if (!strcmp(a, "--image-cache-mib")) { if (arg_int(a, v, 0, 1 << 24, &l)) return 2; ep.image_cache_bytes = (size_t)l << 20; }
-        else if (!strcmp(a, "--image-cache-dir")) ep.image_cache_dir = v;
-        else if (!strcmp(a, "--image-cache-disk-mib")) { if (arg_int(a, v, 1, 1 << 30, &l)) return 2; ep.image_cache_disk_bytes = (uint64_t)l << 20; }
+        else if (!strcmp(a, "--image-min-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.picture_min_tokens = (int)l; }
+        else if (!strcmp(a, "--image-max-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.picture_max_tokens = (int)l; }
+        else if (!strcmp(a, "--image-cache-entries")) { if (arg_int(a, v, 0, 1 << 20, &l)) return 2; ep.picture_cache_entries = (int)l; }
+        else if (!strcmp(a, "--image-cache-mib")) { if (arg_int(a, v, 0, 1 << 24, &l)) return 2; ep.picture_cache_bytes = (size_t)l << 20; }
+        else if (!strcmp(a, "--image-cache-dir")) ep.picture_cache_dir = v;
+        else if (!strcmp(a, "--image-cache-disk-mib")) { if (arg_int(a, v, 1, 1 << 30, &l)) return 2; ep.picture_cache_disk_bytes = (uint64_t)l << 20; }
         else if (!strcmp(a, "--conversation-cache-mib")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; ep.conversation_cache_bytes = (size_t)l << 20; }
         else if (!strcmp(a, "--cache-ram-mib")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; ep.ram_cache_bytes = (size_t)l << 20; }
         else if (!strcmp(a, "--kv-disk-dir")) ep.kv_disk_dir = v;

@@ -70,11 +70,11 @@ int cmd_synth(int argc, char **argv) {
         return 2;
     }
     ph_err err;
-    double t0 = ph_now_s();
+    double t0 = time_now_s();
     if (ph_synth(&p, &err)) {
         fprintf(stderr, "pinhole: %s\n", err.msg);
         return 1;
     }
-    fprintf(stderr, "pinhole: wrote %s.gguf and %s-mmproj.gguf in %.1f s\n", p.out, p.out, ph_now_s() - t0);
+    fprintf(stderr, "pinhole: wrote %s.gguf and %s-mmproj.gguf in %.1f s\n", p.out, p.out, time_now_s() - t0);
     return 0;
 }

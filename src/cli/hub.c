@@ -263,7 +263,7 @@ static long list_local(const char *dir, hub_name **files) {
         if (de->d_name[0] == '.' || !is_gguf(de->d_name) || fstatat(dirfd(d), de->d_name, &st, 0) ||
             !S_ISREG(st.st_mode))
             continue;
-        hub_name *g = ph_grow(v, &cap, n, sizeof *v, 8);
+        hub_name *g = grow_array(v, &cap, n, sizeof *v, 8);
         char *name = g ? strdup(de->d_name) : NULL;
         if (g) v = g;
         if (!name) err = ENOMEM;

@@ -227,7 +227,7 @@ void model_say_setup(const ph_engine *e, const char *name, int n_threads) {
     const ph_ctx_choice *c = ph_engine_ctx(e);
     char pictures[64] = "";
     if (ph_engine_has_vision(e))
-        snprintf(pictures, sizeof pictures, ", pictures up to %d tokens", (int)ph_engine_image_max_tokens(e));
+        snprintf(pictures, sizeof pictures, ", pictures up to %d tokens", (int)ph_engine_picture_max_tokens(e));
     const int threads = n_threads > 0 ? n_threads : ph_cpu_threads();
     PH_INFO("%s (%s), context %d (%s)%s, %d thread%s (%s), %s", name, mi->arch, (int)c->n_ctx, c->why, pictures,
             threads, threads == 1 ? "" : "s", n_threads > 0 ? "-t" : "physical cores", ph_cpu_isa());

@@ -21,7 +21,7 @@ static void erase(cli_progress *p) {
 void cli_progress_cb(void *ud, ph_progress_phase phase, int64_t done, int64_t total) {
     cli_progress *p = ud;
     if (!p->tty) return;
-    const double now = ph_now_s();
+    const double now = time_now_s();
     if (done == 0 || phase != p->phase || total != p->total) { /* a new piece of work */
         erase(p);
         p->phase = phase;

@@ -12,18 +12,18 @@
 #include "state/encoder.h"
 
 struct ph_mmproj {
-    ph_encoder enc;
+    vis_encoder enc;
     ph_model *m;
 };
 
-ph_mmproj *ph_mmproj_open(ph_model *m, const char *path, ph_err *e) {
+ph_mmproj *ph_mmproj_open(ph_model *m, const char *path, ph_err *err) {
     ph_mmproj *h = calloc(1, sizeof *h);
     if (!h) {
-        ph_err_set(e, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     static const uint8_t no_id[32]; /* its rows are never cached */
-    if (encoder_open(&h->enc, path, m, 0, no_id, e)) {
+    if (encoder_open(&h->enc, path, m, 0, no_id, err)) {
         free(h);
         return NULL;
     }
@@ -37,35 +37,35 @@ void ph_mmproj_close(ph_mmproj *h) {
     free(h);
 }
 
-int ph_mmproj_set_budget(ph_mmproj *h, int min_tokens, int max_tokens, ph_err *e) {
+int ph_mmproj_set_budget(ph_mmproj *h, int min_tokens, int max_tokens, ph_err *err) {
     if (min_tokens < 1 || max_tokens < min_tokens)
-        return ph_err_set(e, "picture token budget %d..%d is not usable", min_tokens, max_tokens);
-    return encoder_set_budget(&h->enc, min_tokens, max_tokens, e);
+        return err_set(err, "picture token budget %d..%d is not usable", min_tokens, max_tokens);
+    return encoder_set_budget(&h->enc, min_tokens, max_tokens, err);
 }
 
 int ph_session_eval_picture(ph_session *s, ph_mmproj *h, ph_picture *pic, ph_picture_chunk *chunk, float **rows_out,
-                            ph_err *e) {
-    if (h->m != s->m) return ph_err_set(e, "the vision tower belongs to another model");
-    ph_prep_params budget = h->enc.prep; /* a picture takes at most half the context */
+                            ph_err *err) {
+    if (h->m != s->m) return err_set(err, "the vision tower belongs to another model");
+    prep_params budget = h->enc.prep; /* a picture takes at most half the context */
     prep_cap_tokens(&budget, ph_session_n_ctx(s) / 2);
-    ph_prep prep;
-    if (picture_decode(pic, e)) return -1;
-    const int prc = ph_image_preprocess(&pic->img, &budget, &prep, e);
+    prep_image prep;
+    if (picture_decode(pic, err)) return -1;
+    const int prc = image_preprocess(&pic->img, &budget, &prep, err);
     picture_drop_pixels(pic);
     if (prc) return -1;
     const int width = h->enc.out_width;
     const size_t n = (size_t)prep.grid_x * (size_t)prep.grid_y;
     float *rows = malloc(n * (size_t)width * sizeof(float));
     if (!rows) {
-        ph_prep_free(&prep);
-        return ph_err_set(e, "out of memory for %zu picture rows", n);
+        prep_free(&prep);
+        return err_set(err, "out of memory for %zu picture rows", n);
     }
-    double t0 = ph_now_s();
+    double t0 = time_now_s();
     const vision_progress vp = {session_encode_step, s};
-    session_encode_step(s, 0, ph_vision_get_info(h->enc.tower)->n_layer + 1);
-    int rc = ph_vision_encode(h->enc.tower, &prep, rows, &vp, e);
-    double t1 = ph_now_s();
-    if (rc == 0) rc = session_eval_image_rows(s, rows, prep.grid_x, prep.grid_y, false, e);
+    session_encode_step(s, 0, vision_get_info(h->enc.tower)->n_layer + 1);
+    int rc = vision_encode(h->enc.tower, &prep, rows, &vp, err);
+    double t1 = time_now_s();
+    if (rc == 0) rc = session_eval_image_rows(s, rows, prep.grid_x, prep.grid_y, false, err);
     if (rc == 0 && chunk) {
         chunk->n_tokens = (int32_t)n;
         chunk->grid_x = prep.grid_x;
@@ -74,33 +74,33 @@ int ph_session_eval_picture(ph_session *s, ph_mmproj *h, ph_picture *pic, ph_pic
         chunk->embd_width = width;
         chunk->encode_s = t1 - t0;
     }
-    ph_prep_free(&prep);
+    prep_free(&prep);
     if (rc == 0 && rows_out) *rows_out = rows;
     else free(rows);
     return rc;
 }
 
-ph_file_kind ph_file_probe(const char *path, ph_err *e) {
-    gguf_file *f = gguf_open(path, e);
+ph_file_kind ph_file_probe(const char *path, ph_err *err) {
+    gguf_file *f = gguf_open(path, err);
     if (!f) return PH_FILE_OTHER;
     gguf_str arch;
     const bool clip = gguf_get_str(f, "general.architecture", &arch) == 0 && gguf_str_eq(arch, "clip");
     gguf_close(f);
     if (clip) {
-        ph_vision *v = ph_vision_probe(path, e);
-        ph_vision_free(v);
+        vis_tower *v = vision_probe(path, err);
+        vision_free(v);
         return v ? PH_FILE_MMPROJ : PH_FILE_OTHER;
     }
-    ph_model *m = llm_probe(path, e);
+    ph_model *m = llm_probe(path, err);
     ph_model_free(m);
     return m ? PH_FILE_LLM : PH_FILE_OTHER;
 }
 
-int ph_file_pair(const char *llm_path, const char *mmproj_path, ph_err *e) {
-    ph_model *m = llm_probe(llm_path, e);
-    ph_vision *v = m && llm_check_pictures(m, e) == 0 ? ph_vision_probe(mmproj_path, e) : NULL;
-    const int rc = v ? vision_check_width(ph_vision_get_info(v), mmproj_path, m->hp.n_embd_inp, e) : -1;
-    ph_vision_free(v);
+int ph_file_pair(const char *llm_path, const char *mmproj_path, ph_err *err) {
+    ph_model *m = llm_probe(llm_path, err);
+    vis_tower *v = m && llm_check_pictures(m, err) == 0 ? vision_probe(mmproj_path, err) : NULL;
+    const int rc = v ? vision_check_width(vision_get_info(v), mmproj_path, m->hp.n_embd_inp, err) : -1;
+    vision_free(v);
     ph_model_free(m);
     return rc;
 }

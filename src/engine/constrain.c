@@ -13,8 +13,8 @@
 
 size_t constraint_token_text(void *model, int32_t id, char *buf, size_t cap) {
     const ph_model *m = model;
-    if (ph_vocab_token_type(m->vocab, id) == PH_TOK_CONTROL) return 0;
-    int n = ph_token_bytes(m->vocab, id, buf, cap);
+    if (vocab_token_type(m->vocab, id) == PH_TOK_CONTROL) return 0;
+    int n = token_bytes(m->vocab, id, buf, cap);
     return n > 0 ? (size_t)n : 0;
 }
 
@@ -46,7 +46,7 @@ static jc_schema *calls_schema(const ph_gen_params *g, ph_err *err) {
     char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
     if (!text) {
-        ph_err_set(err, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     jc_schema *s = jc_schema_compile(text, strlen(text), err);
@@ -69,7 +69,7 @@ int constraint_init(constraint *c, const ph_model *m, const jc_vocab *v, const p
     if (g->format != PH_FORMAT_TEXT) { /* the format wins: calls are not parsed */
         static const char any_object[] = "{\"type\":\"object\"}";
         const char *s = g->format == PH_FORMAT_JSON_SCHEMA ? g->response_schema : any_object;
-        if (!s) return ph_err_setc(err, PH_ERR_INPUT, "a json_schema response format needs a schema");
+        if (!s) return err_setc(err, PH_ERR_INPUT, "a json_schema response format needs a schema");
         if (!(c->format = jc_schema_compile(s, strlen(s), err))) return -1;
     } else if (g->n_tools && g->tool_choice != PH_TOOL_NONE) {
         if (!(c->call = calls_schema(g, err))) return -1;
@@ -81,7 +81,7 @@ int constraint_init(constraint *c, const ph_model *m, const jc_vocab *v, const p
         if (ph_token_is_eog(m, i)) c->eog[c->n_eog++] = i;
     if (!c->allowed || !c->text) {
         constraint_free(c);
-        return ph_err_set(err, "out of memory");
+        return err_set(err, "out of memory");
     }
     if (!starts_in_reasoning) constraint_content(c);
     return 0;
@@ -163,9 +163,9 @@ static bool allowed_now(constraint *c, int32_t tok) {
 
 int32_t constraint_sample(constraint *c, ph_sampler *smp, const float *logits) {
     int32_t tok = ph_sampler_sample(smp, logits, c->n_vocab);
-    const double t0 = ph_now_s();
+    const double t0 = time_now_s();
     if (allowed_now(c, tok)) {
-        c->check_s += ph_now_s() - t0;
+        c->check_s += time_now_s() - t0;
         return tok;
     }
     const size_t words = ((size_t)c->n_vocab + 63) / 64;
@@ -180,7 +180,7 @@ int32_t constraint_sample(constraint *c, ph_sampler *smp, const float *logits) {
     const bool eog = end_ok(c);
     for (int32_t i = 0; i < c->n_eog; i++) set_bit(c->allowed, c->eog[i], eog);
     tok = ph_sampler_sample_allowed(smp, logits, c->n_vocab, c->allowed);
-    const double dt = ph_now_s() - t0;
+    const double dt = time_now_s() - t0;
     c->mask_s += dt;
     c->check_s += dt;
     c->n_masked++;
@@ -189,10 +189,10 @@ int32_t constraint_sample(constraint *c, ph_sampler *smp, const float *logits) {
 
 bool constraint_accept(constraint *c, int32_t tok) {
     if (!c->active || ph_token_is_eog(c->m, tok)) return false;
-    const double t0 = ph_now_s();
+    const double t0 = time_now_s();
     size_t n = token_text(c, tok);
     const int rc = jc_matcher_feed(c->active, c->text, n);
-    c->check_s += ph_now_s() - t0;
+    c->check_s += time_now_s() - t0;
     if (rc) { /* a forced token outside the constraint */
         jc_matcher_free(c->active);
         c->active = NULL;

@@ -21,10 +21,10 @@
 void ph_engine_params_default(ph_engine_params *p) {
     memset(p, 0, sizeof *p);
     p->reuse = true;
-    p->image_cache_entries = 32;
-    p->image_cache_bytes = (size_t)128 << 20;
+    p->picture_cache_entries = 32;
+    p->picture_cache_bytes = (size_t)128 << 20;
     p->ram_cache_bytes = (size_t)2 << 30;
-    p->image_cache_disk_bytes = (uint64_t)4 << 30;
+    p->picture_cache_disk_bytes = (uint64_t)4 << 30;
     p->conversation_cache_bytes = (size_t)2 << 30;
     p->kv_disk_bytes = (uint64_t)16 << 30;
     p->checkpoint_every = 4096;
@@ -76,18 +76,18 @@ static void on_hashed(void *ud, uint64_t done, uint64_t total) {
 static int file_identity(const ph_engine_params *p, const char *path, const char *what, double lo, double hi,
                          uint8_t id[32], ph_err *err) {
     char buf[4096];
-    const char *dir = p->id_cache_dir ? p->id_cache_dir : ph_default_cache_dir(buf, sizeof buf);
+    const char *dir = p->id_cache_dir ? p->id_cache_dir : default_cache_dir(buf, sizeof buf);
     load_step st = {p, what, lo, hi, (int)(lo * 100)};
     const file_id_progress prog = {on_hashed, &st};
     progress(p, what, lo);
     bool memo = false;
-    return ph_file_id(path, dir, id, &memo, &prog, err);
+    return file_id_of(path, dir, id, &memo, &prog, err);
 }
 
 ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     ph_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        ph_err_set(err, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     e->reuse = p->reuse;
@@ -109,7 +109,7 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     if (p->mmproj_path) {
         progress(p, "loading the vision encoder", 0.6);
         if (encoder_open(&e->enc, p->mmproj_path, e->m, p->vision_idle_s, enc_id, err) ||
-            encoder_set_budget(&e->enc, p->image_min_tokens, p->image_max_tokens, err))
+            encoder_set_budget(&e->enc, p->picture_min_tokens, p->picture_max_tokens, err))
             goto fail;
         e->has_vision = true;
     }
@@ -151,9 +151,9 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     e->fmt = chat_format_detect(tmpl, tlen, e->m->arch_name);
     ram_tier_init(&e->ram, e->reuse ? p->ram_cache_bytes : 0);
     e->park_budget = e->reuse ? p->conversation_cache_bytes : 0;
-    if (!(e->cache = ph_embed_cache_new(p->image_cache_entries, p->image_cache_bytes, p->image_cache_dir, err)))
+    if (!(e->cache = embed_cache_new(p->picture_cache_entries, p->picture_cache_bytes, p->picture_cache_dir, err)))
         goto fail;
-    ph_embed_cache_set_disk_budget(e->cache, p->image_cache_disk_bytes);
+    embed_cache_set_disk_budget(e->cache, p->picture_cache_disk_bytes);
     if (p->kv_disk_dir) {
         progress(p, "opening the checkpoint folder", 0.95);
         if (!(e->disk = disk_tier_open(p->kv_disk_dir, p->kv_disk_bytes, err))) goto fail;
@@ -192,7 +192,7 @@ void ph_engine_free(ph_engine *e) {
         if (e->s) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv, 0);
         disk_tier_close(e->disk);
     }
-    ph_embed_cache_free(e->cache);
+    embed_cache_free(e->cache);
     jc_vocab_free(e->jv);
     ram_tier_free(&e->ram);
     ram_ckpt_free(&e->parked);
@@ -207,24 +207,24 @@ const ph_model_info *ph_engine_model_info(const ph_engine *e) { return ph_model_
 bool ph_engine_has_vision(const ph_engine *e) { return e->has_vision; }
 int32_t ph_engine_n_ctx(const ph_engine *e) { return ph_session_n_ctx(e->s); }
 const ph_ctx_choice *ph_engine_ctx(const ph_engine *e) { return &e->ctx; }
-int32_t ph_engine_image_max_tokens(const ph_engine *e) { return e->has_vision ? e->enc.prep.max_tokens : 0; }
+int32_t ph_engine_picture_max_tokens(const ph_engine *e) { return e->has_vision ? e->enc.prep.max_tokens : 0; }
 
 size_t ph_engine_token_bytes(const ph_engine *e, int32_t id, char *out, size_t cap) {
-    int n = ph_token_bytes(e->m->vocab, id, out, cap);
+    int n = token_bytes(e->m->vocab, id, out, cap);
     return n < 0 ? 0 : (size_t)n;
 }
 
 void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
     *st = e->st;
-    ph_embed_cache_stats cs;
-    ph_embed_cache_get_stats(e->cache, &cs);
-    st->image_cache_hits = cs.hits;
-    st->image_cache_misses = cs.misses;
-    st->image_cache_evictions = cs.evictions;
-    st->image_cache_entries = cs.entries;
-    st->image_cache_bytes = cs.bytes;
-    st->image_cache_disk_bytes = cs.disk_bytes;
-    st->image_cache_disk_evictions = cs.disk_evictions;
+    embed_cache_stats cs;
+    embed_cache_get_stats(e->cache, &cs);
+    st->picture_cache_hits = cs.hits;
+    st->picture_cache_misses = cs.misses;
+    st->picture_cache_evictions = cs.evictions;
+    st->picture_cache_entries = cs.entries;
+    st->picture_cache_bytes = cs.bytes;
+    st->picture_cache_disk_bytes = cs.disk_bytes;
+    st->picture_cache_disk_evictions = cs.disk_evictions;
     st->encoder_loads = e->enc.loads;
     st->encoder_unloads = e->enc.unloads;
     st->encoder_loaded = e->has_vision && e->enc.tower != NULL;
@@ -256,7 +256,7 @@ void ph_engine_get_disk_stats(const ph_engine *e, ph_engine_stats *st) {
     st->disk_cache_read_s = ds.read_s;
 }
 
-double ph_engine_tick(ph_engine *e) { return e->has_vision ? encoder_tick(&e->enc, ph_now_s()) : -1; }
+double ph_engine_tick(ph_engine *e) { return e->has_vision ? encoder_tick(&e->enc, time_now_s()) : -1; }
 
 /* ---- planning ---------------------------------------------------------------- */
 
@@ -266,7 +266,7 @@ typedef struct turn {
     ph_prompt prompt;
     ph_picture **pics;
     seq_state want;            /* the request's stream as rows */
-    const ph_embed **embeds;   /* per picture item: its rows (referenced) */
+    const embed_entry **embeds;   /* per picture item: its rows (referenced) */
     int32_t *item_row;         /* per prompt item: its first row */
     int32_t head;              /* with recurrent layers: the rows up to the answer's opener, or 0 */
 } turn;
@@ -281,7 +281,7 @@ static void turn_free(turn *t) {
     if (t->pics) drop_pixels(t);
     if (t->embeds)
         for (int32_t i = 0; i < t->prompt.n_pictures; i++)
-            if (t->embeds[i]) ph_embed_cache_release(t->e->cache, t->embeds[i]);
+            if (t->embeds[i]) embed_cache_release(t->e->cache, t->embeds[i]);
     free(t->embeds);
     free(t->item_row);
     free(t->pics);
@@ -310,13 +310,13 @@ static int check_fits(const turn *t, ph_err *err) {
         const int32_t pic_rows = pic ? ph_engine_picture_rows(t->e, pic) : 0;
         rows += pic ? (size_t)pic_rows : it->tokens.n;
         if (pic && rows + 1 > (size_t)n_ctx)
-            return ph_err_setc(err, PH_ERR_TOO_LONG,
+            return err_setc(err, PH_ERR_TOO_LONG,
                                "%s (%d tokens) does not fit: the prompt through it is %zu tokens long but the "
                                "context holds %d (and needs room for the answer)",
                                pic->label, pic_rows, rows, n_ctx);
     }
     if (rows + 1 > (size_t)n_ctx)
-        return ph_err_setc(err, PH_ERR_TOO_LONG,
+        return err_setc(err, PH_ERR_TOO_LONG,
                            "the prompt is %zu tokens long but the context holds %d (and needs room for the answer)",
                            rows, n_ctx);
     return 0;
@@ -340,7 +340,7 @@ static int build_want(turn *t, ph_err *err) {
     memcpy(t->want.domain, t->domain, sizeof t->want.domain);
     t->item_row = malloc((t->prompt.n + 1) * sizeof *t->item_row);
     t->embeds = calloc((size_t)t->prompt.n_pictures + 1, sizeof *t->embeds);
-    if (!t->item_row || !t->embeds) return ph_err_set(err, "out of memory");
+    if (!t->item_row || !t->embeds) return err_set(err, "out of memory");
     int32_t pos = 0;
     for (size_t i = 0; i < t->prompt.n; i++) {
         const ph_prompt_item *it = &t->prompt.items[i];
@@ -372,37 +372,37 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
     ph_engine *e = t->e;
     const seq_span *sp = want_span(t, k);
     ph_picture *im = t->pics[k];
-    ph_prep prep;
+    prep_image prep;
     if (picture_decode(im, err)) return -1;
-    const int prc = ph_image_preprocess(&im->img, &e->enc.prep, &prep, err);
+    const int prc = image_preprocess(&im->img, &e->enc.prep, &prep, err);
     picture_drop_pixels(im);
     if (prc) return -1;
     const size_t nf = (size_t)prep.grid_x * prep.grid_y * (size_t)e->enc.out_width;
     float *rows = malloc(nf * sizeof *rows);
     if (!rows) {
-        ph_prep_free(&prep);
-        return ph_err_set(err, "out of memory for %s's rows", im->label);
+        prep_free(&prep);
+        return err_set(err, "out of memory for %s's rows", im->label);
     }
-    double t0 = ph_now_s();
+    double t0 = time_now_s();
     const vision_progress vp = {on_encoder_step, e};
-    int rc = ph_vision_encode(e->enc.tower, &prep, rows, &vp, err);
-    e->enc_done += ph_vision_get_info(e->enc.tower)->n_layer + 1;
-    r->encode_s += ph_now_s() - t0;
-    e->enc.last_used = ph_now_s();
+    int rc = vision_encode(e->enc.tower, &prep, rows, &vp, err);
+    e->enc_done += vision_get_info(e->enc.tower)->n_layer + 1;
+    r->encode_s += time_now_s() - t0;
+    e->enc.last_used = time_now_s();
     bool geometry_ok = prep.grid_x == sp->grid_x && prep.grid_y == sp->grid_y;
-    ph_prep_free(&prep);
-    if (rc == 0 && !geometry_ok) rc = ph_err_set(err, "%s: the encoder's grid differs from the plan", im->label);
+    prep_free(&prep);
+    if (rc == 0 && !geometry_ok) rc = err_set(err, "%s: the encoder's grid differs from the plan", im->label);
     if (rc) {
         free(rows);
         return -1;
     }
     uint8_t cond[32];
-    ph_embed_rows_hash(rows, nf, cond);
-    if (ph_embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond,
+    embed_rows_hash(rows, nf, cond);
+    if (embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond,
                            &t->embeds[k], err))
         return -1;
     r->pics_encoded++;
-    e->st.images_encoded++;
+    e->st.pictures_encoded++;
     return 0;
 }
 
@@ -413,7 +413,7 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
     ph_engine *e = t->e;
     const int32_t n = t->prompt.n_pictures;
     int32_t *same = malloc(((size_t)n + 1) * sizeof *same); /* an earlier item with the same key, or -1 */
-    if (!same) return ph_err_set(err, "out of memory");
+    if (!same) return err_set(err, "out of memory");
     int32_t missing = 0;
     for (int32_t k = 0; k < n; k++) {
         const seq_span *sp = want_span(t, k);
@@ -426,7 +426,7 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
             if (want_span(t, j)->start >= keep && !memcmp(want_span(t, j)->embed_key, sp->embed_key, 32))
                 same[k] = j;
         if (same[k] >= 0) continue;
-        t->embeds[k] = ph_embed_cache_get(e->cache, sp->embed_key);
+        t->embeds[k] = embed_cache_get(e->cache, sp->embed_key);
         if (t->embeds[k]) r->pics_from_cache++;
         else missing++;
     }
@@ -437,7 +437,7 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
         r->encoder_loaded = loaded;
         if (rc == 0 && e->progress) {
             e->enc_done = 0;
-            e->enc_total = (int64_t)missing * (ph_vision_get_info(e->enc.tower)->n_layer + 1);
+            e->enc_total = (int64_t)missing * (vision_get_info(e->enc.tower)->n_layer + 1);
             e->progress(e->progress_ud, PH_PROGRESS_ENCODE, 0, e->enc_total);
         }
     }
@@ -446,7 +446,7 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
     for (int32_t k = 0; rc == 0 && k < n; k++)
         if (same[k] >= 0) {
             t->embeds[k] = t->embeds[same[k]];
-            ph_embed_cache_retain(e->cache, t->embeds[k]);
+            embed_cache_retain(e->cache, t->embeds[k]);
             r->pics_from_cache++;
         }
     free(same);
@@ -559,10 +559,10 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
                                .tools = gp->tools,
                                .n_tools = gp->n_tools};
     ph_sampler *smp = ph_sampler_new(&gp->sampler);
-    const size_t piece_cap = 3 * (ph_vocab_max_token_len(e->m->vocab) + 3) + 1;
+    const size_t piece_cap = 3 * (vocab_max_token_len(e->m->vocab) + 3) + 1;
     char *piece = malloc(piece_cap);
     int rc = 0;
-    if (!smp || !piece) rc = ph_err_set(err, "out of memory");
+    if (!smp || !piece) rc = err_set(err, "out of memory");
     else if (out_parser_init(&g.split, &pc, err)) rc = -1;
     if (rc) {
         free(piece);
@@ -587,7 +587,7 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
         else
             tok = constraint_sample(con, smp, logits);
         if (r->n_generated == 0) {
-            t_first = ph_now_s();
+            t_first = time_now_s();
             r->ttft_s = t_first - t_start;
         }
         if (tok < 0 || ph_token_is_eog(e->m, tok)) {
@@ -609,7 +609,7 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
         g.ev_sent = false;
         size_t n = ph_detok_token(&dt, e->m, tok, piece, piece_cap);
         if (release(&g, piece, n, false)) {
-            rc = ph_err_set(err, "out of memory");
+            rc = err_set(err, "out of memory");
             break;
         }
         if (!g.ev_sent && !g.cancelled)
@@ -638,7 +638,7 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
         size_t n = ph_detok_finish(&dt, piece, piece_cap);
         g.ev = (ph_gen_event){.token = -1};
         g.ev_sent = true;
-        if (release(&g, piece, n, true)) rc = ph_err_set(err, "out of memory");
+        if (release(&g, piece, n, true)) rc = err_set(err, "out of memory");
     }
     if (rc == 0 && !g.cancelled) {
         g.ev = (ph_gen_event){.token = -1};
@@ -653,7 +653,7 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
                  con->n_masked ? con->mask_s * 1e3 / con->n_masked : 0.0,
                  r->n_generated ? con->check_s * 1e3 / r->n_generated : 0.0);
     out_parser_free(&g.split);
-    r->decode_s = t_first > 0 ? ph_now_s() - t_first : 0;
+    r->decode_s = t_first > 0 ? time_now_s() - t_first : 0;
     e->st.tokens_generated += (uint64_t)r->n_generated;
     strbuf_free(&g.pend);
     free(piece);
@@ -711,7 +711,7 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
             continue;
         }
         const seq_span *sp = &w->spans[span];
-        const ph_embed *em = t->embeds[span];
+        const embed_entry *em = t->embeds[span];
         int32_t pos = ph_session_next_pos(e->s);
         if (session_eval_image_rows(e->s, em->rows, sp->grid_x, sp->grid_y, sp->start + sp->n_tokens == w->n_rows,
                                     err))
@@ -736,10 +736,10 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
 static bool move_live(ph_engine *e, ram_ckpt *c, int32_t keep, bool (*put)(ph_engine *, ram_ckpt *)) {
     kv_cache *kv = &e->s->kv;
     const int32_t n = e->live.n_rows;
-    void *fresh = ph_big_alloc(kv->map_bytes);
+    void *fresh = big_alloc(kv->map_bytes);
     if (!fresh || ram_ckpt_wrap(c, &e->live, n, kv_cache_bytes(kv, n), kv->map, kv->map_bytes, kv->rows.n_ctx,
                                 e->ram.floor)) {
-        ph_big_free(fresh, kv->map_bytes);
+        big_free(fresh, kv->map_bytes);
         memset(c, 0, sizeof *c);
         return false;
     }
@@ -747,14 +747,14 @@ static bool move_live(ph_engine *e, ram_ckpt *c, int32_t keep, bool (*put)(ph_en
     if (ram_ckpt_set_recurrent(c, kv)) {
         c->kv = NULL; /* still the session's */
         ram_ckpt_free(c);
-        ph_big_free(fresh, kv->map_bytes);
+        big_free(fresh, kv->map_bytes);
         return false;
     }
     const ram_ckpt held = *c; /* its recurrent states stay where put leaves them */
     if (!put(e, c)) {
         c->kv = NULL;
         ram_ckpt_free(c);
-        ph_big_free(fresh, kv->map_bytes);
+        big_free(fresh, kv->map_bytes);
         return false;
     }
     kv_cache_swap_map(kv, fresh);
@@ -936,7 +936,7 @@ static int render(turn *t, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_
     if (chat_format_render(&e->fmt, e->m->vocab, msgs, n_msgs, gp->tools, gp->n_tools, &ro, &t->prompt, &t->pics, err))
         return -1;
     if (t->prompt.n_pictures && !e->has_vision)
-        return ph_err_setc(err, PH_ERR_NO_VISION,
+        return err_setc(err, PH_ERR_NO_VISION,
                            "this server has no vision encoder (start it with --mmproj) and cannot read pictures");
     return 0;
 }
@@ -959,7 +959,7 @@ int ph_engine_render(const ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs,
 int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_gen_cb cb,
                    void *ud, ph_turn_report *r, ph_err *err) {
     memset(r, 0, sizeof *r);
-    const double t0 = ph_now_s();
+    const double t0 = time_now_s();
     turn t = {.e = e, .domain = gp->domain};
     constraint con = {.call_token = -1};
     ph_tokens forced = {0};
@@ -980,14 +980,14 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
         goto out;
     r->n_prompt = t.want.n_rows;
 
-    const double tp = ph_now_s();
+    const double tp = time_now_s();
     int32_t keep = plan_reuse(e, &t.want, gp->auxiliary, r);
-    r->checkpoint_s = ph_now_s() - tp;
+    r->checkpoint_s = time_now_s() - tp;
     r->n_reused = keep;
     r->n_prefilled = t.want.n_rows - keep;
 
     if ((rc = resolve_pictures(&t, keep, r, err)) != 0) goto out;
-    const double t1 = ph_now_s();
+    const double t1 = time_now_s();
     session_progress_span(e->s, r->n_prefilled);
     rc = prefill(&t, keep, err);
     session_progress_span(e->s, 0);
@@ -995,7 +995,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
         err->code = PH_ERR_INTERNAL;
         goto reset;
     }
-    r->prefill_s = ph_now_s() - t1;
+    r->prefill_s = time_now_s() - t1;
     e->live_prompt = e->live.n_rows;
     e->st.prompt_tokens_reused += (uint64_t)r->n_reused;
     e->st.prompt_tokens_prefilled += (uint64_t)r->n_prefilled;

@@ -35,11 +35,11 @@ struct ph_engine {
     bool has_parked;
     bool live_is_aux;        /* an auxiliary request made the live state */
     size_t park_budget;
-    ph_chat_format fmt;
+    chat_fmt fmt;
     uint8_t model_id[32];
     bool has_vision;
-    ph_encoder enc;
-    ph_embed_cache *cache;
+    vis_encoder enc;
+    embed_store *cache;
     disk_tier *disk;         /* checkpoint files (NULL: no disk tier) */
     int32_t checkpoint_every;
     bool reuse;

@@ -35,8 +35,8 @@ static void memo_put(ph_engine *e, const uint8_t key[32], const ph_picture *im) 
 /* The encoder's input size for a w x h picture (the preprocessing's own
  * geometry) and its merged grid. */
 static void picture_geometry(const ph_engine *e, int w, int h, int *tw, int *th, int32_t *grid_x, int32_t *grid_y) {
-    const ph_prep_params *p = &e->enc.prep;
-    ph_prep_geometry(w, h, p, tw, th);
+    const prep_params *p = &e->enc.prep;
+    prep_geometry(w, h, p, tw, th);
     const int f = p->patch_size * p->n_merge;
     *grid_x = *tw / f;
     *grid_y = *th / f;
@@ -45,12 +45,12 @@ static void picture_geometry(const ph_engine *e, int w, int h, int *tw, int *th,
 ph_picture *ph_picture_new(const void *data, size_t len, const char *label, ph_err *err) {
     ph_picture *im = calloc(1, sizeof *im);
     if (!im) {
-        ph_err_set(err, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     snprintf(im->label, sizeof im->label, "%s", label ? label : "picture");
-    ph_image_limits lim;
-    ph_image_limits_default(&lim);
+    image_limits lim;
+    image_limits_default(&lim);
     if (image_probe(data, len, &lim, im->label, &im->w, &im->h, err)) {
         err->code = PH_ERR_INPUT;
         free(im);
@@ -59,12 +59,12 @@ ph_picture *ph_picture_new(const void *data, size_t len, const char *label, ph_e
     im->bytes = malloc(len ? len : 1);
     if (!im->bytes) {
         free(im);
-        ph_err_set(err, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     memcpy(im->bytes, data, len);
     im->len = len;
-    ph_sha256(data, len, im->bytes_id);
+    sha256_digest(data, len, im->bytes_id);
     return im;
 }
 
@@ -83,7 +83,7 @@ ph_picture *ph_picture_load(const char *path, ph_err *err) {
 
 void ph_picture_free(ph_picture *im) {
     if (!im) return;
-    ph_image_free(&im->img);
+    image_free(&im->img);
     free(im->bytes);
     free(im);
 }
@@ -103,26 +103,26 @@ int32_t ph_engine_picture_rows(const ph_engine *e, const ph_picture *im) {
 
 int picture_decode(ph_picture *im, ph_err *err) {
     if (im->img.rgb) return 0;
-    ph_image_limits lim;
-    ph_image_limits_default(&lim);
-    if (ph_image_decode(im->bytes, im->len, &lim, im->label, &im->img, err)) {
+    image_limits lim;
+    image_limits_default(&lim);
+    if (image_decode(im->bytes, im->len, &lim, im->label, &im->img, err)) {
         err->code = PH_ERR_INPUT;
         return -1;
     }
     /* cannot happen: the same bytes, the same header, the same pixels */
     if (im->img.w != im->w || im->img.h != im->h) {
-        ph_err_set(err, "%s: decoded to %dx%d, not the %dx%d of its header", im->label, im->img.w, im->img.h, im->w,
+        err_set(err, "%s: decoded to %dx%d, not the %dx%d of its header", im->label, im->img.w, im->img.h, im->w,
                    im->h);
     } else if (im->identified && memcmp(im->img.image_id, im->image_id, 32) != 0) {
-        ph_err_set(err, "%s: decoded to other pixels than before", im->label);
+        err_set(err, "%s: decoded to other pixels than before", im->label);
     } else {
         return 0;
     }
-    ph_image_free(&im->img);
+    image_free(&im->img);
     return -1;
 }
 
-void picture_drop_pixels(ph_picture *im) { ph_image_free(&im->img); }
+void picture_drop_pixels(ph_picture *im) { image_free(&im->img); }
 
 int engine_picture_identify(ph_engine *e, ph_picture *im, const uint8_t domain[32], ph_err *err) {
     if (im->identified) return 0;
@@ -153,7 +153,7 @@ typedef struct prep_key {
 
 void engine_embed_key(const ph_engine *e, const ph_picture *im, const uint8_t domain[32], uint8_t key[32],
                       int32_t *grid_x, int32_t *grid_y) {
-    const ph_prep_params *p = &e->enc.prep;
+    const prep_params *p = &e->enc.prep;
     int tw, th;
     picture_geometry(e, im->w, im->h, &tw, &th, grid_x, grid_y);
     /* everything that decides the rows: the encoder file, the pixels, the
@@ -175,7 +175,7 @@ void engine_embed_key(const ph_engine *e, const ph_picture *im, const uint8_t do
     in.prep = prep;
     snprintf(in.resampler, sizeof in.resampler, "%s", "bicubic-pillow/letterbox-center-black");
     snprintf(in.isa, sizeof in.isa, "%s", ph_cpu_isa());
-    ph_sha256(&in, sizeof in, key);
+    sha256_digest(&in, sizeof in, key);
     /* and, outside the default domain, the domain: embeddings (in memory
      * and in --image-cache-dir) and the spans that hold them are then that
      * domain's alone */

@@ -12,14 +12,14 @@ static ph_prompt_item *text_item(ph_prompt *p) {
     return prompt_new_item(p);
 }
 
-static int add_text(const ph_model *m, ph_prompt *p, const char *text, size_t len, ph_err *e) {
+static int add_text(const ph_model *m, ph_prompt *p, const char *text, size_t len, ph_err *err) {
     if (len == 0) return 0;
     ph_prompt_item *it = text_item(p);
-    if (!it) return ph_err_set(e, "out of memory");
-    return ph_tokenize(m, text, len, true, &it->tokens, e);
+    if (!it) return err_set(err, "out of memory");
+    return ph_tokenize(m, text, len, true, &it->tokens, err);
 }
 
-int ph_prompt_from_raw(const ph_model *m, const char *raw, const char *marker, ph_prompt *out, ph_err *e) {
+int ph_prompt_from_raw(const ph_model *m, const char *raw, const char *marker, ph_prompt *out, ph_err *err) {
     memset(out, 0, sizeof *out);
     const int32_t bos = ph_model_bos(m);
     if (bos >= 0) {
@@ -31,25 +31,25 @@ int ph_prompt_from_raw(const ph_model *m, const char *raw, const char *marker, p
     for (;;) {
         const char *hit = mlen ? strstr(at, marker) : NULL;
         size_t len = hit ? (size_t)(hit - at) : strlen(at);
-        if (add_text(m, out, at, len, e)) goto fail;
+        if (add_text(m, out, at, len, err)) goto fail;
         if (!hit) break;
         /* <|vision_start|> picture <|vision_end|>, as llama.cpp's mtmd does */
         static const char vs[] = "<|vision_start|>", ve[] = "<|vision_end|>";
         if (ph_token_lookup(m, vs) < 0 || ph_token_lookup(m, ve) < 0) {
-            ph_err_set(e, "the model's vocabulary has no %s / %s tokens: it does not take pictures", vs, ve);
+            err_set(err, "the model's vocabulary has no %s / %s tokens: it does not take pictures", vs, ve);
             goto fail;
         }
-        if (add_text(m, out, vs, sizeof vs - 1, e)) goto fail;
+        if (add_text(m, out, vs, sizeof vs - 1, err)) goto fail;
         ph_prompt_item *it = prompt_new_item(out);
         if (!it) goto oom;
         it->is_picture = true;
         it->picture = out->n_pictures++;
-        if (add_text(m, out, ve, sizeof ve - 1, e)) goto fail;
+        if (add_text(m, out, ve, sizeof ve - 1, err)) goto fail;
         at = hit + mlen;
     }
     return 0;
 oom:
-    ph_err_set(e, "out of memory");
+    err_set(err, "out of memory");
 fail:
     ph_prompt_free(out);
     return -1;

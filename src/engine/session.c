@@ -49,23 +49,23 @@ void ph_model_default_ctx(const ph_model *m, ph_ctx_choice *c) {
     session_ctx_choose(m->hp.n_ctx_train, kv_cache_row_bytes(&m->hp), ph_mem_available(), c);
 }
 
-ph_session *ph_session_new(ph_model *m, int32_t n_ctx, ph_err *e) {
+ph_session *ph_session_new(ph_model *m, int32_t n_ctx, ph_err *err) {
     if (n_ctx <= 0) {
         ph_ctx_choice c;
         ph_model_default_ctx(m, &c);
         n_ctx = c.n_ctx;
     }
     if (n_ctx <= 0 || n_ctx > (1 << 22)) {
-        ph_err_set(e, "context size %d is not usable", n_ctx);
+        err_set(err, "context size %d is not usable", n_ctx);
         return NULL;
     }
     ph_session *s = calloc(1, sizeof *s);
     if (!s) {
-        ph_err_set(e, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     s->m = m;
-    if (kv_cache_init(&s->kv, m, n_ctx, e) || llm_scratch_init(&s->sc, m, n_ctx < PH_CHUNK ? n_ctx : PH_CHUNK, e)) {
+    if (kv_cache_init(&s->kv, m, n_ctx, err) || llm_scratch_init(&s->sc, m, n_ctx < PH_CHUNK ? n_ctx : PH_CHUNK, err)) {
         ph_session_free(s);
         return NULL;
     }
@@ -120,11 +120,11 @@ static void rows_done(ph_session *s, int64_t base, int64_t done, int64_t n) {
     if (s->prog_total && done == n) s->prog_done = base + n;
 }
 
-static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt, ph_err *e) {
+static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt, ph_err *err) {
     if (n == 0) return 0;
     const llm_kv *kv = &s->kv.rows;
     if ((size_t)kv->n_rows + n > (size_t)kv->n_ctx)
-        return ph_err_set(e, "the prompt needs %zu more tokens but the context has room for %d", n,
+        return err_set(err, "the prompt needs %zu more tokens but the context has room for %d", n,
                           kv->n_ctx - kv->n_rows);
     const bool mrope = s->m->hp.rope.mode == PH_ROPE_IMROPE;
     const int64_t base = s->prog_done;
@@ -141,7 +141,7 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
                 s->sc.pos[3 * c + i] = 0;
             }
         }
-        if (llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, prompt, e))
+        if (llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, prompt, err))
             return -1;
         s->next_pos += (int32_t)c;
         done += c;
@@ -151,21 +151,21 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
 }
 
 /* More than one token: a prompt; one: a decoded token. */
-int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *e) {
-    return eval_tokens(s, ids, n, n > 1, e);
+int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *err) {
+    return eval_tokens(s, ids, n, n > 1, err);
 }
 
-int session_eval_prompt(ph_session *s, const int32_t *ids, size_t n, ph_err *e) { return eval_tokens(s, ids, n, true, e); }
+int session_eval_prompt(ph_session *s, const int32_t *ids, size_t n, ph_err *err) { return eval_tokens(s, ids, n, true, err); }
 
 int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
-                            ph_err *e) {
+                            ph_err *err) {
     const llm_hparams *hp = &s->m->hp;
     const int64_t n = (int64_t)grid_x * grid_y;
     if (hp->rope.mode != PH_ROPE_IMROPE)
-        return ph_err_set(e, "this model (%s) does not take pictures", s->m->arch_name);
+        return err_set(err, "this model (%s) does not take pictures", s->m->arch_name);
     const llm_kv *kv = &s->kv.rows;
     if (kv->n_rows + n > kv->n_ctx)
-        return ph_err_set(e, "the picture needs %lld rows but the context has room for %d", (long long)n,
+        return err_set(err, "the picture needs %lld rows but the context has room for %d", (long long)n,
                           kv->n_ctx - kv->n_rows);
     /* every row of the picture has t = p0, h = p0 + row, w = p0 + col (docs/numerics.md, Positions of picture rows) */
     const int32_t p0 = s->next_pos;
@@ -181,7 +181,7 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
             s->sc.pos[3 * c + i] = 0;
         }
         if (llm_forward(s->m, &s->kv.rows, &s->sc, NULL, rows + done * hp->n_embd_inp, c, s->sc.pos,
-                        want_logits && done + c == n, true, e))
+                        want_logits && done + c == n, true, err))
             return -1;
         done += c;
         rows_done(s, base, done, n);

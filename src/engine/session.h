@@ -32,9 +32,9 @@ void session_encode_step(void *ud, int done, int total);
  * only when asked (a prompt rarely ends with a picture). */
 /* Rows of a prompt, however few (ph_session_eval_tokens takes a single
  * token as a decoded one): see llm_forward's prompt. */
-int session_eval_prompt(ph_session *s, const int32_t *ids, size_t n, ph_err *e);
+int session_eval_prompt(ph_session *s, const int32_t *ids, size_t n, ph_err *err);
 int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
-                            ph_err *e);
+                            ph_err *err);
 
 /* ph_model_default_ctx's choice for a model of n_ctx_train whose rows take
  * row_bytes each, with mem_available bytes (-1: unknown). */

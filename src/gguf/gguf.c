@@ -49,7 +49,7 @@ size_t gguf_vtype_size(gguf_vtype t) {
 
 int gguf_tensor_nbytes(int type, uint32_t n_dims, const int64_t *ne, uint64_t *nbytes, const char **why) {
     if (n_dims > GGUF_MAX_DIMS) { *why = "has more than 4 dimensions"; return -1; }
-    const ph_type_info *ti = ph_type_get(type);
+    const type_info *ti = type_get(type);
     if (!ti->known || ti->block_elems <= 0 || ti->block_bytes <= 0) {
         *why = "has a type pinhole does not support";
         return -1;
@@ -88,7 +88,7 @@ static int fail(rd *r, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ph_err_set(r->e, "gguf: %s: %s", r->name, msg);
+    err_set(r->e, "gguf: %s: %s", r->name, msg);
     return -1;
 }
 
@@ -334,7 +334,7 @@ static int rd_tensor(rd *r, uint64_t idx, gguf_tensor *t) {
     snprintf(what, sizeof what, "the offset of tensor '%s'", name);
     if (rd_u64(r, &t->offset, what)) return -1;
 
-    const ph_type_info *ti = ph_type_get(t->type);
+    const type_info *ti = type_get(t->type);
     if (!ti->known) return fail(r, "tensor '%s' has type %d (%s), which pinhole does not support", name, t->type, ti->name);
     const char *why;
     if (gguf_tensor_nbytes(t->type, t->n_dims, t->ne, &t->nbytes, &why))
@@ -353,8 +353,8 @@ static int pad_to(uint64_t x, uint32_t a, uint64_t *out) {
 
 /* ---- open ------------------------------------------------------------------------ */
 
-static int parse(gguf_file *f, const char *name, ph_err *e) {
-    rd r = {f->base, f->size, 0, name, e};
+static int parse(gguf_file *f, const char *name, ph_err *err) {
+    rd r = {f->base, f->size, 0, name, err};
 
     if (f->size < 4 || memcmp(f->base, "GGUF", 4) != 0) {
         if (f->size < 4) return fail(&r, "file is too small to be a GGUF file (%zu bytes)", f->size);
@@ -443,45 +443,45 @@ static int parse(gguf_file *f, const char *name, ph_err *e) {
     return 0;
 }
 
-gguf_file *gguf_open_mem(const void *data, size_t size, ph_err *e) {
+gguf_file *gguf_open_mem(const void *data, size_t size, ph_err *err) {
     if (!data && size) {
-        ph_err_set(e, "gguf: <memory>: NULL buffer of %zu bytes", size);
+        err_set(err, "gguf: <memory>: NULL buffer of %zu bytes", size);
         return NULL;
     }
     gguf_file *f = calloc(1, sizeof *f);
     if (!f) {
-        ph_err_set(e, "gguf: <memory>: out of memory");
+        err_set(err, "gguf: <memory>: out of memory");
         return NULL;
     }
     f->base = data ? data : (const uint8_t *)"";
     f->size = size;
-    if (parse(f, "<memory>", e)) {
+    if (parse(f, "<memory>", err)) {
         gguf_close(f);
         return NULL;
     }
     return f;
 }
 
-gguf_file *gguf_open(const char *path, ph_err *e) {
+gguf_file *gguf_open(const char *path, ph_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        ph_err_set(e, "gguf: %s: cannot open: %s", path, strerror(errno));
+        err_set(err, "gguf: %s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        ph_err_set(e, "gguf: %s: cannot stat: %s", path, strerror(errno));
+        err_set(err, "gguf: %s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return NULL;
     }
     if (!S_ISREG(st.st_mode)) {
-        ph_err_set(e, "gguf: %s: not a regular file", path);
+        err_set(err, "gguf: %s: not a regular file", path);
         close(fd);
         return NULL;
     }
     gguf_file *f = calloc(1, sizeof *f);
     if (!f) {
-        ph_err_set(e, "gguf: %s: out of memory", path);
+        err_set(err, "gguf: %s: out of memory", path);
         close(fd);
         return NULL;
     }
@@ -491,7 +491,7 @@ gguf_file *gguf_open(const char *path, ph_err *e) {
     } else {
         void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
-            ph_err_set(e, "gguf: %s: cannot map %zu bytes: %s", path, f->size, strerror(errno));
+            err_set(err, "gguf: %s: cannot map %zu bytes: %s", path, f->size, strerror(errno));
             close(fd);
             free(f);
             return NULL;
@@ -500,7 +500,7 @@ gguf_file *gguf_open(const char *path, ph_err *e) {
         f->mapped = 1;
     }
     close(fd);
-    if (parse(f, path, e)) {
+    if (parse(f, path, err)) {
         gguf_close(f);
         return NULL;
     }

@@ -43,7 +43,7 @@ typedef struct gguf_tensor {
     char name[64];       /* NUL-terminated, < 64 bytes */
     uint32_t n_dims;
     int64_t ne[4];       /* missing dims are 1 */
-    int type;            /* ph_type id */
+    int type;            /* tensor_type id */
     uint64_t offset;     /* relative to the data section */
     uint64_t nbytes;
     const void *data;    /* into the mapping */
@@ -66,9 +66,9 @@ typedef struct gguf_file {
 
 /* Opens and validates a file. On error returns NULL and e names the problem
  * ("gguf: <path>: tensor 'x' data [a, b) lies outside the file (size n)"). */
-gguf_file *gguf_open(const char *path, ph_err *e);
+gguf_file *gguf_open(const char *path, ph_err *err);
 /* Same over a caller-owned buffer that must outlive the result (fuzzing, tests). */
-gguf_file *gguf_open_mem(const void *data, size_t size, ph_err *e);
+gguf_file *gguf_open_mem(const void *data, size_t size, ph_err *err);
 void gguf_close(gguf_file *f);
 
 /* Lookups: NULL / -1 when absent. */
@@ -115,6 +115,6 @@ void gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t
  * calls fill(ctx, i, buf, nbytes) to produce its bytes. Writes to path.tmp,
  * fsyncs and renames. Returns 0 or -1 with e set. */
 typedef int (*gguf_fill_fn)(void *ctx, uint64_t i, void *buf, uint64_t nbytes);
-int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx, ph_err *e);
+int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx, ph_err *err);
 
 #endif

@@ -79,8 +79,8 @@ static void print_size(FILE *out, uint64_t bytes) {
     print_scaled(out, bytes, 1024, " B", units);
 }
 
-int ph_print_file_info(const char *path, FILE *out, bool verbose, ph_err *e) {
-    gguf_file *f = gguf_open(path, e);
+int ph_print_file_info(const char *path, FILE *out, bool verbose, ph_err *err) {
+    gguf_file *f = gguf_open(path, err);
     if (!f) return -1;
     fprintf(out, "file: %s (", path);
     print_size(out, f->size);
@@ -114,7 +114,7 @@ int ph_print_file_info(const char *path, FILE *out, bool verbose, ph_err *e) {
             bytes[ts->type] += ts->nbytes;
         }
         if (verbose || f->n_tensors <= 40) {
-            fprintf(out, "  %-40s %-6s [", ts->name, ph_type_get(ts->type)->name);
+            fprintf(out, "  %-40s %-6s [", ts->name, type_get(ts->type)->name);
             for (uint32_t d = 0; d < ts->n_dims; d++) fprintf(out, d ? ", %" PRId64 : "%" PRId64, ts->ne[d]);
             fputs("] ", out);
             print_size(out, ts->nbytes);
@@ -125,7 +125,7 @@ int ph_print_file_info(const char *path, FILE *out, bool verbose, ph_err *e) {
     fprintf(out, "\nby type:\n");
     for (int t = 0; t < PH_TYPE_COUNT; t++) {
         if (!count[t]) continue;
-        fprintf(out, "  %-6s %5" PRIu64 " tensors, ", ph_type_get(t)->name, count[t]);
+        fprintf(out, "  %-6s %5" PRIu64 " tensors, ", type_get(t)->name, count[t]);
         print_size(out, bytes[t]);
         fputc('\n', out);
     }

@@ -60,7 +60,7 @@ static void wfail(gguf_writer *w, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ph_err_set(&w->err, "gguf writer: %s", msg);
+    err_set(&w->err, "gguf writer: %s", msg);
     w->failed = 1;
 }
 
@@ -289,10 +289,10 @@ static int write_zeros(FILE *fp, uint64_t n) {
     return 0;
 }
 
-int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx, ph_err *e) {
+int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx, ph_err *err) {
     uint32_t align;
     if (w->failed || writer_alignment(w, &align)) {
-        if (e) *e = w->err;
+        if (err) *err = w->err;
         return -1;
     }
 
@@ -301,11 +301,11 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
     for (size_t i = 0; i < w->n_t; i++) {
         w->t[i].offset = off;
         if (__builtin_add_overflow(off, w->t[i].nbytes, &off) || __builtin_add_overflow(off, pad_len(off, align), &off))
-            return ph_err_set(e, "gguf: %s: the tensor data is too large", path);
+            return err_set(err, "gguf: %s: the tensor data is too large", path);
         if (w->t[i].nbytes > max_bytes) max_bytes = w->t[i].nbytes;
     }
-    if (max_bytes && !fill) return ph_err_set(e, "gguf: %s: no fill callback for the tensor data", path);
-    if (max_bytes > SIZE_MAX) return ph_err_set(e, "gguf: %s: a tensor is too large for memory", path);
+    if (max_bytes && !fill) return err_set(err, "gguf: %s: no fill callback for the tensor data", path);
+    if (max_bytes > SIZE_MAX) return err_set(err, "gguf: %s: a tensor is too large for memory", path);
 
     strbuf h = {0};
     strbuf_put(&h, "GGUF", 4);
@@ -332,7 +332,7 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
         free(h.p);
         free(tmp);
         free(buf);
-        return ph_err_set(e, "gguf: %s: out of memory", path);
+        return err_set(err, "gguf: %s: out of memory", path);
     }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
@@ -340,7 +340,7 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
     int rc = -1;
     FILE *fp = fopen(tmp, "wb");
     if (!fp) {
-        ph_err_set(e, "gguf: %s: cannot create: %s", tmp, strerror(errno));
+        err_set(err, "gguf: %s: cannot create: %s", tmp, strerror(errno));
         goto out;
     }
     if (write_all(fp, h.p, h.n) || write_zeros(fp, pad_len(h.n, align))) goto io_error;
@@ -349,7 +349,7 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
         if (n == 0) continue;
         memset(buf, 0, n);
         if (fill(ctx, i, buf, n) != 0) {
-            ph_err_set(e, "gguf: %s: the data of tensor '%s' could not be produced", path, w->t[i].name);
+            err_set(err, "gguf: %s: the data of tensor '%s' could not be produced", path, w->t[i].name);
             goto fail;
         }
         if (write_all(fp, buf, n) || write_zeros(fp, pad_len(n, align))) goto io_error;
@@ -359,15 +359,15 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
     fp = NULL;
     if (cerr != 0) goto io_error;
     if (rename(tmp, path) != 0) {
-        ph_err_set(e, "gguf: %s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+        err_set(err, "gguf: %s: cannot rename %s into place: %s", path, tmp, strerror(errno));
         goto fail;
     }
-    ph_fsync_parent_dir(path); /* best effort: some filesystems refuse to sync folders */
+    fsync_parent_dir(path); /* best effort: some filesystems refuse to sync folders */
     rc = 0;
     goto out;
 
 io_error:
-    ph_err_set(e, "gguf: %s: write failed: %s", tmp, strerror(errno));
+    err_set(err, "gguf: %s: write failed: %s", tmp, strerror(errno));
 fail:
     if (fp) fclose(fp);
     unlink(tmp);

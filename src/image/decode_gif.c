@@ -23,9 +23,9 @@ static int gif_read(GifFileType *g, GifByteType *buf, int len) {
     return (int)k;
 }
 
-static int gif_fail(const char *label, int code, ph_err *e) {
+static int gif_fail(const char *label, int code, ph_err *err) {
     const char *why = GifErrorString(code);
-    return ph_img_err(e, label, "GIF data is truncated or corrupt (%s)", why ? why : "unknown error");
+    return img_err(err, label, "GIF data is truncated or corrupt (%s)", why ? why : "unknown error");
 }
 
 /* Reads extension records up to the first image descriptor. */
@@ -55,36 +55,36 @@ static void gif_colour(const ColorMapObject *map, unsigned idx, uint8_t *px) {
     }
 }
 
-int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
-                  ph_decoded *out, ph_err *e) {
+int decode_gif(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
+                  img_decoded *out, ph_err *err) {
     gif_src src = {d, n, 0};
-    int err = 0, rc = -1;
-    GifFileType *g = DGifOpen(&src, gif_read, &err);
-    if (!g) return gif_fail(label, err, e);
+    int errnum = 0, rc = -1;
+    GifFileType *g = DGifOpen(&src, gif_read, &errnum);
+    if (!g) return gif_fail(label, errnum, err);
     uint8_t *rgb = NULL, *line = NULL;
 
     /* The screen first; an empty one is allowed (the frame sizes the canvas). */
     if (g->SWidth > 0 && g->SHeight > 0 &&
-        ph_img_check_size(label, "GIF", (uint64_t)g->SWidth, (uint64_t)g->SHeight, lim, e) != 0)
+        img_check_size(label, "GIF", (uint64_t)g->SWidth, (uint64_t)g->SHeight, lim, err) != 0)
         goto done;
     int found = gif_find_image(g);
     if (found < 0) {
-        gif_fail(label, g->Error, e);
+        gif_fail(label, g->Error, err);
         goto done;
     }
     if (found > 0) {
-        ph_img_err(e, label, "GIF has no image");
+        img_err(err, label, "GIF has no image");
         goto done;
     }
     const GifImageDesc *fr = &g->Image;
     if (fr->Width <= 0 || fr->Height <= 0) {
-        ph_img_err(e, label, "GIF's first frame is empty (%dx%d)", fr->Width, fr->Height);
+        img_err(err, label, "GIF's first frame is empty (%dx%d)", fr->Width, fr->Height);
         goto done;
     }
     uint64_t cw = (uint64_t)fr->Left + (uint64_t)fr->Width, ch = (uint64_t)fr->Top + (uint64_t)fr->Height;
     if (cw < (uint64_t)g->SWidth) cw = (uint64_t)g->SWidth;
     if (ch < (uint64_t)g->SHeight) ch = (uint64_t)g->SHeight;
-    if (ph_img_check_size(label, "GIF", cw, ch, lim, e) != 0) goto done;
+    if (img_check_size(label, "GIF", cw, ch, lim, err) != 0) goto done;
     int w = (int)cw, h = (int)ch;
     out->w = w;
     out->h = h;
@@ -93,11 +93,11 @@ int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const 
         rc = 0;
         goto done;
     }
-    rgb = ph_img_alloc(label, w, h, 3, e);
+    rgb = img_alloc(label, w, h, 3, err);
     if (!rgb) goto done;
     line = malloc((size_t)fr->Width);
     if (!line) {
-        ph_img_err(e, label, "out of memory decoding the GIF");
+        img_err(err, label, "out of memory decoding the GIF");
         goto done;
     }
     uint8_t bg[3] = {0, 0, 0};
@@ -113,7 +113,7 @@ int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const 
         const int y0 = fr->Interlace ? start[pass] : 0, dy = fr->Interlace ? step[pass] : 1;
         for (int y = y0; y < fr->Height; y += dy) {
             if (DGifGetLine(g, line, fr->Width) == GIF_ERROR) {
-                gif_fail(label, g->Error, e);
+                gif_fail(label, g->Error, err);
                 goto done;
             }
             uint8_t *row = rgb + ((size_t)(fr->Top + y) * w + (size_t)fr->Left) * 3;
@@ -126,6 +126,6 @@ int ph_decode_gif(const uint8_t *d, size_t n, const ph_image_limits *lim, const 
 done:
     free(rgb);
     free(line);
-    DGifCloseFile(g, &err);
+    DGifCloseFile(g, &errnum);
     return rc;
 }

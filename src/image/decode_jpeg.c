@@ -53,48 +53,48 @@ static void cmyk_to_rgb(const uint8_t *cmyk, uint8_t *rgb, size_t npix) {
     }
 }
 
-int ph_decode_jpeg(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
-                   ph_decoded *out, ph_err *e) {
+int decode_jpeg(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
+                   img_decoded *out, ph_err *err) {
     tjhandle tj = tjInitDecompress();
-    if (!tj) return ph_img_err(e, label, "out of memory decoding the JPEG");
+    if (!tj) return img_err(err, label, "out of memory decoding the JPEG");
     int w = 0, h = 0, subsamp, colorspace, rc = -1;
     uint8_t *rgb = NULL, *cmyk = NULL;
     const uint8_t *exif = NULL;
     size_t exif_len = 0;
     if (tjDecompressHeader3(tj, d, (unsigned long)n, &w, &h, &subsamp, &colorspace) != 0) {
-        ph_img_err(e, label, "JPEG header is invalid: %s", tjGetErrorStr2(tj));
+        img_err(err, label, "JPEG header is invalid: %s", tjGetErrorStr2(tj));
         goto done;
     }
     if (w <= 0 || h <= 0) { /* libjpeg-turbo accepts a tables-only stream here */
-        ph_img_err(e, label, "JPEG header is invalid: it declares no picture (%dx%d)", w, h);
+        img_err(err, label, "JPEG header is invalid: it declares no picture (%dx%d)", w, h);
         goto done;
     }
-    if (ph_img_check_size(label, "JPEG", (uint64_t)w, (uint64_t)h, lim, e) != 0) goto done;
+    if (img_check_size(label, "JPEG", (uint64_t)w, (uint64_t)h, lim, err) != 0) goto done;
     if (!jpeg_walk(d, n, &exif, &exif_len)) {
-        ph_img_err(e, label, "JPEG data is truncated (it ends before its end-of-image marker)");
+        img_err(err, label, "JPEG data is truncated (it ends before its end-of-image marker)");
         goto done;
     }
     out->w = w;
     out->h = h;
-    out->orientation = exif ? ph_exif_orientation(exif, exif_len) : 1;
+    out->orientation = exif ? exif_orientation(exif, exif_len) : 1;
     if (!pixels) {
         rc = 0;
         goto done;
     }
-    rgb = ph_img_alloc(label, w, h, 3, e);
+    rgb = img_alloc(label, w, h, 3, err);
     if (!rgb) goto done;
     /* LIMITSCANS refuses progressive files with an absurd number of scans,
      * each of which would cost a pass over the whole picture. */
     const int flags = TJFLAG_LIMITSCANS;
     int cmyk_src = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
     if (cmyk_src) {
-        cmyk = ph_img_alloc(label, w, h, 4, e);
+        cmyk = img_alloc(label, w, h, 4, err);
         if (!cmyk) goto done;
     }
     int r = tjDecompress2(tj, d, (unsigned long)n, cmyk_src ? cmyk : rgb, w, 0, h, cmyk_src ? TJPF_CMYK : TJPF_RGB,
                           flags);
     if (r != 0 && tjGetErrorCode(tj) != TJERR_WARNING) {
-        ph_img_err(e, label, "JPEG cannot be decoded: %s", tjGetErrorStr2(tj));
+        img_err(err, label, "JPEG cannot be decoded: %s", tjGetErrorStr2(tj));
         goto done;
     }
     if (cmyk_src) cmyk_to_rgb(cmyk, rgb, (size_t)w * h);

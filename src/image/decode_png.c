@@ -17,10 +17,10 @@ static uint32_t be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static int png_fail(const char *label, int r, ph_err *e) {
-    if (r == SPNG_IO_EOF || r == SPNG_EOF || r == SPNG_EIDAT_TOO_SHORT) return ph_img_err(e, label, "PNG data is truncated");
-    if (r == SPNG_EMEM) return ph_img_err(e, label, "out of memory decoding the PNG");
-    return ph_img_err(e, label, "PNG is corrupt: %s", spng_strerror(r));
+static int png_fail(const char *label, int r, ph_err *err) {
+    if (r == SPNG_IO_EOF || r == SPNG_EOF || r == SPNG_EIDAT_TOO_SHORT) return img_err(err, label, "PNG data is truncated");
+    if (r == SPNG_EMEM) return img_err(err, label, "out of memory decoding the PNG");
+    return img_err(err, label, "PNG is corrupt: %s", spng_strerror(r));
 }
 
 /* The orientation of the first eXIf chunk, wherever it is (spng would read
@@ -31,22 +31,22 @@ static int png_orientation(const uint8_t *d, size_t n) {
     while (n - p >= 12) {
         const size_t len = be32(d + p);
         if (len > n - p - 12 || !memcmp(d + p + 4, "IEND", 4)) break;
-        if (!memcmp(d + p + 4, "eXIf", 4)) return ph_exif_orientation(d + p + 8, len);
+        if (!memcmp(d + p + 4, "eXIf", 4)) return exif_orientation(d + p + 8, len);
         p += 12 + len;
     }
     return 1;
 }
 
-int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
-                  ph_decoded *out, ph_err *e) {
+int decode_png(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
+                  img_decoded *out, ph_err *err) {
     /* The size, read here first so that a huge declared size gets the
      * limit's message rather than spng's. IHDR must be the first chunk. */
     if (n >= 24 && !memcmp(d + 12, "IHDR", 4) &&
-        ph_img_check_size(label, "PNG", be32(d + 16), be32(d + 20), lim, e) != 0)
+        img_check_size(label, "PNG", be32(d + 16), be32(d + 20), lim, err) != 0)
         return -1;
 
     spng_ctx *ctx = spng_ctx_new(0);
-    if (!ctx) return ph_img_err(e, label, "out of memory decoding the PNG");
+    if (!ctx) return img_err(err, label, "out of memory decoding the PNG");
     int r = spng_set_png_buffer(ctx, d, n);
     if (!r) r = spng_set_image_limits(ctx, (uint32_t)lim->max_side, (uint32_t)lim->max_side);
     if (!r) r = spng_set_chunk_limits(ctx, n, PNG_ANCILLARY_LIMIT);
@@ -54,9 +54,9 @@ int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const 
     if (!r) r = spng_get_ihdr(ctx, &ihdr);
     if (r) {
         spng_ctx_free(ctx);
-        return png_fail(label, r, e);
+        return png_fail(label, r, err);
     }
-    if (ph_img_check_size(label, "PNG", ihdr.width, ihdr.height, lim, e) != 0) {
+    if (img_check_size(label, "PNG", ihdr.width, ihdr.height, lim, err) != 0) {
         spng_ctx_free(ctx);
         return -1;
     }
@@ -66,7 +66,7 @@ int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const 
     if (!r && need != (size_t)w * h * 3) r = SPNG_EINTERNAL;
     if (r) {
         spng_ctx_free(ctx);
-        return png_fail(label, r, e);
+        return png_fail(label, r, err);
     }
     out->w = w;
     out->h = h;
@@ -75,7 +75,7 @@ int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const 
         spng_ctx_free(ctx);
         return 0;
     }
-    uint8_t *rgb = ph_img_alloc(label, w, h, 3, e);
+    uint8_t *rgb = img_alloc(label, w, h, 3, err);
     if (!rgb) {
         spng_ctx_free(ctx);
         return -1;
@@ -84,7 +84,7 @@ int ph_decode_png(const uint8_t *d, size_t n, const ph_image_limits *lim, const 
     spng_ctx_free(ctx);
     if (r) {
         free(rgb);
-        return png_fail(label, r, e);
+        return png_fail(label, r, err);
     }
     out->rgb = rgb;
     return 0;

@@ -17,37 +17,37 @@ static int webp_orientation(const uint8_t *d, size_t n) {
     while (n - p >= 8) {
         size_t size = le32(d + p + 4);
         if (size > n - p - 8) break;
-        if (!memcmp(d + p, "EXIF", 4)) return ph_exif_orientation(d + p + 8, size);
+        if (!memcmp(d + p, "EXIF", 4)) return exif_orientation(d + p + 8, size);
         p += 8 + size + (size & 1);
         if (p > n) break;
     }
     return 1;
 }
 
-static int webp_fail(const char *label, VP8StatusCode st, ph_err *e) {
+static int webp_fail(const char *label, VP8StatusCode st, ph_err *err) {
     switch (st) {
-    case VP8_STATUS_NOT_ENOUGH_DATA: return ph_img_err(e, label, "WebP data is truncated");
-    case VP8_STATUS_OUT_OF_MEMORY: return ph_img_err(e, label, "out of memory decoding the WebP");
-    case VP8_STATUS_UNSUPPORTED_FEATURE: return ph_img_err(e, label, "WebP uses a feature libwebp does not support");
-    default: return ph_img_err(e, label, "WebP is corrupt (libwebp status %d)", (int)st);
+    case VP8_STATUS_NOT_ENOUGH_DATA: return img_err(err, label, "WebP data is truncated");
+    case VP8_STATUS_OUT_OF_MEMORY: return img_err(err, label, "out of memory decoding the WebP");
+    case VP8_STATUS_UNSUPPORTED_FEATURE: return img_err(err, label, "WebP uses a feature libwebp does not support");
+    default: return img_err(err, label, "WebP is corrupt (libwebp status %d)", (int)st);
     }
 }
 
-int ph_decode_webp(const uint8_t *d, size_t n, const ph_image_limits *lim, const char *label, bool pixels,
-                   ph_decoded *out, ph_err *e) {
+int decode_webp(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
+                   img_decoded *out, ph_err *err) {
     WebPDecoderConfig cfg;
-    if (!WebPInitDecoderConfig(&cfg)) return ph_img_err(e, label, "libwebp version mismatch");
+    if (!WebPInitDecoderConfig(&cfg)) return img_err(err, label, "libwebp version mismatch");
     VP8StatusCode st = WebPGetFeatures(d, n, &cfg.input);
-    if (st != VP8_STATUS_OK) return webp_fail(label, st, e);
-    if (ph_img_check_size(label, "WebP", (uint64_t)cfg.input.width, (uint64_t)cfg.input.height, lim, e) != 0)
+    if (st != VP8_STATUS_OK) return webp_fail(label, st, err);
+    if (img_check_size(label, "WebP", (uint64_t)cfg.input.width, (uint64_t)cfg.input.height, lim, err) != 0)
         return -1;
-    if (cfg.input.has_animation) return ph_img_err(e, label, "animated WebP is not supported");
+    if (cfg.input.has_animation) return img_err(err, label, "animated WebP is not supported");
     int w = cfg.input.width, h = cfg.input.height;
     out->w = w;
     out->h = h;
     out->orientation = webp_orientation(d, n);
     if (!pixels) return 0;
-    uint8_t *rgb = ph_img_alloc(label, w, h, 3, e);
+    uint8_t *rgb = img_alloc(label, w, h, 3, err);
     if (!rgb) return -1;
     cfg.output.colorspace = MODE_RGB;
     cfg.output.is_external_memory = 1;
@@ -58,7 +58,7 @@ int ph_decode_webp(const uint8_t *d, size_t n, const ph_image_limits *lim, const
     WebPFreeDecBuffer(&cfg.output);
     if (st != VP8_STATUS_OK) {
         free(rgb);
-        return webp_fail(label, st, e);
+        return webp_fail(label, st, err);
     }
     out->rgb = rgb;
     return 0;

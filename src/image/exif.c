@@ -10,7 +10,7 @@
  * PNG and WebP carry the same kind of block). */
 #define EXIF_MAX_BYTES ((size_t)1 << 20)
 
-int ph_exif_orientation(const uint8_t *exif, size_t n) {
+int exif_orientation(const uint8_t *exif, size_t n) {
     static const uint8_t hdr[6] = {'E', 'x', 'i', 'f', 0, 0};
     if (!exif || n < 8 || n > EXIF_MAX_BYTES) return 1;
     /* libexif wants the "Exif\0\0" header that PNG's eXIf and usually
@@ -43,7 +43,7 @@ int ph_exif_orientation(const uint8_t *exif, size_t n) {
 
 bool orientation_turns(int orientation) { return orientation >= 5 && orientation <= 8; }
 
-int ph_orient(ph_decoded *img, int orientation) {
+int orient(img_decoded *img, int orientation) {
     if (orientation < 2 || orientation > 8) return 0;
     const int sw = img->w, sh = img->h;
     const bool swap = orientation_turns(orientation);

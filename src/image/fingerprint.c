@@ -4,18 +4,18 @@
 #include "base/sha256.h"
 #include "image/image_internal.h"
 
-int ph_image_fingerprint(const void *data, size_t len, ph_image *img) {
+int image_fingerprint(const void *data, size_t len, image_rgb *img) {
     const uint32_t w = (uint32_t)img->w, h = (uint32_t)img->h;
     const uint8_t dims[8] = {(uint8_t)w,         (uint8_t)(w >> 8), (uint8_t)(w >> 16), (uint8_t)(w >> 24),
                              (uint8_t)h,         (uint8_t)(h >> 8), (uint8_t)(h >> 16), (uint8_t)(h >> 24)};
     /* Both through the incremental interface, so a libcrypto failure is
      * returned as -1 rather than fatal (see base/sha256.h). */
-    ph_sha256_ctx ctx;
-    if (ph_sha256_init(&ctx) != 0) return -1;
-    ph_sha256_update(&ctx, data, len);
-    if (ph_sha256_final(&ctx, img->bytes_id) != 0) return -1;
-    if (ph_sha256_init(&ctx) != 0) return -1;
-    ph_sha256_update(&ctx, dims, sizeof dims);
-    ph_sha256_update(&ctx, img->rgb, (size_t)w * h * 3);
-    return ph_sha256_final(&ctx, img->image_id);
+    sha256_ctx ctx;
+    if (sha256_init(&ctx) != 0) return -1;
+    sha256_update(&ctx, data, len);
+    if (sha256_final(&ctx, img->bytes_id) != 0) return -1;
+    if (sha256_init(&ctx) != 0) return -1;
+    sha256_update(&ctx, dims, sizeof dims);
+    sha256_update(&ctx, img->rgb, (size_t)w * h * 3);
+    return sha256_final(&ctx, img->image_id);
 }

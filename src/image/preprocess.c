@@ -17,7 +17,7 @@ static int floor_by(float x, int f) { return (int)floorf(x / (float)f) * f; }
 static int ceil_by(float x, int f) { return (int)ceilf(x / (float)f) * f; }
 static int max_i(int a, int b) { return a > b ? a : b; }
 
-void ph_smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t max_pixels, int *out_w, int *out_h) {
+void smart_resize(int w, int h, int factor, int64_t min_pixels, int64_t max_pixels, int *out_w, int *out_h) {
     const int f = factor;
     const int64_t area = (int64_t)w * h;
     int wb = max_i(f, round_by((float)w, f)), hb = max_i(f, round_by((float)h, f));
@@ -140,7 +140,7 @@ static void pass_vertical(const uint8_t *src, int w, uint8_t *dst, int dh, const
     }
 }
 
-int ph_resize_bicubic(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh) {
+int resize_bicubic(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh) {
     if (!src || !dst || sw <= 0 || sh <= 0 || dw <= 0 || dh <= 0) return -1;
     if (sw == dw && sh == dh) {
         memcpy(dst, src, (size_t)sw * sh * 3);
@@ -179,31 +179,31 @@ int ph_resize_bicubic(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, 
 
 /* ---- the whole preprocessing (docs/numerics.md, Picture preprocessing) -- */
 
-void ph_prep_geometry(int w, int h, const ph_prep_params *p, int *tw, int *th) {
+void prep_geometry(int w, int h, const prep_params *p, int *tw, int *th) {
     const int f = p->patch_size * p->n_merge;
     const int64_t f2 = (int64_t)f * f;
-    ph_smart_resize(w, h, f, p->min_tokens * f2, p->max_tokens * f2, tw, th);
+    smart_resize(w, h, f, p->min_tokens * f2, p->max_tokens * f2, tw, th);
 }
 
-int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *out, ph_err *e) {
+int image_preprocess(const image_rgb *img, const prep_params *p, prep_image *out, ph_err *err) {
     memset(out, 0, sizeof *out);
     /* Bounds that keep every float -> int conversion of the smart resize in range. */
     const int max_side = 1 << 20, max_tokens = 1 << 20;
     if (!img || !img->rgb || img->w <= 0 || img->h <= 0 || img->w > max_side || img->h > max_side)
-        return ph_err_set(e, "preprocess: no picture, or one larger than %d pixels a side", max_side);
+        return err_set(err, "preprocess: no picture, or one larger than %d pixels a side", max_side);
     if (p->patch_size <= 0 || p->n_merge <= 0 || p->patch_size > 1024 || p->n_merge > 64)
-        return ph_err_set(e, "preprocess: bad patch size %d or merge %d", p->patch_size, p->n_merge);
+        return err_set(err, "preprocess: bad patch size %d or merge %d", p->patch_size, p->n_merge);
     if (p->min_tokens < 0 || p->max_tokens < 1 || p->min_tokens > p->max_tokens || p->max_tokens > max_tokens)
-        return ph_err_set(e, "preprocess: bad token budget %d..%d", p->min_tokens, p->max_tokens);
+        return err_set(err, "preprocess: bad token budget %d..%d", p->min_tokens, p->max_tokens);
     for (int c = 0; c < 3; c++)
         if (!(p->std[c] != 0.0f) || !isfinite(p->std[c]) || !isfinite(p->mean[c]))
-            return ph_err_set(e, "preprocess: bad mean/std for channel %d", c);
+            return err_set(err, "preprocess: bad mean/std for channel %d", c);
 
     const int f = p->patch_size * p->n_merge;
     int tw, th;
-    ph_prep_geometry(img->w, img->h, p, &tw, &th);
+    prep_geometry(img->w, img->h, p, &tw, &th);
     if (tw <= 0 || th <= 0 || (int64_t)tw * th > ((int64_t)1 << 28))
-        return ph_err_set(e, "preprocess: the encoder size %dx%d is out of range", tw, th);
+        return err_set(err, "preprocess: the encoder size %dx%d is out of range", tw, th);
 
     /* The picture at the encoder's size, letterboxed (PAD_CEIL, black). */
     const uint8_t *rgb = img->rgb;
@@ -215,10 +215,10 @@ int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *o
         if (nh > th) nh = th;
         canvas = calloc((size_t)tw * th, 3);
         uint8_t *fit = malloc((size_t)nw * nh * 3);
-        if (!canvas || !fit || ph_resize_bicubic(img->rgb, img->w, img->h, fit, nw, nh) != 0) {
+        if (!canvas || !fit || resize_bicubic(img->rgb, img->w, img->h, fit, nw, nh) != 0) {
             free(canvas);
             free(fit);
-            return ph_err_set(e, "preprocess: out of memory resizing %dx%d to %dx%d", img->w, img->h, nw, nh);
+            return err_set(err, "preprocess: out of memory resizing %dx%d to %dx%d", img->w, img->h, nw, nh);
         }
         const int x0 = (tw - nw) / 2, y0 = (th - nh) / 2;
         for (int y = 0; y < nh; y++)
@@ -232,7 +232,7 @@ int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *o
     out->pixels = malloc(sizeof(float) * plane * 3);
     if (!out->pixels) {
         free(canvas);
-        return ph_err_set(e, "preprocess: out of memory for %dx%d floats", tw, th);
+        return err_set(err, "preprocess: out of memory for %dx%d floats", tw, th);
     }
     for (int c = 0; c < 3; c++) {
         float lut[256];
@@ -248,13 +248,13 @@ int ph_image_preprocess(const ph_image *img, const ph_prep_params *p, ph_prep *o
     return 0;
 }
 
-void ph_prep_free(ph_prep *p) {
+void prep_free(prep_image *p) {
     if (!p) return;
     free(p->pixels);
     p->pixels = NULL;
 }
 
-void prep_cap_tokens(ph_prep_params *p, int most) {
+void prep_cap_tokens(prep_params *p, int most) {
     if (most < 1) most = 1;
     if (p->max_tokens > most) p->max_tokens = most;
     if (p->min_tokens > p->max_tokens) p->min_tokens = p->max_tokens;

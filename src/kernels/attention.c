@@ -14,8 +14,8 @@
  * each cell is converted from f16 once per block, not once per query. */
 #define ATTN_QBLOCK 32
 
-static void ref_f16_to_f32(const ph_f16 *src, float *dst, int n) {
-    for (int i = 0; i < n; i++) dst[i] = ph_f16_to_f32(src[i]);
+static void ref_f16_to_f32(const f16_bits *src, float *dst, int n) {
+    for (int i = 0; i < n; i++) dst[i] = fp16_to_f32(src[i]);
 }
 
 static float ref_dot(const float *a, const float *b, int n) {
@@ -24,7 +24,7 @@ static float ref_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-static float round_f16(float x) { return ph_f16_to_f32(ph_f32_to_f16(x)); }
+static float round_f16(float x) { return fp16_to_f32(f32_to_fp16(x)); }
 
 static void ref_scale_f16(float *acc, float a, int n) {
     for (int i = 0; i < n; i++) acc[i] = round_f16(acc[i] * a);
@@ -70,7 +70,7 @@ static void ref_pv_tile(const float *p, int nk, const float *v, int d, const flo
 
 /* The per-cell pass from the primitives (the reference's, and the
  * definition the fused SIMD versions are checked against). */
-static void cells_with(const ph_attn_kernels *kk, const ph_attn_cells *x) {
+static void cells_with(const attn_kernels *kk, const attn_cells *x) {
     const int hd = x->hd;
     for (int64_t c = x->c0; c < x->c1; c++)
         for (int g = 0; g < x->n_g; g++) {
@@ -99,16 +99,16 @@ static void cells_with(const ph_attn_kernels *kk, const ph_attn_cells *x) {
         }
 }
 
-void ph_attn_cells_with(const ph_attn_kernels *kk, const ph_attn_cells *x) { cells_with(kk, x); }
+void attn_cells_with(const attn_kernels *kk, const attn_cells *x) { cells_with(kk, x); }
 
-static void ref_cells(const ph_attn_cells *x) { cells_with(&ph_attn_kernels_ref, x); }
+static void ref_cells(const attn_cells *x) { cells_with(&attn_kernels_ref, x); }
 
-const ph_attn_kernels ph_attn_kernels_ref = {ref_cells, ref_f16_to_f32, ref_dot, ref_scale_f16, ref_mad_f16,
+const attn_kernels attn_kernels_ref = {ref_cells, ref_f16_to_f32, ref_dot, ref_scale_f16, ref_mad_f16,
                                              ref_qk_tile, ref_softmax_tile, ref_pv_tile};
 
 typedef struct {
-    const ph_attn_args *a;
-    const ph_attn_kernels *k;
+    const attn_args *a;
+    const attn_kernels *k;
     int64_t n_qblocks;
     int64_t n_tasks;
 } attn_job;
@@ -140,7 +140,7 @@ static size_t attn_work_floats(int hd, int64_t nq) { return (size_t)(2 * hd + nq
  * (q1 - q0) * group), the running max M[jj], sum S[jj] and f16 sum of
  * p * v acc[jj]. With several heads, each cell's row is read once, in
  * order through memory. */
-static void cell_pass(const ph_attn_args *a, const ph_attn_kernels *kk, int g0, int g1, int64_t q0, int64_t q1,
+static void cell_pass(const attn_args *a, const attn_kernels *kk, int g0, int g1, int64_t q0, int64_t q1,
                       int64_t c0, int64_t c1, const attn_work *w) {
     const int hd = a->head_dim;
     const int group = a->n_head / a->n_head_kv;
@@ -158,7 +158,7 @@ static void cell_pass(const ph_attn_args *a, const ph_attn_kernels *kk, int g0, 
     int64_t last = a->causal ? a->first_cell + q1 : a->n_kv; /* cells [0, last) */
     if (last > a->n_kv) last = a->n_kv;
     if (c1 > last) c1 = last;
-    const ph_attn_cells x = {.k = a->k + (int64_t)g0 * hd,
+    const attn_cells x = {.k = a->k + (int64_t)g0 * hd,
                              .v = a->v + (int64_t)g0 * hd,
                              .stride = a->kv_stride,
                              .c0 = c0,
@@ -181,7 +181,7 @@ static void cell_pass(const ph_attn_args *a, const ph_attn_kernels *kk, int g0, 
 
 /* KV heads [g0, g1), query rows [q0, q1), all query heads of each group. */
 static void attn_task(const attn_job *job, int g0, int g1, int64_t q0, int64_t q1, const attn_work *w) {
-    const ph_attn_args *a = job->a;
+    const attn_args *a = job->a;
     const int hd = a->head_dim;
     const int group = a->n_head / a->n_head_kv;
     const int64_t nq = (q1 - q0) * group;
@@ -204,7 +204,7 @@ static void attn_task(const attn_job *job, int g0, int g1, int64_t q0, int64_t q
 
 static void attn_worker(void *ctx, int ith, int nth) {
     const attn_job *job = ctx;
-    const ph_attn_args *a = job->a;
+    const attn_args *a = job->a;
     const int group = a->n_head / a->n_head_kv;
     const bool together = a->n_q <= ATTN_ROWS_HEADS_TOGETHER;
     const int64_t most = together ? (int64_t)a->n_head_kv * a->n_q * group : (int64_t)ATTN_QBLOCK * group;
@@ -212,7 +212,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
     if (!buf) abort(); /* tens of KiB; nothing sensible to do without it */
     const attn_work w = attn_work_at(buf, a->head_dim, most);
     long lo, hi;
-    ph_split_range((long)job->n_tasks, ith, nth, &lo, &hi);
+    tpool_split_range((long)job->n_tasks, ith, nth, &lo, &hi);
     for (long t = lo; t < hi;) {
         int g = (int)(t % a->n_head_kv);
         int64_t b = t / a->n_head_kv;
@@ -238,8 +238,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
 #define ATTN_KV_PAD 256
 
 typedef struct split_job {
-    const ph_attn_args *a;
-    const ph_attn_kernels *k;
+    const attn_args *a;
+    const attn_kernels *k;
     int64_t chunk;  /* cells per chunk */
     float *part;    /* [chunk][n_head][M, S, acc[hd]] */
 } split_job;
@@ -247,7 +247,7 @@ typedef struct split_job {
 static void split_worker(void *ctx, int ith, int nth) {
     (void)nth;
     const split_job *job = ctx;
-    const ph_attn_args *a = job->a;
+    const attn_args *a = job->a;
     const int hd = a->head_dim;
     float *buf = malloc(attn_work_floats(hd, a->n_head) * sizeof(float));
     if (!buf) abort(); /* a few tens of KiB; nothing sensible to do without it */
@@ -263,12 +263,12 @@ static void split_worker(void *ctx, int ith, int nth) {
     free(buf);
 }
 
-static void split_attention(ph_pool *pool, const ph_attn_args *a, const ph_attn_kernels *k, int64_t n_view) {
-    const int nth = ph_pool_size(pool), hd = a->head_dim;
+static void split_attention(tpool *pool, const attn_args *a, const attn_kernels *k, int64_t n_view) {
+    const int nth = tpool_size(pool), hd = a->head_dim;
     split_job job = {.a = a, .k = k, .chunk = (n_view + nth - 1) / nth};
     job.part = malloc((size_t)nth * a->n_head * (size_t)(hd + 2) * sizeof(float));
     if (!job.part) abort(); /* a few KiB per thread */
-    ph_pool_run(pool, split_worker, &job);
+    tpool_run(pool, split_worker, &job);
     for (int h = 0; h < a->n_head; h++) {
         float M = -INFINITY, S = 0.0f, *out = a->out + (int64_t)h * hd;
         for (int c = 0; c < nth; c++) M = fmaxf(M, job.part[((size_t)c * a->n_head + h) * (size_t)(hd + 2)]);
@@ -293,8 +293,8 @@ static void split_attention(ph_pool *pool, const ph_attn_args *a, const ph_attn_
 #define ATTN_GROUP 4
 
 typedef struct tiled_job {
-    const ph_attn_args *a;
-    const ph_attn_kernels *k;
+    const attn_args *a;
+    const attn_kernels *k;
     int64_t n_groups, n_tasks;
     atomic_long next; /* next task to take; each thread starts at task ith */
 } tiled_job;
@@ -311,8 +311,8 @@ typedef struct tiled_work {
 /* One task: query head h, query rows [q0, q1) (at most ATTN_GROUP tiles)
  * against every visible cell, PH_ATTN_TILE_KV cells at a time. */
 static void tiled_task(const tiled_job *job, int h, int64_t q0, int64_t q1, const tiled_work *w) {
-    const ph_attn_args *a = job->a;
-    const ph_attn_kernels *kk = job->k;
+    const attn_args *a = job->a;
+    const attn_kernels *kk = job->k;
     const int d = a->head_dim, TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV;
     const int g = h / (a->n_head / a->n_head_kv);
     const int nt = (int)((q1 - q0 + TQ - 1) / TQ);
@@ -361,7 +361,7 @@ static void tiled_task(const tiled_job *job, int h, int64_t q0, int64_t q1, cons
 static void tiled_worker(void *ctx, int ith, int nth) {
     (void)nth;
     tiled_job *job = ctx;
-    const ph_attn_args *a = job->a;
+    const attn_args *a = job->a;
     const size_t d = (size_t)a->head_dim, TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV;
     const size_t per_tile = 2 * d * TQ + 3 * TQ;
     float *buf = NULL;
@@ -388,16 +388,16 @@ static void tiled_worker(void *ctx, int ith, int nth) {
     free(buf);
 }
 
-void ph_attention(ph_pool *pool, const ph_attn_args *a) {
-    const ph_attn_kernels *k = ph_kernels_isa() >= PH_ISA_AVX512   ? &ph_attn_kernels_avx512
-                               : ph_kernels_isa() >= PH_ISA_AVX2 ? &ph_attn_kernels_avx2
-                                                                 : &ph_attn_kernels_ref;
+void attn_compute(tpool *pool, const attn_args *a) {
+    const attn_kernels *k = kernels_isa() >= PH_ISA_AVX512   ? &attn_kernels_avx512
+                               : kernels_isa() >= PH_ISA_AVX2 ? &attn_kernels_avx2
+                                                                 : &attn_kernels_ref;
     if (a->prompt || a->n_q >= PH_ATTN_TILE_Q) {
         tiled_job job = {.a = a, .k = k};
         job.n_groups = (a->n_q + ATTN_GROUP * PH_ATTN_TILE_Q - 1) / (ATTN_GROUP * PH_ATTN_TILE_Q);
         job.n_tasks = job.n_groups * a->n_head;
-        atomic_init(&job.next, ph_pool_size(pool));
-        ph_pool_run(pool, tiled_worker, &job);
+        atomic_init(&job.next, tpool_size(pool));
+        tpool_run(pool, tiled_worker, &job);
         return;
     }
     if (a->n_q == 1) {
@@ -413,5 +413,5 @@ void ph_attention(ph_pool *pool, const ph_attn_args *a) {
     job.k = k;
     job.n_qblocks = (a->n_q + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
     job.n_tasks = job.n_qblocks * a->n_head_kv;
-    ph_pool_run(pool, attn_worker, &job);
+    tpool_run(pool, attn_worker, &job);
 }

@@ -21,10 +21,10 @@
 #include "base/threadpool.h"
 #include "kernels/types.h"
 
-typedef struct ph_attn_args {
+typedef struct attn_args {
     const float *q;        /* [n_q][q_stride], head h at h * head_dim */
     int64_t q_stride;
-    const ph_f16 *k, *v;   /* [n_kv][kv_stride], KV head g at g * head_dim */
+    const f16_bits *k, *v;   /* [n_kv][kv_stride], KV head g at g * head_dim */
     int64_t kv_stride;
     int64_t n_q;
     int64_t n_kv;          /* cells available */
@@ -36,9 +36,9 @@ typedef struct ph_attn_args {
     float *out;            /* [n_q][out_stride], head h at h * head_dim */
     int64_t out_stride;
     bool prompt;           /* rows of a prompt: the tiled path for any n_q */
-} ph_attn_args;
+} attn_args;
 
-void ph_attention(ph_pool *pool, const ph_attn_args *a);
+void attn_compute(tpool *pool, const attn_args *a);
 
 /* Query rows per tile of the tiled path, and KV cells per tile. */
 #define PH_ATTN_TILE_Q 64
@@ -50,8 +50,8 @@ void ph_attention(ph_pool *pool, const ph_attn_args *a);
  * and query: s = (q . k) * scale; if s > M: acc = f16(acc * exp(M - s)),
  * M = s, w = 1; else w = exp(s - M); acc = f16(acc + v * w);
  * S = S * exp(M_old - M) + w. */
-typedef struct ph_attn_cells {
-    const ph_f16 *k, *v;   /* the first head's row of cell c at k + c * stride */
+typedef struct attn_cells {
+    const f16_bits *k, *v;   /* the first head's row of cell c at k + c * stride */
     int64_t stride;
     int64_t c0, c1;
     int n_g;               /* KV heads done together, cell by cell: head g's row is at + g * hd, its
@@ -64,15 +64,15 @@ typedef struct ph_attn_cells {
     float scale;
     float *M, *S, *acc;    /* [n_g][nq], [n_g][nq], [n_g][nq][hd] */
     float *kf, *vf;        /* [hd] scratch */
-} ph_attn_cells;
+} attn_cells;
 
 /* The primitives, exposed for the SIMD/reference comparison test. */
-typedef struct ph_attn_kernels {
+typedef struct attn_kernels {
     /* the per-cell pass, whole (the SIMD versions fuse the steps below and
      * give the same results bit for bit) */
-    void (*cells)(const ph_attn_cells *x);
+    void (*cells)(const attn_cells *x);
     /* per-cell path (fewer than PH_ATTN_TILE_Q query rows) */
-    void (*f16_to_f32)(const ph_f16 *src, float *dst, int n);
+    void (*f16_to_f32)(const f16_bits *src, float *dst, int n);
     float (*dot)(const float *a, const float *b, int n);
     /* The running sum of v is a row of f16 values held as f32:
      * acc = f16(acc * a), and acc = f16(acc + v * b) (one fused rounding). */
@@ -91,24 +91,24 @@ typedef struct ph_attn_kernels {
     /* o[i][t] = o[i][t] * ms[i] + sum_j p[j][i] * v[j][t] for i < T, t < d;
      * p is [nk][T], v is [nk][d], o is [T][d]. */
     void (*pv_tile)(const float *p, int nk, const float *v, int d, const float *ms, float *o);
-} ph_attn_kernels;
+} attn_kernels;
 
-extern const ph_attn_kernels ph_attn_kernels_ref;
-extern const ph_attn_kernels ph_attn_kernels_avx2;
-extern const ph_attn_kernels ph_attn_kernels_avx512;
+extern const attn_kernels attn_kernels_ref;
+extern const attn_kernels attn_kernels_avx2;
+extern const attn_kernels attn_kernels_avx512;
 
 /* The SIMD per-cell passes (attention_avx2.c, attention_avx512.c). */
-void ph_attn_cells_avx2(const ph_attn_cells *x);
-void ph_attn_cells_avx512(const ph_attn_cells *x);
+void attn_cells_avx2(const attn_cells *x);
+void attn_cells_avx512(const attn_cells *x);
 
 /* The AVX-512 tiles (attention_avx512.c): the AVX2 tiles' results bit for
  * bit (every output is the same chain of operations, wider vectors only put
  * more of them side by side). */
-void ph_attn_qk_tile_avx512(const float *k, int nk, const float *qt, int d, float scale, float *st);
-void ph_attn_softmax_tile_avx512(float *st, int nk, float *M, float *L, float *ms);
-void ph_attn_pv_tile_avx512(const float *p, int nk, const float *v, int d, const float *ms, float *o);
+void attn_qk_tile_avx512(const float *k, int nk, const float *qt, int d, float scale, float *st);
+void attn_softmax_tile_avx512(float *st, int nk, float *M, float *L, float *ms);
+void attn_pv_tile_avx512(const float *p, int nk, const float *v, int d, const float *ms, float *o);
 
 /* The per-cell pass made of kk's primitives (what kk->cells must equal). */
-void ph_attn_cells_with(const ph_attn_kernels *kk, const ph_attn_cells *x);
+void attn_cells_with(const attn_kernels *kk, const attn_cells *x);
 
 #endif

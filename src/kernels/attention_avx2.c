@@ -4,7 +4,7 @@
 
 #include "kernels/attention.h"
 
-static void avx2_f16_to_f32(const ph_f16 *src, float *dst, int n) {
+static void avx2_f16_to_f32(const f16_bits *src, float *dst, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
@@ -54,7 +54,7 @@ static void avx2_mad_f16(float *acc, const float *v, float b, int n) {
 
 /* q . row of f16 values, in avx2_dot's order (the row widened on the way):
  * the same sum as avx2_dot(q, f32(row)) bit for bit. */
-static inline float dot_f16row(const float *q, const ph_f16 *k, int n) {
+static inline float dot_f16row(const float *q, const f16_bits *k, int n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     int i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -70,7 +70,7 @@ static inline float dot_f16row(const float *q, const ph_f16 *k, int n) {
 }
 
 /* acc = f16(acc + f32(v) * b): avx2_mad_f16 with the row widened on the way. */
-static inline void mad_f16row(float *acc, const ph_f16 *v, float b, int n) {
+static inline void mad_f16row(float *acc, const f16_bits *v, float b, int n) {
     const __m256 vb = _mm256_set1_ps(b);
     int i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -82,7 +82,7 @@ static inline void mad_f16row(float *acc, const ph_f16 *v, float b, int n) {
 }
 
 #define scale_f16row avx2_scale_f16
-#define ATTN_CELLS_NAME ph_attn_cells_avx2
+#define ATTN_CELLS_NAME attn_cells_avx2
 #include "kernels/attention_cells.h"
 #undef scale_f16row
 
@@ -241,12 +241,12 @@ static void avx2_pv_tile(const float *p, int nk, const float *v, int d, const fl
     }
 }
 
-const ph_attn_kernels ph_attn_kernels_avx2 = {ph_attn_cells_avx2,   avx2_f16_to_f32, avx2_dot,          avx2_scale_f16,
+const attn_kernels attn_kernels_avx2 = {attn_cells_avx2,   avx2_f16_to_f32, avx2_dot,          avx2_scale_f16,
                                               avx2_mad_f16, avx2_qk_tile,    avx2_softmax_tile, avx2_pv_tile};
 
 /* AVX-512: its own per-cell pass and tiles (attention_avx512.c, the AVX2
  * ones' results bit for bit), the AVX2 per-element primitives. */
-const ph_attn_kernels ph_attn_kernels_avx512 = {ph_attn_cells_avx512,     avx2_f16_to_f32,
+const attn_kernels attn_kernels_avx512 = {attn_cells_avx512,     avx2_f16_to_f32,
                                                 avx2_dot,                 avx2_scale_f16,
-                                                avx2_mad_f16,             ph_attn_qk_tile_avx512,
-                                                ph_attn_softmax_tile_avx512, ph_attn_pv_tile_avx512};
+                                                avx2_mad_f16,             attn_qk_tile_avx512,
+                                                attn_softmax_tile_avx512, attn_pv_tile_avx512};

@@ -15,7 +15,7 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-static inline float dot_f16row(const float *q, const ph_f16 *k, int n) {
+static inline float dot_f16row(const float *q, const f16_bits *k, int n) {
     __m512 s = _mm512_setzero_ps();
     int i = 0;
     for (; i + 16 <= n; i += 16)
@@ -37,7 +37,7 @@ static inline void scale_f16row(float *acc, float a, int n) {
     for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(acc[i] * a, _MM_FROUND_TO_NEAREST_INT));
 }
 
-static inline void mad_f16row(float *acc, const ph_f16 *v, float b, int n) {
+static inline void mad_f16row(float *acc, const f16_bits *v, float b, int n) {
     const __m512 vb = _mm512_set1_ps(b);
     int i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -48,7 +48,7 @@ static inline void mad_f16row(float *acc, const ph_f16 *v, float b, int n) {
     for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(fmaf(_cvtsh_ss(v[i]), b, acc[i]), _MM_FROUND_TO_NEAREST_INT));
 }
 
-#define ATTN_CELLS_NAME ph_attn_cells_avx512
+#define ATTN_CELLS_NAME attn_cells_avx512
 #include "kernels/attention_cells.h"
 
 /* ---- tiled path ------------------------------------------------------------
@@ -122,7 +122,7 @@ static void qk_rows3(const float *k, const float *qt, int d, float scale, float 
 static void qk_rows2(const float *k, const float *qt, int d, float scale, float *st) { qk_rows(k, qt, d, scale, st, 2); }
 static void qk_rows1(const float *k, const float *qt, int d, float scale, float *st) { qk_rows(k, qt, d, scale, st, 1); }
 
-void ph_attn_qk_tile_avx512(const float *k, int nk, const float *qt, int d, float scale, float *st) {
+void attn_qk_tile_avx512(const float *k, int nk, const float *qt, int d, float scale, float *st) {
     int j = 0;
     for (; j + 6 <= nk; j += 6) qk_rows6(k + j * d, qt, d, scale, st + j * TQ);
     switch (nk - j) { /* 0 to 5 rows left */
@@ -139,7 +139,7 @@ void ph_attn_qk_tile_avx512(const float *k, int nk, const float *qt, int d, floa
 }
 
 /* All TQ columns at once (4 zmm): the column max, then the exponentials. */
-void ph_attn_softmax_tile_avx512(float *st, int nk, float *M, float *L, float *ms) {
+void attn_softmax_tile_avx512(float *st, int nk, float *M, float *L, float *ms) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
     __m512 mold[4], m[4], sum[4];
     __mmask16 none[4];
@@ -228,7 +228,7 @@ PV_CHUNK(3, 1)
 PV_CHUNK(4, 1)
 #undef PV_CHUNK
 
-void ph_attn_pv_tile_avx512(const float *p, int nk, const float *v, int d, const float *ms, float *o) {
+void attn_pv_tile_avx512(const float *p, int nk, const float *v, int d, const float *ms, float *o) {
     typedef void (*chunk_fn)(const float *, int, const float *, int, const float *, float *, __mmask16);
     static const chunk_fn chunks[5][2] = {{NULL, pv_chunk_0_1},
                                           {pv_chunk_1_0, pv_chunk_1_1},

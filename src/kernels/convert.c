@@ -16,7 +16,7 @@ static inline float bits_f32(uint32_t u) {
     return f;
 }
 
-float ph_f16_to_f32(ph_f16 h) {
+float fp16_to_f32(f16_bits h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f;
     uint32_t man = h & 0x3ff;
@@ -38,7 +38,7 @@ static inline uint32_t shift_rne(uint32_t m, unsigned s) {
     return q;
 }
 
-ph_f16 ph_f32_to_f16(float f) {
+f16_bits f32_to_fp16(float f) {
     uint32_t u = f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
     u &= 0x7fffffffu;
@@ -56,20 +56,20 @@ ph_f16 ph_f32_to_f16(float f) {
     return sign | (uint16_t)shift_rne(m, 126 - e);
 }
 
-float ph_bf16_to_f32(ph_bf16 h) { return bits_f32((uint32_t)h << 16); }
+float bfp16_to_f32(bf16_bits h) { return bits_f32((uint32_t)h << 16); }
 
-ph_bf16 ph_f32_to_bf16(float f) {
+bf16_bits f32_to_bfp16(float f) {
     uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (ph_bf16)((u >> 16) | 0x40); /* quiet NaN */
-    return (ph_bf16)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_bits)((u >> 16) | 0x40); /* quiet NaN */
+    return (bf16_bits)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
-void ph_act_f16_ref(const float *src, void *dst, int64_t n) {
-    ph_f16 *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = ph_f32_to_f16(src[i]);
+void act_f16_ref(const float *src, void *dst, int64_t n) {
+    f16_bits *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = f32_to_fp16(src[i]);
 }
 
-void ph_act_bf16_ref(const float *src, void *dst, int64_t n) {
-    ph_bf16 *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = ph_f32_to_bf16(src[i]);
+void act_bf16_ref(const float *src, void *dst, int64_t n) {
+    bf16_bits *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = f32_to_bfp16(src[i]);
 }

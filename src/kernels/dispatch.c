@@ -17,12 +17,12 @@ static const int weight_types[] = {PH_TYPE_F32,  PH_TYPE_F16,  PH_TYPE_BF16, PH_
                                    PH_TYPE_Q4_0, PH_TYPE_Q4_K, PH_TYPE_Q5_K, PH_TYPE_Q6_K};
 #define N_WEIGHT_TYPES (int)(sizeof weight_types / sizeof weight_types[0])
 
-static ph_kernel_table tables[3];
+static kernel_table tables[3];
 static int cpu_has[3];
-static _Atomic(const ph_kernel_table *) current;
+static _Atomic(const kernel_table *) current;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-const char *ph_isa_name(ph_isa isa) {
+const char *isa_name(isa_level isa) {
     switch (isa) {
     case PH_ISA_SCALAR: return "scalar";
     case PH_ISA_AVX2: return "avx2";
@@ -31,23 +31,23 @@ const char *ph_isa_name(ph_isa isa) {
     return "?";
 }
 
-void ph_fill_ref(ph_kernel_table *t) {
+void fill_ref(kernel_table *t) {
     t->isa = PH_ISA_SCALAR;
-    t->dot[PH_TYPE_F32] = ph_dot_f32_ref;
-    t->dot[PH_TYPE_F16] = ph_dot_f16_ref;
-    t->dot[PH_TYPE_BF16] = ph_dot_bf16_ref;
-    t->dot[PH_TYPE_Q8_0] = ph_dot_q8_0_ref;
-    t->dot[PH_TYPE_Q4_0] = ph_dot_q4_0_ref;
+    t->dot[PH_TYPE_F32] = dot_f32_ref;
+    t->dot[PH_TYPE_F16] = dot_f16_ref;
+    t->dot[PH_TYPE_BF16] = dot_bf16_ref;
+    t->dot[PH_TYPE_Q8_0] = dot_q8_0_ref;
+    t->dot[PH_TYPE_Q4_0] = dot_q4_0_ref;
     t->dot[PH_TYPE_Q4_K] = ph_dot_q4_K_ref;
     t->dot[PH_TYPE_Q5_K] = ph_dot_q5_K_ref;
     t->dot[PH_TYPE_Q6_K] = ph_dot_q6_K_ref;
-    t->act[PH_TYPE_F16] = ph_act_f16_ref;
-    t->act[PH_TYPE_BF16] = ph_act_bf16_ref;
-    t->act[PH_TYPE_Q8_0] = ph_act_q8_0_ref;
+    t->act[PH_TYPE_F16] = act_f16_ref;
+    t->act[PH_TYPE_BF16] = act_bf16_ref;
+    t->act[PH_TYPE_Q8_0] = act_q8_0_ref;
     t->act[PH_TYPE_Q8_K] = ph_act_q8_K_ref;
     for (int k = 0; k < N_WEIGHT_TYPES; k++) {
-        int w = weight_types[k], dt = ph_type_get(w)->dot_type;
-        t->mm[w] = (ph_mm_plan){dt == PH_TYPE_F32 ? NULL : t->act[dt], dt, t->dot[w], NULL, 1, 1};
+        int w = weight_types[k], dt = type_get(w)->dot_type;
+        t->mm[w] = (mm_plan){dt == PH_TYPE_F32 ? NULL : t->act[dt], dt, t->dot[w], NULL, 1, 1};
     }
 }
 
@@ -56,7 +56,7 @@ void ph_fill_ref(ph_kernel_table *t) {
 /* A small known-answer check of a SIMD table against the reference before it
  * is installed: a CPU feature bug or a miscompiled kernel then costs speed,
  * not wrong answers. Deterministic data; a few microseconds. */
-static int table_ok(const ph_kernel_table *t, const ph_kernel_table *ref) {
+static int table_ok(const kernel_table *t, const kernel_table *ref) {
     enum { N = 512, NR = 4 };
     static float xf[NR][N], wf[2][N];
     static _Alignas(64) uint8_t wq[2][N * 4], xq[NR][N * 4], xr[N * 4];
@@ -72,9 +72,9 @@ static int table_ok(const ph_kernel_table *t, const ph_kernel_table *ref) {
             wf[r][i] = (float)((int32_t)s >> 8) * 0x1p-23f;
         }
     for (int k = 0; k < N_WEIGHT_TYPES; k++) {
-        int w = weight_types[k], dt = ph_type_get(w)->dot_type;
-        size_t xb = ph_row_bytes(dt, N);
-        for (int r = 0; r < 2; r++) ph_quantize_weight_row(w, wf[r], wq[r], N);
+        int w = weight_types[k], dt = type_get(w)->dot_type;
+        size_t xb = type_row_bytes(dt, N);
+        for (int r = 0; r < 2; r++) quantize_weight_row(w, wf[r], wq[r], N);
         for (int r = 0; r < NR; r++) {
             if (dt == PH_TYPE_F32) {
                 memcpy(xq[r], xf[r], xb);
@@ -93,11 +93,11 @@ static int table_ok(const ph_kernel_table *t, const ph_kernel_table *ref) {
             }
         float tol = (float)(1e-4 * (mag + 1));
         if (fabsf(t->dot[w](N, wq[0], xq[0]) - want[0][0]) > tol) return 0;
-        const ph_mm_plan *p = &t->mm[w];
+        const mm_plan *p = &t->mm[w];
         if (p->tile) {
             /* the plan's own activation format, from the same rows */
             static _Alignas(64) uint8_t xp[NR][N * 4];
-            size_t pb = ph_row_bytes(p->act_type, N);
+            size_t pb = type_row_bytes(p->act_type, N);
             for (int r = 0; r < NR; r++) {
                 if (p->act) p->act(xf[r], xp[r], N);
                 else memcpy(xp[r], xf[r], pb);
@@ -108,20 +108,20 @@ static int table_ok(const ph_kernel_table *t, const ph_kernel_table *ref) {
                 for (int o = 0; o < p->mw; o++)
                     if (fabsf(got[r][o] - want[r][o]) > tol) return 0;
         }
-        const ph_pk_plan *pk = &t->pk[w];
+        const pk_plan *pk = &t->pk[w];
         if (pk->tile) {
             /* packed kernels: the reference bit for bit (quantized) or to rounding */
             static _Alignas(64) uint8_t wp[PH_PK_Q8_0_BYTES * N / 32 * 2], xp[NR][N * 4];
-            ph_pk_pack(NULL, w, wq[0], sizeof wq[0], N, 2, wp);
+            pk_pack(NULL, w, wq[0], sizeof wq[0], N, 2, wp);
             for (int r = 0; r < NR; r++) {
                 if (pk->act) {
                     pk->act(xf[r], xp[r], N);
                 } else {
                     ref->act[dt](xf[r], xp[r], N);
-                    ph_pk_act_extras(w, xp[r], N);
+                    pk_act_extras(w, xp[r], N);
                 }
             }
-            if (ph_pk_act_bytes(w, N) > sizeof xp[0]) return 0;
+            if (pk_act_bytes(w, N) > sizeof xp[0]) return 0;
             float got[NR][2];
             pk->tile(N, wp, xp[0], sizeof xp[0], NR < pk->mx ? NR : pk->mx, &got[0][0], 2, 2);
             for (int r = 0; r < NR && r < pk->mx; r++)
@@ -154,13 +154,13 @@ static void detect(void) {
                              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
 
-    ph_fill_ref(&tables[PH_ISA_SCALAR]);
+    fill_ref(&tables[PH_ISA_SCALAR]);
     if (cpu_has[PH_ISA_AVX2]) {
         tables[PH_ISA_AVX2] = tables[PH_ISA_SCALAR];
-        ph_fill_avx2(&tables[PH_ISA_AVX2]);
+        fill_avx2(&tables[PH_ISA_AVX2]);
         if (has_avxvnni()) {
-            ph_kernel_table t = tables[PH_ISA_AVX2];
-            ph_fill_packed_avxvnni(&t);
+            kernel_table t = tables[PH_ISA_AVX2];
+            fill_packed_avxvnni(&t);
             if (table_ok(&t, &tables[PH_ISA_SCALAR])) tables[PH_ISA_AVX2] = t;
             else PH_WARN("kernels: the avx-vnni packed kernels failed their self-test; using avx2's");
         }
@@ -171,75 +171,75 @@ static void detect(void) {
     }
     if (cpu_has[PH_ISA_AVX512]) {
         tables[PH_ISA_AVX512] = tables[PH_ISA_AVX2];
-        ph_fill_avx512(&tables[PH_ISA_AVX512]);
+        fill_avx512(&tables[PH_ISA_AVX512]);
         if (!table_ok(&tables[PH_ISA_AVX512], &tables[PH_ISA_SCALAR])) {
             PH_WARN("kernels: the avx512 kernels failed their self-test; using avx2");
             cpu_has[PH_ISA_AVX512] = 0;
         }
     }
 
-    ph_isa isa = cpu_has[PH_ISA_AVX512] ? PH_ISA_AVX512 : cpu_has[PH_ISA_AVX2] ? PH_ISA_AVX2 : PH_ISA_SCALAR;
+    isa_level isa = cpu_has[PH_ISA_AVX512] ? PH_ISA_AVX512 : cpu_has[PH_ISA_AVX2] ? PH_ISA_AVX2 : PH_ISA_SCALAR;
     const char *env = getenv("PINHOLE_ISA");
     if (env && *env) {
         int want = -1;
         for (int i = 0; i < 3; i++)
-            if (strcmp(env, ph_isa_name((ph_isa)i)) == 0) want = i;
+            if (strcmp(env, isa_name((isa_level)i)) == 0) want = i;
         if (want < 0)
-            PH_WARN("PINHOLE_ISA=%s is not one of scalar, avx2, avx512; using %s", env, ph_isa_name(isa));
+            PH_WARN("PINHOLE_ISA=%s is not one of scalar, avx2, avx512; using %s", env, isa_name(isa));
         else if (!cpu_has[want])
-            PH_WARN("PINHOLE_ISA=%s: this CPU cannot run it; using %s", env, ph_isa_name(isa));
+            PH_WARN("PINHOLE_ISA=%s: this CPU cannot run it; using %s", env, isa_name(isa));
         else
-            isa = (ph_isa)want;
+            isa = (isa_level)want;
     }
     atomic_store(&current, &tables[isa]);
 }
 
-void ph_kernels_init(void) { pthread_once(&init_once, detect); }
+void kernels_init(void) { pthread_once(&init_once, detect); }
 
-const ph_kernel_table *ph_kt(void) {
-    const ph_kernel_table *t = atomic_load_explicit(&current, memory_order_acquire);
+const kernel_table *kern_table(void) {
+    const kernel_table *t = atomic_load_explicit(&current, memory_order_acquire);
     if (!t) {
-        ph_kernels_init();
+        kernels_init();
         t = atomic_load_explicit(&current, memory_order_acquire);
     }
     return t;
 }
 
-ph_isa ph_kernels_isa(void) { return ph_kt()->isa; }
+isa_level kernels_isa(void) { return kern_table()->isa; }
 
-int ph_cpu_has(ph_isa isa) {
-    ph_kernels_init();
+int kernels_cpu_has(isa_level isa) {
+    kernels_init();
     return (int)isa >= 0 && (int)isa < 3 && cpu_has[isa];
 }
 
-int ph_kernels_force(ph_isa isa) {
-    if (!ph_cpu_has(isa)) return -1;
+int kernels_force(isa_level isa) {
+    if (!kernels_cpu_has(isa)) return -1;
     atomic_store(&current, &tables[isa]);
     return 0;
 }
 
-void ph_kernels_use(const ph_kernel_table *t) {
-    ph_kernels_init();
+void kernels_use(const kernel_table *t) {
+    kernels_init();
     atomic_store(&current, t);
 }
 
 static _Noreturn void bad_type(const char *fn, int type) {
-    fprintf(stderr, "pinhole: %s: unsupported type %d (%s)\n", fn, type, ph_type_get(type)->name);
+    fprintf(stderr, "pinhole: %s: unsupported type %d (%s)\n", fn, type, type_get(type)->name);
     abort();
 }
 
-float ph_vec_dot(int wtype, int64_t n, const void *w, const void *x) {
-    ph_dot_fn f = (wtype >= 0 && wtype < PH_TYPE_COUNT) ? ph_kt()->dot[wtype] : NULL;
-    if (!f) bad_type("ph_vec_dot", wtype);
+float vec_dot(int wtype, int64_t n, const void *w, const void *x) {
+    dot_fn f = (wtype >= 0 && wtype < PH_TYPE_COUNT) ? kern_table()->dot[wtype] : NULL;
+    if (!f) bad_type("vec_dot", wtype);
     return f(n, w, x);
 }
 
-void ph_quantize_act_row(int dot_type, const float *src, void *dst, int64_t n) {
+void quantize_act_row(int dot_type, const float *src, void *dst, int64_t n) {
     if (dot_type == PH_TYPE_F32) {
         memmove(dst, src, (size_t)n * sizeof(float));
         return;
     }
-    ph_act_fn f = (dot_type >= 0 && dot_type < PH_TYPE_COUNT) ? ph_kt()->act[dot_type] : NULL;
-    if (!f) bad_type("ph_quantize_act_row", dot_type);
+    act_fn f = (dot_type >= 0 && dot_type < PH_TYPE_COUNT) ? kern_table()->act[dot_type] : NULL;
+    if (!f) bad_type("quantize_act_row", dot_type);
     f(src, dst, n);
 }

@@ -1,11 +1,11 @@
 /* AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma -mf16c -mbmi2 only;
- * dispatch.c calls ph_fill_avx2 after checking the CPU).
+ * dispatch.c calls fill_avx2 after checking the CPU).
  *
  * Integer products use the usual int8 recipe: _mm256_maddubs_epi16 multiplies
  * unsigned by signed bytes and adds pairs into int16, _mm256_madd_epi16 then
  * widens pairs to int32 (optionally times a per-sub-block scale). Signed x
  * signed (Q8_0) goes through |w| and sign(x, w). Every kernel is written once
- * for NR activation rows (NR = 1 for ph_vec_dot, 4 for matmul tiles) so a
+ * for NR activation rows (NR = 1 for vec_dot, 4 for matmul tiles) so a
  * row's result does not depend on which of the two computed it. */
 #include <immintrin.h>
 #include <stddef.h>
@@ -18,7 +18,7 @@
 
 INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 INLINE __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
-INLINE float f16f(ph_f16 h) { return _cvtsh_ss(h); }
+INLINE float f16f(f16_bits h) { return _cvtsh_ss(h); }
 
 INLINE float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -37,8 +37,8 @@ INLINE __m256i dot_i8(__m256i w, __m256i x) {
 
 /* Loads 8 elements of a float-like row as f32. */
 INLINE __m256 ld_f32(const float *p) { return _mm256_loadu_ps(p); }
-INLINE __m256 ld_f16(const ph_f16 *p) { return _mm256_cvtph_ps(loadu128(p)); }
-INLINE __m256 ld_bf16(const ph_bf16 *p) {
+INLINE __m256 ld_f16(const f16_bits *p) { return _mm256_cvtph_ps(loadu128(p)); }
+INLINE __m256 ld_bf16(const bf16_bits *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(p)), 16));
 }
 
@@ -64,10 +64,10 @@ INLINE __m256 ld_bf16(const ph_bf16 *p) {
 INLINE float id_f32(float f) { return f; }
 
 FLOAT_DOT(dot_f32, float, ld_f32, id_f32, float, ld_f32, id_f32)
-FLOAT_DOT(dot_f16, ph_f16, ld_f16, f16f, ph_f16, ld_f16, f16f)
-FLOAT_DOT(dot_bf16, ph_bf16, ld_bf16, ph_bf16_to_f32, ph_bf16, ld_bf16, ph_bf16_to_f32)
+FLOAT_DOT(dot_f16, f16_bits, ld_f16, f16f, f16_bits, ld_f16, f16f)
+FLOAT_DOT(dot_bf16, bf16_bits, ld_bf16, bfp16_to_f32, bf16_bits, ld_bf16, bfp16_to_f32)
 /* matmul's F16 plan: x already rounded to f16 and widened (numerically F16 x F16) */
-FLOAT_DOT(dot_f16_f32, ph_f16, ld_f16, f16f, float, ld_f32, id_f32)
+FLOAT_DOT(dot_f16_f32, f16_bits, ld_f16, f16f, float, ld_f32, id_f32)
 
 /* 2 weight rows x 4 activation rows (f32, rounded to f16 for F16 weights):
  * eight accumulators, each weight vector converted once and used 4 times. */
@@ -100,7 +100,7 @@ FLOAT_DOT(dot_f16_f32, ph_f16, ld_f16, f16f, float, ld_f32, id_f32)
     }
 
 FLOAT_TILE(tile_f32, float, ld_f32, id_f32)
-FLOAT_TILE(tile_f16, ph_f16, ld_f16, f16f)
+FLOAT_TILE(tile_f16, f16_bits, ld_f16, f16f)
 
 /* ---- Q8_0 / Q4_0 weights x Q8_0 activations ----------------------------------- */
 
@@ -256,7 +256,7 @@ INLINE float hmax_ps(__m256 v) {
 /* Q8_0: id = 127/amax, ties to even (docs/numerics.md, Activation quantization: the x86 AVX rule; the
  * reference does the same, so the two agree bit for bit). */
 static void act_q8_0(const float *src, void *dst, int64_t n) {
-    ph_block_q8_0 *y = dst;
+    block_q8_0 *y = dst;
     const __m256 sign = _mm256_set1_ps(-0.f);
     for (int64_t i = 0; i < n / PH_QK8_0; i++, src += PH_QK8_0) {
         __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);
@@ -318,11 +318,11 @@ static void act_q8_K(const float *src, void *dst, int64_t n) {
 }
 
 static void act_f16(const float *src, void *dst, int64_t n) {
-    ph_f16 *d = dst;
+    f16_bits *d = dst;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) d[i] = ph_f32_to_f16(src[i]);
+    for (; i < n; i++) d[i] = f32_to_fp16(src[i]);
 }
 
 /* For the F16 matmul plan: x rounded to f16, kept as f32. */
@@ -331,7 +331,7 @@ static void act_f16_as_f32(const float *src, void *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT)));
-    for (; i < n; i++) d[i] = ph_f16_to_f32(ph_f32_to_f16(src[i]));
+    for (; i < n; i++) d[i] = fp16_to_f32(f32_to_fp16(src[i]));
 }
 
 /* ---- table ---------------------------------------------------------------------- */
@@ -361,7 +361,7 @@ ROW_WRAPPERS(q4_K, q4_K_rows)
 ROW_WRAPPERS(q5_K, q5_K_rows)
 ROW_WRAPPERS(q6_K, q6_K_rows)
 
-void ph_fill_avx2(ph_kernel_table *t) {
+void fill_avx2(kernel_table *t) {
     t->isa = PH_ISA_AVX2;
     t->dot[PH_TYPE_F32] = dot_f32;
     t->dot[PH_TYPE_F16] = dot_f16;
@@ -374,13 +374,13 @@ void ph_fill_avx2(ph_kernel_table *t) {
     t->act[PH_TYPE_F16] = act_f16;
     t->act[PH_TYPE_Q8_0] = act_q8_0;
     t->act[PH_TYPE_Q8_K] = act_q8_K;
-    t->mm[PH_TYPE_F32] = (ph_mm_plan){NULL, PH_TYPE_F32, dot_f32, tile_f32, 2, 4};
-    t->mm[PH_TYPE_F16] = (ph_mm_plan){act_f16_as_f32, PH_TYPE_F32, dot_f16_f32, tile_f16, 2, 4};
-    t->mm[PH_TYPE_BF16] = (ph_mm_plan){t->act[PH_TYPE_BF16], PH_TYPE_BF16, dot_bf16, NULL, 1, 1};
-    t->mm[PH_TYPE_Q8_0] = (ph_mm_plan){act_q8_0, PH_TYPE_Q8_0, dot_q8_0, tile_q8_0, 1, 4};
-    t->mm[PH_TYPE_Q4_0] = (ph_mm_plan){act_q8_0, PH_TYPE_Q8_0, dot_q4_0, tile_q4_0, 1, 4};
-    t->mm[PH_TYPE_Q4_K] = (ph_mm_plan){act_q8_K, PH_TYPE_Q8_K, dot_q4_K, tile_q4_K, 1, 4};
-    t->mm[PH_TYPE_Q5_K] = (ph_mm_plan){act_q8_K, PH_TYPE_Q8_K, dot_q5_K, tile_q5_K, 1, 4};
-    t->mm[PH_TYPE_Q6_K] = (ph_mm_plan){act_q8_K, PH_TYPE_Q8_K, dot_q6_K, tile_q6_K, 1, 4};
-    ph_fill_packed_avx2(t);
+    t->mm[PH_TYPE_F32] = (mm_plan){NULL, PH_TYPE_F32, dot_f32, tile_f32, 2, 4};
+    t->mm[PH_TYPE_F16] = (mm_plan){act_f16_as_f32, PH_TYPE_F32, dot_f16_f32, tile_f16, 2, 4};
+    t->mm[PH_TYPE_BF16] = (mm_plan){t->act[PH_TYPE_BF16], PH_TYPE_BF16, dot_bf16, NULL, 1, 1};
+    t->mm[PH_TYPE_Q8_0] = (mm_plan){act_q8_0, PH_TYPE_Q8_0, dot_q8_0, tile_q8_0, 1, 4};
+    t->mm[PH_TYPE_Q4_0] = (mm_plan){act_q8_0, PH_TYPE_Q8_0, dot_q4_0, tile_q4_0, 1, 4};
+    t->mm[PH_TYPE_Q4_K] = (mm_plan){act_q8_K, PH_TYPE_Q8_K, dot_q4_K, tile_q4_K, 1, 4};
+    t->mm[PH_TYPE_Q5_K] = (mm_plan){act_q8_K, PH_TYPE_Q8_K, dot_q5_K, tile_q5_K, 1, 4};
+    t->mm[PH_TYPE_Q6_K] = (mm_plan){act_q8_K, PH_TYPE_Q8_K, dot_q6_K, tile_q6_K, 1, 4};
+    fill_packed_avx2(t);
 }

@@ -1,5 +1,5 @@
 /* AVX-512 (F, BW, VL, DQ, VNNI) kernels, compiled only with those flags;
- * dispatch.c starts from the AVX2 table and calls ph_fill_avx512 to replace
+ * dispatch.c starts from the AVX2 table and calls fill_avx512 to replace
  * the kernels that gain from wider vectors:
  *   - float rows: 16-lane FMA;
  *   - Q8_0 / Q4_0: VPDPBUSD does |w|·sign(x, w) and the pairwise adds in one;
@@ -19,7 +19,7 @@
 INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 INLINE __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
 INLINE __m512i loadu512(const void *p) { return _mm512_loadu_si512(p); }
-INLINE float f16f(ph_f16 h) { return _cvtsh_ss(h); }
+INLINE float f16f(f16_bits h) { return _cvtsh_ss(h); }
 INLINE float id_f32(float f) { return f; }
 INLINE float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -33,7 +33,7 @@ INLINE __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm51
 /* ---- float rows ------------------------------------------------------------------ */
 
 INLINE __m512 ld_f32(const float *p) { return _mm512_loadu_ps(p); }
-INLINE __m512 ld_f16(const ph_f16 *p) { return _mm512_cvtph_ps(loadu256(p)); }
+INLINE __m512 ld_f16(const f16_bits *p) { return _mm512_cvtph_ps(loadu256(p)); }
 
 #define FLOAT_DOT(name, TW, ldw, cw, TX, ldx, cx)                                                    \
     static float name(int64_t n, const void *w, const void *x) {                                      \
@@ -54,8 +54,8 @@ INLINE __m512 ld_f16(const ph_f16 *p) { return _mm512_cvtph_ps(loadu256(p)); }
     }
 
 FLOAT_DOT(dot_f32, float, ld_f32, id_f32, float, ld_f32, id_f32)
-FLOAT_DOT(dot_f16, ph_f16, ld_f16, f16f, ph_f16, ld_f16, f16f)
-FLOAT_DOT(dot_f16_f32, ph_f16, ld_f16, f16f, float, ld_f32, id_f32)
+FLOAT_DOT(dot_f16, f16_bits, ld_f16, f16f, f16_bits, ld_f16, f16f)
+FLOAT_DOT(dot_f16_f32, f16_bits, ld_f16, f16f, float, ld_f32, id_f32)
 
 #define FLOAT_TILE(name, TW, ldw, cw)                                                                 \
     static void name(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y,        \
@@ -86,7 +86,7 @@ FLOAT_DOT(dot_f16_f32, ph_f16, ld_f16, f16f, float, ld_f32, id_f32)
     }
 
 FLOAT_TILE(tile_f32, float, ld_f32, id_f32)
-FLOAT_TILE(tile_f16, ph_f16, ld_f16, f16f)
+FLOAT_TILE(tile_f16, f16_bits, ld_f16, f16f)
 
 /* ---- Q8_0 / Q4_0 x Q8_0 --------------------------------------------------------------- */
 
@@ -251,7 +251,7 @@ ROW_WRAPPERS(q4_K, q4_K_rows)
 ROW_WRAPPERS(q5_K, q5_K_rows)
 ROW_WRAPPERS(q6_K, q6_K_rows)
 
-void ph_fill_avx512(ph_kernel_table *t) {
+void fill_avx512(kernel_table *t) {
     t->isa = PH_ISA_AVX512;
     t->dot[PH_TYPE_F32] = dot_f32;
     t->dot[PH_TYPE_F16] = dot_f16;
@@ -268,5 +268,5 @@ void ph_fill_avx512(ph_kernel_table *t) {
     t->mm[PH_TYPE_Q4_K].dot = dot_q4_K, t->mm[PH_TYPE_Q4_K].tile = tile_q4_K;
     t->mm[PH_TYPE_Q5_K].dot = dot_q5_K, t->mm[PH_TYPE_Q5_K].tile = tile_q5_K;
     t->mm[PH_TYPE_Q6_K].dot = dot_q6_K, t->mm[PH_TYPE_Q6_K].tile = tile_q6_K;
-    ph_fill_packed_avx512(t);
+    fill_packed_avx512(t);
 }

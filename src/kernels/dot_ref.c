@@ -2,52 +2,52 @@
  * float scaling outside; float rows accumulate in double. */
 #include "kernels/kernels_impl.h"
 
-float ph_dot_f32_ref(int64_t n, const void *w, const void *x) {
+float dot_f32_ref(int64_t n, const void *w, const void *x) {
     const float *a = w, *b = x;
     double s = 0;
     for (int64_t i = 0; i < n; i++) s += (double)(a[i] * b[i]);
     return (float)s;
 }
 
-float ph_dot_f16_ref(int64_t n, const void *w, const void *x) {
-    const ph_f16 *a = w, *b = x;
+float dot_f16_ref(int64_t n, const void *w, const void *x) {
+    const f16_bits *a = w, *b = x;
     double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)(ph_f16_to_f32(a[i]) * ph_f16_to_f32(b[i]));
+    for (int64_t i = 0; i < n; i++) s += (double)(fp16_to_f32(a[i]) * fp16_to_f32(b[i]));
     return (float)s;
 }
 
-float ph_dot_bf16_ref(int64_t n, const void *w, const void *x) {
-    const ph_bf16 *a = w, *b = x;
+float dot_bf16_ref(int64_t n, const void *w, const void *x) {
+    const bf16_bits *a = w, *b = x;
     double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)(ph_bf16_to_f32(a[i]) * ph_bf16_to_f32(b[i]));
+    for (int64_t i = 0; i < n; i++) s += (double)(bfp16_to_f32(a[i]) * bfp16_to_f32(b[i]));
     return (float)s;
 }
 
-float ph_dot_q8_0_ref(int64_t n, const void *w, const void *x) {
-    const ph_block_q8_0 *a = w, *b = x;
+float dot_q8_0_ref(int64_t n, const void *w, const void *x) {
+    const block_q8_0 *a = w, *b = x;
     float s = 0.f;
     for (int64_t i = 0; i < n / PH_QK8_0; i++) {
         int sumi = 0;
         for (int j = 0; j < PH_QK8_0; j++) sumi += a[i].qs[j] * b[i].qs[j];
-        s += sumi * (ph_f16_to_f32(a[i].d) * ph_f16_to_f32(b[i].d));
+        s += sumi * (fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d));
     }
     return s;
 }
 
-float ph_dot_q4_0_ref(int64_t n, const void *w, const void *x) {
-    const ph_block_q4_0 *a = w;
-    const ph_block_q8_0 *b = x;
+float dot_q4_0_ref(int64_t n, const void *w, const void *x) {
+    const block_q4_0 *a = w;
+    const block_q8_0 *b = x;
     float s = 0.f;
     for (int64_t i = 0; i < n / PH_QK4_0; i++) {
         int sumi = 0;
         for (int j = 0; j < PH_QK4_0 / 2; j++)
             sumi += ((a[i].qs[j] & 15) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
-        s += sumi * (ph_f16_to_f32(a[i].d) * ph_f16_to_f32(b[i].d));
+        s += sumi * (fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d));
     }
     return s;
 }
 
-void ph_k4_scales_ref(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
+void k4_scales_ref(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
     for (int j = 0; j < 4; j++) {
         sc[j] = s[j] & 63;
         mn[j] = s[j + 4] & 63;
@@ -59,7 +59,7 @@ void ph_k4_scales_ref(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
 /* Shared tail of Q4_K / Q5_K: q[256] holds the unsigned weight quants. */
 static float k4_block(const uint8_t *q, const uint8_t *scales, float d, float dmin, const ph_block_q8_K *b) {
     uint8_t sc[8], mn[8];
-    ph_k4_scales_ref(scales, sc, mn);
+    k4_scales_ref(scales, sc, mn);
     int sumi = 0, summ = 0;
     for (int j = 0; j < 8; j++) {
         int s = 0;
@@ -81,7 +81,7 @@ float ph_dot_q4_K_ref(int64_t n, const void *w, const void *x) {
                 q[64 * c + l] = a[i].qs[32 * c + l] & 15;
                 q[64 * c + 32 + l] = a[i].qs[32 * c + l] >> 4;
             }
-        s += k4_block(q, a[i].scales, ph_f16_to_f32(a[i].d), ph_f16_to_f32(a[i].dmin), &b[i]);
+        s += k4_block(q, a[i].scales, fp16_to_f32(a[i].d), fp16_to_f32(a[i].dmin), &b[i]);
     }
     return s;
 }
@@ -98,7 +98,7 @@ float ph_dot_q5_K_ref(int64_t n, const void *w, const void *x) {
                 q[64 * c + l] = (uint8_t)((a[i].qs[32 * c + l] & 15) | (((h >> (2 * c)) & 1) << 4));
                 q[64 * c + 32 + l] = (uint8_t)((a[i].qs[32 * c + l] >> 4) | (((h >> (2 * c + 1)) & 1) << 4));
             }
-        s += k4_block(q, a[i].scales, ph_f16_to_f32(a[i].d), ph_f16_to_f32(a[i].dmin), &b[i]);
+        s += k4_block(q, a[i].scales, fp16_to_f32(a[i].d), fp16_to_f32(a[i].dmin), &b[i]);
     }
     return s;
 }
@@ -126,7 +126,7 @@ float ph_dot_q6_K_ref(int64_t n, const void *w, const void *x) {
             for (int l = 0; l < 16; l++) t += q[16 * k + l] * b[i].qs[16 * k + l];
             sumi += a[i].scales[k] * t;
         }
-        s += ph_f16_to_f32(a[i].d) * b[i].d * sumi;
+        s += fp16_to_f32(a[i].d) * b[i].d * sumi;
     }
     return s;
 }

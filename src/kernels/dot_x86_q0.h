@@ -7,8 +7,8 @@
 
 /* Weight block as 32 signed bytes (Q4_0: low nibbles are elements 0..15). */
 INLINE __m256i q0_w(const uint8_t *b, const int Q4) {
-    if (!Q4) return loadu256(b + offsetof(ph_block_q8_0, qs));
-    __m128i t = loadu128(b + offsetof(ph_block_q4_0, qs));
+    if (!Q4) return loadu256(b + offsetof(block_q8_0, qs));
+    __m128i t = loadu128(b + offsetof(block_q4_0, qs));
     __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(15));
     return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
 }
@@ -26,10 +26,10 @@ INLINE uint16_t ld_u16(const uint8_t *p) {
  * scales of 8 blocks as one vector measured slower: it costs registers.) */
 INLINE void q0_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr,
                     const int Q4) {
-    const size_t wbs = Q4 ? sizeof(ph_block_q4_0) : sizeof(ph_block_q8_0);
+    const size_t wbs = Q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     const uint8_t *wp = w;
-    const ph_block_q8_0 *xr[4];
-    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const ph_block_q8_0 *)((const char *)x + r * xb);
+    const block_q8_0 *xr[4];
+    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const block_q8_0 *)((const char *)x + r * xb);
     __m256 acc[4];
     UNROLL for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     int64_t nb = n / PH_QK8_0, i = 0;

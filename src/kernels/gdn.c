@@ -37,11 +37,11 @@ static void ref_step(float *S, const float *q, const float *k, const float *v, f
     }
 }
 
-const ph_gdn_kernels ph_gdn_kernels_ref = {ref_conv, ref_step};
+const gdn_kernels gdn_kernels_ref = {ref_conv, ref_step};
 
-const ph_gdn_kernels *ph_gdn_kernels_get(void) {
-    const ph_isa isa = ph_kernels_isa();
-    return isa >= PH_ISA_AVX512 ? &ph_gdn_kernels_avx512
-           : isa >= PH_ISA_AVX2 ? &ph_gdn_kernels_avx2
-                                : &ph_gdn_kernels_ref;
+const gdn_kernels *gdn_kernels_get(void) {
+    const isa_level isa = kernels_isa();
+    return isa >= PH_ISA_AVX512 ? &gdn_kernels_avx512
+           : isa >= PH_ISA_AVX2 ? &gdn_kernels_avx2
+                                : &gdn_kernels_ref;
 }

@@ -4,7 +4,7 @@
 #ifndef PH_KERNELS_GDN_H
 #define PH_KERNELS_GDN_H
 
-typedef struct ph_gdn_kernels {
+typedef struct gdn_kernels {
     /* One row through the convolution of n channels with kc taps. The
      * state st holds the kc - 1 previous rows, oldest first, and the
      * weights are tap-major: row i of either at i * ld (ld >= n; the SIMD
@@ -20,13 +20,13 @@ typedef struct ph_gdn_kernels {
      * o[j] = (S[j].q) * scale. */
     void (*step)(float *S, const float *q, const float *k, const float *v, float decay, float beta, float scale,
                  float *o, int dk, int dv);
-} ph_gdn_kernels;
+} gdn_kernels;
 
-extern const ph_gdn_kernels ph_gdn_kernels_ref;
-extern const ph_gdn_kernels ph_gdn_kernels_avx2;
-extern const ph_gdn_kernels ph_gdn_kernels_avx512;
+extern const gdn_kernels gdn_kernels_ref;
+extern const gdn_kernels gdn_kernels_avx2;
+extern const gdn_kernels gdn_kernels_avx512;
 
-/* The versions for the kernels in use (ph_kernels_isa). */
-const ph_gdn_kernels *ph_gdn_kernels_get(void);
+/* The versions for the kernels in use (kernels_isa). */
+const gdn_kernels *gdn_kernels_get(void);
 
 #endif

@@ -19,7 +19,7 @@ static void avx2_conv(float *st, const float *w, const float *x, float *u, int n
         if (kc > 1) _mm256_storeu_ps(st + (size_t)(kc - 2) * ld + c, xc);
         _mm256_storeu_ps(u + c, s);
     }
-    if (c < n) ph_gdn_kernels_ref.conv(st + c, w + c, x + c, u + c, n - c, ld, kc);
+    if (c < n) gdn_kernels_ref.conv(st + c, w + c, x + c, u + c, n - c, ld, kc);
 }
 
 static float hsum(__m256 v) {
@@ -34,7 +34,7 @@ static float hsum(__m256 v) {
 static void avx2_step(float *S, const float *q, const float *k, const float *v, float decay, float beta, float scale,
                       float *o, int dk, int dv) {
     if (dk % 8) {
-        ph_gdn_kernels_ref.step(S, q, k, v, decay, beta, scale, o, dk, dv);
+        gdn_kernels_ref.step(S, q, k, v, decay, beta, scale, o, dk, dv);
         return;
     }
     const __m256 vdecay = _mm256_set1_ps(decay);
@@ -57,4 +57,4 @@ static void avx2_step(float *S, const float *q, const float *k, const float *v, 
     }
 }
 
-const ph_gdn_kernels ph_gdn_kernels_avx2 = {avx2_conv, avx2_step};
+const gdn_kernels gdn_kernels_avx2 = {avx2_conv, avx2_step};

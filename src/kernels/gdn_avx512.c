@@ -50,4 +50,4 @@ static void avx512_step(float *S, const float *q, const float *k, const float *v
     }
 }
 
-const ph_gdn_kernels ph_gdn_kernels_avx512 = {avx512_conv, avx512_step};
+const gdn_kernels gdn_kernels_avx512 = {avx512_conv, avx512_step};

@@ -1,4 +1,4 @@
-/* ph_matmul: convert the activation rows once, then dot products.
+/* mat_mul: convert the activation rows once, then dot products.
  *
  * Decode (one row): the output rows are dealt out in chunks through an atomic
  * counter, so a thread that gets less CPU time simply takes fewer chunks.
@@ -9,7 +9,7 @@
  * L2) through the plan's mw x mx tile kernel, so the weights come from memory
  * about once per bx rows rather than once per row.
  *
- * Packed matrices (ph_mat_pack) go the same two ways with groups of 16
+ * Packed matrices (mat_pack) go the same two ways with groups of 16
  * weight rows as the unit: the plan's tile takes one group and up to mx
  * activation rows, and decode is that tile with one row. */
 #include <stdatomic.h>
@@ -24,10 +24,10 @@
 #define PH_MM_CHUNKS_PER_THREAD 16      /* decode: chunks per thread, for balance */
 
 typedef struct mm_ctx {
-    const ph_mm_plan *p;
-    const ph_pk_plan *pk; /* packed matrix: its plan (p is then unused) */
+    const mm_plan *p;
+    const pk_plan *pk; /* packed matrix: its plan (p is then unused) */
     size_t gb;            /* packed: bytes of one group of 16 weight rows */
-    const ph_mat *w;
+    const wmat *w;
     const float *x;
     int64_t n_rows;
     uint8_t *xbuf;     /* converted rows, xb bytes apart (NULL: x is used as is) */
@@ -41,12 +41,12 @@ typedef struct mm_ctx {
 } mm_ctx;
 
 static void convert_row(const mm_ctx *c, int64_t r) {
-    const ph_mat *w = c->w;
+    const wmat *w = c->w;
     if (c->pk && c->pk->act) {
         c->pk->act(c->x + r * w->n_in, c->xbuf + r * c->xb, w->n_in);
     } else if (c->pk) {
-        ph_kt()->act[ph_type_get(w->type)->dot_type](c->x + r * w->n_in, c->xbuf + r * c->xb, w->n_in);
-        ph_pk_act_extras(w->type, c->xbuf + r * c->xb, w->n_in);
+        kern_table()->act[type_get(w->type)->dot_type](c->x + r * w->n_in, c->xbuf + r * c->xb, w->n_in);
+        pk_act_extras(w->type, c->xbuf + r * c->xb, w->n_in);
     } else {
         c->p->act(c->x + r * w->n_in, c->xbuf + r * c->xb, w->n_in);
     }
@@ -55,7 +55,7 @@ static void convert_row(const mm_ctx *c, int64_t r) {
 static void convert_rows(void *vctx, int ith, int nth) {
     mm_ctx *c = vctx;
     long lo, hi;
-    ph_split_range((long)c->n_rows, ith, nth, &lo, &hi);
+    tpool_split_range((long)c->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) convert_row(c, r);
 }
 
@@ -63,8 +63,8 @@ static long take(mm_ctx *c) { return atomic_fetch_add_explicit(&c->next, 1, memo
 
 /* Packed: activation rows r0..r1 times weight rows o0..o1 (o0 a multiple of mw). */
 static void packed_block(const mm_ctx *c, int64_t o0, int64_t o1, int64_t r0, int64_t r1) {
-    const ph_mat *w = c->w;
-    const ph_pk_plan *pk = c->pk;
+    const wmat *w = c->w;
+    const pk_plan *pk = c->pk;
     const uint8_t *wp = w->packed;
     const size_t ldy = (size_t)w->n_out;
     for (int64_t r = r0; r < r1; r += pk->mx) {
@@ -78,7 +78,7 @@ static void packed_block(const mm_ctx *c, int64_t o0, int64_t o1, int64_t r0, in
 static void decode_rows(void *vctx, int ith, int nth) {
     (void)ith, (void)nth;
     mm_ctx *c = vctx;
-    const ph_mat *w = c->w;
+    const wmat *w = c->w;
     const uint8_t *wd = w->data;
     for (long it = take(c); it < c->n_items; it = take(c)) {
         int64_t o0 = it * c->chunk, o1 = o0 + c->chunk < w->n_out ? o0 + c->chunk : w->n_out;
@@ -91,8 +91,8 @@ static void decode_rows(void *vctx, int ith, int nth) {
 static void prefill_tiles(void *vctx, int ith, int nth) {
     (void)ith, (void)nth;
     mm_ctx *c = vctx;
-    const ph_mat *w = c->w;
-    const ph_mm_plan *p = c->p;
+    const wmat *w = c->w;
+    const mm_plan *p = c->p;
     const uint8_t *wd = w->data;
     const size_t rb = w->row_bytes, ldy = (size_t)w->n_out;
     for (long it = take(c); it < c->n_items; it = take(c)) {
@@ -123,35 +123,35 @@ static void prefill_tiles(void *vctx, int ith, int nth) {
 
 static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-void ph_matmul(ph_pool *pool, const ph_mat *w, const float *x, int64_t n_rows, float *y) {
+void mat_mul(tpool *pool, const wmat *w, const float *x, int64_t n_rows, float *y) {
     if (n_rows <= 0 || w->n_out <= 0) return;
-    const ph_type_info *ti = ph_type_get(w->type);
-    const ph_kernel_table *kt = ph_kt();
+    const type_info *ti = type_get(w->type);
+    const kernel_table *kt = kern_table();
     if (w->type < 0 || w->type >= PH_TYPE_COUNT || !kt->mm[w->type].dot || w->n_in % ti->block_elems) {
-        fprintf(stderr, "pinhole: ph_matmul: cannot multiply a %s matrix with rows of %lld\n", ti->name,
+        fprintf(stderr, "pinhole: mat_mul: cannot multiply a %s matrix with rows of %lld\n", ti->name,
                 (long long)w->n_in);
         abort();
     }
-    int nth = ph_pool_size(pool);
+    int nth = tpool_size(pool);
     mm_ctx c = {.p = &kt->mm[w->type], .w = w, .x = x, .n_rows = n_rows, .y = y};
     atomic_init(&c.next, 0);
     if (w->packed && kt->pk[w->type].tile) {
         c.pk = &kt->pk[w->type];
-        c.gb = (size_t)(w->n_in / ti->block_elems) * ph_pk_block_bytes(w->type);
+        c.gb = (size_t)(w->n_in / ti->block_elems) * pk_block_bytes(w->type);
     }
 
     if (c.pk || c.p->act) {
         void *buf;
-        c.xb = round_up(c.pk ? (int64_t)ph_pk_act_bytes(w->type, w->n_in)
-                             : (int64_t)ph_row_bytes(c.p->act_type, w->n_in), 64);
+        c.xb = round_up(c.pk ? (int64_t)pk_act_bytes(w->type, w->n_in)
+                             : (int64_t)type_row_bytes(c.p->act_type, w->n_in), 64);
         if (posix_memalign(&buf, 64, c.xb * (size_t)n_rows) != 0) {
-            fprintf(stderr, "pinhole: ph_matmul: out of memory for %lld activation rows\n", (long long)n_rows);
+            fprintf(stderr, "pinhole: mat_mul: out of memory for %lld activation rows\n", (long long)n_rows);
             abort();
         }
         c.xbuf = buf;
         c.xq = buf;
         if (n_rows == 1) convert_row(&c, 0);
-        else ph_pool_run(pool, convert_rows, &c);
+        else tpool_run(pool, convert_rows, &c);
     } else {
         c.xq = (const uint8_t *)x;
         c.xb = (size_t)w->n_in * sizeof(float);
@@ -163,7 +163,7 @@ void ph_matmul(ph_pool *pool, const ph_mat *w, const float *x, int64_t n_rows, f
         if (c.chunk < 16) c.chunk = 16;
         if (c.pk) c.chunk = round_up(c.chunk, c.pk->mw);
         c.n_items = (w->n_out + c.chunk - 1) / c.chunk;
-        ph_pool_run(pool, decode_rows, &c);
+        tpool_run(pool, decode_rows, &c);
     } else {
         int64_t mw = c.pk ? c.pk->mw : c.p->mw;
         int64_t bo = (PH_MM_W_TILE_BYTES / (int64_t)w->row_bytes) / mw * mw;
@@ -175,7 +175,7 @@ void ph_matmul(ph_pool *pool, const ph_mat *w, const float *x, int64_t n_rows, f
         c.bx = n_rows < PH_MM_X_TILE_ROWS ? n_rows : PH_MM_X_TILE_ROWS;
         c.n_ob = (w->n_out + bo - 1) / bo;
         c.n_items = c.n_ob * ((n_rows + c.bx - 1) / c.bx);
-        ph_pool_run(pool, prefill_tiles, &c);
+        tpool_run(pool, prefill_tiles, &c);
     }
     free(c.xbuf);
 }

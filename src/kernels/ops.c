@@ -4,7 +4,7 @@
 
 #include "kernels/kernels_impl.h"
 
-void ph_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+void rms_norm(float *y, const float *x, const float *w, int64_t n, float eps) {
     double sum = 0; /* squares in float, summed in double, in order */
     for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
     const float mean = (float)(sum / (double)n);
@@ -16,7 +16,7 @@ void ph_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) 
     }
 }
 
-void ph_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, float eps) {
+void layer_norm(float *y, const float *x, const float *w, const float *b, int64_t n, float eps) {
     double sum = 0;
     for (int64_t i = 0; i < n; i++) sum += (double)x[i];
     const float mean = (float)(sum / (double)n);
@@ -36,7 +36,7 @@ void ph_layernorm(float *y, const float *x, const float *w, const float *b, int6
     }
 }
 
-void ph_swiglu(float *out, const float *g, const float *u, int64_t n) {
+void act_swiglu(float *out, const float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
@@ -47,18 +47,18 @@ static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
 static void gelu_table_init(void) {
     const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
     for (uint32_t i = 0; i < (1u << 16); i++) {
-        float v = ph_f16_to_f32((ph_f16)i);
+        float v = fp16_to_f32((f16_bits)i);
         float g = 0.5f * v * (1.0f + tanhf(sqrt_2_over_pi * v * (1.0f + coef_a * v * v)));
-        gelu_table[i] = ph_f16_to_f32(ph_f32_to_f16(g));
+        gelu_table[i] = fp16_to_f32(f32_to_fp16(g));
     }
 }
 
-void ph_gelu(float *x, int64_t n) {
+void act_gelu(float *x, int64_t n) {
     pthread_once(&gelu_once, gelu_table_init);
-    ph_f16 h[256];
+    f16_bits h[256];
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t m = n - i0 < 256 ? n - i0 : 256;
-        ph_quantize_act_row(PH_TYPE_F16, x + i0, h, m); /* the SIMD f32->f16 row */
+        quantize_act_row(PH_TYPE_F16, x + i0, h, m); /* the SIMD f32->f16 row */
         for (int64_t i = 0; i < m; i++) {
             float v = x[i0 + i];
             x[i0 + i] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : gelu_table[h[i]];

@@ -6,9 +6,9 @@
 
 #include "kernels/kernels_impl.h"
 
-size_t ph_pk_block_bytes(int type) {
+size_t pk_block_bytes(int type) {
     switch (type) {
-    case PH_TYPE_F16: return PH_PK_ROWS * sizeof(ph_f16);
+    case PH_TYPE_F16: return PH_PK_ROWS * sizeof(f16_bits);
     case PH_TYPE_Q8_0: return PH_PK_Q8_0_BYTES;
     case PH_TYPE_Q4_0: return PH_PK_Q4_0_BYTES;
     case PH_TYPE_Q4_K: return PH_PK_Q4_K_BYTES;
@@ -20,27 +20,27 @@ size_t ph_pk_block_bytes(int type) {
 
 typedef struct { float d; int32_t c128; } pk_q8_0_extra;
 
-size_t ph_pk_act_bytes(int type, int64_t n) {
+size_t pk_act_bytes(int type, int64_t n) {
     if (type == PH_TYPE_F16) return (size_t)n * sizeof(float);
-    int dt = ph_type_get(type)->dot_type;
-    size_t base = PH_PK_EXTRAS_AT(ph_row_bytes(dt, n));
+    int dt = type_get(type)->dot_type;
+    size_t base = PH_PK_EXTRAS_AT(type_row_bytes(dt, n));
     if (dt == PH_TYPE_Q8_0) return base + (size_t)(n / PH_QK8_0) * sizeof(pk_q8_0_extra);
     return base + (size_t)(n / PH_QK_K) * 8 * sizeof(int16_t);
 }
 
-void ph_pk_act_extras(int type, void *row, int64_t n) {
+void pk_act_extras(int type, void *row, int64_t n) {
     if (type == PH_TYPE_F16) return;
-    if (ph_type_get(type)->dot_type == PH_TYPE_Q8_0) {
-        const ph_block_q8_0 *b = row;
-        pk_q8_0_extra *e = (pk_q8_0_extra *)((uint8_t *)row + PH_PK_EXTRAS_AT(ph_row_bytes(PH_TYPE_Q8_0, n)));
+    if (type_get(type)->dot_type == PH_TYPE_Q8_0) {
+        const block_q8_0 *b = row;
+        pk_q8_0_extra *e = (pk_q8_0_extra *)((uint8_t *)row + PH_PK_EXTRAS_AT(type_row_bytes(PH_TYPE_Q8_0, n)));
         for (int64_t i = 0; i < n / PH_QK8_0; i++) {
             int s = 0;
             for (int j = 0; j < PH_QK8_0; j++) s += b[i].qs[j];
-            e[i] = (pk_q8_0_extra){ph_f16_to_f32(b[i].d), 128 * s};
+            e[i] = (pk_q8_0_extra){fp16_to_f32(b[i].d), 128 * s};
         }
     } else {
         const ph_block_q8_K *b = row;
-        int16_t *e = (int16_t *)((uint8_t *)row + PH_PK_EXTRAS_AT(ph_row_bytes(PH_TYPE_Q8_K, n)));
+        int16_t *e = (int16_t *)((uint8_t *)row + PH_PK_EXTRAS_AT(type_row_bytes(PH_TYPE_Q8_K, n)));
         for (int64_t i = 0; i < n / PH_QK_K; i++)
             for (int j = 0; j < 8; j++) e[8 * i + j] = (int16_t)(b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
     }
@@ -57,17 +57,17 @@ static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
 static void pack_f16(const void *const *src, uint8_t *dst) {
     for (int l = 0; l < PH_PK_ROWS; l++) {
-        ph_f16 h = 0;
+        f16_bits h = 0;
         if (src[l]) memcpy(&h, src[l], sizeof h);
         memcpy(dst + 2 * l, &h, sizeof h);
     }
 }
 
 static void pack_q8_0(const void *const *src, uint8_t *dst) {
-    ph_f16 *d = (ph_f16 *)dst;
+    f16_bits *d = (f16_bits *)dst;
     uint8_t *q = dst + 32;
     for (int l = 0; l < PH_PK_ROWS; l++) {
-        const ph_block_q8_0 *b = src[l];
+        const block_q8_0 *b = src[l];
         d[l] = b ? b->d : 0;
         for (int s = 0; s < 8; s++)
             wr32(q + 64 * s + 4 * l, b ? rd32((const uint8_t *)b->qs + 4 * s) ^ 0x80808080u : 0x80808080u);
@@ -75,10 +75,10 @@ static void pack_q8_0(const void *const *src, uint8_t *dst) {
 }
 
 static void pack_q4_0(const void *const *src, uint8_t *dst) {
-    ph_f16 *d = (ph_f16 *)dst;
+    f16_bits *d = (f16_bits *)dst;
     uint8_t *q = dst + 32;
     for (int l = 0; l < PH_PK_ROWS; l++) {
-        const ph_block_q4_0 *b = src[l];
+        const block_q4_0 *b = src[l];
         uint8_t u[PH_QK4_0];
         for (int i = 0; i < 16; i++) {
             u[i] = b ? b->qs[i] & 15 : 8;
@@ -94,7 +94,7 @@ static void pack_q4_0(const void *const *src, uint8_t *dst) {
  * inputs at a time as 32-bit words: sub-block j = 2c + h is the low (h = 0)
  * or high nibbles of qs[32c .. 32c+31], and fifth bit j of qh[0 .. 31]. */
 static inline __attribute__((always_inline)) void pack_k4(const void *const *src, uint8_t *dst, const int Q5) {
-    ph_f16 *d = (ph_f16 *)dst, *dmin = d + 16;
+    f16_bits *d = (f16_bits *)dst, *dmin = d + 16;
     uint8_t *sc = dst + 64, *mn = dst + 192, *q = dst + 320;
     const int qstride = Q5 ? 320 : 256; /* a sub-block's nibbles, then (Q5_K) its fifth bits */
     for (int l = 0; l < PH_PK_ROWS; l++) {
@@ -115,7 +115,7 @@ static inline __attribute__((always_inline)) void pack_k4(const void *const *src
         const uint8_t *qs = Q5 ? b5->qs : b4->qs;
         d[l] = Q5 ? b5->d : b4->d;
         dmin[l] = Q5 ? b5->dmin : b4->dmin;
-        ph_k4_scales_ref(Q5 ? b5->scales : b4->scales, s, m);
+        k4_scales_ref(Q5 ? b5->scales : b4->scales, s, m);
         for (int j = 0; j < 8; j++) {
             sc[16 * j + l] = s[j];
             mn[32 * (j / 2) + 2 * l + j % 2] = m[j];
@@ -143,7 +143,7 @@ static void pack_q5_K(const void *const *src, uint8_t *dst) { pack_k4(src, dst, 
  * in the nibble qq >> 1 of ql[64 h + 32 (qq & 1) + ...], high bits 2 qq of
  * qh[32 h + ...]. */
 static void pack_q6_K(const void *const *src, uint8_t *dst) {
-    ph_f16 *d = (ph_f16 *)dst;
+    f16_bits *d = (f16_bits *)dst;
     int8_t *sc = (int8_t *)(dst + 32);
     uint8_t *ql = dst + 288, *qh = dst + 288 + 128;
     for (int l = 0; l < PH_PK_ROWS; l++) {
@@ -170,11 +170,11 @@ static void pack_q6_K(const void *const *src, uint8_t *dst) {
     }
 }
 
-size_t ph_mat_pack_size(const ph_mat *m) {
-    size_t bb = ph_pk_block_bytes(m->type);
-    if (!bb || !ph_kt()->pk[m->type].tile || m->n_in % ph_type_get(m->type)->block_elems) return 0;
+size_t mat_pack_size(const wmat *m) {
+    size_t bb = pk_block_bytes(m->type);
+    if (!bb || !kern_table()->pk[m->type].tile || m->n_in % type_get(m->type)->block_elems) return 0;
     int64_t groups = (m->n_out + PH_PK_ROWS - 1) / PH_PK_ROWS;
-    return (size_t)groups * (size_t)(m->n_in / ph_type_get(m->type)->block_elems) * bb;
+    return (size_t)groups * (size_t)(m->n_in / type_get(m->type)->block_elems) * bb;
 }
 
 typedef struct pack_job {
@@ -187,8 +187,8 @@ typedef struct pack_job {
 
 static void pack_groups(void *ctx, int ith, int nth) {
     const pack_job *j = ctx;
-    const ph_type_info *ti = ph_type_get(j->type);
-    const size_t bb = ph_pk_block_bytes(j->type);
+    const type_info *ti = type_get(j->type);
+    const size_t bb = pk_block_bytes(j->type);
     const int64_t nb = j->n_in / ti->block_elems;
     void (*pack)(const void *const *, uint8_t *) = j->type == PH_TYPE_F16    ? pack_f16
                                                    : j->type == PH_TYPE_Q8_0 ? pack_q8_0
@@ -197,7 +197,7 @@ static void pack_groups(void *ctx, int ith, int nth) {
                                                    : j->type == PH_TYPE_Q5_K ? pack_q5_K
                                                                              : pack_q6_K;
     long g0, g1;
-    ph_split_range((long)((j->n_out + PH_PK_ROWS - 1) / PH_PK_ROWS), ith, nth, &g0, &g1);
+    tpool_split_range((long)((j->n_out + PH_PK_ROWS - 1) / PH_PK_ROWS), ith, nth, &g0, &g1);
     for (long g = g0; g < g1; g++) {
         uint8_t *out = j->dst + (size_t)g * (size_t)nb * bb;
         const int64_t o0 = (int64_t)g * PH_PK_ROWS;
@@ -211,12 +211,12 @@ static void pack_groups(void *ctx, int ith, int nth) {
     }
 }
 
-void ph_pk_pack(ph_pool *pool, int type, const void *data, size_t row_bytes, int64_t n_in, int64_t n_out, void *dst) {
+void pk_pack(tpool *pool, int type, const void *data, size_t row_bytes, int64_t n_in, int64_t n_out, void *dst) {
     pack_job j = {type, data, row_bytes, n_in, n_out, dst};
-    ph_pool_run(pool, pack_groups, &j);
+    tpool_run(pool, pack_groups, &j);
 }
 
-void ph_mat_pack(ph_pool *pool, ph_mat *m, void *dst) {
-    ph_pk_pack(pool, m->type, m->data, m->row_bytes, m->n_in, m->n_out, dst);
+void mat_pack(tpool *pool, wmat *m, void *dst) {
+    pk_pack(pool, m->type, m->data, m->row_bytes, m->n_in, m->n_out, dst);
     m->packed = dst;
 }

@@ -36,12 +36,12 @@ INLINE __m256i chain(__m256i v) {
 INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                       const int NR) {
     int64_t nb = n / PH_QK8_0;
-    const ph_block_q8_0 *xr[MX];
+    const block_q8_0 *xr[MX];
     const q8_0_extra *ex[MX];
     __m256 acc[MX][2];
     UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_0 *)(x + r * xb);
-        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_0)));
+        xr[r] = (const block_q8_0 *)(x + r * xb);
+        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(block_q8_0)));
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
@@ -74,12 +74,12 @@ INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
 INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                       const int NR) {
     int64_t nb = n / PH_QK8_0;
-    const ph_block_q8_0 *xr[MX];
+    const block_q8_0 *xr[MX];
     const q8_0_extra *ex[MX];
     __m256 acc[MX][2];
     UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_0 *)(x + r * xb);
-        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_0)));
+        xr[r] = (const block_q8_0 *)(x + r * xb);
+        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(block_q8_0)));
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
@@ -283,7 +283,7 @@ INLINE void f16_step(const uint8_t *const *wp, const float *const *xr, int64_t k
 INLINE void f16_tile(int64_t n, const uint8_t *wg, const float *x, size_t xb, float *y, size_t ldy, int no,
                      const int NR, const int G) {
     const float *xr[MX_F16];
-    const uint8_t *wp[2] = {wg, wg + (size_t)n * PH_PK_ROWS * sizeof(ph_f16)};
+    const uint8_t *wp[2] = {wg, wg + (size_t)n * PH_PK_ROWS * sizeof(f16_bits)};
     __m256 acc[2][MX_F16][2];
     UNROLL for (int r = 0; r < NR; r++) {
         xr[r] = (const float *)((const char *)x + r * xb);
@@ -313,7 +313,7 @@ INLINE void f16_tile(int64_t n, const uint8_t *wg, const float *x, size_t xb, fl
         } else {                                                                                                 \
             f16_tile(n, wg, x, xb, y, ldy, no < PH_PK_ROWS ? no : PH_PK_ROWS, NR, 1);                            \
             if (no > PH_PK_ROWS)                                                                                 \
-                f16_tile(n, (const uint8_t *)wg + (size_t)n * PH_PK_ROWS * sizeof(ph_f16), x, xb, y + PH_PK_ROWS, \
+                f16_tile(n, (const uint8_t *)wg + (size_t)n * PH_PK_ROWS * sizeof(f16_bits), x, xb, y + PH_PK_ROWS, \
                          ldy, no - PH_PK_ROWS, NR, 1);                                                           \
         }                                                                                                        \
         break;
@@ -338,11 +338,11 @@ TILE(q5_K)
 TILE(q6_K)
 
 /* (the VNNI fill replaces the quantized entries and keeps this F16 one) */
-void ph_fill_packed_avx2(ph_kernel_table *t) {
-    t->pk[PH_TYPE_F16] = (ph_pk_plan){tile_f16, MX_F16, 2 * PH_PK_ROWS, t->mm[PH_TYPE_F16].act};
-    t->pk[PH_TYPE_Q8_0] = (ph_pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q4_0] = (ph_pk_plan){tile_q4_0, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q4_K] = (ph_pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q5_K] = (ph_pk_plan){tile_q5_K, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q6_K] = (ph_pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
+void fill_packed_avx2(kernel_table *t) {
+    t->pk[PH_TYPE_F16] = (pk_plan){tile_f16, MX_F16, 2 * PH_PK_ROWS, t->mm[PH_TYPE_F16].act};
+    t->pk[PH_TYPE_Q8_0] = (pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q4_0] = (pk_plan){tile_q4_0, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q4_K] = (pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q5_K] = (pk_plan){tile_q5_K, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q6_K] = (pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
 }

@@ -45,12 +45,12 @@ typedef struct { float d; int32_t c128; } q8_0_extra;
 INLINE void q0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                     const int NR, const int Q4) {
     int64_t nb = n / PH_QK8_0;
-    const ph_block_q8_0 *xr[MX];
+    const block_q8_0 *xr[MX];
     const q8_0_extra *ex[MX];
     __m512 acc[MX];
     UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_0 *)(x + r * xb);
-        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_0)));
+        xr[r] = (const block_q8_0 *)(x + r * xb);
+        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(block_q8_0)));
         acc[r] = _mm512_setzero_ps();
     }
     const __m512i m4 = _mm512_set1_epi8(15);
@@ -207,7 +207,7 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
 INLINE void f16_tile(int64_t n, const uint8_t *wg, const float *x, size_t xb, float *y, size_t ldy, int no,
                      const int NR, const int G) {
     const float *xr[MX_F16];
-    const uint8_t *wp[2] = {wg, wg + (size_t)n * PH_PK_ROWS * sizeof(ph_f16)};
+    const uint8_t *wp[2] = {wg, wg + (size_t)n * PH_PK_ROWS * sizeof(f16_bits)};
     __m512 acc[2][MX_F16];
     UNROLL for (int r = 0; r < NR; r++) {
         xr[r] = (const float *)((const char *)x + r * xb);
@@ -282,11 +282,11 @@ TILE(q4_K)
 TILE(q5_K)
 TILE(q6_K)
 
-void ph_fill_packed_avx512(ph_kernel_table *t) {
-    t->pk[PH_TYPE_F16] = (ph_pk_plan){tile_f16, MX_F16, 2 * PH_PK_ROWS, t->mm[PH_TYPE_F16].act};
-    t->pk[PH_TYPE_Q8_0] = (ph_pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q4_0] = (ph_pk_plan){tile_q4_0, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q4_K] = (ph_pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q5_K] = (ph_pk_plan){tile_q5_K, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q6_K] = (ph_pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
+void fill_packed_avx512(kernel_table *t) {
+    t->pk[PH_TYPE_F16] = (pk_plan){tile_f16, MX_F16, 2 * PH_PK_ROWS, t->mm[PH_TYPE_F16].act};
+    t->pk[PH_TYPE_Q8_0] = (pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q4_0] = (pk_plan){tile_q4_0, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q4_K] = (pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q5_K] = (pk_plan){tile_q5_K, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q6_K] = (pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
 }

@@ -19,12 +19,12 @@ INLINE __m256i dpwssd(__m256i s, __m256i a, __m256i b) { return _mm256_dpwssd_av
 INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                       const int NR) {
     int64_t nb = n / PH_QK8_0;
-    const ph_block_q8_0 *xr[MX];
+    const block_q8_0 *xr[MX];
     const q8_0_extra *ex[MX];
     __m256 acc[MX][2];
     UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_0 *)(x + r * xb);
-        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_0)));
+        xr[r] = (const block_q8_0 *)(x + r * xb);
+        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(block_q8_0)));
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
     for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q8_0_BYTES) {
@@ -54,12 +54,12 @@ INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
 INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                       const int NR) {
     int64_t nb = n / PH_QK8_0;
-    const ph_block_q8_0 *xr[MX];
+    const block_q8_0 *xr[MX];
     const q8_0_extra *ex[MX];
     __m256 acc[MX][2];
     UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_0 *)(x + r * xb);
-        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_0)));
+        xr[r] = (const block_q8_0 *)(x + r * xb);
+        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(block_q8_0)));
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
     const __m256i m4 = _mm256_set1_epi8(15);
@@ -241,11 +241,11 @@ TILE(q4_K)
 TILE(q5_K)
 TILE(q6_K)
 
-/* over ph_fill_packed_avx2's: its F16 entry stays */
-void ph_fill_packed_avxvnni(ph_kernel_table *t) {
-    t->pk[PH_TYPE_Q8_0] = (ph_pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q4_0] = (ph_pk_plan){tile_q4_0, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q4_K] = (ph_pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q5_K] = (ph_pk_plan){tile_q5_K, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q6_K] = (ph_pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
+/* over fill_packed_avx2's: its F16 entry stays */
+void fill_packed_avxvnni(kernel_table *t) {
+    t->pk[PH_TYPE_Q8_0] = (pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q4_0] = (pk_plan){tile_q4_0, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q4_K] = (pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q5_K] = (pk_plan){tile_q5_K, MX, PH_PK_ROWS, NULL};
+    t->pk[PH_TYPE_Q6_K] = (pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
 }

@@ -19,7 +19,7 @@ static inline int nearest_int(float f) {
 }
 
 static _Noreturn void bad_type(const char *fn, int type) {
-    fprintf(stderr, "pinhole: %s: unsupported tensor type %d (%s)\n", fn, type, ph_type_get(type)->name);
+    fprintf(stderr, "pinhole: %s: unsupported tensor type %d (%s)\n", fn, type, type_get(type)->name);
     abort();
 }
 
@@ -36,16 +36,16 @@ static inline void get_scale_min_k4(int j, const uint8_t *s, uint8_t *sc, uint8_
     }
 }
 
-static void dequant_q8_0(const ph_block_q8_0 *b, float *y, int64_t nb) {
+static void dequant_q8_0(const block_q8_0 *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += PH_QK8_0) {
-        float d = ph_f16_to_f32(b[i].d);
+        float d = fp16_to_f32(b[i].d);
         for (int j = 0; j < PH_QK8_0; j++) y[j] = b[i].qs[j] * d;
     }
 }
 
-static void dequant_q4_0(const ph_block_q4_0 *b, float *y, int64_t nb) {
+static void dequant_q4_0(const block_q4_0 *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += PH_QK4_0) {
-        float d = ph_f16_to_f32(b[i].d);
+        float d = fp16_to_f32(b[i].d);
         for (int j = 0; j < PH_QK4_0 / 2; j++) {
             y[j] = ((b[i].qs[j] & 15) - 8) * d;
             y[j + 16] = ((b[i].qs[j] >> 4) - 8) * d;
@@ -55,7 +55,7 @@ static void dequant_q4_0(const ph_block_q4_0 *b, float *y, int64_t nb) {
 
 static void dequant_q4_K(const ph_block_q4_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
-        float d = ph_f16_to_f32(b[i].d), dmin = ph_f16_to_f32(b[i].dmin);
+        float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
         const uint8_t *q = b[i].qs;
         for (int c = 0; c < 4; c++, q += 32, y += 64) {
             uint8_t sc, mn;
@@ -71,7 +71,7 @@ static void dequant_q4_K(const ph_block_q4_K *b, float *y, int64_t nb) {
 
 static void dequant_q5_K(const ph_block_q5_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
-        float d = ph_f16_to_f32(b[i].d), dmin = ph_f16_to_f32(b[i].dmin);
+        float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
         const uint8_t *q = b[i].qs, *qh = b[i].qh;
         for (int c = 0; c < 4; c++, q += 32, y += 64) {
             uint8_t sc, mn;
@@ -88,7 +88,7 @@ static void dequant_q5_K(const ph_block_q5_K *b, float *y, int64_t nb) {
 
 static void dequant_q6_K(const ph_block_q6_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
-        float d = ph_f16_to_f32(b[i].d);
+        float d = fp16_to_f32(b[i].d);
         const uint8_t *ql = b[i].ql, *qh = b[i].qh;
         const int8_t *sc = b[i].scales;
         for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
@@ -112,14 +112,14 @@ static void dequant_q8_K(const ph_block_q8_K *b, float *y, int64_t nb) {
         for (int j = 0; j < PH_QK_K; j++) y[j] = b[i].d * b[i].qs[j];
 }
 
-void ph_dequant_row(int type, const void *src, float *dst, int64_t n) {
+void dequant_row(int type, const void *src, float *dst, int64_t n) {
     switch (type) {
     case PH_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
     case PH_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = ph_f16_to_f32(((const ph_f16 *)src)[i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = fp16_to_f32(((const f16_bits *)src)[i]);
         return;
     case PH_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) dst[i] = ph_bf16_to_f32(((const ph_bf16 *)src)[i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = bfp16_to_f32(((const bf16_bits *)src)[i]);
         return;
     case PH_TYPE_Q8_0: dequant_q8_0(src, dst, n / PH_QK8_0); return;
     case PH_TYPE_Q4_0: dequant_q4_0(src, dst, n / PH_QK4_0); return;
@@ -127,7 +127,7 @@ void ph_dequant_row(int type, const void *src, float *dst, int64_t n) {
     case PH_TYPE_Q5_K: dequant_q5_K(src, dst, n / PH_QK_K); return;
     case PH_TYPE_Q6_K: dequant_q6_K(src, dst, n / PH_QK_K); return;
     case PH_TYPE_Q8_K: dequant_q8_K(src, dst, n / PH_QK_K); return;
-    default: bad_type("ph_dequant_row", type);
+    default: bad_type("dequant_row", type);
     }
 }
 
@@ -135,14 +135,14 @@ void ph_dequant_row(int type, const void *src, float *dst, int64_t n) {
 
 /* Q8_0 as llama.cpp's x86 AVX path does it: id = 127/amax, ties to even
  * (the generic C reference would use 1/d and ties away from zero). */
-void ph_act_q8_0_ref(const float *src, void *dst, int64_t n) {
-    ph_block_q8_0 *y = dst;
+void act_q8_0_ref(const float *src, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
     for (int64_t i = 0; i < n / PH_QK8_0; i++, src += PH_QK8_0) {
         float amax = 0.f;
         for (int j = 0; j < PH_QK8_0; j++) amax = fmaxf(amax, fabsf(src[j]));
         float d = amax / 127.f;
         float id = amax != 0.f ? 127.f / amax : 0.f;
-        y[i].d = ph_f32_to_f16(d);
+        y[i].d = f32_to_fp16(d);
         for (int j = 0; j < PH_QK8_0; j++) y[i].qs[j] = (int8_t)nearest_int(src[j] * id);
     }
 }
@@ -178,7 +178,7 @@ void ph_act_q8_K_ref(const float *src, void *dst, int64_t n) {
 
 /* ---- weight quantizers -------------------------------------------------------- */
 
-static void quant_q4_0(const float *x, ph_block_q4_0 *y, int64_t nb) {
+static void quant_q4_0(const float *x, block_q4_0 *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += PH_QK4_0) {
         /* the value of largest magnitude maps to -8, using the full range */
         float amax = 0.f, max = 0.f;
@@ -188,7 +188,7 @@ static void quant_q4_0(const float *x, ph_block_q4_0 *y, int64_t nb) {
                 max = x[j];
             }
         float d = max / -8.f, id = d != 0.f ? 1.f / d : 0.f;
-        y[i].d = ph_f32_to_f16(d);
+        y[i].d = f32_to_fp16(d);
         for (int j = 0; j < PH_QK4_0 / 2; j++) {
             int a = nearest_int(x[j] * id) + 8, b = nearest_int(x[j + 16] * id) + 8;
             a = a < 0 ? 0 : a > 15 ? 15 : a;
@@ -201,7 +201,7 @@ static void quant_q4_0(const float *x, ph_block_q4_0 *y, int64_t nb) {
 /* Per 32-element sub-block an affine map x ~ D*q - M (q in 0..qmax) from the
  * sub-block's min and max; D and M quantized to 6 bits against the block's
  * f16 d and dmin. Writes the quants to q[256] and the packed scales to s[12]. */
-static void quant_k_affine(const float *x, int qmax, ph_f16 *pd, ph_f16 *pdmin, uint8_t *s, uint8_t *q) {
+static void quant_k_affine(const float *x, int qmax, f16_bits *pd, f16_bits *pdmin, uint8_t *s, uint8_t *q) {
     float scale[8], minv[8], max_scale = 0.f, max_min = 0.f;
     for (int j = 0; j < 8; j++) {
         float lo = 0.f, hi = x[32 * j];
@@ -214,9 +214,9 @@ static void quant_k_affine(const float *x, int qmax, ph_f16 *pd, ph_f16 *pdmin, 
         max_scale = fmaxf(max_scale, scale[j]);
         max_min = fmaxf(max_min, minv[j]);
     }
-    *pd = ph_f32_to_f16(max_scale / 63.f);
-    *pdmin = ph_f32_to_f16(max_min / 63.f);
-    float d = ph_f16_to_f32(*pd), dmin = ph_f16_to_f32(*pdmin);
+    *pd = f32_to_fp16(max_scale / 63.f);
+    *pdmin = f32_to_fp16(max_min / 63.f);
+    float d = fp16_to_f32(*pd), dmin = fp16_to_f32(*pdmin);
     uint8_t sc[8], mn[8];
     for (int j = 0; j < 8; j++) {
         int a = d > 0.f ? nearest_int(scale[j] / d) : 0, b = dmin > 0.f ? nearest_int(minv[j] / dmin) : 0;
@@ -272,8 +272,8 @@ static void quant_q6_K(const float *x, ph_block_q6_K *y, int64_t nb) {
             scale[k] = max / -32.f;
             max_abs_scale = fmaxf(max_abs_scale, fabsf(scale[k]));
         }
-        y[i].d = ph_f32_to_f16(max_abs_scale / 127.f);
-        float d = ph_f16_to_f32(y[i].d);
+        y[i].d = f32_to_fp16(max_abs_scale / 127.f);
+        float d = fp16_to_f32(y[i].d);
         uint8_t q[PH_QK_K];
         for (int k = 0; k < 16; k++) {
             int s = d > 0.f ? nearest_int(scale[k] / d) : 0;
@@ -298,17 +298,17 @@ static void quant_q6_K(const float *x, ph_block_q6_K *y, int64_t nb) {
     }
 }
 
-void ph_quantize_weight_row(int type, const float *src, void *dst, int64_t n) {
+void quantize_weight_row(int type, const float *src, void *dst, int64_t n) {
     switch (type) {
     case PH_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
-    case PH_TYPE_F16: ph_act_f16_ref(src, dst, n); return;
-    case PH_TYPE_BF16: ph_act_bf16_ref(src, dst, n); return;
-    case PH_TYPE_Q8_0: ph_act_q8_0_ref(src, dst, n); return;
+    case PH_TYPE_F16: act_f16_ref(src, dst, n); return;
+    case PH_TYPE_BF16: act_bf16_ref(src, dst, n); return;
+    case PH_TYPE_Q8_0: act_q8_0_ref(src, dst, n); return;
     case PH_TYPE_Q4_0: quant_q4_0(src, dst, n / PH_QK4_0); return;
     case PH_TYPE_Q4_K: quant_q4_K(src, dst, n / PH_QK_K); return;
     case PH_TYPE_Q5_K: quant_q5_K(src, dst, n / PH_QK_K); return;
     case PH_TYPE_Q6_K: quant_q6_K(src, dst, n / PH_QK_K); return;
     case PH_TYPE_Q8_K: ph_act_q8_K_ref(src, dst, n); return;
-    default: bad_type("ph_quantize_weight_row", type);
+    default: bad_type("quantize_weight_row", type);
     }
 }

@@ -12,7 +12,7 @@ static int imrope_component(const int *s, int p) {
     return 3;
 }
 
-void ph_rope_table(const ph_rope *r, const int32_t *pos, int64_t n, float *cs) {
+void rope_table(const rope_params *r, const int32_t *pos, int64_t n, float *cs) {
     const int half = r->n_dims / 2;
     /* ggml's vision rope is called with n_dims = head/2 yet rotates the whole
      * head; its frequencies follow that smaller n_dims (docs/numerics.md, Vision rope). */
@@ -52,7 +52,7 @@ void ph_rope_table(const ph_rope *r, const int32_t *pos, int64_t n, float *cs) {
     }
 }
 
-void ph_rope_apply(float *x, int n_dims, const float *cs_row) {
+void rope_apply(float *x, int n_dims, const float *cs_row) {
     const int half = n_dims / 2;
     for (int p = 0; p < half; p++) {
         float c = cs_row[2 * p], s = cs_row[2 * p + 1];

@@ -6,7 +6,7 @@
 #define T(id_, name_, known_, be_, bb_, dot_) \
     [id_] = {.name = name_, .known = known_, .block_elems = be_, .block_bytes = bb_, .dot_type = dot_}
 
-static const ph_type_info type_table[PH_TYPE_COUNT] = {
+static const type_info type_table[PH_TYPE_COUNT] = {
     T(0, "f32", 1, 1, 4, PH_TYPE_F32),
     T(1, "f16", 1, 1, 2, PH_TYPE_F16),
     T(2, "q4_0", 1, 32, 18, PH_TYPE_Q8_0),
@@ -20,7 +20,7 @@ static const ph_type_info type_table[PH_TYPE_COUNT] = {
     T(12, "q4_K", 1, 256, 144, PH_TYPE_Q8_K),
     T(13, "q5_K", 1, 256, 176, PH_TYPE_Q8_K),
     T(14, "q6_K", 1, 256, 210, PH_TYPE_Q8_K),
-    /* Activation-only: sized so ph_row_bytes works, but not loadable. */
+    /* Activation-only: sized so type_row_bytes works, but not loadable. */
     T(15, "q8_K", 0, 256, 292, PH_TYPE_Q8_K),
     T(16, "iq2_xxs", 0, 0, 0, PH_TYPE_F32),
     T(17, "iq2_xs", 0, 0, 0, PH_TYPE_F32),
@@ -42,10 +42,10 @@ static const ph_type_info type_table[PH_TYPE_COUNT] = {
     T(39, "mxfp4", 0, 0, 0, PH_TYPE_F32),
 };
 
-static const ph_type_info unknown_type = {.name = "unknown", .known = 0, .block_elems = 0, .block_bytes = 0,
+static const type_info unknown_type = {.name = "unknown", .known = 0, .block_elems = 0, .block_bytes = 0,
                                           .dot_type = PH_TYPE_F32};
 
-const ph_type_info *ph_type_get(int type) {
+const type_info *type_get(int type) {
     if (type < 0 || type >= PH_TYPE_COUNT || !type_table[type].name) return &unknown_type;
     return &type_table[type];
 }

@@ -22,7 +22,7 @@ typedef struct llm_hparams {
     int32_t n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
     int32_t n_deepstack, n_embd_inp;
     float rms_eps;
-    ph_rope rope;
+    rope_params rope;
     bool gated_attn;          /* qwen35: a gate head beside each query head (docs/numerics.md, Gated attention) */
     int32_t n_attn_layer;     /* layers with a KV cache */
     /* qwen35's gated delta net layers (docs/numerics.md, Qwen3.5 layers): n_rec_layer of them, conv_k
@@ -32,14 +32,14 @@ typedef struct llm_hparams {
 
 /* A gated delta net layer's own weights (docs/numerics.md, Qwen3.5 tensors). */
 typedef struct llm_gdn {
-    ph_mat qkv, z, beta, alpha, out;
+    wmat qkv, z, beta, alpha, out;
     const float *conv;        /* [conv_k][conv_dim], tap-major (the file's transposed) */
     const float *dt_bias, *a, *norm;
 } llm_gdn;
 
 typedef struct llm_layer {
     const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* ffn_norm: qwen35's post_attention_norm */
-    ph_mat wq, wk, wv, wo, gate, up, down;
+    wmat wq, wk, wv, wo, gate, up, down;
     bool recurrent;
     int32_t slot;             /* index among the layers of its kind (KV cells, or recurrent state) */
     llm_gdn gdn;              /* when recurrent (then wq .. wo are unused) */
@@ -47,13 +47,13 @@ typedef struct llm_layer {
 
 struct ph_model {
     gguf_file *gguf;
-    ph_vocab *vocab;
-    ph_pool *pool;
+    bpe_vocab *vocab;
+    tpool *pool;
     llm_hparams hp;
     llm_layer *layers;
-    ph_mat tok_embd, output;
+    wmat tok_embd, output;
     const float *output_norm;
-    ph_weights w;
+    weight_set w;
     char arch_name[32];
     char name[128];
     ph_model_info info;
@@ -67,7 +67,7 @@ struct ph_model {
  * ([ssm_hv][ssm_d][ssm_d]; docs/numerics.md, Recurrent state), zero for an empty sequence. The memory
  * is owned by state/kv_cache, which also saves, restores and truncates it. */
 typedef struct llm_kv {
-    ph_f16 **k, **v;
+    f16_bits **k, **v;
     float **conv, **ssm;
     int32_t n_ctx;
     int32_t n_rows;
@@ -84,30 +84,30 @@ typedef struct llm_scratch {
     float *logits;     /* n_vocab */
 } llm_scratch;
 
-int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *e);
+int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *err);
 void llm_scratch_free(llm_scratch *sc);
 
 /* Evaluates n rows (n <= sc->cap) at the end of kv. Either tokens (ids) or
  * embd (n rows of n_embd_inp floats, e.g. picture rows) is given. pos is
  * section-major [4][n] (only [0][n] for non-M-RoPE models). Computes the
  * logits of the last row (sc->logits) when want_logits. prompt: the rows
- * are a prompt's (attention's tiled path however few; see ph_attn_args),
+ * are a prompt's (attention's tiled path however few; see attn_args),
  * else decoded tokens. */
 int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *sc, const int32_t *tokens, const float *embd, int64_t n,
-                const int32_t *pos, bool want_logits, bool prompt, ph_err *e);
+                const int32_t *pos, bool want_logits, bool prompt, ph_err *err);
 
 /* The model of path with its architecture and hyperparameters (hp,
  * arch_name, name) read and nothing else loaded: for llm_check_pictures and
  * the like, and ph_model_free. */
-ph_model *llm_probe(const char *path, ph_err *e);
+ph_model *llm_probe(const char *path, ph_err *err);
 /* Whether the model takes pictures (its positions are M-RoPE's): 0, or -1
  * with e saying it does not. */
-int llm_check_pictures(const ph_model *m, ph_err *e);
+int llm_check_pictures(const ph_model *m, ph_err *err);
 
 /* The u32 metadata value `<arch>.<suffix>`: 0; 1 when it is not required
  * and absent (or of another type); -1 with e set when required and absent
  * or of another type. */
-int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required, ph_err *e);
+int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required, ph_err *err);
 
 /* The model's chat template (tokenizer.chat_template): NULL and *len 0 when
  * it has none. Points into the model file. */
@@ -115,9 +115,9 @@ const char *llm_chat_template(const ph_model *m, size_t *len);
 
 /* ---- qwen35 (llm_qwen35.c), for llm_qwen3.c -------------------------------- */
 /* Reads the recurrent layers' settings and which layers they are (docs/numerics.md, Qwen3.5 layers). */
-int llm_qwen35_hparams(ph_model *m, ph_err *e);
+int llm_qwen35_hparams(ph_model *m, ph_err *err);
 /* Loads layer l's delta net weights (docs/numerics.md, Qwen3.5 tensors). */
-int llm_qwen35_gdn_load(ph_model *m, int l, ph_err *e);
+int llm_qwen35_gdn_load(ph_model *m, int l, ph_err *err);
 /* The delta net mixer of layer L over the n normed rows in sc->h; its
  * output rows (n_embd wide) go to sc->h. */
 void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *sc, int64_t n);

@@ -19,98 +19,98 @@ const char *llm_chat_template(const ph_model *m, size_t *len) {
 /* ---- loading ------------------------------------------------------------ */
 
 int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required,
-                ph_err *e) {
+                ph_err *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (gguf_get_u32(f, key, out) == 0) return 0;
     if (!required) return 1;
-    if (gguf_find_kv(f, key)) return ph_err_set(e, "metadata key '%s' has the wrong type", key);
-    return ph_err_set(e, "metadata key '%s' is missing", key);
+    if (gguf_find_kv(f, key)) return err_set(err, "metadata key '%s' has the wrong type", key);
+    return err_set(err, "metadata key '%s' is missing", key);
 }
 
 static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, bool required,
-                   ph_err *e) {
+                   ph_err *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (gguf_get_f32(f, key, out) == 0) return 0;
     if (!required) return 1;
-    if (gguf_find_kv(f, key)) return ph_err_set(e, "metadata key '%s' has the wrong type", key);
-    return ph_err_set(e, "metadata key '%s' is missing", key);
+    if (gguf_find_kv(f, key)) return err_set(err, "metadata key '%s' has the wrong type", key);
+    return err_set(err, "metadata key '%s' is missing", key);
 }
 
-static int load_hparams(ph_model *m, ph_err *e) {
+static int load_hparams(ph_model *m, ph_err *err) {
     const gguf_file *f = m->gguf;
     llm_hparams *hp = &m->hp;
     const char *a = m->arch_name;
     uint32_t u;
-    if (llm_get_u32(f, a, "context_length", &u, true, e)) return -1;
+    if (llm_get_u32(f, a, "context_length", &u, true, err)) return -1;
     hp->n_ctx_train = (int32_t)u;
-    if (llm_get_u32(f, a, "embedding_length", &u, true, e)) return -1;
+    if (llm_get_u32(f, a, "embedding_length", &u, true, err)) return -1;
     hp->n_embd = (int32_t)u;
-    if (llm_get_u32(f, a, "block_count", &u, true, e)) return -1;
+    if (llm_get_u32(f, a, "block_count", &u, true, err)) return -1;
     hp->n_layer = (int32_t)u;
     /* blocks for multi-token prediction follow the trunk; they are not run */
     uint32_t nextn = 0;
-    llm_get_u32(f, a, "nextn_predict_layers", &nextn, false, e);
-    if (nextn >= u) return ph_err_set(e, "%u blocks, %u of them for multi-token prediction", u, nextn);
+    llm_get_u32(f, a, "nextn_predict_layers", &nextn, false, err);
+    if (nextn >= u) return err_set(err, "%u blocks, %u of them for multi-token prediction", u, nextn);
     hp->n_layer -= (int32_t)nextn;
-    if (llm_get_u32(f, a, "feed_forward_length", &u, true, e)) return -1;
+    if (llm_get_u32(f, a, "feed_forward_length", &u, true, err)) return -1;
     hp->n_ff = (int32_t)u;
-    if (llm_get_u32(f, a, "attention.head_count", &u, true, e)) return -1;
+    if (llm_get_u32(f, a, "attention.head_count", &u, true, err)) return -1;
     hp->n_head = (int32_t)u;
     hp->n_head_kv = hp->n_head;
-    if (llm_get_u32(f, a, "attention.head_count_kv", &u, false, e) == 0) hp->n_head_kv = (int32_t)u;
+    if (llm_get_u32(f, a, "attention.head_count_kv", &u, false, err) == 0) hp->n_head_kv = (int32_t)u;
     if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
-        return ph_err_set(e, "head counts %d / %d (kv) are not usable", hp->n_head, hp->n_head_kv);
+        return err_set(err, "head counts %d / %d (kv) are not usable", hp->n_head, hp->n_head_kv);
     hp->head_dim = hp->n_embd / hp->n_head;
-    if (llm_get_u32(f, a, "attention.key_length", &u, false, e) == 0) hp->head_dim = (int32_t)u;
+    if (llm_get_u32(f, a, "attention.key_length", &u, false, err) == 0) hp->head_dim = (int32_t)u;
     uint32_t vlen = (uint32_t)hp->head_dim;
-    if (llm_get_u32(f, a, "attention.value_length", &vlen, false, e) == 0 && (int32_t)vlen != hp->head_dim)
-        return ph_err_set(e, "key length %d and value length %u differ", hp->head_dim, vlen);
+    if (llm_get_u32(f, a, "attention.value_length", &vlen, false, err) == 0 && (int32_t)vlen != hp->head_dim)
+        return err_set(err, "key length %d and value length %u differ", hp->head_dim, vlen);
     uint32_t n_rot = (uint32_t)hp->head_dim;
-    llm_get_u32(f, a, "rope.dimension_count", &n_rot, false, e);
+    llm_get_u32(f, a, "rope.dimension_count", &n_rot, false, err);
     /* Qwen3.5 rotates the first n_rot dims of a head (docs/numerics.md, Gated attention) */
     if (hp->arch == LLM_ARCH_QWEN35 ? n_rot == 0 || n_rot % 2 || (int32_t)n_rot > hp->head_dim
                                     : (int32_t)n_rot != hp->head_dim)
-        return ph_err_set(e, "rope dimension count %u does not fit the head size %d", n_rot, hp->head_dim);
-    if (get_f32(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps, true, e)) return -1;
+        return err_set(err, "rope dimension count %u does not fit the head size %d", n_rot, hp->head_dim);
+    if (get_f32(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps, true, err)) return -1;
     hp->rope.freq_base = 10000.0f;
-    get_f32(f, a, "rope.freq_base", &hp->rope.freq_base, false, e);
+    get_f32(f, a, "rope.freq_base", &hp->rope.freq_base, false, err);
     hp->rope.n_dims = (int)n_rot;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     gguf_str st;
     if (gguf_get_str(f, key, &st) == 0 && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear"))
-        return ph_err_set(e, "rope scaling type '%.*s' is not supported", (int)st.len, st.ptr);
+        return err_set(err, "rope scaling type '%.*s' is not supported", (int)st.len, st.ptr);
     float factor = 0.0f;
-    if (get_f32(f, a, "rope.scaling.factor", &factor, false, e) == 0 && factor != 0.0f && factor != 1.0f)
-        return ph_err_set(e, "rope scaling factor %g is not supported", (double)factor);
+    if (get_f32(f, a, "rope.scaling.factor", &factor, false, err) == 0 && factor != 0.0f && factor != 1.0f)
+        return err_set(err, "rope scaling factor %g is not supported", (double)factor);
 
     hp->n_deepstack = 0;
     if (hp->arch != LLM_ARCH_QWEN3) {
         hp->rope.mode = PH_ROPE_IMROPE;
         snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
         const gguf_kv *kv = gguf_find_kv(f, key);
-        if (!kv) return ph_err_set(e, "metadata key '%s' is missing", key);
+        if (!kv) return err_set(err, "metadata key '%s' is missing", key);
         if (kv->type == GGUF_ARRAY) {
-            if (kv->v.arr.n != 4) return ph_err_set(e, "'%s' must hold 4 values", key);
+            if (kv->v.arr.n != 4) return err_set(err, "'%s' must hold 4 values", key);
             for (int i = 0; i < 4; i++) {
                 int64_t s;
                 if (gguf_arr_i64(kv, (uint64_t)i, &s) || s < 0 || s > hp->head_dim)
-                    return ph_err_set(e, "'%s' holds a value that is not a section size", key);
+                    return err_set(err, "'%s' holds a value that is not a section size", key);
                 hp->rope.sections[i] = (int)s;
             }
         } else if (gguf_get_u32(f, key, &u) == 0 && (int32_t)u <= hp->head_dim) {
             for (int i = 0; i < 4; i++) hp->rope.sections[i] = (int)u;
         } else {
-            return ph_err_set(e, "'%s' is not a section list", key);
+            return err_set(err, "'%s' is not a section list", key);
         }
         int S = hp->rope.sections[0] + hp->rope.sections[1] + hp->rope.sections[2] + hp->rope.sections[3];
-        if (S <= 0 || S > hp->head_dim / 2 * 2) return ph_err_set(e, "'%s' sections sum to %d", key, S);
-        if (hp->arch == LLM_ARCH_QWEN3VL && llm_get_u32(f, a, "n_deepstack_layers", &u, false, e) == 0)
+        if (S <= 0 || S > hp->head_dim / 2 * 2) return err_set(err, "'%s' sections sum to %d", key, S);
+        if (hp->arch == LLM_ARCH_QWEN3VL && llm_get_u32(f, a, "n_deepstack_layers", &u, false, err) == 0)
             hp->n_deepstack = (int32_t)u;
         if (hp->n_deepstack > hp->n_layer)
-            return ph_err_set(e, "%d deepstack layers but only %d layers", hp->n_deepstack, hp->n_layer);
+            return err_set(err, "%d deepstack layers but only %d layers", hp->n_deepstack, hp->n_layer);
     } else {
         hp->rope.mode = PH_ROPE_NEOX;
     }
@@ -118,24 +118,24 @@ static int load_hparams(ph_model *m, ph_err *e) {
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->head_dim <= 0 || hp->head_dim % 2 ||
         hp->n_embd > (1 << 16) || hp->n_ff > (1 << 18) || hp->head_dim > 1024 || hp->n_layer > 1024 ||
         hp->n_head > 1024)
-        return ph_err_set(e, "the model's dimensions are not usable");
+        return err_set(err, "the model's dimensions are not usable");
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return ph_err_set(e, "out of memory");
+    if (!m->layers) return err_set(err, "out of memory");
     hp->gated_attn = hp->arch == LLM_ARCH_QWEN35;
-    if (hp->arch == LLM_ARCH_QWEN35) return llm_qwen35_hparams(m, e);
+    if (hp->arch == LLM_ARCH_QWEN35) return llm_qwen35_hparams(m, err);
     hp->n_attn_layer = hp->n_layer;
     for (int l = 0; l < hp->n_layer; l++) m->layers[l].slot = l;
     return 0;
 }
 
-static int load_weights(ph_model *m, ph_err *e) {
+static int load_weights(ph_model *m, ph_err *err) {
     llm_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff, hd = hp->head_dim;
     const int64_t nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
     const int64_t nq_out = hp->gated_attn ? 2 * nq : nq;
-    if (ph_weights_mat(&m->w, "token_embd.weight", E, V, true, &m->tok_embd, e)) return -1;
-    if (ph_weights_vec(&m->w, "output_norm.weight", E, &m->output_norm, e)) return -1;
-    int r = ph_weights_mat(&m->w, "output.weight", E, V, false, &m->output, e);
+    if (weights_mat(&m->w, "token_embd.weight", E, V, true, &m->tok_embd, err)) return -1;
+    if (weights_vec(&m->w, "output_norm.weight", E, &m->output_norm, err)) return -1;
+    int r = weights_mat(&m->w, "output.weight", E, V, false, &m->output, err);
     if (r < 0) return -1;
     if (r == 1) m->output = m->tok_embd; /* tied */
     char name[96];
@@ -143,35 +143,35 @@ static int load_weights(ph_model *m, ph_err *e) {
     for (int l = 0; l < hp->n_layer; l++) {
         llm_layer *L = &m->layers[l];
         const char *ffn_norm = hp->arch == LLM_ARCH_QWEN35 ? "post_attention_norm.weight" : "ffn_norm.weight";
-        if (ph_weights_vec(&m->w, BLK("attn_norm.weight"), E, &L->attn_norm, e) ||
-            ph_weights_vec(&m->w, BLK(ffn_norm), E, &L->ffn_norm, e) ||
-            ph_weights_mat(&m->w, BLK("ffn_gate.weight"), E, F, true, &L->gate, e) ||
-            ph_weights_mat(&m->w, BLK("ffn_up.weight"), E, F, true, &L->up, e) ||
-            ph_weights_mat(&m->w, BLK("ffn_down.weight"), F, E, true, &L->down, e))
+        if (weights_vec(&m->w, BLK("attn_norm.weight"), E, &L->attn_norm, err) ||
+            weights_vec(&m->w, BLK(ffn_norm), E, &L->ffn_norm, err) ||
+            weights_mat(&m->w, BLK("ffn_gate.weight"), E, F, true, &L->gate, err) ||
+            weights_mat(&m->w, BLK("ffn_up.weight"), E, F, true, &L->up, err) ||
+            weights_mat(&m->w, BLK("ffn_down.weight"), F, E, true, &L->down, err))
             return -1;
         if (L->recurrent) {
-            if (llm_qwen35_gdn_load(m, l, e)) return -1;
-        } else if (ph_weights_vec(&m->w, BLK("attn_q_norm.weight"), hd, &L->q_norm, e) ||
-                   ph_weights_vec(&m->w, BLK("attn_k_norm.weight"), hd, &L->k_norm, e) ||
-                   ph_weights_mat(&m->w, BLK("attn_q.weight"), E, nq_out, true, &L->wq, e) ||
-                   ph_weights_mat(&m->w, BLK("attn_k.weight"), E, nkv, true, &L->wk, e) ||
-                   ph_weights_mat(&m->w, BLK("attn_v.weight"), E, nkv, true, &L->wv, e) ||
-                   ph_weights_mat(&m->w, BLK("attn_output.weight"), nq, E, true, &L->wo, e)) {
+            if (llm_qwen35_gdn_load(m, l, err)) return -1;
+        } else if (weights_vec(&m->w, BLK("attn_q_norm.weight"), hd, &L->q_norm, err) ||
+                   weights_vec(&m->w, BLK("attn_k_norm.weight"), hd, &L->k_norm, err) ||
+                   weights_mat(&m->w, BLK("attn_q.weight"), E, nq_out, true, &L->wq, err) ||
+                   weights_mat(&m->w, BLK("attn_k.weight"), E, nkv, true, &L->wk, err) ||
+                   weights_mat(&m->w, BLK("attn_v.weight"), E, nkv, true, &L->wv, err) ||
+                   weights_mat(&m->w, BLK("attn_output.weight"), nq, E, true, &L->wo, err)) {
             return -1;
         }
-        ph_mat *mats[] = {&L->gate, &L->up, &L->down, &L->wq, &L->wk, &L->wv, &L->wo};
+        wmat *mats[] = {&L->gate, &L->up, &L->down, &L->wq, &L->wk, &L->wv, &L->wo};
         for (size_t i = 0; i < (L->recurrent ? 3 : sizeof mats / sizeof mats[0]); i++)
-            if (ph_weights_pack(&m->w, m->pool, mats[i], true, e)) return -1;
+            if (weights_pack(&m->w, m->pool, mats[i], true, err)) return -1;
     }
     /* a tied output matrix is also the embedding table, whose rows are read */
-    if (ph_weights_pack(&m->w, m->pool, &m->output, r == 0, e)) return -1;
+    if (weights_pack(&m->w, m->pool, &m->output, r == 0, err)) return -1;
 #undef BLK
     return 0;
 }
 
 /* What a product with m reads. */
-static uint64_t mat_bytes(const ph_mat *m) {
-    return m->packed ? ph_mat_pack_size(m) : (uint64_t)m->row_bytes * (uint64_t)m->n_out;
+static uint64_t mat_bytes(const wmat *m) {
+    return m->packed ? mat_pack_size(m) : (uint64_t)m->row_bytes * (uint64_t)m->n_out;
 }
 
 static void fill_info(ph_model *m) {
@@ -201,7 +201,7 @@ static void fill_info(ph_model *m) {
     for (int l = 0; l < hp->n_layer; l++) {
         const llm_layer *L = &m->layers[l];
         const llm_gdn *g = &L->gdn; /* the matrices a layer does not have are empty */
-        const ph_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
+        const wmat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
                                 &g->qkv, &g->z, &g->beta, &g->alpha, &g->out};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) db += mat_bytes(mats[i]);
     }
@@ -210,19 +210,19 @@ static void fill_info(ph_model *m) {
 
 /* The model of path: its architecture and hyperparameters read, and with
  * weights its vocabulary, thread pool and weights too. */
-static ph_model *model_open(const char *path, bool weights, int n_threads, ph_err *e) {
-    ph_kernels_init();
+static ph_model *model_open(const char *path, bool weights, int n_threads, ph_err *err) {
+    kernels_init();
     ph_model *m = calloc(1, sizeof *m);
     if (!m) {
-        ph_err_set(e, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
-    m->gguf = gguf_open(path, e);
+    m->gguf = gguf_open(path, err);
     if (!m->gguf) goto fail;
     m->w.f = m->gguf;
     gguf_str s;
     if (gguf_get_str(m->gguf, "general.architecture", &s) != 0) {
-        ph_err_set(e, "%s: no general.architecture key: not a model file", path);
+        err_set(err, "%s: no general.architecture key: not a model file", path);
         goto fail;
     }
     snprintf(m->arch_name, sizeof m->arch_name, "%.*s", (int)(s.len < 31 ? s.len : 31), s.ptr);
@@ -233,52 +233,52 @@ static ph_model *model_open(const char *path, bool weights, int n_threads, ph_er
     } else if (gguf_str_eq(s, "qwen35")) {
         m->hp.arch = LLM_ARCH_QWEN35;
     } else if (gguf_str_eq(s, "clip")) {
-        ph_err_set(e, "%s is a vision projector (mmproj) file; give it with --mmproj and the LLM with -m", path);
+        err_set(err, "%s is a vision projector (mmproj) file; give it with --mmproj and the LLM with -m", path);
         goto fail;
     } else {
-        ph_err_set(e, "%s: architecture '%s' is not supported (pinhole runs qwen3, qwen3vl and qwen35)", path,
+        err_set(err, "%s: architecture '%s' is not supported (pinhole runs qwen3, qwen3vl and qwen35)", path,
                    m->arch_name);
         goto fail;
     }
     if (gguf_get_str(m->gguf, "general.name", &s) == 0)
         snprintf(m->name, sizeof m->name, "%.*s", (int)(s.len < 127 ? s.len : 127), s.ptr);
     if (!weights) {
-        if (load_hparams(m, e)) goto fail_prefix;
+        if (load_hparams(m, err)) goto fail_prefix;
         return m;
     }
-    m->vocab = ph_vocab_load(m->gguf, e);
+    m->vocab = vocab_load(m->gguf, err);
     if (!m->vocab) goto fail_prefix;
-    m->hp.n_vocab = ph_vocab_size(m->vocab);
-    m->pool = ph_pool_create(n_threads);
+    m->hp.n_vocab = vocab_size(m->vocab);
+    m->pool = tpool_create(n_threads);
     if (!m->pool) {
-        ph_err_set(e, "cannot start %d threads", n_threads);
+        err_set(err, "cannot start %d threads", n_threads);
         goto fail;
     }
-    if (load_hparams(m, e) || load_weights(m, e)) goto fail_prefix;
+    if (load_hparams(m, err) || load_weights(m, err)) goto fail_prefix;
     fill_info(m);
     return m;
 fail_prefix:
-    ph_err_prefix(e, "%s", path);
+    err_prefix(err, "%s", path);
 fail:
     ph_model_free(m);
     return NULL;
 }
 
-ph_model *ph_model_load(const char *path, int n_threads, ph_err *e) { return model_open(path, true, n_threads, e); }
+ph_model *ph_model_load(const char *path, int n_threads, ph_err *err) { return model_open(path, true, n_threads, err); }
 
-ph_model *llm_probe(const char *path, ph_err *e) { return model_open(path, false, 0, e); }
+ph_model *llm_probe(const char *path, ph_err *err) { return model_open(path, false, 0, err); }
 
-int llm_check_pictures(const ph_model *m, ph_err *e) {
+int llm_check_pictures(const ph_model *m, ph_err *err) {
     if (m->hp.rope.mode == PH_ROPE_IMROPE) return 0;
-    return ph_err_set(e, "%s models do not take pictures", m->arch_name);
+    return err_set(err, "%s models do not take pictures", m->arch_name);
 }
 
 void ph_model_free(ph_model *m) {
     if (!m) return;
-    ph_pool_free(m->pool);
-    ph_weights_free(&m->w);
+    tpool_free(m->pool);
+    weights_free(&m->w);
     free(m->layers);
-    ph_vocab_free(m->vocab);
+    vocab_free(m->vocab);
     gguf_close(m->gguf);
     free(m);
 }
@@ -291,7 +291,7 @@ static void add_rows(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *e) {
+int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *err) {
     const llm_hparams *hp = &m->hp;
     const size_t nkv = (size_t)hp->n_head_kv * hp->head_dim, nq = (size_t)hp->n_head * hp->head_dim;
     const size_t C = (size_t)cap, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
@@ -319,7 +319,7 @@ int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *e)
         sc->pos && sc->logits)
         return 0;
     llm_scratch_free(sc);
-    return ph_err_set(e, "out of memory for the forward pass's buffers");
+    return err_set(err, "out of memory for the forward pass's buffers");
 }
 
 void llm_scratch_free(llm_scratch *sc) {
@@ -345,9 +345,9 @@ static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scr
     const llm_hparams *hp = &m->hp;
     const int64_t hd = hp->head_dim, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
     const int32_t c = L->slot;
-    ph_matmul(m->pool, &L->wq, s->h, n, s->q);
-    ph_matmul(m->pool, &L->wk, s->h, n, s->kx);
-    ph_matmul(m->pool, &L->wv, s->h, n, s->vx);
+    mat_mul(m->pool, &L->wq, s->h, n, s->q);
+    mat_mul(m->pool, &L->wk, s->h, n, s->kx);
+    mat_mul(m->pool, &L->wv, s->h, n, s->vx);
     if (hp->gated_attn) /* rows of [q_h | gate_h] per head: gates aside, queries packed (dst <= src) */
         for (int64_t i = 0; i < n; i++)
             for (int h = 0; h < hp->n_head; h++) {
@@ -359,62 +359,62 @@ static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scr
         const float *cs = s->rope_cs + i * hp->rope.n_dims;
         for (int h = 0; h < hp->n_head; h++) {
             float *qh = s->q + i * nq + h * hd;
-            ph_rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
-            ph_rope_apply(qh, hp->rope.n_dims, cs);
+            rms_norm(qh, qh, L->q_norm, hd, hp->rms_eps);
+            rope_apply(qh, hp->rope.n_dims, cs);
         }
         for (int h = 0; h < hp->n_head_kv; h++) {
             float *kh = s->kx + i * nkv + h * hd;
-            ph_rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
-            ph_rope_apply(kh, hp->rope.n_dims, cs);
+            rms_norm(kh, kh, L->k_norm, hd, hp->rms_eps);
+            rope_apply(kh, hp->rope.n_dims, cs);
         }
-        ph_quantize_act_row(PH_TYPE_F16, s->kx + i * nkv, kv->k[c] + (kv->n_rows + i) * nkv, nkv);
-        ph_quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, kv->v[c] + (kv->n_rows + i) * nkv, nkv);
+        quantize_act_row(PH_TYPE_F16, s->kx + i * nkv, kv->k[c] + (kv->n_rows + i) * nkv, nkv);
+        quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, kv->v[c] + (kv->n_rows + i) * nkv, nkv);
     }
-    ph_attn_args aa = {
+    attn_args aa = {
         .q = s->q, .q_stride = nq, .k = kv->k[c], .v = kv->v[c], .kv_stride = nkv,
         .n_q = n, .n_kv = kv->n_rows + n, .causal = true, .first_cell = kv->n_rows,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = (int)hd,
         .scale = 1.0f / sqrtf((float)hd), .out = s->att, .out_stride = nq, .prompt = prompt,
     };
-    ph_attention(m->pool, &aa);
+    attn_compute(m->pool, &aa);
     if (hp->gated_attn)
         for (int64_t i = 0; i < n * nq; i++) s->att[i] *= 1.0f / (1.0f + expf(-s->gate[i]));
-    ph_matmul(m->pool, &L->wo, s->att, n, s->h);
+    mat_mul(m->pool, &L->wo, s->att, n, s->h);
 }
 
 int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *tokens, const float *embd, int64_t n,
-                const int32_t *pos, bool want_logits, bool prompt, ph_err *e) {
+                const int32_t *pos, bool want_logits, bool prompt, ph_err *err) {
     const llm_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, F = hp->n_ff;
-    if (n <= 0 || n > s->cap) return ph_err_set(e, "internal: batch of %lld rows", (long long)n);
+    if (n <= 0 || n > s->cap) return err_set(err, "internal: batch of %lld rows", (long long)n);
     if (kv->n_rows + n > kv->n_ctx)
-        return ph_err_set(e, "the context is full (%d of %d rows used, %lld more needed)", kv->n_rows, kv->n_ctx,
+        return err_set(err, "the context is full (%d of %d rows used, %lld more needed)", kv->n_rows, kv->n_ctx,
                           (long long)n);
 
     for (int64_t i = 0; i < n; i++) {
         if (tokens) {
             if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
-                return ph_err_set(e, "token id %d is outside the vocabulary (%d)", tokens[i], hp->n_vocab);
-            ph_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
+                return err_set(err, "token id %d is outside the vocabulary (%d)", tokens[i], hp->n_vocab);
+            dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
                            s->x + i * E, E);
         } else {
             memcpy(s->x + i * E, embd + i * hp->n_embd_inp, (size_t)E * sizeof(float));
         }
     }
-    ph_rope_table(&hp->rope, pos, n, s->rope_cs);
+    rope_table(&hp->rope, pos, n, s->rope_cs);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const llm_layer *L = &m->layers[l];
-        for (int64_t i = 0; i < n; i++) ph_rmsnorm(s->h + i * E, s->x + i * E, L->attn_norm, E, hp->rms_eps);
+        for (int64_t i = 0; i < n; i++) rms_norm(s->h + i * E, s->x + i * E, L->attn_norm, E, hp->rms_eps);
         if (L->recurrent) llm_qwen35_gdn(m, L, kv, s, n);
         else attention(m, L, kv, s, n, prompt);
         add_rows(s->x, s->h, n * E);
 
-        for (int64_t i = 0; i < n; i++) ph_rmsnorm(s->h + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);
-        ph_matmul(m->pool, &L->gate, s->h, n, s->ga);
-        ph_matmul(m->pool, &L->up, s->h, n, s->up);
-        ph_swiglu(s->ga, s->ga, s->up, n * F);
-        ph_matmul(m->pool, &L->down, s->ga, n, s->h);
+        for (int64_t i = 0; i < n; i++) rms_norm(s->h + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);
+        mat_mul(m->pool, &L->gate, s->h, n, s->ga);
+        mat_mul(m->pool, &L->up, s->h, n, s->up);
+        act_swiglu(s->ga, s->ga, s->up, n * F);
+        mat_mul(m->pool, &L->down, s->ga, n, s->h);
         add_rows(s->x, s->h, n * E);
 
         if (embd && l < hp->n_deepstack) /* deepstack slice l of each picture row (docs/numerics.md, Deepstack) */
@@ -423,8 +423,8 @@ int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *to
     kv->n_rows += (int32_t)n;
 
     if (want_logits) {
-        ph_rmsnorm(s->h, s->x + (n - 1) * E, m->output_norm, E, hp->rms_eps);
-        ph_matmul(m->pool, &m->output, s->h, 1, s->logits);
+        rms_norm(s->h, s->x + (n - 1) * E, m->output_norm, E, hp->rms_eps);
+        mat_mul(m->pool, &m->output, s->h, 1, s->logits);
     }
     return 0;
 }

@@ -9,17 +9,17 @@
 #include "kernels/gdn.h"
 #include "model/llm.h"
 
-int llm_qwen35_hparams(ph_model *m, ph_err *e) {
+int llm_qwen35_hparams(ph_model *m, ph_err *err) {
     const gguf_file *f = m->gguf;
     llm_hparams *hp = &m->hp;
     uint32_t kc, inner, d, hv, hk, interval = 4;
     const char *a = m->arch_name;
-    if (llm_get_u32(f, a, "ssm.conv_kernel", &kc, true, e) || llm_get_u32(f, a, "ssm.inner_size", &inner, true, e) ||
-        llm_get_u32(f, a, "ssm.state_size", &d, true, e) || llm_get_u32(f, a, "ssm.time_step_rank", &hv, true, e) ||
-        llm_get_u32(f, a, "ssm.group_count", &hk, true, e))
+    if (llm_get_u32(f, a, "ssm.conv_kernel", &kc, true, err) || llm_get_u32(f, a, "ssm.inner_size", &inner, true, err) ||
+        llm_get_u32(f, a, "ssm.state_size", &d, true, err) || llm_get_u32(f, a, "ssm.time_step_rank", &hv, true, err) ||
+        llm_get_u32(f, a, "ssm.group_count", &hk, true, err))
         return -1;
     if (kc < 1 || kc > 64 || d == 0 || d > 1024 || hv == 0 || hv > 1024 || hk == 0 || hv % hk || inner != hv * d)
-        return ph_err_set(e, "the delta net's settings (conv %u, inner %u, state %u, heads %u/%u) are not usable "
+        return err_set(err, "the delta net's settings (conv %u, inner %u, state %u, heads %u/%u) are not usable "
                              "(the value head size must equal the key head size)", kc, inner, d, hv, hk);
     hp->conv_k = (int32_t)kc;
     hp->ssm_d = (int32_t)d;
@@ -29,51 +29,51 @@ int llm_qwen35_hparams(ph_model *m, ph_err *e) {
     /* which layers are recurrent: a per-layer array, else every layer but
      * each interval-th (docs/numerics.md, Qwen3.5 layers); MTP blocks past the trunk never are */
     const gguf_kv *rl = gguf_find_kv(f, "qwen35.attention.recurrent_layers");
-    if (!rl) llm_get_u32(f, a, "full_attention_interval", &interval, false, e);
+    if (!rl) llm_get_u32(f, a, "full_attention_interval", &interval, false, err);
     if (rl && (rl->type != GGUF_ARRAY || rl->v.arr.n < (uint64_t)hp->n_layer))
-        return ph_err_set(e, "'qwen35.attention.recurrent_layers' does not hold a value per layer");
-    if (interval == 0) return ph_err_set(e, "'qwen35.full_attention_interval' is 0");
+        return err_set(err, "'qwen35.attention.recurrent_layers' does not hold a value per layer");
+    if (interval == 0) return err_set(err, "'qwen35.full_attention_interval' is 0");
     hp->n_rec_layer = hp->n_attn_layer = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         llm_layer *L = &m->layers[l];
         int64_t v = 0;
         if (rl && rl->v.arr.type == GGUF_BOOL) v = rl->v.arr.data[l]; /* one byte each */
         else if (rl && gguf_arr_i64(rl, (uint64_t)l, &v))
-            return ph_err_set(e, "'qwen35.attention.recurrent_layers' holds a value that is not a number");
+            return err_set(err, "'qwen35.attention.recurrent_layers' holds a value that is not a number");
         L->recurrent = rl ? v != 0 : (uint32_t)(l + 1) % interval != 0;
         L->slot = L->recurrent ? hp->n_rec_layer++ : hp->n_attn_layer++;
     }
     return 0;
 }
 
-int llm_qwen35_gdn_load(ph_model *m, int l, ph_err *e) {
+int llm_qwen35_gdn_load(ph_model *m, int l, ph_err *err) {
     const llm_hparams *hp = &m->hp;
     llm_gdn *g = &m->layers[l].gdn;
     const int64_t E = hp->n_embd, C = hp->conv_dim, K = hp->conv_k, hv = hp->ssm_hv, di = hv * hp->ssm_d;
     char name[96];
 #define BLK(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
-    if (ph_weights_mat(&m->w, BLK("attn_qkv.weight"), E, C, true, &g->qkv, e) ||
-        ph_weights_mat(&m->w, BLK("attn_gate.weight"), E, di, true, &g->z, e) ||
-        ph_weights_mat(&m->w, BLK("ssm_beta.weight"), E, hv, true, &g->beta, e) ||
-        ph_weights_mat(&m->w, BLK("ssm_alpha.weight"), E, hv, true, &g->alpha, e) ||
-        ph_weights_mat(&m->w, BLK("ssm_out.weight"), di, E, true, &g->out, e) ||
-        ph_weights_vec(&m->w, BLK("ssm_dt.bias"), hv, &g->dt_bias, e) ||
-        ph_weights_vec(&m->w, BLK("ssm_a"), hv, &g->a, e) ||
-        ph_weights_vec(&m->w, BLK("ssm_norm.weight"), hp->ssm_d, &g->norm, e))
+    if (weights_mat(&m->w, BLK("attn_qkv.weight"), E, C, true, &g->qkv, err) ||
+        weights_mat(&m->w, BLK("attn_gate.weight"), E, di, true, &g->z, err) ||
+        weights_mat(&m->w, BLK("ssm_beta.weight"), E, hv, true, &g->beta, err) ||
+        weights_mat(&m->w, BLK("ssm_alpha.weight"), E, hv, true, &g->alpha, err) ||
+        weights_mat(&m->w, BLK("ssm_out.weight"), di, E, true, &g->out, err) ||
+        weights_vec(&m->w, BLK("ssm_dt.bias"), hv, &g->dt_bias, err) ||
+        weights_vec(&m->w, BLK("ssm_a"), hv, &g->a, err) ||
+        weights_vec(&m->w, BLK("ssm_norm.weight"), hp->ssm_d, &g->norm, err))
         return -1;
     const int64_t ne[4] = {K, C, 1, 1};
-    const gguf_tensor *t = ph_weights_find(&m->w, BLK("ssm_conv1d.weight"), ne, e);
+    const gguf_tensor *t = weights_find(&m->w, BLK("ssm_conv1d.weight"), ne, err);
 #undef BLK
     if (!t) return -1;
-    const float *w = ph_weights_f32(&m->w, t, K * C, e); /* channel-major: [C][K] */
-    float *tw = w ? ph_weights_alloc(&m->w, (size_t)(K * C) * sizeof(float), e) : NULL;
+    const float *w = weights_f32(&m->w, t, K * C, err); /* channel-major: [C][K] */
+    float *tw = w ? weights_alloc(&m->w, (size_t)(K * C) * sizeof(float), err) : NULL;
     if (!tw) return -1;
     for (int64_t c = 0; c < C; c++)
         for (int64_t i = 0; i < K; i++) tw[i * C + c] = w[c * K + i];
     g->conv = tw;
-    ph_mat *mats[] = {&g->qkv, &g->z, &g->beta, &g->alpha, &g->out};
+    wmat *mats[] = {&g->qkv, &g->z, &g->beta, &g->alpha, &g->out};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-        if (ph_weights_pack(&m->w, m->pool, mats[i], true, e)) return -1;
+        if (weights_pack(&m->w, m->pool, mats[i], true, err)) return -1;
     return 0;
 }
 
@@ -90,7 +90,7 @@ static void l2norm(float *x, int n, float eps) {
 typedef struct gdn_job {
     const llm_hparams *hp;
     const llm_gdn *g;
-    const ph_gdn_kernels *kk;
+    const gdn_kernels *kk;
     float *S;                       /* the layer's state */
     const float *mix, *z, *beta, *alpha;
     float *o;
@@ -105,7 +105,7 @@ static void gdn_heads(void *ctx, int ith, int nth) {
     const int64_t di = (int64_t)hv * d;
     const float scale = 1.0f / sqrtf((float)d);
     long lo, hi;
-    ph_split_range(hv, ith, nth, &lo, &hi);
+    tpool_split_range(hv, ith, nth, &lo, &hi);
     for (int h = (int)lo; h < (int)hi; h++) {
         const int j = h % hk; /* value heads take key heads in turn (docs/numerics.md, Gated delta net) */
         float *S = jb->S + (size_t)h * d * d;
@@ -117,8 +117,8 @@ static void gdn_heads(void *ctx, int ith, int nth) {
             float *oh = jb->o + i * di + (int64_t)h * d;
             jb->kk->step(S, u + j * d, u + (hk + j) * d, u + 2 * hk * d + h * d, expf(sp * g->a[h]), b, scale, oh, d,
                          d);
-            ph_rmsnorm(oh, oh, g->norm, d, hp->rms_eps);
-            ph_swiglu(oh, jb->z + i * di + (int64_t)h * d, oh, d); /* times silu(z) */
+            rms_norm(oh, oh, g->norm, d, hp->rms_eps);
+            act_swiglu(oh, jb->z + i * di + (int64_t)h * d, oh, d); /* times silu(z) */
         }
     }
 }
@@ -127,11 +127,11 @@ void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scrat
     const llm_hparams *hp = &m->hp;
     const llm_gdn *g = &L->gdn;
     const int hk = hp->ssm_hk, hv = hp->ssm_hv, d = hp->ssm_d, C = hp->conv_dim;
-    gdn_job jb = {hp, g, ph_gdn_kernels_get(), kv->ssm[L->slot], s->q, s->kx, s->gate, s->gate + n * hv, s->att, n};
-    ph_matmul(m->pool, &g->qkv, s->h, n, s->q);
-    ph_matmul(m->pool, &g->z, s->h, n, s->kx);
-    ph_matmul(m->pool, &g->beta, s->h, n, s->gate);
-    ph_matmul(m->pool, &g->alpha, s->h, n, s->gate + n * hv);
+    gdn_job jb = {hp, g, gdn_kernels_get(), kv->ssm[L->slot], s->q, s->kx, s->gate, s->gate + n * hv, s->att, n};
+    mat_mul(m->pool, &g->qkv, s->h, n, s->q);
+    mat_mul(m->pool, &g->z, s->h, n, s->kx);
+    mat_mul(m->pool, &g->beta, s->h, n, s->gate);
+    mat_mul(m->pool, &g->alpha, s->h, n, s->gate + n * hv);
     float *conv = kv->conv[L->slot];
     for (int64_t i = 0; i < n; i++) {
         float *u = s->q + i * C;
@@ -139,6 +139,6 @@ void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scrat
         for (int c = 0; c < C; c++) u[c] = u[c] / (1.0f + expf(-u[c])); /* silu */
         for (int j = 0; j < 2 * hk; j++) l2norm(u + j * d, d, hp->rms_eps); /* q heads, then k heads */
     }
-    ph_pool_run(m->pool, gdn_heads, &jb);
-    ph_matmul(m->pool, &g->out, s->att, n, s->h);
+    tpool_run(m->pool, gdn_heads, &jb);
+    mat_mul(m->pool, &g->out, s->att, n, s->h);
 }

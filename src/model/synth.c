@@ -377,7 +377,7 @@ static void map_bytes(const uint8_t *s, size_t n, char *out) {
             cp = 0x100;
             for (int c = 0; c < s[i]; c++) cp += !byte_printable(c);
         }
-        k += (size_t)ph_utf8_encode(cp, (uint8_t *)out + k);
+        k += (size_t)utf8_encode(cp, (uint8_t *)out + k);
     }
     out[k] = '\0';
 }
@@ -508,7 +508,7 @@ static void self_vocab_write(gguf_writer *w, const self_vocab *v) {
 typedef struct fill_ctx {
     const synth_list *list;
     uint64_t seed;
-    ph_pool *pool;
+    tpool *pool;
     /* the job in flight */
     const synth_tensor *t;
     uint64_t t_index;
@@ -533,7 +533,7 @@ static void fill_rows(void *p, int ith, int nth) {
         return;
     }
     long lo, hi;
-    ph_split_range((long)c->n_rows, ith, nth, &lo, &hi);
+    tpool_split_range((long)c->n_rows, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         /* each row's numbers depend only on (seed, tensor, row): the same
          * file whatever the thread count */
@@ -550,7 +550,7 @@ static void fill_rows(void *p, int ith, int nth) {
                 row[i] = t->fill == FILL_NEGATIVE ? -(0.02f + 0.98f * u) * t->scale : (u * 2.0f - 1.0f) * t->scale;
             }
         }
-        ph_quantize_weight_row(t->type, row, c->buf + (size_t)r * c->row_bytes, c->row_len);
+        quantize_weight_row(t->type, row, c->buf + (size_t)r * c->row_bytes, c->row_len);
     }
     free(row);
 }
@@ -563,17 +563,17 @@ static int fill_tensor(void *ctx, uint64_t i, void *buf, uint64_t nbytes) {
     c->buf = buf;
     c->row_len = t->ne[0];
     c->n_rows = t->ne[1] * t->ne[2] * t->ne[3];
-    c->row_bytes = ph_row_bytes(t->type, t->ne[0]);
+    c->row_bytes = type_row_bytes(t->type, t->ne[0]);
     if ((uint64_t)c->row_bytes * (uint64_t)c->n_rows != nbytes) return -1;
     c->failed = 0;
-    ph_pool_run(c->pool, fill_rows, c);
+    tpool_run(c->pool, fill_rows, c);
     return c->failed ? -1 : 0;
 }
 
-static int write_file(const char *path, gguf_writer *w, synth_list *l, fill_ctx *fc, ph_err *e) {
+static int write_file(const char *path, gguf_writer *w, synth_list *l, fill_ctx *fc, ph_err *err) {
     for (size_t i = 0; i < l->n; i++) gguf_writer_add_tensor(w, l->t[i].name, l->t[i].type, l->t[i].n_dims, l->t[i].ne);
     fc->list = l;
-    return gguf_writer_write(w, path, fill_tensor, fc, e);
+    return gguf_writer_write(w, path, fill_tensor, fc, err);
 }
 
 static const synth_type *find_type(const char *name) {
@@ -635,8 +635,8 @@ static void llm_metadata(gguf_writer *w, const synth_shape *s, const synth_type 
     set_u32s(w, s, q35, sizeof q35 / sizeof *q35);
 }
 
-int ph_synth(const ph_synth_params *p, ph_err *e) {
-    ph_kernels_init();
+int ph_synth(const ph_synth_params *p, ph_err *err) {
+    kernels_init();
     const char *arch = p->arch ? p->arch : "qwen3vl";
     const synth_shape *s = NULL;
     bool known_arch = false;
@@ -645,25 +645,25 @@ int ph_synth(const ph_synth_params *p, ph_err *e) {
         known_arch = true;
         if (p->shape && !strcmp(shapes[i].name, p->shape)) s = &shapes[i];
     }
-    if (!known_arch) return ph_err_set(e, "unknown architecture '%s' (qwen3vl, qwen35)", arch);
-    if (!s) return ph_err_set(e, "unknown shape '%s' (tiny, 2b)", p->shape ? p->shape : "");
+    if (!known_arch) return err_set(err, "unknown architecture '%s' (qwen3vl, qwen35)", arch);
+    if (!s) return err_set(err, "unknown shape '%s' (tiny, 2b)", p->shape ? p->shape : "");
     const synth_type *ty = find_type(p->type ? p->type : "f16");
-    if (!ty) return ph_err_set(e, "unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m)", p->type);
+    if (!ty) return err_set(err, "unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m)", p->type);
     const synth_type *vty = find_type(p->vision_type ? p->vision_type : "f16");
     if (!vty || (vty->base != PH_TYPE_F32 && vty->base != PH_TYPE_F16 && vty->base != PH_TYPE_BF16 &&
                  vty->base != PH_TYPE_Q8_0))
-        return ph_err_set(e, "vision type '%s' is not one of f32 f16 bf16 q8_0", p->vision_type);
-    if (!p->out) return ph_err_set(e, "an output name is needed: -o NAME");
+        return err_set(err, "vision type '%s' is not one of f32 f16 bf16 q8_0", p->vision_type);
+    if (!p->out) return err_set(err, "an output name is needed: -o NAME");
 
     /* the chat template: a file's, else qwen35's own, else the tokenizer's */
     char *tmpl_file = NULL;
     const char *tmpl = is_qwen35(s) ? QWEN35_CHAT_TEMPLATE : NULL;
     if (p->chat_template) {
         size_t len = 0;
-        if (ph_file_read_all(p->chat_template, 1u << 20, (void **)&tmpl_file, &len, e)) return -1;
+        if (file_read_all(p->chat_template, 1u << 20, (void **)&tmpl_file, &len, err)) return -1;
         if (len == 0 || strlen(tmpl_file) != len) {
             free(tmpl_file);
-            return ph_err_set(e, "%s: a chat template must be text, not empty and without NUL bytes",
+            return err_set(err, "%s: a chat template must be text, not empty and without NUL bytes",
                               p->chat_template);
         }
         tmpl = tmpl_file;
@@ -674,15 +674,15 @@ int ph_synth(const ph_synth_params *p, ph_err *e) {
     self_vocab *own = NULL;
     int64_t n_vocab;
     if (p->vocab) {
-        if (!(voc = gguf_open(p->vocab, e))) return -1;
+        if (!(voc = gguf_open(p->vocab, err))) return -1;
         const gguf_kv *toks = gguf_find_kv(voc, "tokenizer.ggml.tokens");
         if (!toks || toks->type != GGUF_ARRAY || toks->v.arr.type != GGUF_STRING) {
             gguf_close(voc);
-            return ph_err_set(e, "%s has no tokenizer.ggml.tokens", p->vocab);
+            return err_set(err, "%s has no tokenizer.ggml.tokens", p->vocab);
         }
         n_vocab = (int64_t)toks->v.arr.n;
     } else {
-        if (!(own = self_vocab_build())) return ph_err_set(e, "out of memory");
+        if (!(own = self_vocab_build())) return err_set(err, "out of memory");
         n_vocab = own->n_tokens;
     }
 
@@ -690,15 +690,15 @@ int ph_synth(const ph_synth_params *p, ph_err *e) {
     char path[4096];
     synth_list llm = {0}, vis = {0};
     gguf_writer *w = NULL;
-    fill_ctx fc = {.seed = p->seed, .pool = ph_pool_create(p->n_threads)};
+    fill_ctx fc = {.seed = p->seed, .pool = tpool_create(p->n_threads)};
     if (!fc.pool) {
-        ph_err_set(e, "cannot start threads");
+        err_set(err, "cannot start threads");
         goto done;
     }
     llm_tensors(&llm, s, ty, n_vocab);
     vision_tensors(&vis, s, vty->base);
     if (llm.failed || vis.failed) {
-        ph_err_set(e, "out of memory");
+        err_set(err, "out of memory");
         goto done;
     }
 
@@ -712,7 +712,7 @@ int ph_synth(const ph_synth_params *p, ph_err *e) {
     if (own) self_vocab_write(w, own);
     if (tmpl) gguf_writer_set_str(w, "tokenizer.chat_template", tmpl);
     snprintf(path, sizeof path, "%s.gguf", p->out);
-    if (write_file(path, w, &llm, &fc, e)) goto done;
+    if (write_file(path, w, &llm, &fc, err)) goto done;
     gguf_writer_free(w);
 
     /* the mmproj */
@@ -743,13 +743,13 @@ int ph_synth(const ph_synth_params *p, ph_err *e) {
     for (int d = 0; d < s->n_deepstack; d++) ds[s->deepstack[d]] = 1;
     gguf_writer_set_arr(w, "clip.vision.is_deepstack_layers", GGUF_BOOL, ds, (uint64_t)s->v_layer);
     snprintf(path, sizeof path, "%s-mmproj.gguf", p->out);
-    if (write_file(path, w, &vis, &fc, e)) goto done;
+    if (write_file(path, w, &vis, &fc, err)) goto done;
     rc = 0;
 done:
     gguf_writer_free(w);
     free(llm.t);
     free(vis.t);
-    ph_pool_free(fc.pool);
+    tpool_free(fc.pool);
     gguf_close(voc);
     free(own);
     free(tmpl_file);

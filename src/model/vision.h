@@ -11,29 +11,29 @@
 #include "base/threadpool.h"
 #include "image/image.h"
 
-typedef struct ph_vision ph_vision;
+typedef struct vis_tower vis_tower;
 
-typedef struct ph_vision_info {
+typedef struct vision_info {
     int n_embd, n_layer, n_head, n_ff, patch_size, n_merge;
     int n_deepstack;
     int proj_dim;           /* LLM width P */
     int out_width;          /* P * (1 + n_deepstack) */
     float eps;
-} ph_vision_info;
+} vision_info;
 
 /* pool is borrowed (the LLM's); it must outlive the vision tower. */
-ph_vision *ph_vision_load(const char *path, ph_pool *pool, ph_err *e);
+vis_tower *vision_load(const char *path, tpool *pool, ph_err *err);
 /* The tower's metadata and shapes only (its info; no weights loaded): for
- * ph_vision_get_info and ph_vision_free alone. */
-ph_vision *ph_vision_probe(const char *path, ph_err *e);
+ * vision_get_info and vision_free alone. */
+vis_tower *vision_probe(const char *path, ph_err *err);
 /* Whether the tower of path (its info) makes rows of the width the LLM
  * takes (llm_width floats: n_embd_inp): 0, or -1 with e naming both. */
-int vision_check_width(const ph_vision_info *vi, const char *path, int32_t llm_width, ph_err *e);
-void ph_vision_free(ph_vision *v);
-const ph_vision_info *ph_vision_get_info(const ph_vision *v);
+int vision_check_width(const vision_info *vi, const char *path, int32_t llm_width, ph_err *err);
+void vision_free(vis_tower *v);
+const vision_info *vision_get_info(const vis_tower *v);
 /* The preprocessing parameters this tower wants (mean/std from the file,
  * patch size, merge, default token budget 8..4096). */
-void ph_vision_prep_params(const ph_vision *v, ph_prep_params *p);
+void vision_prep_params(const vis_tower *v, prep_params *p);
 
 /* Encodes a preprocessed picture: grid_x * grid_y rows of out_width floats,
  * row-major over the merged grid, [main | deepstack 0 | deepstack 1 ...]
@@ -44,6 +44,6 @@ typedef struct vision_progress {
 } vision_progress;
 
 /* prog may be NULL. */
-int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, const vision_progress *prog, ph_err *e);
+int vision_encode(vis_tower *v, const prep_image *img, float *rows, const vision_progress *prog, ph_err *err);
 
 #endif

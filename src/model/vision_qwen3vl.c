@@ -3,7 +3,7 @@
  * mergers and the final 2x2 merger.
  *
  * All patches of a picture go through each matrix together (the prefill path
- * of ph_matmul). Patches are kept in merge order throughout (docs/numerics.md, Merge order): four
+ * of mat_mul). Patches are kept in merge order throughout (docs/numerics.md, Merge order): four
  * consecutive rows are one 2x2 block, so the [N][C] activations are also the
  * [N/4][4C] rows the mergers take, without a copy. */
 #include <math.h>
@@ -27,112 +27,112 @@
 typedef struct vis_merger {
     int64_t norm_n;
     const float *norm_w, *norm_b, *fc1_b, *fc2_b;
-    ph_mat fc1, fc2;
+    wmat fc1, fc2;
 } vis_merger;
 
 typedef struct vis_layer {
     const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
     const float *qkv_b, *out_b, *up_b, *down_b;
-    ph_mat qkv, out, up, down;
-    int deepstack; /* index into ph_vision.deepstack, or -1 */
+    wmat qkv, out, up, down;
+    int deepstack; /* index into vis_tower.deepstack, or -1 */
 } vis_layer;
 
-struct ph_vision {
+struct vis_tower {
     gguf_file *gguf;
-    ph_pool *pool;
-    ph_vision_info info;
+    tpool *pool;
+    vision_info info;
     int head_dim;
     int pos_side;          /* the learned position table is pos_side x pos_side */
     float mean[3], std[3];
-    ph_mat patch[2];       /* the two temporal kernels as [3*ps*ps -> C] */
+    wmat patch[2];       /* the two temporal kernels as [3*ps*ps -> C] */
     const float *patch_b;
     const float *pos_embd; /* [pos_side * pos_side][C] */
     vis_layer *layers;
     vis_merger *deepstack; /* by increasing layer */
     vis_merger merger;     /* post_ln, mm.0, mm.2 */
-    ph_weights w;          /* matrices in place, vectors as F32 */
+    weight_set w;          /* matrices in place, vectors as F32 */
 };
 
 /* ---- loading ------------------------------------------------------------ */
 
-static int get_u32(const gguf_file *f, const char *key, uint32_t *out, bool required, ph_err *e) {
+static int get_u32(const gguf_file *f, const char *key, uint32_t *out, bool required, ph_err *err) {
     if (gguf_get_u32(f, key, out) == 0) return 0;
-    if (gguf_find_kv(f, key)) return ph_err_set(e, "metadata key '%s' has the wrong type", key);
+    if (gguf_find_kv(f, key)) return err_set(err, "metadata key '%s' has the wrong type", key);
     if (!required) return 1;
-    return ph_err_set(e, "metadata key '%s' is missing", key);
+    return err_set(err, "metadata key '%s' is missing", key);
 }
 
 /* A 3-element float array (image_mean / image_std). */
-static int get_f32x3(const gguf_file *f, const char *key, float out[3], ph_err *e) {
+static int get_f32x3(const gguf_file *f, const char *key, float out[3], ph_err *err) {
     const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv) return ph_err_set(e, "metadata key '%s' is missing", key);
-    if (kv->type != GGUF_ARRAY || kv->v.arr.n < 3) return ph_err_set(e, "'%s' is not an array of 3 floats", key);
+    if (!kv) return err_set(err, "metadata key '%s' is missing", key);
+    if (kv->type != GGUF_ARRAY || kv->v.arr.n < 3) return err_set(err, "'%s' is not an array of 3 floats", key);
     for (int i = 0; i < 3; i++)
         if (gguf_arr_f32(kv, (uint64_t)i, &out[i]) || !isfinite(out[i]))
-            return ph_err_set(e, "'%s' is not an array of 3 floats", key);
+            return err_set(err, "'%s' is not an array of 3 floats", key);
     return 0;
 }
 
-static int load_merger(ph_vision *v, vis_merger *m, const char *norm_w, const char *norm_b, int64_t norm_n,
-                       const char *fc1, const char *fc1_b, const char *fc2, const char *fc2_b, ph_err *e) {
+static int load_merger(vis_tower *v, vis_merger *m, const char *norm_w, const char *norm_b, int64_t norm_n,
+                       const char *fc1, const char *fc1_b, const char *fc2, const char *fc2_b, ph_err *err) {
     const int64_t C4 = 4 * (int64_t)v->info.n_embd, P = v->info.proj_dim;
     m->norm_n = norm_n;
-    ph_weights *w = &v->w;
-    return ph_weights_vec(w, norm_w, norm_n, &m->norm_w, e) || ph_weights_vec(w, norm_b, norm_n, &m->norm_b, e) ||
-                   ph_weights_mat(w, fc1, C4, C4, true, &m->fc1, e) || ph_weights_vec(w, fc1_b, C4, &m->fc1_b, e) ||
-                   ph_weights_mat(w, fc2, C4, P, true, &m->fc2, e) || ph_weights_vec(w, fc2_b, P, &m->fc2_b, e)
+    weight_set *w = &v->w;
+    return weights_vec(w, norm_w, norm_n, &m->norm_w, err) || weights_vec(w, norm_b, norm_n, &m->norm_b, err) ||
+                   weights_mat(w, fc1, C4, C4, true, &m->fc1, err) || weights_vec(w, fc1_b, C4, &m->fc1_b, err) ||
+                   weights_mat(w, fc2, C4, P, true, &m->fc2, err) || weights_vec(w, fc2_b, P, &m->fc2_b, err)
                ? -1
                : 0;
 }
 
-static int load_hparams(ph_vision *v, ph_err *e) {
+static int load_hparams(vis_tower *v, ph_err *err) {
     const gguf_file *f = v->gguf;
-    ph_vision_info *in = &v->info;
+    vision_info *in = &v->info;
     gguf_str s;
     if (gguf_get_str(f, "general.architecture", &s) == 0 && !gguf_str_eq(s, "clip"))
-        return ph_err_set(e, "architecture '%.*s' is not an mmproj ('clip')", (int)(s.len > 64 ? 64 : s.len),
+        return err_set(err, "architecture '%.*s' is not an mmproj ('clip')", (int)(s.len > 64 ? 64 : s.len),
                           s.ptr);
     bool has_vision = false;
     if (gguf_get_bool(f, "clip.has_vision_encoder", &has_vision) || !has_vision)
-        return ph_err_set(e, "the file has no vision encoder (clip.has_vision_encoder is not true)");
+        return err_set(err, "the file has no vision encoder (clip.has_vision_encoder is not true)");
     if (gguf_get_str(f, "clip.projector_type", &s) && gguf_get_str(f, "clip.vision.projector_type", &s))
-        return ph_err_set(e, "metadata key 'clip.projector_type' is missing");
+        return err_set(err, "metadata key 'clip.projector_type' is missing");
     if (!gguf_str_eq(s, "qwen3vl_merger"))
-        return ph_err_set(e, "projector type '%.*s' is not supported (only qwen3vl_merger)",
+        return err_set(err, "projector type '%.*s' is not supported (only qwen3vl_merger)",
                           (int)(s.len > 64 ? 64 : s.len), s.ptr);
 
     uint32_t C, n_head, n_ff, n_layer, ps, merge = 2, u = 0;
-    if (get_u32(f, "clip.vision.embedding_length", &C, true, e) ||
-        get_u32(f, "clip.vision.attention.head_count", &n_head, true, e) ||
-        get_u32(f, "clip.vision.feed_forward_length", &n_ff, true, e) ||
-        get_u32(f, "clip.vision.block_count", &n_layer, true, e) ||
-        get_u32(f, "clip.vision.patch_size", &ps, true, e) ||
-        get_u32(f, "clip.vision.spatial_merge_size", &merge, false, e) < 0)
+    if (get_u32(f, "clip.vision.embedding_length", &C, true, err) ||
+        get_u32(f, "clip.vision.attention.head_count", &n_head, true, err) ||
+        get_u32(f, "clip.vision.feed_forward_length", &n_ff, true, err) ||
+        get_u32(f, "clip.vision.block_count", &n_layer, true, err) ||
+        get_u32(f, "clip.vision.patch_size", &ps, true, err) ||
+        get_u32(f, "clip.vision.spatial_merge_size", &merge, false, err) < 0)
         return -1;
     if (gguf_get_f32(f, "clip.vision.attention.layer_norm_epsilon", &in->eps) || !(in->eps >= 0.0f))
-        return ph_err_set(e, "metadata key 'clip.vision.attention.layer_norm_epsilon' is missing or not usable");
-    if (get_f32x3(f, "clip.vision.image_mean", v->mean, e) || get_f32x3(f, "clip.vision.image_std", v->std, e))
+        return err_set(err, "metadata key 'clip.vision.attention.layer_norm_epsilon' is missing or not usable");
+    if (get_f32x3(f, "clip.vision.image_mean", v->mean, err) || get_f32x3(f, "clip.vision.image_std", v->std, err))
         return -1;
     for (int c = 0; c < 3; c++)
-        if (v->std[c] == 0.0f) return ph_err_set(e, "clip.vision.image_std has a zero");
+        if (v->std[c] == 0.0f) return err_set(err, "clip.vision.image_std has a zero");
 
     if (C == 0 || C > 65536 || n_head == 0 || C % n_head || n_ff == 0 || n_ff > (1u << 18) || n_layer == 0 ||
         n_layer > 1024 || ps == 0 || ps > 64)
-        return ph_err_set(e, "the vision tower's dimensions are not usable (width %u, %u heads, ff %u, %u layers, "
+        return err_set(err, "the vision tower's dimensions are not usable (width %u, %u heads, ff %u, %u layers, "
                           "patch %u)", C, n_head, n_ff, n_layer, ps);
     const uint32_t d = C / n_head;
     /* The 2D rope rotates the whole head in quarters (docs/numerics.md, Vision rope). */
-    if (d % 4 || d > 512) return ph_err_set(e, "vision head size %u is not supported", d);
-    if (get_u32(f, "clip.vision.attention.head_dim", &u, false, e) < 0) return -1;
+    if (d % 4 || d > 512) return err_set(err, "vision head size %u is not supported", d);
+    if (get_u32(f, "clip.vision.attention.head_dim", &u, false, err) < 0) return -1;
     if (gguf_find_kv(f, "clip.vision.attention.head_dim") && u != d)
-        return ph_err_set(e, "vision head size %u differs from width / heads = %u", u, d);
-    if (get_u32(f, "clip.vision.attention.head_count_kv", &u, false, e) < 0) return -1;
+        return err_set(err, "vision head size %u differs from width / heads = %u", u, d);
+    if (get_u32(f, "clip.vision.attention.head_count_kv", &u, false, err) < 0) return -1;
     if (gguf_find_kv(f, "clip.vision.attention.head_count_kv") && u != n_head)
-        return ph_err_set(e, "vision attention with %u KV heads for %u heads is not supported", u, n_head);
-    if (merge != 2) return ph_err_set(e, "spatial merge size %u is not supported (only 2)", merge);
+        return err_set(err, "vision attention with %u KV heads for %u heads is not supported", u, n_head);
+    if (merge != 2) return err_set(err, "spatial merge size %u is not supported (only 2)", merge);
     bool silu = false;
     if (gguf_get_bool(f, "clip.use_silu", &silu) == 0 && silu)
-        return ph_err_set(e, "a SiLU vision FFN is not supported (qwen3vl_merger uses GELU)");
+        return err_set(err, "a SiLU vision FFN is not supported (qwen3vl_merger uses GELU)");
 
     in->n_embd = (int)C;
     in->n_head = (int)n_head;
@@ -147,100 +147,100 @@ static int load_hparams(ph_vision *v, ph_err *e) {
 /* Whether layer l has a deepstack merger: iff its tensors are present
  * (docs/numerics.md, Vision metadata: the is_deepstack_layers key is not
  * read). */
-static bool has_deepstack(const ph_vision *v, int l) {
+static bool has_deepstack(const vis_tower *v, int l) {
     char name[96];
     snprintf(name, sizeof name, "v.deepstack.%d.norm.weight", l);
     return gguf_find_tensor(v->gguf, name) != NULL;
 }
 
 /* The width of the rows the tower produces, from the tensors' shapes. */
-static int load_out_width(ph_vision *v, ph_err *e) {
-    ph_vision_info *in = &v->info;
+static int load_out_width(vis_tower *v, ph_err *err) {
+    vision_info *in = &v->info;
     /* The output width P is what mm.2 produces (docs/numerics.md, Vision metadata); projection_dim
      * must agree when present. */
     const gguf_tensor *mm2 = gguf_find_tensor(v->gguf, "mm.2.weight");
-    if (!mm2) return ph_err_set(e, "tensor 'mm.2.weight' is missing");
-    if (mm2->ne[1] <= 0 || mm2->ne[1] > 65536) return ph_err_set(e, "tensor 'mm.2.weight' has an unusable shape");
+    if (!mm2) return err_set(err, "tensor 'mm.2.weight' is missing");
+    if (mm2->ne[1] <= 0 || mm2->ne[1] > 65536) return err_set(err, "tensor 'mm.2.weight' has an unusable shape");
     in->proj_dim = (int)mm2->ne[1];
     uint32_t u;
-    if (get_u32(v->gguf, "clip.vision.projection_dim", &u, false, e) < 0) return -1;
+    if (get_u32(v->gguf, "clip.vision.projection_dim", &u, false, err) < 0) return -1;
     if (gguf_find_kv(v->gguf, "clip.vision.projection_dim") && (int64_t)u != in->proj_dim)
-        return ph_err_set(e, "clip.vision.projection_dim is %u but mm.2.weight produces %d", u, in->proj_dim);
+        return err_set(err, "clip.vision.projection_dim is %u but mm.2.weight produces %d", u, in->proj_dim);
     in->n_deepstack = 0;
     for (int l = 0; l < in->n_layer; l++) in->n_deepstack += has_deepstack(v, l);
     in->out_width = in->proj_dim * (1 + in->n_deepstack);
     return 0;
 }
 
-static int load_weights(ph_vision *v, ph_err *e) {
-    ph_vision_info *in = &v->info;
+static int load_weights(vis_tower *v, ph_err *err) {
+    vision_info *in = &v->info;
     const int64_t C = in->n_embd, F = in->n_ff, ps = in->patch_size;
     char name[96];
 
     /* Patch kernels [ps, ps, 3, C]. llama.cpp's conv2d is an im2col into an
      * F16 buffer (BF16 for a BF16 kernel) multiplied by the kernel converted
      * to that type (docs/numerics.md, Patch embedding): an F32 kernel is rounded to F16 here, and
-     * ph_matmul rounds the pixels the same way. */
+     * mat_mul rounds the pixels the same way. */
     const int64_t K = 3 * ps * ps, pne[4] = {ps, ps, 3, C};
     for (int k = 0; k < 2; k++) {
         const char *pn = k ? "v.patch_embd.weight.1" : "v.patch_embd.weight";
-        const gguf_tensor *t = ph_weights_find(&v->w, pn, pne, e);
+        const gguf_tensor *t = weights_find(&v->w, pn, pne, err);
         if (!t) return -1;
         if (t->type == PH_TYPE_F16 || t->type == PH_TYPE_BF16) {
-            v->patch[k] = (ph_mat){t->type, K, C, t->data, ph_row_bytes(t->type, K), NULL};
+            v->patch[k] = (wmat){t->type, K, C, t->data, type_row_bytes(t->type, K), NULL};
         } else if (t->type == PH_TYPE_F32) {
-            ph_f16 *h = ph_weights_alloc(&v->w, (size_t)(K * C) * sizeof(ph_f16), e);
+            f16_bits *h = weights_alloc(&v->w, (size_t)(K * C) * sizeof(f16_bits), err);
             if (!h) return -1;
             const unsigned char *src = t->data; /* may be unaligned (general.alignment 1) */
             for (int64_t i = 0; i < K * C; i++) {
                 float w;
                 memcpy(&w, src + i * (int64_t)sizeof w, sizeof w);
-                h[i] = ph_f32_to_f16(w);
+                h[i] = f32_to_fp16(w);
             }
-            v->patch[k] = (ph_mat){PH_TYPE_F16, K, C, h, ph_row_bytes(PH_TYPE_F16, K), NULL};
+            v->patch[k] = (wmat){PH_TYPE_F16, K, C, h, type_row_bytes(PH_TYPE_F16, K), NULL};
         } else {
-            return ph_err_set(e, "tensor '%s' has type %s; patch kernels must be f32, f16 or bf16", pn,
-                              ph_type_get(t->type)->name);
+            return err_set(err, "tensor '%s' has type %s; patch kernels must be f32, f16 or bf16", pn,
+                              type_get(t->type)->name);
         }
     }
-    if (ph_weights_vec(&v->w, "v.patch_embd.bias", C, &v->patch_b, e)) return -1;
+    if (weights_vec(&v->w, "v.patch_embd.bias", C, &v->patch_b, err)) return -1;
 
     const gguf_tensor *pos = gguf_find_tensor(v->gguf, "v.position_embd.weight");
-    if (!pos) return ph_err_set(e, "tensor 'v.position_embd.weight' is missing");
+    if (!pos) return err_set(err, "tensor 'v.position_embd.weight' is missing");
     const int64_t n_pos = pos->ne[1];
     int side = (int)sqrt((double)n_pos);
     while ((int64_t)side * side > n_pos) side--;
     while ((int64_t)(side + 1) * (side + 1) <= n_pos) side++;
     if (n_pos <= 0 || (int64_t)side * side != n_pos || n_pos > (1 << 20))
-        return ph_err_set(e, "tensor 'v.position_embd.weight' has %lld positions, not a square grid",
+        return err_set(err, "tensor 'v.position_embd.weight' has %lld positions, not a square grid",
                           (long long)n_pos);
     const int64_t posne[4] = {C, n_pos, 1, 1};
-    if (!ph_weights_find(&v->w, "v.position_embd.weight", posne, e) || !(v->pos_embd = ph_weights_f32(&v->w, pos, C * n_pos, e)))
+    if (!weights_find(&v->w, "v.position_embd.weight", posne, err) || !(v->pos_embd = weights_f32(&v->w, pos, C * n_pos, err)))
         return -1;
     v->pos_side = side;
 
     if (gguf_find_tensor(v->gguf, "v.pre_ln.weight") || gguf_find_tensor(v->gguf, "v.class_embd"))
-        return ph_err_set(e, "a pre-layernorm or class embedding is not expected in a qwen3vl_merger tower");
+        return err_set(err, "a pre-layernorm or class embedding is not expected in a qwen3vl_merger tower");
 
     v->layers = calloc((size_t)in->n_layer, sizeof *v->layers);
     v->deepstack = calloc((size_t)in->n_layer, sizeof *v->deepstack);
-    if (!v->layers || !v->deepstack) return ph_err_set(e, "out of memory");
+    if (!v->layers || !v->deepstack) return err_set(err, "out of memory");
     int n_deepstack = 0;
 #define NAME(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
     for (int l = 0; l < in->n_layer; l++) {
         vis_layer *L = &v->layers[l];
-        if (ph_weights_vec(&v->w, NAME("v.blk.%d.ln1.weight", l), C, &L->ln1_w, e) ||
-            ph_weights_vec(&v->w, NAME("v.blk.%d.ln1.bias", l), C, &L->ln1_b, e) ||
-            ph_weights_mat(&v->w, NAME("v.blk.%d.attn_qkv.weight", l), C, 3 * C, true, &L->qkv, e) ||
-            ph_weights_vec(&v->w, NAME("v.blk.%d.attn_qkv.bias", l), 3 * C, &L->qkv_b, e) ||
-            ph_weights_mat(&v->w, NAME("v.blk.%d.attn_out.weight", l), C, C, true, &L->out, e) ||
-            ph_weights_vec(&v->w, NAME("v.blk.%d.attn_out.bias", l), C, &L->out_b, e) ||
-            ph_weights_vec(&v->w, NAME("v.blk.%d.ln2.weight", l), C, &L->ln2_w, e) ||
-            ph_weights_vec(&v->w, NAME("v.blk.%d.ln2.bias", l), C, &L->ln2_b, e) ||
-            ph_weights_mat(&v->w, NAME("v.blk.%d.ffn_up.weight", l), C, F, true, &L->up, e) ||
-            ph_weights_vec(&v->w, NAME("v.blk.%d.ffn_up.bias", l), F, &L->up_b, e) ||
-            ph_weights_mat(&v->w, NAME("v.blk.%d.ffn_down.weight", l), F, C, true, &L->down, e) ||
-            ph_weights_vec(&v->w, NAME("v.blk.%d.ffn_down.bias", l), C, &L->down_b, e))
+        if (weights_vec(&v->w, NAME("v.blk.%d.ln1.weight", l), C, &L->ln1_w, err) ||
+            weights_vec(&v->w, NAME("v.blk.%d.ln1.bias", l), C, &L->ln1_b, err) ||
+            weights_mat(&v->w, NAME("v.blk.%d.attn_qkv.weight", l), C, 3 * C, true, &L->qkv, err) ||
+            weights_vec(&v->w, NAME("v.blk.%d.attn_qkv.bias", l), 3 * C, &L->qkv_b, err) ||
+            weights_mat(&v->w, NAME("v.blk.%d.attn_out.weight", l), C, C, true, &L->out, err) ||
+            weights_vec(&v->w, NAME("v.blk.%d.attn_out.bias", l), C, &L->out_b, err) ||
+            weights_vec(&v->w, NAME("v.blk.%d.ln2.weight", l), C, &L->ln2_w, err) ||
+            weights_vec(&v->w, NAME("v.blk.%d.ln2.bias", l), C, &L->ln2_b, err) ||
+            weights_mat(&v->w, NAME("v.blk.%d.ffn_up.weight", l), C, F, true, &L->up, err) ||
+            weights_vec(&v->w, NAME("v.blk.%d.ffn_up.bias", l), F, &L->up_b, err) ||
+            weights_mat(&v->w, NAME("v.blk.%d.ffn_down.weight", l), F, C, true, &L->down, err) ||
+            weights_vec(&v->w, NAME("v.blk.%d.ffn_down.bias", l), C, &L->down_b, err))
             return -1;
         L->deepstack = -1;
         if (has_deepstack(v, l)) {
@@ -251,78 +251,78 @@ static int load_weights(ph_vision *v, ph_err *e) {
             snprintf(f1b, sizeof f1b, "v.deepstack.%d.fc1.bias", l);
             snprintf(f2, sizeof f2, "v.deepstack.%d.fc2.weight", l);
             snprintf(f2b, sizeof f2b, "v.deepstack.%d.fc2.bias", l);
-            if (load_merger(v, &v->deepstack[n_deepstack], name, nb, 4 * C, f1, f1b, f2, f2b, e)) return -1;
+            if (load_merger(v, &v->deepstack[n_deepstack], name, nb, 4 * C, f1, f1b, f2, f2b, err)) return -1;
             L->deepstack = n_deepstack++;
         }
     }
 #undef NAME
     if (load_merger(v, &v->merger, "v.post_ln.weight", "v.post_ln.bias", C, "mm.0.weight", "mm.0.bias",
-                    "mm.2.weight", "mm.2.bias", e))
+                    "mm.2.weight", "mm.2.bias", err))
         return -1;
 
-    /* every matrix is read only through its ph_mat from here on */
-    if (ph_weights_pack(&v->w, v->pool, &v->patch[0], true, e) || ph_weights_pack(&v->w, v->pool, &v->patch[1], true, e) ||
-        ph_weights_pack(&v->w, v->pool, &v->merger.fc1, true, e) || ph_weights_pack(&v->w, v->pool, &v->merger.fc2, true, e))
+    /* every matrix is read only through its wmat from here on */
+    if (weights_pack(&v->w, v->pool, &v->patch[0], true, err) || weights_pack(&v->w, v->pool, &v->patch[1], true, err) ||
+        weights_pack(&v->w, v->pool, &v->merger.fc1, true, err) || weights_pack(&v->w, v->pool, &v->merger.fc2, true, err))
         return -1;
     for (int l = 0; l < in->n_layer; l++) {
         vis_layer *L = &v->layers[l];
-        if (ph_weights_pack(&v->w, v->pool, &L->qkv, true, e) || ph_weights_pack(&v->w, v->pool, &L->out, true, e) ||
-            ph_weights_pack(&v->w, v->pool, &L->up, true, e) || ph_weights_pack(&v->w, v->pool, &L->down, true, e))
+        if (weights_pack(&v->w, v->pool, &L->qkv, true, err) || weights_pack(&v->w, v->pool, &L->out, true, err) ||
+            weights_pack(&v->w, v->pool, &L->up, true, err) || weights_pack(&v->w, v->pool, &L->down, true, err))
             return -1;
     }
     for (int k = 0; k < in->n_deepstack; k++)
-        if (ph_weights_pack(&v->w, v->pool, &v->deepstack[k].fc1, true, e) ||
-            ph_weights_pack(&v->w, v->pool, &v->deepstack[k].fc2, true, e))
+        if (weights_pack(&v->w, v->pool, &v->deepstack[k].fc1, true, err) ||
+            weights_pack(&v->w, v->pool, &v->deepstack[k].fc2, true, err))
             return -1;
     return 0;
 }
 
 /* The tower of path: its metadata and shapes read, and its weights too
  * when asked. */
-static ph_vision *vision_open(const char *path, ph_pool *pool, bool weights, ph_err *e) {
-    ph_kernels_init();
-    ph_vision *v = calloc(1, sizeof *v);
+static vis_tower *vision_open(const char *path, tpool *pool, bool weights, ph_err *err) {
+    kernels_init();
+    vis_tower *v = calloc(1, sizeof *v);
     if (!v) {
-        ph_err_set(e, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     v->pool = pool;
-    v->gguf = gguf_open(path, e);
+    v->gguf = gguf_open(path, err);
     if (!v->gguf) {
         free(v);
         return NULL;
     }
     v->w.f = v->gguf;
-    if (load_hparams(v, e) || load_out_width(v, e) || (weights && load_weights(v, e))) {
-        ph_err_prefix(e, "%s", path);
-        ph_vision_free(v);
+    if (load_hparams(v, err) || load_out_width(v, err) || (weights && load_weights(v, err))) {
+        err_prefix(err, "%s", path);
+        vision_free(v);
         return NULL;
     }
     return v;
 }
 
-ph_vision *ph_vision_load(const char *path, ph_pool *pool, ph_err *e) { return vision_open(path, pool, true, e); }
+vis_tower *vision_load(const char *path, tpool *pool, ph_err *err) { return vision_open(path, pool, true, err); }
 
-ph_vision *ph_vision_probe(const char *path, ph_err *e) { return vision_open(path, NULL, false, e); }
+vis_tower *vision_probe(const char *path, ph_err *err) { return vision_open(path, NULL, false, err); }
 
-int vision_check_width(const ph_vision_info *vi, const char *path, int32_t llm_width, ph_err *e) {
+int vision_check_width(const vision_info *vi, const char *path, int32_t llm_width, ph_err *err) {
     if (vi->out_width == llm_width) return 0;
-    return ph_err_set(e, "%s produces rows of %d floats but the LLM takes %d: they are not a pair", path,
+    return err_set(err, "%s produces rows of %d floats but the LLM takes %d: they are not a pair", path,
                       vi->out_width, llm_width);
 }
 
-void ph_vision_free(ph_vision *v) {
+void vision_free(vis_tower *v) {
     if (!v) return;
-    ph_weights_free(&v->w);
+    weights_free(&v->w);
     free(v->layers);
     free(v->deepstack);
     gguf_close(v->gguf);
     free(v);
 }
 
-const ph_vision_info *ph_vision_get_info(const ph_vision *v) { return &v->info; }
+const vision_info *vision_get_info(const vis_tower *v) { return &v->info; }
 
-void ph_vision_prep_params(const ph_vision *v, ph_prep_params *p) {
+void vision_prep_params(const vis_tower *v, prep_params *p) {
     p->patch_size = v->info.patch_size;
     p->n_merge = v->info.n_merge;
     p->min_tokens = 8;
@@ -337,14 +337,14 @@ typedef struct rows_job rows_job;
 struct rows_job {
     void (*fn)(const rows_job *j, int64_t r0, int64_t r1);
     int64_t n_rows;
-    const ph_vision *v;
+    const vis_tower *v;
     float *y;
     const float *x, *w, *b;
     int64_t width;
     /* embed: the picture; qkv: the rope table and the f16 K/V rows */
-    const ph_prep *img;
+    const prep_image *img;
     const float *rope_cs;
-    ph_f16 *k16, *v16;
+    f16_bits *k16, *v16;
     /* merger output: column offset and row stride of the output rows */
     int64_t col, stride;
 };
@@ -352,11 +352,11 @@ struct rows_job {
 static void rows_worker(void *ctx, int ith, int nth) {
     const rows_job *j = ctx;
     long lo, hi;
-    ph_split_range((long)j->n_rows, ith, nth, &lo, &hi);
+    tpool_split_range((long)j->n_rows, ith, nth, &lo, &hi);
     if (lo < hi) j->fn(j, lo, hi);
 }
 
-static void run_rows(ph_pool *pool, const rows_job *j) { ph_pool_run(pool, rows_worker, (void *)j); }
+static void run_rows(tpool *pool, const rows_job *j) { tpool_run(pool, rows_worker, (void *)j); }
 
 /* Patch (x, y) of merge-ordered token k (docs/numerics.md, Merge order): 2x2 blocks
  * row-major, inside a block (0,0) (0,1) (1,0) (1,1) as (dy, dx). */
@@ -387,7 +387,7 @@ static void im2col_rows(const rows_job *j, int64_t r0, int64_t r1) {
  * patch grid, bilinear with aligned corners as ggml_interpolate does; on an
  * n x n grid this reproduces the table exactly. */
 static void embed_rows(const rows_job *j, int64_t r0, int64_t r1) {
-    const ph_vision *v = j->v;
+    const vis_tower *v = j->v;
     const int64_t C = v->info.n_embd;
     const int ps = v->info.patch_size, pw = j->img->w / ps, ph = j->img->h / ps, n = v->pos_side;
     const float sfx = pw > 1 && n > 1 ? (float)(pw - 1) / (float)(n - 1) : (float)pw / (float)n;
@@ -418,7 +418,7 @@ static void embed_rows(const rows_job *j, int64_t r0, int64_t r1) {
 /* y = LayerNorm(x) * w + b over rows of `width`. */
 static void norm_rows(const rows_job *j, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++)
-        ph_layernorm(j->y + r * j->width, j->x + r * j->width, j->w, j->b, j->width, j->v->info.eps);
+        layer_norm(j->y + r * j->width, j->x + r * j->width, j->w, j->b, j->width, j->v->info.eps);
 }
 
 /* y = GELU(y + b). */
@@ -426,7 +426,7 @@ static void bias_gelu_rows(const rows_job *j, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         float *y = j->y + r * j->width;
         for (int64_t i = 0; i < j->width; i++) y[i] += j->b[i];
-        ph_gelu(y, j->width);
+        act_gelu(y, j->width);
     }
 }
 
@@ -449,11 +449,11 @@ static void qkv_rows(const rows_job *j, int64_t r0, int64_t r1) {
         for (int64_t i = 0; i < 3 * C; i++) q[i] += j->b[i];
         const float *cs = j->rope_cs + r * d;
         for (int64_t h = 0; h < C; h += d) {
-            ph_rope_apply(q + h, (int)d, cs);
-            ph_rope_apply(k + h, (int)d, cs);
+            rope_apply(q + h, (int)d, cs);
+            rope_apply(k + h, (int)d, cs);
         }
-        ph_quantize_act_row(PH_TYPE_F16, k, j->k16 + r * C, C);
-        ph_quantize_act_row(PH_TYPE_F16, vv, j->v16 + r * C, C);
+        quantize_act_row(PH_TYPE_F16, k, j->k16 + r * C, C);
+        quantize_act_row(PH_TYPE_F16, vv, j->v16 + r * C, C);
     }
 }
 
@@ -477,44 +477,44 @@ typedef struct vis_bufs {
     float *proj;   /* [N/4][P] */
     float *rope_cs;
     int32_t *pos;
-    ph_f16 *k16, *v16;
+    f16_bits *k16, *v16;
 } vis_bufs;
 
 /* Runs a merger on the [N][C] stream x and writes its P outputs plus bias
  * into column block `col` of the output rows (docs/numerics.md, Mergers). */
-static void run_merger(const ph_vision *v, const vis_merger *m, const vis_bufs *b, int64_t N, float *rows,
+static void run_merger(const vis_tower *v, const vis_merger *m, const vis_bufs *b, int64_t N, float *rows,
                        int64_t col) {
     const int64_t C = v->info.n_embd, M = N / 4, C4 = 4 * C, P = v->info.proj_dim;
     rows_job j = {.fn = norm_rows, .n_rows = N * C / m->norm_n, .v = v, .y = b->h, .x = b->x,
                   .w = m->norm_w, .b = m->norm_b, .width = m->norm_n};
     run_rows(v->pool, &j);
-    ph_matmul(v->pool, &m->fc1, b->h, M, b->a);
+    mat_mul(v->pool, &m->fc1, b->h, M, b->a);
     j = (rows_job){.fn = bias_gelu_rows, .n_rows = M, .v = v, .y = b->a, .b = m->fc1_b, .width = C4};
     run_rows(v->pool, &j);
-    ph_matmul(v->pool, &m->fc2, b->a, M, b->proj);
+    mat_mul(v->pool, &m->fc2, b->a, M, b->proj);
     j = (rows_job){.fn = out_rows, .n_rows = M, .v = v, .y = rows, .x = b->proj, .b = m->fc2_b, .width = P,
                    .col = col * P, .stride = v->info.out_width};
     run_rows(v->pool, &j);
 }
 
-static void run_layer(const ph_vision *v, const vis_layer *L, const vis_bufs *b, int64_t N) {
+static void run_layer(const vis_tower *v, const vis_layer *L, const vis_bufs *b, int64_t N) {
     const int64_t C = v->info.n_embd, F = v->info.n_ff, d = v->head_dim;
-    ph_pool *pool = v->pool;
+    tpool *pool = v->pool;
 
     rows_job j = {.fn = norm_rows, .n_rows = N, .v = v, .y = b->h, .x = b->x, .w = L->ln1_w, .b = L->ln1_b,
                   .width = C};
     run_rows(pool, &j);
-    ph_matmul(pool, &L->qkv, b->h, N, b->big);
+    mat_mul(pool, &L->qkv, b->h, N, b->big);
     j = (rows_job){.fn = qkv_rows, .n_rows = N, .v = v, .y = b->big, .b = L->qkv_b, .rope_cs = b->rope_cs,
                    .k16 = b->k16, .v16 = b->v16};
     run_rows(pool, &j);
-    ph_attn_args aa = {
+    attn_args aa = {
         .q = b->big, .q_stride = 3 * C, .k = b->k16, .v = b->v16, .kv_stride = C, .n_q = N, .n_kv = N,
         .causal = false, .n_head = v->info.n_head, .n_head_kv = v->info.n_head, .head_dim = (int)d,
         .scale = 1.0f / sqrtf((float)d), .out = b->a, .out_stride = C,
     };
-    ph_attention(pool, &aa);
-    ph_matmul(pool, &L->out, b->a, N, b->h);
+    attn_compute(pool, &aa);
+    mat_mul(pool, &L->out, b->a, N, b->h);
     j = (rows_job){.fn = residual_rows, .n_rows = N, .v = v, .y = b->x, .x = b->h, .b = L->out_b, .width = C};
     run_rows(pool, &j);
 
@@ -523,10 +523,10 @@ static void run_layer(const ph_vision *v, const vis_layer *L, const vis_bufs *b,
     run_rows(pool, &j);
     for (int64_t r0 = 0; r0 < N; r0 += VIS_FFN_ROWS) {
         const int64_t n = N - r0 < VIS_FFN_ROWS ? N - r0 : VIS_FFN_ROWS;
-        ph_matmul(pool, &L->up, b->h + r0 * C, n, b->ffn);
+        mat_mul(pool, &L->up, b->h + r0 * C, n, b->ffn);
         j = (rows_job){.fn = bias_gelu_rows, .n_rows = n, .v = v, .y = b->ffn, .b = L->up_b, .width = F};
         run_rows(pool, &j);
-        ph_matmul(pool, &L->down, b->ffn, n, b->a + r0 * C);
+        mat_mul(pool, &L->down, b->ffn, n, b->a + r0 * C);
     }
     j = (rows_job){.fn = residual_rows, .n_rows = N, .v = v, .y = b->x, .x = b->a, .b = L->down_b, .width = C};
     run_rows(pool, &j);
@@ -539,18 +539,18 @@ static void *alloc_floats(int64_t n, size_t elem, bool *failed) {
     return p;
 }
 
-int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, const vision_progress *prog, ph_err *e) {
-    const ph_vision_info *in = &v->info;
+int vision_encode(vis_tower *v, const prep_image *img, float *rows, const vision_progress *prog, ph_err *err) {
+    const vision_info *in = &v->info;
     const int ps = in->patch_size, f = ps * in->n_merge;
     if (!img->pixels || img->w <= 0 || img->h <= 0 || img->w % f || img->h % f)
-        return ph_err_set(e, "the picture is %dx%d; the vision tower needs a non-empty multiple of %d", img->w,
+        return err_set(err, "the picture is %dx%d; the vision tower needs a non-empty multiple of %d", img->w,
                           img->h, f);
     if (img->grid_x != img->w / f || img->grid_y != img->h / f)
-        return ph_err_set(e, "the picture's grid %dx%d does not match its size %dx%d", img->grid_x, img->grid_y,
+        return err_set(err, "the picture's grid %dx%d does not match its size %dx%d", img->grid_x, img->grid_y,
                           img->w, img->h);
     const int pw = img->w / ps, ph = img->h / ps;
     const int64_t N = (int64_t)pw * ph, C = in->n_embd, K = 3 * (int64_t)ps * ps;
-    if (N > (1 << 22)) return ph_err_set(e, "the picture is too large (%lld patches)", (long long)N);
+    if (N > (1 << 22)) return err_set(err, "the picture is too large (%lld patches)", (long long)N);
 
     vis_bufs b;
     bool failed = false;
@@ -563,19 +563,19 @@ int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, const vision
     b.proj = alloc_floats(N / 4 * in->proj_dim, sizeof(float), &failed);
     b.rope_cs = alloc_floats(N * v->head_dim, sizeof(float), &failed);
     b.pos = alloc_floats(4 * N, sizeof(int32_t), &failed);
-    b.k16 = alloc_floats(N * C, sizeof(ph_f16), &failed);
-    b.v16 = alloc_floats(N * C, sizeof(ph_f16), &failed);
+    b.k16 = alloc_floats(N * C, sizeof(f16_bits), &failed);
+    b.v16 = alloc_floats(N * C, sizeof(f16_bits), &failed);
     int rc = 0;
     if (failed) {
-        rc = ph_err_set(e, "out of memory encoding a picture of %lld patches", (long long)N);
+        rc = err_set(err, "out of memory encoding a picture of %lld patches", (long long)N);
         goto done;
     }
 
     /* patch embedding: both temporal kernels see the same frame */
     rows_job j = {.fn = im2col_rows, .n_rows = N, .v = v, .y = b.big, .img = img};
     run_rows(v->pool, &j);
-    ph_matmul(v->pool, &v->patch[0], b.big, N, b.x);
-    ph_matmul(v->pool, &v->patch[1], b.big, N, b.h);
+    mat_mul(v->pool, &v->patch[0], b.big, N, b.x);
+    mat_mul(v->pool, &v->patch[1], b.big, N, b.h);
     j = (rows_job){.fn = embed_rows, .n_rows = N, .v = v, .y = b.x, .x = b.h, .img = img};
     run_rows(v->pool, &j);
 
@@ -586,9 +586,9 @@ int ph_vision_encode(ph_vision *v, const ph_prep *img, float *rows, const vision
         b.pos[k] = b.pos[2 * N + k] = py;
         b.pos[N + k] = b.pos[3 * N + k] = px;
     }
-    const ph_rope rope = {.mode = PH_ROPE_VISION, .n_dims = v->head_dim, .freq_base = 10000.0f,
+    const rope_params rope = {.mode = PH_ROPE_VISION, .n_dims = v->head_dim, .freq_base = 10000.0f,
                           .sections = {v->head_dim / 4, v->head_dim / 4, v->head_dim / 4, v->head_dim / 4}};
-    ph_rope_table(&rope, b.pos, N, b.rope_cs);
+    rope_table(&rope, b.pos, N, b.rope_cs);
 
     const int steps = in->n_layer + 1;
     for (int l = 0; l < in->n_layer; l++) {

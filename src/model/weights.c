@@ -13,15 +13,15 @@ static const char *shape_str(const gguf_tensor *t, char *buf, size_t n) {
     return buf;
 }
 
-const gguf_tensor *ph_weights_find(ph_weights *w, const char *name, const int64_t ne[4], ph_err *e) {
+const gguf_tensor *weights_find(weight_set *w, const char *name, const int64_t ne[4], ph_err *err) {
     const gguf_tensor *t = gguf_find_tensor(w->f, name);
     if (!t) {
-        ph_err_set(e, "tensor '%s' is missing", name);
+        err_set(err, "tensor '%s' is missing", name);
         return NULL;
     }
     if (t->ne[0] != ne[0] || t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != ne[3]) {
         char got[96];
-        ph_err_set(e, "tensor '%s' has shape %s, expected [%lld, %lld, %lld, %lld]", name,
+        err_set(err, "tensor '%s' has shape %s, expected [%lld, %lld, %lld, %lld]", name,
                    shape_str(t, got, sizeof got), (long long)ne[0], (long long)ne[1], (long long)ne[2],
                    (long long)ne[3]);
         return NULL;
@@ -29,44 +29,44 @@ const gguf_tensor *ph_weights_find(ph_weights *w, const char *name, const int64_
     return t;
 }
 
-int ph_weights_mat(ph_weights *w, const char *name, int64_t n_in, int64_t n_out, bool required, ph_mat *out,
-                   ph_err *e) {
+int weights_mat(weight_set *w, const char *name, int64_t n_in, int64_t n_out, bool required, wmat *out,
+                   ph_err *err) {
     if (!required && !gguf_find_tensor(w->f, name)) return 1;
     const int64_t ne[4] = {n_in, n_out, 1, 1};
-    const gguf_tensor *t = ph_weights_find(w, name, ne, e);
+    const gguf_tensor *t = weights_find(w, name, ne, err);
     if (!t) return -1;
-    const ph_type_info *ti = ph_type_get(t->type);
+    const type_info *ti = type_get(t->type);
     if (!ti->known || t->type == PH_TYPE_Q8_K)
-        return ph_err_set(e, "tensor '%s' has type %s, which pinhole cannot multiply", name, ti->name);
+        return err_set(err, "tensor '%s' has type %s, which pinhole cannot multiply", name, ti->name);
     if ((uintptr_t)t->data % 4) /* only a file with general.alignment < 4 can do this */
-        return ph_err_set(e, "tensor '%s' is not 4-byte aligned in the file; pinhole needs aligned tensors", name);
-    *out = (ph_mat){t->type, n_in, n_out, t->data, ph_row_bytes(t->type, n_in), NULL};
+        return err_set(err, "tensor '%s' is not 4-byte aligned in the file; pinhole needs aligned tensors", name);
+    *out = (wmat){t->type, n_in, n_out, t->data, type_row_bytes(t->type, n_in), NULL};
     return 0;
 }
 
-void *ph_weights_alloc(ph_weights *w, size_t bytes, ph_err *e) {
+void *weights_alloc(weight_set *w, size_t bytes, ph_err *err) {
     void **grown = realloc(w->owned, (size_t)(w->n_owned + 1) * sizeof *grown);
     if (!grown) {
-        ph_err_set(e, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     w->owned = grown;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0) p = NULL;
     if (!p) {
-        ph_err_set(e, "out of memory (%zu bytes for weights)", bytes);
+        err_set(err, "out of memory (%zu bytes for weights)", bytes);
         return NULL;
     }
     w->owned[w->n_owned++] = p;
     return p;
 }
 
-int ph_weights_pack(ph_weights *w, ph_pool *pool, ph_mat *m, bool drop_original, ph_err *e) {
-    size_t bytes = ph_mat_pack_size(m);
+int weights_pack(weight_set *w, tpool *pool, wmat *m, bool drop_original, ph_err *err) {
+    size_t bytes = mat_pack_size(m);
     if (!bytes) return 0;
-    void *p = ph_weights_alloc(w, bytes, e);
+    void *p = weights_alloc(w, bytes, err);
     if (!p) return -1;
-    ph_mat_pack(pool, m, p);
+    mat_pack(pool, m, p);
     const uint8_t *d = m->data;
     if (drop_original && w->f->mapped && d >= w->f->base && d + m->row_bytes * (size_t)m->n_out <= w->f->base + w->f->size) {
         /* the mapping's pages of this matrix are no longer read: give them back
@@ -78,24 +78,24 @@ int ph_weights_pack(ph_weights *w, ph_pool *pool, ph_mat *m, bool drop_original,
     return 0;
 }
 
-const float *ph_weights_f32(ph_weights *w, const gguf_tensor *t, int64_t n, ph_err *e) {
-    float *buf = ph_weights_alloc(w, (size_t)n * sizeof(float), e);
-    if (buf) ph_dequant_row(t->type, t->data, buf, n);
+const float *weights_f32(weight_set *w, const gguf_tensor *t, int64_t n, ph_err *err) {
+    float *buf = weights_alloc(w, (size_t)n * sizeof(float), err);
+    if (buf) dequant_row(t->type, t->data, buf, n);
     return buf;
 }
 
-int ph_weights_vec(ph_weights *w, const char *name, int64_t n, const float **out, ph_err *e) {
+int weights_vec(weight_set *w, const char *name, int64_t n, const float **out, ph_err *err) {
     const int64_t ne[4] = {n, 1, 1, 1};
-    const gguf_tensor *t = ph_weights_find(w, name, ne, e);
+    const gguf_tensor *t = weights_find(w, name, ne, err);
     if (!t) return -1;
     if (t->type == PH_TYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
         *out = t->data; /* used in place */
         return 0;
     }
-    return (*out = ph_weights_f32(w, t, n, e)) ? 0 : -1;
+    return (*out = weights_f32(w, t, n, err)) ? 0 : -1;
 }
 
-void ph_weights_free(ph_weights *w) {
+void weights_free(weight_set *w) {
     for (int i = 0; i < w->n_owned; i++) free(w->owned[i]);
     free(w->owned);
     w->owned = NULL;

@@ -165,8 +165,8 @@ void access_key_domain(const char *key, uint8_t out[32]) {
     } in;
     memset(&in, 0, sizeof in);
     snprintf(in.label, sizeof in.label, "%s", "pinhole key domain 1");
-    ph_sha256(key, strlen(key), in.key);
-    ph_sha256(&in, sizeof in, out);
+    sha256_digest(key, strlen(key), in.key);
+    sha256_digest(&in, sizeof in, out);
 }
 
 void access_domain(const uint8_t *key_domain, const char *salt, size_t salt_len, uint8_t out[32]) {
@@ -183,7 +183,7 @@ void access_domain(const uint8_t *key_domain, const char *salt, size_t salt_len,
     if (key_domain) memcpy(in.key_domain, key_domain, 32);
     if (salt) {
         in.salted = 1;
-        ph_sha256(salt, salt_len, in.salt);
+        sha256_digest(salt, salt_len, in.salt);
     }
-    ph_sha256(&in, sizeof in, out);
+    sha256_digest(&in, sizeof in, out);
 }

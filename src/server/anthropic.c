@@ -8,25 +8,25 @@
 static int add_block(job *j, json_t *b, const char *where, size_t mi, size_t bi, ph_err *err) {
     const char *type = json_string_value(json_object_get(b, "type"));
     if (!json_is_object(b) || !type)
-        return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu] must be an object with a 'type'", where, mi, bi);
+        return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu] must be an object with a 'type'", where, mi, bi);
     if (!strcmp(type, "text")) {
         json_t *t = json_object_get(b, "text");
         if (!json_is_string(t))
-            return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].text must be a string", where, mi, bi);
+            return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].text must be a string", where, mi, bi);
         return job_add_text(j, json_string_value(t), json_string_length(t), err);
     }
     if (!strcmp(type, "image")) {
         json_t *src = json_object_get(b, "source");
         const char *st = json_string_value(json_object_get(src, "type"));
         if (!json_is_object(src) || !st)
-            return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].source must be an object with a 'type'", where,
+            return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].source must be an object with a 'type'", where,
                                mi, bi);
         char at[96];
         snprintf(at, sizeof at, "%s[%zu].content[%zu].source", where, mi, bi);
         if (!strcmp(st, "base64")) {
             const char *data = json_string_value(json_object_get(src, "data"));
             if (!data)
-                return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].source.data must be a string", where, mi,
+                return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].source.data must be a string", where, mi,
                                    bi);
             return job_add_image_b64(j, json_string_value(json_object_get(src, "media_type")), data, at, err);
         }
@@ -35,17 +35,17 @@ static int add_block(job *j, json_t *b, const char *where, size_t mi, size_t bi,
             strncat(at, ".url", sizeof at - strlen(at) - 1);
             return job_add_image_url(j, url ? url : "", at, err);
         }
-        return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu]: image source type '%s' is not supported; only "
+        return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu]: image source type '%s' is not supported; only "
                                               "data: URIs and base64 sources are accepted", where, mi, bi, st);
     }
-    return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu]: block type '%s' is not supported here (text, image, "
+    return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu]: block type '%s' is not supported here (text, image, "
                                           "and in turns thinking, tool_use, tool_result)", where, mi, bi, type);
 }
 
 static int add_content(job *j, json_t *c, const char *where, size_t mi, ph_err *err) {
     if (json_is_string(c)) return job_add_text(j, json_string_value(c), json_string_length(c), err);
     if (!json_is_array(c))
-        return ph_err_setc(err, PH_ERR_INPUT, "%s[%zu].content must be a string or an array of blocks", where, mi);
+        return err_setc(err, PH_ERR_INPUT, "%s[%zu].content must be a string or an array of blocks", where, mi);
     size_t bi;
     json_t *b;
     json_array_foreach(c, bi, b) if (add_block(j, b, where, mi, bi, err)) return -1;
@@ -71,9 +71,9 @@ static int add_assistant(job *j, json_t *c, size_t mi, ph_err *err) {
             char where[96];
             snprintf(where, sizeof where, "messages[%zu].content[%zu]", mi, bi);
             json_t *input = json_object_get(b, "input");
-            if (!json_is_object(input)) return ph_err_setc(err, PH_ERR_INPUT, "%s.input must be an object", where);
+            if (!json_is_object(input)) return err_setc(err, PH_ERR_INPUT, "%s.input must be an object", where);
             char *args = job_own(j, json_dumps(input, JSON_COMPACT));
-            if (!args) return ph_err_set(err, "out of memory");
+            if (!args) return err_set(err, "out of memory");
             if (job_add_call(j, json_string_value(json_object_get(b, "id")), json_string_value(json_object_get(b, "name")),
                              args, strlen(args), where, err))
                 return -1;
@@ -110,7 +110,7 @@ static int add_user(job *j, json_t *c, size_t mi, ph_err *err) {
                 json_t *x;
                 json_array_foreach(rc, k, x) if (add_block(j, x, where, 0, k, err)) return -1;
             } else {
-                return ph_err_setc(err, PH_ERR_INPUT, "%s must be a string or an array of blocks", where);
+                return err_setc(err, PH_ERR_INPUT, "%s must be a string or an array of blocks", where);
             }
         }
     }
@@ -130,7 +130,7 @@ static int add_system(job *j, json_t *root, json_t *msgs, ph_err *err) {
     json_t *sys = json_object_get(root, "system");
     bool any = sys && !json_is_null(sys);
     if (any && !json_is_string(sys) && !json_is_array(sys))
-        return ph_err_setc(err, PH_ERR_INPUT, "'system' must be a string or an array of text blocks");
+        return err_setc(err, PH_ERR_INPUT, "'system' must be a string or an array of text blocks");
     size_t mi;
     json_t *m;
     json_array_foreach(msgs, mi, m) any |= json_is_object(m) && json_is_string(json_object_get(m, "role")) &&
@@ -159,7 +159,7 @@ static int parse_tools(job *j, json_t *root, ph_err *err) {
     if (!tc || json_is_null(tc)) return 0;
     const char *type = json_string_value(json_object_get(tc, "type"));
     if (!json_is_object(tc) || !type)
-        return ph_err_setc(err, PH_ERR_INPUT, "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
+        return err_setc(err, PH_ERR_INPUT, "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
     bool one = false;
     if (api_get_bool(tc, "disable_parallel_tool_use", &one, err)) return -1;
     if (one) j->gen.parallel_tool_calls = false;
@@ -168,7 +168,7 @@ static int parse_tools(job *j, json_t *root, ph_err *err) {
     if (!strcmp(type, "any")) return job_set_tool_choice(j, PH_TOOL_REQUIRED, NULL, "tool_choice", err);
     if (!strcmp(type, "tool"))
         return job_set_tool_choice(j, PH_TOOL_NAMED, json_string_value(json_object_get(tc, "name")), "tool_choice", err);
-    return ph_err_setc(err, PH_ERR_INPUT, "'tool_choice.type' must be auto, any, tool or none, not '%s'", type);
+    return err_setc(err, PH_ERR_INPUT, "'tool_choice.type' must be auto, any, tool or none, not '%s'", type);
 }
 
 /* thinking: {"type": "enabled", "budget_tokens": N} | {"type": "disabled"} | {"type": "adaptive"}. */
@@ -177,11 +177,11 @@ static int parse_thinking(job *j, json_t *root, ph_err *err) {
     if (!t || json_is_null(t)) return 0;
     const char *type = json_string_value(json_object_get(t, "type"));
     if (!json_is_object(t) || !type)
-        return ph_err_setc(err, PH_ERR_INPUT, "'thinking' must be an object with a 'type' (enabled, disabled, adaptive)");
+        return err_setc(err, PH_ERR_INPUT, "'thinking' must be an object with a 'type' (enabled, disabled, adaptive)");
     if (!strcmp(type, "enabled")) j->gen.thinking = 1;
     else if (!strcmp(type, "disabled")) j->gen.thinking = 0;
     else if (!strcmp(type, "adaptive")) j->gen.thinking = -1; /* the model's own default */
-    else return ph_err_setc(err, PH_ERR_INPUT, "'thinking.type' must be enabled, disabled or adaptive, not '%s'", type);
+    else return err_setc(err, PH_ERR_INPUT, "'thinking.type' must be enabled, disabled or adaptive, not '%s'", type);
     return 0;
 }
 
@@ -191,19 +191,19 @@ static int parse_output_config(job *j, json_t *root, ph_err *err) {
     for (size_t i = 0; i < 2; i++) {
         json_t *oc = json_object_get(root, keys[i]);
         if (!oc || json_is_null(oc)) continue;
-        if (!json_is_object(oc)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be an object", keys[i]);
+        if (!json_is_object(oc)) return err_setc(err, PH_ERR_INPUT, "'%s' must be an object", keys[i]);
         json_t *f = i == 0 ? json_object_get(oc, "format") : oc;
         if (i == 0) {
             const char *k;
             json_t *v;
             json_object_foreach(oc, k, v) if (strcmp(k, "format") && strcmp(k, "effort"))
-                return ph_err_setc(err, PH_ERR_INPUT, "'output_config.%.32s' is not supported (effort, format are)", k);
+                return err_setc(err, PH_ERR_INPUT, "'output_config.%.32s' is not supported (effort, format are)", k);
             json_t *effort = json_object_get(oc, "effort");
             if (effort && !json_is_null(effort) && !json_is_string(effort))
-                return ph_err_setc(err, PH_ERR_INPUT, "'output_config.effort' must be a string");
+                return err_setc(err, PH_ERR_INPUT, "'output_config.effort' must be a string");
         }
         if (f && !json_is_null(f)) {
-            if (!json_is_object(f)) return ph_err_setc(err, PH_ERR_INPUT, "the output format must be an object");
+            if (!json_is_object(f)) return err_setc(err, PH_ERR_INPUT, "the output format must be an object");
             if (job_set_format(j, json_string_value(json_object_get(f, "type")), json_object_get(f, "schema"), keys[i],
                                err))
                 return -1;
@@ -230,14 +230,14 @@ static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
     if (api_check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Messages API", err)) return -1;
     json_t *msgs = json_object_get(root, "messages");
-    if (!json_is_array(msgs)) return ph_err_setc(err, PH_ERR_INPUT, "'messages' must be an array");
+    if (!json_is_array(msgs)) return err_setc(err, PH_ERR_INPUT, "'messages' must be an array");
     if (parse_tools(j, root, err) || add_system(j, root, msgs, err)) return -1;
     size_t mi;
     json_t *m;
     json_array_foreach(msgs, mi, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!json_is_object(m) || !role)
-            return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu] must be an object with a 'role'", mi);
+            return err_setc(err, PH_ERR_INPUT, "messages[%zu] must be an object with a 'role'", mi);
         json_t *c = json_object_get(m, "content");
         if (!strcmp(role, "system")) continue; /* in the system message */
         if (!strcmp(role, "user")) {
@@ -245,13 +245,13 @@ static int parse(job *j, ph_err *err) {
         } else if (!strcmp(role, "assistant")) {
             if (add_assistant(j, c, mi, err)) return -1;
         } else {
-            return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (user, assistant, system)",
+            return err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (user, assistant, system)",
                                mi, role);
         }
     }
     if (job_finish_msgs(j, err)) return -1;
     json_t *mt = json_object_get(root, "max_tokens");
-    if (!mt && !j->count_only) return ph_err_setc(err, PH_ERR_INPUT, "'max_tokens' is required");
+    if (!mt && !j->count_only) return err_setc(err, PH_ERR_INPUT, "'max_tokens' is required");
     int64_t max_tokens = j->gen.max_tokens;
     if (job_sampling(j, 1, err) || api_get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
         api_get_bool(root, "stream", &j->stream, err) || parse_thinking(j, root, err) || parse_output_config(j, root, err) ||
@@ -259,7 +259,7 @@ static int parse(job *j, ph_err *err) {
         return -1;
     json_t *ss = json_object_get(root, "stop_sequences");
     if (ss && !json_is_null(ss) && !json_is_array(ss))
-        return ph_err_setc(err, PH_ERR_INPUT, "'stop_sequences' must be an array of strings");
+        return err_setc(err, PH_ERR_INPUT, "'stop_sequences' must be an array of strings");
     j->gen.max_tokens = (int32_t)max_tokens;
     if (j->count_only) j->stream = false;
     api_make_id(j->id, sizeof j->id, "msg_");

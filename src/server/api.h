@@ -22,7 +22,7 @@ typedef struct req_ident {
     char client[48]; /* the client's address */
     char method[16];
     char path[200];
-    double t0; /* when its head arrived (ph_now_s) */
+    double t0; /* when its head arrived (time_now_s) */
 } req_ident;
 
 /* A tool call in the answer: its ids in the API's shape, name, arguments. */

@@ -12,7 +12,7 @@
 
 char *job_own(job *j, char *s) {
     if (!s) return NULL;
-    char **o = ph_grow(j->owned, &j->cap_owned, j->n_owned, sizeof *o, 8);
+    char **o = grow_array(j->owned, &j->cap_owned, j->n_owned, sizeof *o, 8);
     if (!o) {
         free(s);
         return NULL;
@@ -31,17 +31,17 @@ void job_set_reasoning(job *j, const char *text, size_t len) {
 int job_add_call(job *j, const char *id, const char *name, const char *args, size_t len, const char *where,
                  ph_err *err) {
     if (!j->n_msgs || j->msgs[j->n_msgs - 1].role != PH_ROLE_ASSISTANT)
-        return ph_err_setc(err, PH_ERR_INPUT, "%s: a tool call must be part of an assistant turn", where);
-    if (!name || !*name) return ph_err_setc(err, PH_ERR_INPUT, "%s: the call has no function name", where);
+        return err_setc(err, PH_ERR_INPUT, "%s: a tool call must be part of an assistant turn", where);
+    if (!name || !*name) return err_setc(err, PH_ERR_INPUT, "%s: the call has no function name", where);
     json_error_t je;
     json_t *v = json_loadb(args ? args : "", args ? len : 0, JSON_DECODE_ANY, &je);
     bool obj = json_is_object(v);
     json_decref(v);
     if (!obj)
-        return ph_err_setc(err, PH_ERR_INPUT, "%s: the call's arguments must be the JSON text of an object%s%s", where,
+        return err_setc(err, PH_ERR_INPUT, "%s: the call's arguments must be the JSON text of an object%s%s", where,
                            v ? "" : ": ", v ? "" : je.text);
-    ph_tool_call *c = ph_grow(j->calls, &j->cap_calls, j->n_calls, sizeof *c, 8);
-    if (!c) return ph_err_set(err, "out of memory");
+    ph_tool_call *c = grow_array(j->calls, &j->cap_calls, j->n_calls, sizeof *c, 8);
+    if (!c) return err_set(err, "out of memory");
     j->calls = c;
     j->calls[j->n_calls++] = (ph_tool_call){.id = id, .name = name, .arguments = args, .arguments_len = len};
     return 0;
@@ -49,26 +49,26 @@ int job_add_call(job *j, const char *id, const char *name, const char *args, siz
 
 int job_add_tool(job *j, json_t *name, json_t *description, json_t *parameters, const char *where, ph_err *err) {
     if (!json_is_string(name) || !json_string_length(name))
-        return ph_err_setc(err, PH_ERR_INPUT, "%s.name must be a non-empty string", where);
+        return err_setc(err, PH_ERR_INPUT, "%s.name must be a non-empty string", where);
     const char *n = json_string_value(name);
     for (const char *p = n; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
               *p == '-' || *p == '.'))
-            return ph_err_setc(err, PH_ERR_INPUT, "%s.name '%.64s' may only contain letters, digits, '_', '-' and '.'",
+            return err_setc(err, PH_ERR_INPUT, "%s.name '%.64s' may only contain letters, digits, '_', '-' and '.'",
                                where, n);
     for (size_t i = 0; i < j->n_tools; i++)
         if (!strcmp(j->tools[i].name, n))
-            return ph_err_setc(err, PH_ERR_INPUT, "%s: the tool '%.64s' is declared twice", where, n);
+            return err_setc(err, PH_ERR_INPUT, "%s: the tool '%.64s' is declared twice", where, n);
     if (description && !json_is_null(description) && !json_is_string(description))
-        return ph_err_setc(err, PH_ERR_INPUT, "%s.description must be a string", where);
+        return err_setc(err, PH_ERR_INPUT, "%s.description must be a string", where);
     if (parameters && !json_is_null(parameters) && !json_is_object(parameters))
-        return ph_err_setc(err, PH_ERR_INPUT, "%s: the parameters schema must be an object", where);
+        return err_setc(err, PH_ERR_INPUT, "%s: the parameters schema must be an object", where);
     char *params = NULL;
     if (parameters && json_is_object(parameters) &&
         !(params = job_own(j, json_dumps(parameters, JSON_COMPACT | JSON_ENCODE_ANY))))
-        return ph_err_set(err, "out of memory");
-    ph_tool *t = ph_grow(j->tools, &j->cap_tools, j->n_tools, sizeof *t, 8);
-    if (!t) return ph_err_set(err, "out of memory");
+        return err_set(err, "out of memory");
+    ph_tool *t = grow_array(j->tools, &j->cap_tools, j->n_tools, sizeof *t, 8);
+    if (!t) return err_set(err, "out of memory");
     j->tools = t;
     j->tools[j->n_tools++] = (ph_tool){.name = n, .description = json_string_value(description), .parameters = params};
     j->gen.tools = j->tools;
@@ -79,14 +79,14 @@ int job_add_tool(job *j, json_t *name, json_t *description, json_t *parameters, 
 int job_parse_tools(job *j, json_t *root, const tool_shape *shape, ph_err *err) {
     json_t *tools = json_object_get(root, "tools");
     if (!tools || json_is_null(tools)) return 0;
-    if (!json_is_array(tools)) return ph_err_setc(err, PH_ERR_INPUT, "'tools' must be an array");
+    if (!json_is_array(tools)) return err_setc(err, PH_ERR_INPUT, "'tools' must be an array");
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
         const char *type = json_string_value(json_object_get(t, "type"));
         json_t *decl = shape->holder ? json_object_get(t, shape->holder) : t;
         if ((type ? strcmp(type, shape->type) != 0 : !shape->type_optional) || !json_is_object(decl))
-            return ph_err_setc(err, PH_ERR_INPUT,
+            return err_setc(err, PH_ERR_INPUT,
                                "tools[%zu]: only tools of type '%s'%s%s%s are supported (this server has no built-in "
                                "tools), not %s%s%s",
                                i, shape->type, shape->holder ? " with a '" : "", shape->holder ? shape->holder : "",
@@ -112,19 +112,19 @@ int job_parse_openai_tool_choice(job *j, json_t *root, const char *holder, ph_er
     const char *name = json_string_value(json_object_get(holder ? json_object_get(tc, holder) : tc, "name"));
     if (type && !strcmp(type, "function") && name)
         return job_set_tool_choice(j, PH_TOOL_NAMED, name, "tool_choice", err);
-    return ph_err_setc(err, PH_ERR_INPUT,
+    return err_setc(err, PH_ERR_INPUT,
                        "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", %s%s%s\"name\": ...%s}",
                        holder ? "\"" : "", holder ? holder : "", holder ? "\": {" : "", holder ? "}" : "");
 }
 
 int job_set_tool_choice(job *j, ph_tool_choice choice, const char *name, const char *where, ph_err *err) {
     if ((choice == PH_TOOL_REQUIRED || choice == PH_TOOL_NAMED) && j->n_tools == 0)
-        return ph_err_setc(err, PH_ERR_INPUT, "'%s' asks for a tool call but the request declares no tools", where);
+        return err_setc(err, PH_ERR_INPUT, "'%s' asks for a tool call but the request declares no tools", where);
     if (choice == PH_TOOL_NAMED) {
         size_t i = 0;
         while (i < j->n_tools && strcmp(j->tools[i].name, name ? name : "")) i++;
         if (i == j->n_tools)
-            return ph_err_setc(err, PH_ERR_INPUT, "'%s' names the tool '%.64s', which the request does not declare",
+            return err_setc(err, PH_ERR_INPUT, "'%s' names the tool '%.64s', which the request does not declare",
                                where, name ? name : "");
         j->gen.tool_name = j->tools[i].name;
     }
@@ -133,7 +133,7 @@ int job_set_tool_choice(job *j, ph_tool_choice choice, const char *name, const c
 }
 
 int job_set_format(job *j, const char *type, json_t *schema, const char *where, ph_err *err) {
-    if (!type) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must have a 'type'", where);
+    if (!type) return err_setc(err, PH_ERR_INPUT, "'%s' must have a 'type'", where);
     if (!strcmp(type, "text")) {
         j->gen.format = PH_FORMAT_TEXT;
         return 0;
@@ -143,15 +143,15 @@ int job_set_format(job *j, const char *type, json_t *schema, const char *where, 
         return 0;
     }
     if (strcmp(type, "json_schema") != 0)
-        return ph_err_setc(err, PH_ERR_INPUT, "'%s': type '%s' is not supported (text, json_object, json_schema)",
+        return err_setc(err, PH_ERR_INPUT, "'%s': type '%s' is not supported (text, json_object, json_schema)",
                            where, type);
     if (!json_is_object(schema) && !json_is_true(schema))
-        return ph_err_setc(err, PH_ERR_INPUT, "'%s' of type json_schema needs a schema object", where);
+        return err_setc(err, PH_ERR_INPUT, "'%s' of type json_schema needs a schema object", where);
     char *text = job_own(j, json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY));
-    if (!text) return ph_err_set(err, "out of memory");
+    if (!text) return err_set(err, "out of memory");
     ph_err se = {0};
     if (ph_schema_check(text, strlen(text), &se))
-        return ph_err_setc(err, PH_ERR_INPUT, "'%s': %s", where, se.msg);
+        return err_setc(err, PH_ERR_INPUT, "'%s': %s", where, se.msg);
     j->gen.format = PH_FORMAT_JSON_SCHEMA;
     j->gen.response_schema = text;
     return 0;
@@ -171,17 +171,17 @@ int job_set_effort(job *j, json_t *v, const char *where, ph_err *err) {
             j->gen.thinking = 1;
             return 0;
         }
-    return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be one of none, minimal, low, medium, high, xhigh, max", where);
+    return err_setc(err, PH_ERR_INPUT, "'%s' must be one of none, minimal, low, medium, high, xhigh, max", where);
 }
 
 /* "logit_bias": {"token id": bias (-100..100)}. */
 static int logit_bias(job *j, json_t *v, ph_err *err) {
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_object(v)) return ph_err_setc(err, PH_ERR_INPUT, "'logit_bias' must be an object of token id: bias");
+    if (!json_is_object(v)) return err_setc(err, PH_ERR_INPUT, "'logit_bias' must be an object of token id: bias");
     size_t n = json_object_size(v);
-    if (n > 1024) return ph_err_setc(err, PH_ERR_INPUT, "'logit_bias' has %zu entries; at most 1024", n);
+    if (n > 1024) return err_setc(err, PH_ERR_INPUT, "'logit_bias' has %zu entries; at most 1024", n);
     ph_logit_bias *b = n ? calloc(n, sizeof *b) : NULL;
-    if (n && !(b = (ph_logit_bias *)job_own(j, (char *)b))) return ph_err_set(err, "out of memory");
+    if (n && !(b = (ph_logit_bias *)job_own(j, (char *)b))) return err_set(err, "out of memory");
     const int32_t n_vocab = ph_engine_model_info(j->e)->n_vocab;
     const char *key;
     json_t *val;
@@ -190,10 +190,10 @@ static int logit_bias(job *j, json_t *v, ph_err *err) {
         char *end;
         long id = strtol(key, &end, 10);
         if (!*key || *end || id < 0 || id >= n_vocab)
-            return ph_err_setc(err, PH_ERR_INPUT, "'logit_bias': '%.32s' is not a token id of this model (0 to %d)",
+            return err_setc(err, PH_ERR_INPUT, "'logit_bias': '%.32s' is not a token id of this model (0 to %d)",
                                key, n_vocab - 1);
         if (!json_is_number(val) || !(json_number_value(val) >= -100 && json_number_value(val) <= 100))
-            return ph_err_setc(err, PH_ERR_INPUT, "'logit_bias': the bias of token %ld must be a number from -100 to 100",
+            return err_setc(err, PH_ERR_INPUT, "'logit_bias': the bias of token %ld must be a number from -100 to 100",
                                id);
         double d = json_number_value(val);
         b[k++] = (ph_logit_bias){.id = (int32_t)id, .bias = d <= -100 ? -INFINITY : (float)d};
@@ -226,9 +226,9 @@ int job_sampling(job *j, double temp_max, ph_err *err) {
     json_t *fo = json_object_get(root, "forced_output");
     if (fo && !json_is_null(fo)) {
         if (!j->allow_forced)
-            return ph_err_setc(err, PH_ERR_INPUT, "'forced_output' is a test switch: start the server with "
+            return err_setc(err, PH_ERR_INPUT, "'forced_output' is a test switch: start the server with "
                                                   "--allow-forced-output to use it");
-        if (!json_is_string(fo)) return ph_err_setc(err, PH_ERR_INPUT, "'forced_output' must be a string");
+        if (!json_is_string(fo)) return err_setc(err, PH_ERR_INPUT, "'forced_output' must be a string");
         j->gen.forced_output = json_string_value(fo);
         j->gen.forced_len = json_string_length(fo);
     }
@@ -248,11 +248,11 @@ int api_check_fields(json_t *root, const field_rule *rules, size_t n, const char
         size_t i = 0;
         while (i < n && strcmp(rules[i].name, key)) i++;
         if (i == n)
-            return ph_err_setc(err, PH_ERR_INPUT, "the field '%.64s' is not supported by %s (pinhole never ignores a "
+            return err_setc(err, PH_ERR_INPUT, "the field '%.64s' is not supported by %s (pinhole never ignores a "
                                                   "field silently; see the README for the fields it takes)",
                                key, where);
         if (rules[i].how == F_REFUSE && !asks_nothing(v))
-            return ph_err_setc(err, PH_ERR_INPUT, "the field '%s' is not supported: %s", key, rules[i].why);
+            return err_setc(err, PH_ERR_INPUT, "the field '%s' is not supported: %s", key, rules[i].why);
     }
     return 0;
 }

@@ -15,7 +15,7 @@
 /* Makes *arr (of *cap elements of el bytes) hold at least need elements. */
 static int grow(void **arr, size_t *cap, size_t need, size_t el) {
     if (need <= *cap) return 0;
-    void *p = ph_grow(*arr, cap, need - 1, el, 8);
+    void *p = grow_array(*arr, cap, need - 1, el, 8);
     if (!p) return -1;
     *arr = p;
     return 0;
@@ -26,7 +26,7 @@ int job_begin_msg(job *j, ph_role role, ph_err *err) {
     if (grow((void **)&j->msgs, &j->cap_msgs, j->n_msgs + 1, sizeof *j->msgs) ||
         grow((void **)&j->msg_first, &cap, j->n_msgs + 1, sizeof *j->msg_first) ||
         grow((void **)&j->msg_calls, &cap2, j->n_msgs + 1, sizeof *j->msg_calls))
-        return ph_err_set(err, "out of memory");
+        return err_set(err, "out of memory");
     j->msgs[j->n_msgs] = (ph_chat_msg){.role = role};
     j->msg_first[j->n_msgs] = j->n_parts;
     j->msg_calls[j->n_msgs] = j->n_calls;
@@ -36,11 +36,11 @@ int job_begin_msg(job *j, ph_role role, ph_err *err) {
 
 static ph_chat_part *new_part(job *j, ph_err *err) {
     if (!j->n_msgs) {
-        ph_err_set(err, "internal: a part outside a message");
+        err_set(err, "internal: a part outside a message");
         return NULL;
     }
     if (grow((void **)&j->parts, &j->cap_parts, j->n_parts + 1, sizeof *j->parts)) {
-        ph_err_set(err, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     ph_chat_part *p = &j->parts[j->n_parts++];
@@ -59,12 +59,12 @@ int job_add_text(job *j, const char *text, size_t len, ph_err *err) {
 static int add_image_bytes(job *j, void *bytes, size_t len, ph_err *err) {
     if ((int)j->n_images >= j->max_images) {
         free(bytes);
-        return ph_err_setc(err, PH_ERR_INPUT, "too many pictures: at most %d per request (--max-images)",
+        return err_setc(err, PH_ERR_INPUT, "too many pictures: at most %d per request (--max-images)",
                            j->max_images);
     }
     if (grow((void **)&j->images, &j->cap_images, j->n_images + 1, sizeof *j->images)) {
         free(bytes);
-        return ph_err_set(err, "out of memory");
+        return err_set(err, "out of memory");
     }
     char label[32];
     snprintf(label, sizeof label, "picture %zu", j->n_images + 1);
@@ -97,7 +97,7 @@ static int b64_val(unsigned char c) {
  * ignored). */
 static int b64_decode(const char *s, size_t n, void **out, size_t *out_len, ph_err *err) {
     unsigned char *o = malloc(n / 4 * 3 + 3);
-    if (!o) return ph_err_set(err, "out of memory");
+    if (!o) return err_set(err, "out of memory");
     size_t k = 0;
     uint32_t acc = 0;
     int bits = 0;
@@ -109,7 +109,7 @@ static int b64_decode(const char *s, size_t n, void **out, size_t *out_len, ph_e
         int v = b64_val(c);
         if (v < 0) {
             free(o);
-            return ph_err_setc(err, PH_ERR_INPUT, "the picture's base64 data has an invalid character at %zu", i);
+            return err_setc(err, PH_ERR_INPUT, "the picture's base64 data has an invalid character at %zu", i);
         }
         acc = (acc << 6) | (uint32_t)v;
         bits += 6;
@@ -121,7 +121,7 @@ static int b64_decode(const char *s, size_t n, void **out, size_t *out_len, ph_e
     for (; i < n; i++)
         if (s[i] != '=' && s[i] != ' ' && s[i] != '\n' && s[i] != '\r') {
             free(o);
-            return ph_err_setc(err, PH_ERR_INPUT, "the picture's base64 data continues after its padding");
+            return err_setc(err, PH_ERR_INPUT, "the picture's base64 data continues after its padding");
         }
     *out = o;
     *out_len = k;
@@ -149,47 +149,47 @@ int job_add_image_url(job *j, const char *url, const char *where, ph_err *err) {
     if (strncasecmp(url, "data:", 5) != 0) {
         char shown[64];
         snprintf(shown, sizeof shown, "%.48s%s", url, strlen(url) > 48 ? "..." : "");
-        return ph_err_setc(err, PH_ERR_INPUT,
+        return err_setc(err, PH_ERR_INPUT,
                            "%s: picture '%s' is not a data: URI; only data: URIs are accepted (this server does not "
                            "fetch URLs or read files)",
                            where, shown);
     }
     const char *comma = strchr(url, ',');
-    if (!comma) return ph_err_setc(err, PH_ERR_INPUT, "%s: the picture's data: URI has no ',' before its data", where);
+    if (!comma) return err_setc(err, PH_ERR_INPUT, "%s: the picture's data: URI has no ',' before its data", where);
     /* data:[<media type>][;<parameter>]*[;base64],<data> (RFC 2397) */
     const char *meta = url + 5;
     const size_t n_meta = (size_t)(comma - meta);
     const char *semi = memchr(meta, ';', n_meta);
     const size_t n_type = semi ? (size_t)(semi - meta) : n_meta;
     if (!image_media_type(meta, n_type))
-        return ph_err_setc(err, PH_ERR_INPUT,
+        return err_setc(err, PH_ERR_INPUT,
                            "%s: the data: URI's media type '%.*s' is not a picture type this server decodes (%s)",
                            where, (int)(n_type > 64 ? 64 : n_type), meta, IMAGE_TYPES);
     const char *last = meta + n_meta;
     while (last > meta && last[-1] != ';') last--;
     if (!semi || (size_t)(comma - last) != 6 || strncasecmp(last, "base64", 6) != 0)
-        return ph_err_setc(err, PH_ERR_INPUT,
+        return err_setc(err, PH_ERR_INPUT,
                            "%s: the data: URI is not base64; only base64 data: URIs are accepted "
                            "(data:image/png;base64,...)",
                            where);
     void *bytes;
     size_t len;
-    if (b64_decode(comma + 1, strlen(comma + 1), &bytes, &len, err)) return ph_err_prefix(err, "%s", where);
+    if (b64_decode(comma + 1, strlen(comma + 1), &bytes, &len, err)) return err_prefix(err, "%s", where);
     return add_image_bytes(j, bytes, len, err);
 }
 
 int job_add_image_b64(job *j, const char *media_type, const char *b64, const char *where, ph_err *err) {
     if (!media_type || !image_media_type(media_type, strlen(media_type)))
-        return ph_err_setc(err, PH_ERR_INPUT, "%s.media_type: '%.64s' is not a picture type this server decodes (%s)",
+        return err_setc(err, PH_ERR_INPUT, "%s.media_type: '%.64s' is not a picture type this server decodes (%s)",
                            where, media_type ? media_type : "", IMAGE_TYPES);
     void *bytes;
     size_t len;
-    if (b64_decode(b64, strlen(b64), &bytes, &len, err)) return ph_err_prefix(err, "%s.data", where);
+    if (b64_decode(b64, strlen(b64), &bytes, &len, err)) return err_prefix(err, "%s.data", where);
     return add_image_bytes(j, bytes, len, err);
 }
 
 int job_finish_msgs(job *j, ph_err *err) {
-    if (j->n_msgs == 0) return ph_err_setc(err, PH_ERR_INPUT, "the request has no messages");
+    if (j->n_msgs == 0) return err_setc(err, PH_ERR_INPUT, "the request has no messages");
     for (size_t i = 0; i < j->n_msgs; i++) {
         size_t end = i + 1 < j->n_msgs ? j->msg_first[i + 1] : j->n_parts;
         j->msgs[i].parts = j->parts + j->msg_first[i];
@@ -204,14 +204,14 @@ int job_finish_msgs(job *j, ph_err *err) {
 int job_set_stop(job *j, json_t *v, const char *field, ph_err *err) {
     if (!v || json_is_null(v)) return 0;
     size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : (size_t)-1;
-    if (n == (size_t)-1) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be a string or an array of strings", field);
-    if (n > 16) return ph_err_setc(err, PH_ERR_INPUT, "'%s' has %zu entries; at most 16", field, n);
+    if (n == (size_t)-1) return err_setc(err, PH_ERR_INPUT, "'%s' must be a string or an array of strings", field);
+    if (n > 16) return err_setc(err, PH_ERR_INPUT, "'%s' has %zu entries; at most 16", field, n);
     j->stop = calloc(n + 1, sizeof *j->stop);
-    if (!j->stop) return ph_err_set(err, "out of memory");
+    if (!j->stop) return err_set(err, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_is_string(v) ? v : json_array_get(v, i);
         if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > 256)
-            return ph_err_setc(err, PH_ERR_INPUT, "'%s' entries must be non-empty strings of at most 256 bytes",
+            return err_setc(err, PH_ERR_INPUT, "'%s' entries must be non-empty strings of at most 256 bytes",
                                field);
         j->stop[i] = json_string_value(s);
     }

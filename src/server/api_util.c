@@ -15,9 +15,9 @@
 int api_get_number(json_t *root, const char *key, double lo, double hi, double *out, ph_err *err) {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be a number", key);
+    if (!json_is_number(v)) return err_setc(err, PH_ERR_INPUT, "'%s' must be a number", key);
     double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be between %g and %g", key, lo, hi);
+    if (!(d >= lo && d <= hi)) return err_setc(err, PH_ERR_INPUT, "'%s' must be between %g and %g", key, lo, hi);
     *out = d;
     return 0;
 }
@@ -25,10 +25,10 @@ int api_get_number(json_t *root, const char *key, double lo, double hi, double *
 int api_get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out, ph_err *err) {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be an integer", key);
+    if (!json_is_integer(v)) return err_setc(err, PH_ERR_INPUT, "'%s' must be an integer", key);
     json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
-        return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be between %lld and %lld", key, (long long)lo, (long long)hi);
+        return err_setc(err, PH_ERR_INPUT, "'%s' must be between %lld and %lld", key, (long long)lo, (long long)hi);
     *out = x;
     return 0;
 }
@@ -36,7 +36,7 @@ int api_get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *
 int api_get_bool(json_t *root, const char *key, bool *out, ph_err *err) {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return ph_err_setc(err, PH_ERR_INPUT, "'%s' must be true or false", key);
+    if (!json_is_boolean(v)) return err_setc(err, PH_ERR_INPUT, "'%s' must be true or false", key);
     *out = json_is_true(v);
     return 0;
 }

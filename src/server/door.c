@@ -103,7 +103,7 @@ static void accept_all(door *d) {
             if (errno == EMFILE || errno == ENFILE) PH_WARN("door: cannot accept a connection: %s", strerror(errno));
             return; /* EAGAIN: all taken */
         }
-        const double now = ph_now_s();
+        const double now = time_now_s();
         waiting *w = calloc(1, sizeof *w);
         if (!w || !conns_admit(d->table, (struct sockaddr *)&a, now) ||
             !(w->rec = conns_add(d->table, fd, (struct sockaddr *)&a, now))) {
@@ -167,12 +167,12 @@ static void *door_main(void *arg) {
 door *door_open(const char *host, int port, conns *table, const door_hooks *hooks, int *port_out, ph_err *err) {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
-        ph_err_set(err, "--host %s is not an IPv4 address", host);
+        err_set(err, "--host %s is not an IPv4 address", host);
         return NULL;
     }
     door *d = calloc(1, sizeof *d);
     if (!d) {
-        ph_err_set(err, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     d->table = table;
@@ -189,12 +189,12 @@ door *door_open(const char *host, int port, conns *table, const door_hooks *hook
         getsockname(d->lfd, (struct sockaddr *)&bound, &blen) || epoll_ctl(d->ep, EPOLL_CTL_ADD, d->lfd, &el) ||
         epoll_ctl(d->ep, EPOLL_CTL_ADD, d->wake, &ew)) {
         const int why = errno;
-        ph_err_set(err, "cannot listen on %s:%d: %s%s", host, port, strerror(why),
+        err_set(err, "cannot listen on %s:%d: %s%s", host, port, strerror(why),
                    why == EADDRINUSE ? " (another program listens there: stop it or give another --port)" : "");
         goto fail;
     }
     if (pthread_create(&d->thread, NULL, door_main, d) != 0) {
-        ph_err_set(err, "cannot start the thread that accepts connections");
+        err_set(err, "cannot start the thread that accepts connections");
         goto fail;
     }
     *port_out = ntohs(bound.sin_port);

@@ -18,23 +18,23 @@ static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
     if (json_is_string(content)) return job_add_text(j, json_string_value(content), json_string_length(content), err);
     if (json_is_null(content) || !content) return 0; /* an assistant turn with only tool calls */
     if (!json_is_array(content))
-        return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content must be a string or an array of parts", mi);
+        return err_setc(err, PH_ERR_INPUT, "messages[%zu].content must be a string or an array of parts", mi);
     size_t pi;
     json_t *part;
     json_array_foreach(content, pi, part) {
         const char *type = json_string_value(json_object_get(part, "type"));
         if (!json_is_object(part) || !type)
-            return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu] must be an object with a 'type'", mi, pi);
+            return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu] must be an object with a 'type'", mi, pi);
         if (!strcmp(type, "text")) {
             json_t *t = json_object_get(part, "text");
             if (!json_is_string(t))
-                return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].text must be a string", mi, pi);
+                return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].text must be a string", mi, pi);
             if (job_add_text(j, json_string_value(t), json_string_length(t), err)) return -1;
         } else if (!strcmp(type, "image_url")) {
             json_t *iu = json_object_get(part, "image_url");
             const char *url = json_is_string(iu) ? json_string_value(iu) : json_string_value(json_object_get(iu, "url"));
             if (!url)
-                return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].image_url.url must be a string", mi,
+                return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].image_url.url must be a string", mi,
                                    pi);
             char where[96];
             snprintf(where, sizeof where, "messages[%zu].content[%zu].image_url%s", mi, pi,
@@ -43,10 +43,10 @@ static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
         } else if (!strcmp(type, "refusal")) {
             json_t *t = json_object_get(part, "refusal");
             if (!json_is_string(t))
-                return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].refusal must be a string", mi, pi);
+                return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].refusal must be a string", mi, pi);
             if (job_add_text(j, json_string_value(t), json_string_length(t), err)) return -1;
         } else {
-            return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu]: part type '%s' is not supported "
+            return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu]: part type '%s' is not supported "
                                                   "(text, image_url, refusal are)", mi, pi, type);
         }
     }
@@ -56,7 +56,7 @@ static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
 /* An assistant turn's tool_calls: [{id, type: "function", function: {name, arguments: "<json>"}}]. */
 static int parse_calls(job *j, json_t *calls, size_t mi, ph_err *err) {
     if (!calls || json_is_null(calls)) return 0;
-    if (!json_is_array(calls)) return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].tool_calls must be an array", mi);
+    if (!json_is_array(calls)) return err_setc(err, PH_ERR_INPUT, "messages[%zu].tool_calls must be an array", mi);
     size_t ci;
     json_t *c;
     json_array_foreach(calls, ci, c) {
@@ -65,7 +65,7 @@ static int parse_calls(job *j, json_t *calls, size_t mi, ph_err *err) {
         json_t *fn = json_object_get(c, "function");
         const char *type = json_string_value(json_object_get(c, "type"));
         if (!json_is_object(fn) || (type && strcmp(type, "function")))
-            return ph_err_setc(err, PH_ERR_INPUT, "%s must be a function call with a 'function' object", where);
+            return err_setc(err, PH_ERR_INPUT, "%s must be a function call with a 'function' object", where);
         json_t *args = json_object_get(fn, "arguments");
         const char *text;
         size_t len;
@@ -73,10 +73,10 @@ static int parse_calls(job *j, json_t *calls, size_t mi, ph_err *err) {
             text = json_string_value(args);
             len = json_string_length(args);
         } else if (json_is_object(args)) { /* some clients send the object itself */
-            if (!(text = job_own(j, json_dumps(args, JSON_COMPACT)))) return ph_err_set(err, "out of memory");
+            if (!(text = job_own(j, json_dumps(args, JSON_COMPACT)))) return err_set(err, "out of memory");
             len = strlen(text);
         } else {
-            return ph_err_setc(err, PH_ERR_INPUT, "%s.function.arguments must be a JSON string", where);
+            return err_setc(err, PH_ERR_INPUT, "%s.function.arguments must be a JSON string", where);
         }
         if (job_add_call(j, json_string_value(json_object_get(c, "id")), json_string_value(json_object_get(fn, "name")),
                          text, len, where, err))
@@ -94,7 +94,7 @@ static int parse_tools(job *j, json_t *root, ph_err *err) {
 static int parse_format(job *j, json_t *root, ph_err *err) {
     json_t *rf = json_object_get(root, "response_format");
     if (!rf || json_is_null(rf)) return 0;
-    if (!json_is_object(rf)) return ph_err_setc(err, PH_ERR_INPUT, "'response_format' must be an object");
+    if (!json_is_object(rf)) return err_setc(err, PH_ERR_INPUT, "'response_format' must be an object");
     json_t *js = json_object_get(rf, "json_schema");
     return job_set_format(j, json_string_value(json_object_get(rf, "type")), json_object_get(js, "schema"),
                           "response_format", err);
@@ -129,24 +129,24 @@ static int parse(job *j, ph_err *err) {
         size_t i;
         json_t *x;
         json_array_foreach(mod, i, x) ok &= json_is_string(x) && !strcmp(json_string_value(x), "text");
-        if (!ok) return ph_err_setc(err, PH_ERR_INPUT, "'modalities' may only be [\"text\"]: this server answers with text");
+        if (!ok) return err_setc(err, PH_ERR_INPUT, "'modalities' may only be [\"text\"]: this server answers with text");
     }
     if (parse_tools(j, root, err)) return -1;
     json_t *msgs = json_object_get(root, "messages");
-    if (!json_is_array(msgs)) return ph_err_setc(err, PH_ERR_INPUT, "'messages' must be an array");
+    if (!json_is_array(msgs)) return err_setc(err, PH_ERR_INPUT, "'messages' must be an array");
     size_t mi;
     json_t *m;
     json_array_foreach(msgs, mi, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         ph_role r;
         if (!json_is_object(m) || !role)
-            return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu] must be an object with a 'role'", mi);
+            return err_setc(err, PH_ERR_INPUT, "messages[%zu] must be an object with a 'role'", mi);
         if (role_of(role, &r))
-            return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (system, developer, "
+            return err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (system, developer, "
                                                   "user, assistant, tool)", mi, role);
         json_t *content = json_object_get(m, "content");
         if (r != PH_ROLE_ASSISTANT && !json_is_string(content) && !json_is_array(content))
-            return ph_err_setc(err, PH_ERR_INPUT, "messages[%zu].content must be a string or an array of parts", mi);
+            return err_setc(err, PH_ERR_INPUT, "messages[%zu].content must be a string or an array of parts", mi);
         if (job_begin_msg(j, r, err) || parse_content(j, content, mi, err)) return -1;
         if (r == PH_ROLE_ASSISTANT) {
             json_t *rc = json_object_get(m, "reasoning_content");
@@ -167,16 +167,16 @@ static int parse(job *j, ph_err *err) {
         return -1;
     json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
-        if (!json_is_object(so)) return ph_err_setc(err, PH_ERR_INPUT, "'stream_options' must be an object");
+        if (!json_is_object(so)) return err_setc(err, PH_ERR_INPUT, "'stream_options' must be an object");
         const char *k;
         json_t *v;
         json_object_foreach(so, k, v) if (strcmp(k, "include_usage") && strcmp(k, "include_obfuscation"))
-            return ph_err_setc(err, PH_ERR_INPUT, "'stream_options.%.32s' is not supported (include_usage is)", k);
+            return err_setc(err, PH_ERR_INPUT, "'stream_options.%.32s' is not supported (include_usage is)", k);
         if (api_get_bool(so, "include_usage", &j->include_usage, err)) return -1;
     }
     json_t *n = json_object_get(root, "n");
     if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
-        return ph_err_setc(err, PH_ERR_INPUT, "'n' must be 1: this server makes one answer per request");
+        return err_setc(err, PH_ERR_INPUT, "'n' must be 1: this server makes one answer per request");
     j->gen.max_tokens = (int32_t)max_tokens;
     j->logprobs = logprobs;
     j->gen.top_logprobs = logprobs ? (int32_t)top_lp : 0;

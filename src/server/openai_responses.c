@@ -8,11 +8,11 @@
 static int add_part(job *j, json_t *part, const char *where, size_t mi, size_t pi, ph_err *err) {
     const char *type = json_string_value(json_object_get(part, "type"));
     if (!json_is_object(part) || !type)
-        return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu] must be an object with a 'type'", mi, where, pi);
+        return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu] must be an object with a 'type'", mi, where, pi);
     if (!strcmp(type, "input_text") || !strcmp(type, "output_text") || !strcmp(type, "text")) {
         json_t *t = json_object_get(part, "text");
         if (!json_is_string(t))
-            return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].text must be a string", mi, where, pi);
+            return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].text must be a string", mi, where, pi);
         return job_add_text(j, json_string_value(t), json_string_length(t), err);
     }
     if (!strcmp(type, "input_image")) {
@@ -20,9 +20,9 @@ static int add_part(job *j, json_t *part, const char *where, size_t mi, size_t p
         if (json_is_object(u)) u = json_object_get(u, "url");
         if (!json_is_string(u)) {
             if (json_object_get(part, "file_id"))
-                return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu]: file_id pictures are not supported; "
+                return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu]: file_id pictures are not supported; "
                                                       "only data: URIs are accepted", mi, where, pi);
-            return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].image_url must be a string", mi, where, pi);
+            return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].image_url must be a string", mi, where, pi);
         }
         char at[96];
         snprintf(at, sizeof at, "input[%zu].%s[%zu].image_url%s", mi, where, pi,
@@ -32,17 +32,17 @@ static int add_part(job *j, json_t *part, const char *where, size_t mi, size_t p
     if (!strcmp(type, "refusal")) {
         json_t *t = json_object_get(part, "refusal");
         if (!json_is_string(t))
-            return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].refusal must be a string", mi, where, pi);
+            return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].refusal must be a string", mi, where, pi);
         return job_add_text(j, json_string_value(t), json_string_length(t), err);
     }
-    return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu]: type '%s' is not supported (input_text, "
+    return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu]: type '%s' is not supported (input_text, "
                                           "input_image, output_text, refusal are)", mi, where, pi, type);
 }
 
 static int add_parts(job *j, json_t *content, const char *where, size_t mi, ph_err *err) {
     if (json_is_string(content)) return job_add_text(j, json_string_value(content), json_string_length(content), err);
     if (!json_is_array(content))
-        return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].%s must be a string or an array", mi, where);
+        return err_setc(err, PH_ERR_INPUT, "input[%zu].%s must be a string or an array", mi, where);
     size_t pi;
     json_t *part;
     json_array_foreach(content, pi, part) if (add_part(j, part, where, mi, pi, err)) return -1;
@@ -69,17 +69,17 @@ static int parse_input(job *j, json_t *input, ph_err *err) {
     input_state st = {0};
     json_array_foreach(input, mi, item) {
         const char *type = json_string_value(json_object_get(item, "type"));
-        if (!json_is_object(item)) return ph_err_setc(err, PH_ERR_INPUT, "input[%zu] must be an object", mi);
+        if (!json_is_object(item)) return err_setc(err, PH_ERR_INPUT, "input[%zu] must be an object", mi);
         if (!type || !strcmp(type, "message")) {
             const char *role = json_string_value(json_object_get(item, "role"));
-            if (!role) return ph_err_setc(err, PH_ERR_INPUT, "input[%zu] must be a message with a 'role'", mi);
+            if (!role) return err_setc(err, PH_ERR_INPUT, "input[%zu] must be a message with a 'role'", mi);
             if (!strcmp(role, "assistant")) {
                 if (begin_assistant(j, &st, err)) return -1;
             } else {
                 ph_role r;
                 if (!strcmp(role, "user")) r = PH_ROLE_USER;
                 else if (!strcmp(role, "system") || !strcmp(role, "developer")) r = PH_ROLE_SYSTEM;
-                else return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].role '%s' is not supported", mi, role);
+                else return err_setc(err, PH_ERR_INPUT, "input[%zu].role '%s' is not supported", mi, role);
                 if (job_begin_msg(j, r, err)) return -1;
                 st.open = false;
             }
@@ -89,7 +89,7 @@ static int parse_input(job *j, json_t *input, ph_err *err) {
             snprintf(where, sizeof where, "input[%zu]", mi);
             json_t *args = json_object_get(item, "arguments");
             if (!json_is_string(args))
-                return ph_err_setc(err, PH_ERR_INPUT, "input[%zu].arguments must be a JSON string", mi);
+                return err_setc(err, PH_ERR_INPUT, "input[%zu].arguments must be a JSON string", mi);
             if ((!st.open || st.reasoning) && begin_assistant(j, &st, err)) return -1;
             if (job_add_call(j, json_string_value(json_object_get(item, "call_id")),
                              json_string_value(json_object_get(item, "name")), json_string_value(args),
@@ -107,7 +107,7 @@ static int parse_input(job *j, json_t *input, ph_err *err) {
             st.reasoning = json_is_string(t) ? t : NULL;
             st.open = false;
         } else {
-            return ph_err_setc(err, PH_ERR_INPUT, "input[%zu]: item type '%s' is not supported (message, "
+            return err_setc(err, PH_ERR_INPUT, "input[%zu]: item type '%s' is not supported (message, "
                                                   "function_call, function_call_output, reasoning are)", mi, type);
         }
     }
@@ -123,14 +123,14 @@ static int parse_tools(job *j, json_t *root, ph_err *err) {
 static int parse_text(job *j, json_t *root, ph_err *err) {
     json_t *text = json_object_get(root, "text");
     if (!text || json_is_null(text)) return 0;
-    if (!json_is_object(text)) return ph_err_setc(err, PH_ERR_INPUT, "'text' must be an object");
+    if (!json_is_object(text)) return err_setc(err, PH_ERR_INPUT, "'text' must be an object");
     const char *k;
     json_t *v;
     json_object_foreach(text, k, v) if (strcmp(k, "format") && strcmp(k, "verbosity"))
-        return ph_err_setc(err, PH_ERR_INPUT, "'text.%.32s' is not supported (format, verbosity are)", k);
+        return err_setc(err, PH_ERR_INPUT, "'text.%.32s' is not supported (format, verbosity are)", k);
     json_t *f = json_object_get(text, "format");
     if (!f || json_is_null(f)) return 0;
-    if (!json_is_object(f)) return ph_err_setc(err, PH_ERR_INPUT, "'text.format' must be an object");
+    if (!json_is_object(f)) return err_setc(err, PH_ERR_INPUT, "'text.format' must be an object");
     return job_set_format(j, json_string_value(json_object_get(f, "type")), json_object_get(f, "schema"),
                           "text.format", err);
 }
@@ -160,14 +160,14 @@ static int parse(job *j, ph_err *err) {
     if (api_check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Responses API", err)) return -1;
     json_t *tr = json_object_get(root, "truncation");
     if (tr && !json_is_null(tr) && !(json_is_string(tr) && !strcmp(json_string_value(tr), "disabled")))
-        return ph_err_setc(err, PH_ERR_INPUT, "'truncation' may only be \"disabled\": a conversation that does not "
+        return err_setc(err, PH_ERR_INPUT, "'truncation' may only be \"disabled\": a conversation that does not "
                                               "fit is refused, never cut");
     json_t *inc = json_object_get(root, "include");
     if (inc && !json_is_null(inc) && !(json_is_array(inc) && json_array_size(inc) == 0))
-        return ph_err_setc(err, PH_ERR_INPUT, "'include' is not supported: the output already has everything there is");
+        return err_setc(err, PH_ERR_INPUT, "'include' is not supported: the output already has everything there is");
     json_t *instr = json_object_get(root, "instructions");
     if (instr && !json_is_null(instr)) {
-        if (!json_is_string(instr)) return ph_err_setc(err, PH_ERR_INPUT, "'instructions' must be a string");
+        if (!json_is_string(instr)) return err_setc(err, PH_ERR_INPUT, "'instructions' must be a string");
         if (job_begin_msg(j, PH_ROLE_SYSTEM, err) ||
             job_add_text(j, json_string_value(instr), json_string_length(instr), err))
             return -1;
@@ -181,13 +181,13 @@ static int parse(job *j, ph_err *err) {
     } else if (json_is_array(input)) {
         if (parse_input(j, input, err)) return -1;
     } else {
-        return ph_err_setc(err, PH_ERR_INPUT, "'input' must be a string or an array of items");
+        return err_setc(err, PH_ERR_INPUT, "'input' must be a string or an array of items");
     }
     if (job_finish_msgs(j, err)) return -1;
     int64_t max_tokens = j->gen.max_tokens;
     json_t *rs = json_object_get(root, "reasoning");
     if (rs && !json_is_null(rs) && !json_is_object(rs))
-        return ph_err_setc(err, PH_ERR_INPUT, "'reasoning' must be an object");
+        return err_setc(err, PH_ERR_INPUT, "'reasoning' must be an object");
     if (job_sampling(j, 2, err) || api_get_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, err) ||
         api_get_bool(root, "stream", &j->stream, err) ||
         api_get_bool(root, "parallel_tool_calls", &j->gen.parallel_tool_calls, err) || parse_text(j, root, err) ||

@@ -180,7 +180,7 @@ void job_sse(job *j, const char *name, json_t *v) {
  * (j->mu held; from the access handler or the stream's reader). */
 static void job_suspend_locked(job *j) {
     j->suspended = true;
-    j->t_suspended = ph_now_s();
+    j->t_suspended = time_now_s();
     MHD_suspend_connection(j->conn);
 }
 
@@ -216,14 +216,14 @@ static int check_pictures(const srv *s, const job *j, ph_err *err) {
     for (size_t i = 0; j->picture_rows + 1 > n_ctx && i < j->n_images; i++) { /* the first that does not fit */
         const int32_t n = ph_engine_picture_rows(s->e, j->images[i]);
         if ((rows += n) + 1 > n_ctx)
-            return ph_err_setc(err, PH_ERR_TOO_LONG,
+            return err_setc(err, PH_ERR_TOO_LONG,
                                "picture %zu (%d tokens) does not fit: the prompt through it is at least %lld tokens "
                                "long (its pictures alone) but the context holds %d (and needs room for the answer)",
                                i + 1, n, (long long)rows, n_ctx);
     }
     const uint64_t most = s->cfg.max_pixels_in_flight;
     if (most && j->pixels > most)
-        return ph_err_setc(err, PH_ERR_INPUT,
+        return err_setc(err, PH_ERR_INPUT,
                            "the request's pictures are %llu pixels in all, more than the %llu the server takes in at "
                            "once (--max-pixels-in-flight)",
                            (unsigned long long)j->pixels, (unsigned long long)most);
@@ -275,7 +275,7 @@ static int enqueue(srv *s, job *j) {
     s->q[(s->q_head + s->q_len) % s->q_cap] = j;
     s->q_len++;
     j->refs++; /* the queue's reference (no other thread sees j yet) */
-    j->t_queued = ph_now_s();
+    j->t_queued = time_now_s();
     metrics_enqueued(&s->met, (int64_t)s->q_len);
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -325,11 +325,11 @@ static void on_progress(void *ud, ph_progress_phase phase, int64_t done, int64_t
     (void)total;
     srv *s = ud;
     run_ctx *c = s->cur;
-    if (c && c->j->stream && !c->started && ph_now_s() - c->t0 >= STREAM_EARLY_S) start_stream(c->j, &c->started);
+    if (c && c->j->stream && !c->started && time_now_s() - c->t0 >= STREAM_EARLY_S) start_stream(c->j, &c->started);
 }
 
 static void run_job(srv *s, job *j) {
-    const double t0 = ph_now_s();
+    const double t0 = time_now_s();
     run_ctx c = {.j = j, .t0 = t0};
     const log_ctx lc = req_ctx(&j->req);
     if (j->count_only) {
@@ -347,9 +347,9 @@ static void run_job(srv *s, job *j) {
         pthread_mutex_lock(&s->mu);
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
-        if (stopping) ph_err_set(&j->err, "the server is shutting down: the answer was cut short");
+        if (stopping) err_set(&j->err, "the server is shutting down: the answer was cut short");
         else if (job_timed_out(j))
-            ph_err_set(&j->err, "the request did not finish within %g s (--request-timeout-s)",
+            err_set(&j->err, "the request did not finish within %g s (--request-timeout-s)",
                        s->cfg.request_timeout_s);
         j->failed = stopping || job_timed_out(j);
     }
@@ -391,12 +391,12 @@ static void job_drop(srv *s, job *j, bool stopping) {
     j->failed = true;
     j->rep.finish = PH_FINISH_CANCELLED;
     if (stopping) {
-        ph_err_set(&j->err, "the server is shutting down");
+        err_set(&j->err, "the server is shutting down");
     } else if (job_timed_out(j)) {
-        ph_err_set(&j->err, "the request did not start within %g s (--request-timeout-s)", s->cfg.request_timeout_s);
+        err_set(&j->err, "the request did not start within %g s (--request-timeout-s)", s->cfg.request_timeout_s);
         metrics_timed_out(&s->met);
     } else {
-        ph_err_set(&j->err, "the client went away");
+        err_set(&j->err, "the client went away");
         metrics_cancelled(&s->met);
     }
     job_finish(j);
@@ -659,7 +659,7 @@ static int parse_domain(srv *s, job *j, int key, ph_err *err) {
     json_t *v = json_object_get(j->root, "cache_salt");
     const bool salted = v && !json_is_null(v);
     if (salted && (!json_is_string(v) || json_string_length(v) < 1 || json_string_length(v) > CACHE_SALT_MAX))
-        return ph_err_setc(err, PH_ERR_INPUT, "'cache_salt' must be a non-empty string of at most %d bytes",
+        return err_setc(err, PH_ERR_INPUT, "'cache_salt' must be a non-empty string of at most %d bytes",
                            CACHE_SALT_MAX);
     access_domain(s->key_domains && key >= 0 ? s->key_domains[key] : NULL, salted ? json_string_value(v) : NULL,
                   salted ? json_string_length(v) : 0, j->gen.domain);
@@ -674,7 +674,7 @@ static int parse_auxiliary(job *j, struct MHD_Connection *c, ph_err *err) {
     if (!h) return 0;
     if (!strcasecmp(h, "1") || !strcasecmp(h, "true") || !strcasecmp(h, "yes")) j->gen.auxiliary = true;
     else if (!strcasecmp(h, "0") || !strcasecmp(h, "false") || !strcasecmp(h, "no")) j->gen.auxiliary = false;
-    else return ph_err_setc(err, PH_ERR_INPUT, "the X-Pinhole-Auxiliary header must be 1 or 0, not '%s'", h);
+    else return err_setc(err, PH_ERR_INPUT, "the X-Pinhole-Auxiliary header must be 1 or 0, not '%s'", h);
     return 0;
 }
 
@@ -1017,7 +1017,7 @@ static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, c
  * sane, else a new one), and its start line. */
 static void request_begin(struct MHD_Connection *c, conn *cn, const char *url, const char *method) {
     req_ident *r = &cn->req;
-    r->t0 = ph_now_s();
+    r->t0 = time_now_s();
     const char *id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
     if (id && api_request_id_sane(id)) snprintf(r->id, sizeof r->id, "%s", id);
     else api_make_id(r->id, 17, ""); /* 16 hex digits */
@@ -1039,7 +1039,7 @@ static void request_end(conn *cn, enum MHD_RequestTerminationCode toe) {
     log_ctx lc = req_ctx(&cn->req);
     lc.event = "end";
     lc.status = cn->status;
-    lc.ms = (ph_now_s() - cn->req.t0) * 1e3;
+    lc.ms = (time_now_s() - cn->req.t0) * 1e3;
     char msg[200] = "";
     job *j = cn->answered_j;
     if (j) {
@@ -1078,7 +1078,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const union MHD_ConnectionInfo *ctx = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         cn->rec = ctx ? ctx->socket_context : NULL;
         /* the head is in: the body's deadline starts (or the answer's work) */
-        conns_set_phase(&s->conns, cn->rec, strcmp(method, "POST") ? CONN_BUSY : CONN_BODY, ph_now_s());
+        conns_set_phase(&s->conns, cn->rec, strcmp(method, "POST") ? CONN_BUSY : CONN_BODY, time_now_s());
         bool done;
         enum MHD_Result mr = at_the_door(s, c, cn, url, method, api, &done);
         if (done) return mr;
@@ -1118,7 +1118,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    conns_set_phase(&s->conns, cn->rec, CONN_BUSY, ph_now_s()); /* the whole body is in */
+    conns_set_phase(&s->conns, cn->rec, CONN_BUSY, time_now_s()); /* the whole body is in */
     if (cn->refused) return send_error(s, c, api ? api->endpoint : "other", api && api->anthropic, cn->refused, cn->why);
     if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) return handle_get(s, c, url, method);
     if (!strcmp(method, "POST") && api) {
@@ -1144,7 +1144,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         job_unref(cn->j);
     }
     /* a kept-alive connection waits for its next request's head */
-    conns_set_phase(&s->conns, cn->rec, CONN_HEAD, ph_now_s());
+    conns_set_phase(&s->conns, cn->rec, CONN_HEAD, time_now_s());
     strbuf_free(&cn->body);
     free(cn);
     *con_cls = NULL;
@@ -1207,7 +1207,7 @@ static void *watcher_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     while (!s->watcher_stop) {
         pthread_mutex_unlock(&s->mu);
-        const double now = ph_now_s();
+        const double now = time_now_s();
         conns_sweep(&s->conns, now);
         pthread_mutex_lock(&s->mu);
         if (s->running) watch_job(s, s->running, now);
@@ -1291,7 +1291,7 @@ void server_close(srv *s) {
 srv *server_open(const srv_config *cfg, ph_err *err) {
     srv *s = calloc(1, sizeof *s);
     if (!s) {
-        ph_err_set(err, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     s->cfg = *cfg;
@@ -1304,14 +1304,14 @@ srv *server_open(const srv_config *cfg, ph_err *err) {
     if (web_page_init(&s->page, err)) goto fail;
     if (cfg->n_api_keys > 1) { /* each key its own isolation domain */
         if (!(s->key_domains = calloc(cfg->n_api_keys, sizeof *s->key_domains))) {
-            ph_err_set(err, "out of memory");
+            err_set(err, "out of memory");
             goto fail;
         }
         for (size_t i = 0; i < cfg->n_api_keys; i++) access_key_domain(cfg->api_keys[i], s->key_domains[i]);
     }
     signal(SIGPIPE, SIG_IGN);
     if (pthread_create(&s->watcher, NULL, watcher_main, s) != 0) {
-        ph_err_set(err, "cannot start the watcher thread");
+        err_set(err, "cannot start the watcher thread");
         goto fail;
     }
     s->watcher_started = true;
@@ -1323,7 +1323,7 @@ srv *server_open(const srv_config *cfg, ph_err *err) {
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
         if (!s->d[i]) {
-            ph_err_set(err, "cannot start the HTTP threads: %s", strerror(errno));
+            err_set(err, "cannot start the HTTP threads: %s", strerror(errno));
             goto fail;
         }
     }
@@ -1398,8 +1398,8 @@ int server_run(srv *s, ph_engine *e) {
     /* let the streams write their last events (a cut one its error event)
      * before the connections are closed: at most 2 s */
     pthread_mutex_lock(&s->mu);
-    const double until = ph_now_s() + 2.0;
-    while (s->n_streams > 0 && ph_now_s() < until) {
+    const double until = time_now_s() + 2.0;
+    while (s->n_streams > 0 && time_now_s() < until) {
         cond_wait_s(&s->cv, &s->mu, 0.05);
     }
     pthread_mutex_unlock(&s->mu);

@@ -32,14 +32,14 @@ static int hash_elements(const char *page, const char *tag, char *out, size_t ca
     for (const char *p = next_tag(page, open); p; p = next_tag(p, open)) {
         const char *body = strchr(p, '>');
         const char *end = body ? strstr(body, close) : NULL;
-        if (!end) return ph_err_set(err, "the web page has an unclosed <%s>", tag);
+        if (!end) return err_set(err, "the web page has an unclosed <%s>", tag);
         body++;
         uint8_t d[PH_SHA256_LEN];
-        ph_sha256(body, (size_t)(end - body), d);
+        sha256_digest(body, (size_t)(end - body), d);
         unsigned char b64[4 * ((PH_SHA256_LEN + 2) / 3) + 1];
         EVP_EncodeBlock(b64, d, PH_SHA256_LEN);
         int k = snprintf(out + *n, cap - *n, " 'sha256-%s'", b64);
-        if (k < 0 || (size_t)k >= cap - *n) return ph_err_set(err, "the web page has too many <%s> elements", tag);
+        if (k < 0 || (size_t)k >= cap - *n) return err_set(err, "the web page has too many <%s> elements", tag);
         *n += (size_t)k;
         p = end + strlen(close);
     }
@@ -63,11 +63,11 @@ int web_page_init(web_page *p, ph_err *err) {
     int k = snprintf(c + n, cap - n,
                      "; img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
                      "frame-ancestors 'none'");
-    if (k < 0 || (size_t)k >= cap - n) return ph_err_set(err, "the web page's policy is too long");
+    if (k < 0 || (size_t)k >= cap - n) return err_set(err, "the web page's policy is too long");
     uint8_t d[PH_SHA256_LEN];
-    ph_sha256(p->body, p->len, d);
+    sha256_digest(p->body, p->len, d);
     char hex[2 * PH_SHA256_LEN + 1];
-    ph_hex(d, PH_SHA256_LEN, hex);
+    hex_encode(d, PH_SHA256_LEN, hex);
     snprintf(p->etag, sizeof p->etag, "\"%.16s\"", hex);
     return 0;
 }

@@ -44,7 +44,7 @@ typedef struct job {
     int n_rec;
     uint32_t rec_floats;     /* floats of one state */
     bool reading;            /* taken by the writer, KV not yet read */
-    double due;              /* not written before this (ph_now_s); 0: at once */
+    double due;              /* not written before this (time_now_s); 0: at once */
     struct job *next;
 } job;
 
@@ -113,18 +113,18 @@ static key_point *seq_keys(const seq_state *s, int32_t n, int32_t *n_keys, int32
     memcpy(buf, s->model_id, 32);
     memset(buf + 32, 0, 128);
     memcpy(buf + 32, s->format, strnlen(s->format, sizeof s->format));
-    ph_sha256(buf, sizeof buf, h);
+    sha256_digest(buf, sizeof buf, h);
     domain_fold(h, s->domain);
-    ph_sha256_ctx c;
+    sha256_ctx c;
     bool open = false;
     int32_t span = 0;
     for (int32_t r = 0; r < n;) {
         if (!open) {
-            if (ph_sha256_init(&c)) {
+            if (sha256_init(&c)) {
                 free(k);
                 return NULL;
             }
-            ph_sha256_update(&c, h, 32);
+            sha256_update(&c, h, 32);
             open = true;
         }
         const seq_span *sp = s->tok[r] == SEQ_ROW_PICTURE ? span_starting(s, r, &span) : NULL;
@@ -134,16 +134,16 @@ static key_point *seq_keys(const seq_state *s, int32_t n, int32_t *n_keys, int32
             memcpy(item + 4, sp->embed_key, 32);
             put32(item + 36, (uint32_t)sp->grid_x);
             put32(item + 40, (uint32_t)sp->grid_y);
-            ph_sha256_update(&c, item, sizeof item);
+            sha256_update(&c, item, sizeof item);
             r += sp->n_tokens;
         } else {
             put32(item, (uint32_t)s->tok[r]);
-            ph_sha256_update(&c, item, 4);
+            sha256_update(&c, item, 4);
             r++;
         }
         bool natural = sp || r % DISK_KEY_STRIDE == 0;
         if (natural || r == n) {
-            if (ph_sha256_final(&c, h)) {
+            if (sha256_final(&c, h)) {
                 free(k);
                 return NULL;
             }
@@ -154,7 +154,7 @@ static key_point *seq_keys(const seq_state *s, int32_t n, int32_t *n_keys, int32
             if (natural) nat = nk;
         }
     }
-    if (open) ph_sha256_discard(&c);
+    if (open) sha256_discard(&c);
     *n_keys = nk;
     *n_natural = nat;
     return k;
@@ -162,7 +162,7 @@ static key_point *seq_keys(const seq_state *s, int32_t n, int32_t *n_keys, int32
 
 /* The key of the file: the one of its end. */
 static void key_name(const uint8_t h[32], char name[DISK_NAME_LEN]) {
-    ph_hex(h, 32, name);
+    hex_encode(h, 32, name);
     memcpy(name + 64, SUFFIX, sizeof SUFFIX);
 }
 
@@ -444,7 +444,7 @@ static int read_kv(int fd, const header *h, kv_cache *kv, float **rec, double *s
         return fail(why, cap, "out of memory");
     }
     XXH3_64bits_reset(x);
-    const double t0 = ph_now_s();
+    const double t0 = time_now_s();
     off_t off = (off_t)h->hdr_bytes + (off_t)prov_bytes(h->n_rows, h->n_spans);
     int rc = 0;
     for (int l = 0; rc == 0 && l < h->n_layer; l++)
@@ -457,7 +457,7 @@ static int read_kv(int fd, const header *h, kv_cache *kv, float **rec, double *s
         if (read_at(fd, states ? (uint8_t *)states + (size_t)i * one : buf, one, off, x))
             rc = fail(why, cap, "cannot read its recurrent states");
     if (rc == 0 && XXH3_64bits_digest(x) != h->kv_sum) rc = fail(why, cap, "KV checksum mismatch");
-    if (secs) *secs = ph_now_s() - t0;
+    if (secs) *secs = time_now_s() - t0;
     XXH3_freeState(x);
     free(buf);
     if (rc == 0 && rec) *rec = states;
@@ -663,8 +663,8 @@ static void enforce(disk_tier *t, uint64_t max, uint64_t *n_removed, uint64_t *b
  * db_lock held. */
 static bool make_room(disk_tier *t, uint64_t need) {
     uint64_t avail, total;
-    if (ph_fs_space(t->dir, &avail, &total) != 0 || ph_fs_room(avail, total, need)) return true;
-    const uint64_t floor = ph_fs_floor(total), want = floor + need < floor ? UINT64_MAX : floor + need;
+    if (fs_space_get(t->dir, &avail, &total) != 0 || fs_room(avail, total, need)) return true;
+    const uint64_t floor = fs_floor(total), want = floor + need < floor ? UINT64_MAX : floor + need;
     refresh_totals(t);
     const bool can = avail + t->st.bytes >= avail && avail + t->st.bytes >= want;
     evict(t, UINT64_MAX, &avail, can ? want : floor, NULL, NULL);
@@ -806,7 +806,7 @@ static void write_job(disk_tier *t, job *j) {
         free(k);
         return;
     }
-    const double t0 = ph_now_s();
+    const double t0 = time_now_s();
     /* a name taken already (left by a dead process that had this pid, as a
      * restarted container's server has, until the next open removes it) is
      * skipped, not a failure */
@@ -880,13 +880,13 @@ static void write_job(disk_tier *t, job *j) {
         rc = rename(tpath, fpath);
     }
     if (rc == 0) {
-        ph_fsync_parent_dir(fpath);
+        fsync_parent_dir(fpath);
         kill_here(t, FAULT_BEFORE_INDEX);
     } else {
         PH_WARN("disk cache: cannot write a checkpoint of %d rows to %s: %s", n, t->dir, strerror(errno));
         if (fd >= 0) unlink(tpath); /* ours only: not one whose name was taken */
     }
-    const double secs = ph_now_s() - t0;
+    const double secs = time_now_s() - t0;
     pthread_mutex_lock(&t->db_lock);
     if (rc == 0 && index_insert(t, name, &h, s, bytes) == 0) {
         t->st.saves++;
@@ -922,7 +922,7 @@ static void *writer(void *arg) {
         while (!t->head && !t->stop) pthread_cond_wait(&t->q_cv, &t->q_lock);
         if (!t->head) break;
         job *j = t->head;
-        const double now = ph_now_s();
+        const double now = time_now_s();
         if (!t->stop && j->due > now) { /* a newer checkpoint may make it needless meanwhile */
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -960,7 +960,7 @@ bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cach
         return false;
     }
     j->kv = kv;
-    j->due = delay_s > 0 ? ph_now_s() + delay_s : 0;
+    j->due = delay_s > 0 ? time_now_s() + delay_s : 0;
     if (kv->recurrent) {
         /* the recurrent states at the points at or before n, copied now:
          * the live ones change as rows come */
@@ -1055,7 +1055,7 @@ static bool stale_temp(int dir_fd, const char *name) {
 
 static bool is_ckpt_name(const char *name) {
     uint8_t k[32];
-    return strlen(name) == 64 + strlen(SUFFIX) && !strcmp(name + 64, SUFFIX) && ph_unhex(name, 32, k);
+    return strlen(name) == 64 + strlen(SUFFIX) && !strcmp(name + 64, SUFFIX) && hex_decode(name, 32, k);
 }
 
 static bool indexed(disk_tier *t, const char *name) {
@@ -1133,23 +1133,23 @@ static int setup_index(disk_tier *t) {
         "CREATE INDEX IF NOT EXISTS keys_hash ON keys(hash);"
         "CREATE INDEX IF NOT EXISTS keys_name ON keys(name);"
         "CREATE INDEX IF NOT EXISTS files_used ON files(last_use);";
-    const double t_end = ph_now_s() + 10.0;
+    const double t_end = time_now_s() + 10.0;
     for (;;) {
         int rc = sqlite3_exec(t->db, sql, NULL, NULL, NULL);
         if (rc == SQLITE_OK) return 0;
         rc &= 0xff; /* the primary code */
-        if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || ph_now_s() > t_end) return -1;
+        if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || time_now_s() > t_end) return -1;
         struct timespec ts = {0, 20 * 1000000};
         nanosleep(&ts, NULL);
     }
 }
 
-disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *e) {
-    if (ph_mkdir_p(dir, e)) return NULL;
+disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *err) {
+    if (mkdir_p(dir, err)) return NULL;
     disk_tier *t = calloc(1, sizeof *t);
     if (!t || !(t->dir = strdup(dir))) {
         free(t);
-        ph_err_set(e, "out of memory");
+        err_set(err, "out of memory");
         return NULL;
     }
     t->budget = budget;
@@ -1181,13 +1181,13 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *e) {
                   : SQLITE_NOMEM;
     free(path);
     if (rc != SQLITE_OK) {
-        ph_err_set(e, "%s: cannot open the checkpoint index: %s", dir, t->db ? sqlite3_errmsg(t->db) : "out of memory");
+        err_set(err, "%s: cannot open the checkpoint index: %s", dir, t->db ? sqlite3_errmsg(t->db) : "out of memory");
         disk_tier_close(t);
         return NULL;
     }
     sqlite3_busy_timeout(t->db, 10000);
     if (setup_index(t)) {
-        ph_err_set(e, "%s: cannot set up the checkpoint index: %s", dir, sqlite3_errmsg(t->db));
+        err_set(err, "%s: cannot set up the checkpoint index: %s", dir, sqlite3_errmsg(t->db));
         disk_tier_close(t);
         return NULL;
     }
@@ -1325,7 +1325,7 @@ int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match
     return 1;
 }
 
-int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err *e) {
+int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err *err) {
     header h = {0};
     h.n_rows = m->seq.n_rows;
     h.n_spans = m->seq.n_spans;
@@ -1336,9 +1336,9 @@ int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err 
     h.n_rec = m->n_rec;
     h.rec_floats = m->rec_floats;
     if (m->n_layer != kv->n_layer || m->row_bytes != kv->row_bytes || h.n_rows > kv->rows.n_ctx || n > h.n_rows)
-        return ph_err_set(e, "checkpoint %s does not fit this context (%d rows)", m->name, h.n_rows);
+        return err_set(err, "checkpoint %s does not fit this context (%d rows)", m->name, h.n_rows);
     if (rec_cut(m->rec_rows, m->n_rec, n) != n)
-        return ph_err_set(e, "checkpoint %s holds no recurrent state after row %d", m->name, n);
+        return err_set(err, "checkpoint %s holds no recurrent state after row %d", m->name, n);
     char why[128];
     double secs = 0;
     float *rec = NULL;
@@ -1358,7 +1358,7 @@ int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err 
     } else {
         reading_remove(t, m->name);
         reject(t, m->name, why);
-        ph_err_set(e, "checkpoint %s is bad (%s)", m->name, why);
+        err_set(err, "checkpoint %s is bad (%s)", m->name, why);
     }
     pthread_mutex_unlock(&t->db_lock);
     free(rec);
@@ -1392,13 +1392,13 @@ void disk_tier_get_stats(disk_tier *t, disk_tier_stats *st) {
 
 /* ---- administration ------------------------------------------------------------------ */
 
-int disk_tier_list(disk_tier *t, int (*cb)(void *ud, const disk_entry *f), void *ud, ph_err *e) {
+int disk_tier_list(disk_tier *t, int (*cb)(void *ud, const disk_entry *f), void *ud, ph_err *err) {
     pthread_mutex_lock(&t->db_lock);
     sqlite3_stmt *s = prep(t, "SELECT name, model_id, format, n_rows, n_pictures, bytes, last_use, created "
                               "FROM files ORDER BY last_use DESC");
     if (!s) {
         pthread_mutex_unlock(&t->db_lock);
-        return ph_err_set(e, "%s: cannot read the index: %s", t->dir, sqlite3_errmsg(t->db));
+        return err_set(err, "%s: cannot read the index: %s", t->dir, sqlite3_errmsg(t->db));
     }
     while (sqlite3_step(s) == SQLITE_ROW) {
         disk_entry f = {0};
@@ -1437,9 +1437,9 @@ static int collect(void *ud, const disk_entry *f) {
 }
 
 int disk_tier_verify(disk_tier *t, void (*bad)(void *ud, const char *name, const char *why), void *ud,
-                     uint64_t *n_ok, uint64_t *n_bad, ph_err *e) {
+                     uint64_t *n_ok, uint64_t *n_bad, ph_err *err) {
     names ns = {0};
-    if (disk_tier_list(t, collect, &ns, e)) return -1;
+    if (disk_tier_list(t, collect, &ns, err)) return -1;
     *n_ok = *n_bad = 0;
     for (size_t i = 0; i < ns.n; i++) {
         opened o;
@@ -1463,8 +1463,8 @@ int disk_tier_verify(disk_tier *t, void (*bad)(void *ud, const char *name, const
     return 0;
 }
 
-int disk_tier_prune(disk_tier *t, uint64_t max_bytes, uint64_t *n_removed, uint64_t *bytes_removed, ph_err *e) {
-    (void)e;
+int disk_tier_prune(disk_tier *t, uint64_t max_bytes, uint64_t *n_removed, uint64_t *bytes_removed, ph_err *err) {
+    (void)err;
     *n_removed = *bytes_removed = 0;
     pthread_mutex_lock(&t->db_lock);
     enforce(t, max_bytes, n_removed, bytes_removed);

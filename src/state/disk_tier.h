@@ -141,7 +141,7 @@ typedef struct disk_tier_stats {
 
 /* Opens (creating it) the folder and its index and recovers from a crash
  * (see above); the writer thread starts with the first save. */
-disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *e);
+disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *err);
 /* Writes what is queued, then closes. */
 void disk_tier_close(disk_tier *t);
 
@@ -192,7 +192,7 @@ int32_t disk_match_cut(const disk_match *m, int32_t n);
  * the checksum: 0; -1 when the file is bad (it is removed and
  * counted; kv's cells are then undefined and the caller resets them). The
  * read and its time are counted. */
-int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err *e);
+int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err *err);
 void disk_match_free(disk_tier *t, disk_match *m);
 
 void disk_tier_get_stats(disk_tier *t, disk_tier_stats *st);
@@ -208,12 +208,12 @@ typedef struct disk_entry {
 } disk_entry;
 
 /* Every indexed file, most recently used first; cb returns non-zero to stop. */
-int disk_tier_list(disk_tier *t, int (*cb)(void *ud, const disk_entry *f), void *ud, ph_err *e);
+int disk_tier_list(disk_tier *t, int (*cb)(void *ud, const disk_entry *f), void *ud, ph_err *err);
 /* Checks every file in full; bad ones are reported through bad (may be
  * NULL), removed and counted. */
 int disk_tier_verify(disk_tier *t, void (*bad)(void *ud, const char *name, const char *why), void *ud,
-                     uint64_t *n_ok, uint64_t *n_bad, ph_err *e);
+                     uint64_t *n_ok, uint64_t *n_bad, ph_err *err);
 /* Removes the least recently used files until at most max_bytes remain. */
-int disk_tier_prune(disk_tier *t, uint64_t max_bytes, uint64_t *n_removed, uint64_t *bytes_removed, ph_err *e);
+int disk_tier_prune(disk_tier *t, uint64_t max_bytes, uint64_t *n_removed, uint64_t *bytes_removed, ph_err *err);
 
 #endif

@@ -16,5 +16,5 @@ void domain_fold(uint8_t key[32], const uint8_t domain[DOMAIN_LEN]) {
     uint8_t in[32 + DOMAIN_LEN];
     memcpy(in, key, 32);
     memcpy(in + 32, domain, DOMAIN_LEN);
-    ph_sha256(in, sizeof in, key);
+    sha256_digest(in, sizeof in, key);
 }

@@ -24,9 +24,9 @@
 #define EMBD_HEADER_HASHED 136 /* the header checksum covers bytes 0 .. 135 */
 #define EMBD_SUFFIX ".embd"
 
-/* The public part first, so a const ph_embed * converts back to its entry. */
+/* The public part first, so a const embed_entry * converts back to its entry. */
 typedef struct entry {
-    ph_embed pub;
+    embed_entry pub;
     int refs;              /* references held by callers */
     bool cached;           /* in the LRU list */
     struct entry *newer, *older;
@@ -42,7 +42,7 @@ typedef struct disk_file {
     int64_t used_ns;
 } disk_file;
 
-struct ph_embed_cache {
+struct embed_store {
     int max_entries; /* <= 0: nothing kept in memory */
     size_t max_bytes;
     char *dir;       /* NULL: memory only */
@@ -53,8 +53,8 @@ struct ph_embed_cache {
     entry *newest, *oldest;
     size_t n, bytes;
     bool warned_full;        /* a shortage of space is logged once until a write succeeds */
-    ph_embed_write_fn write; /* ph_file_write_atomic, or a test's */
-    ph_embed_cache_stats st; /* counters; entries and bytes are filled in by get_stats */
+    embed_write_fn write; /* file_write_atomic, or a test's */
+    embed_cache_stats st; /* counters; entries and bytes are filled in by get_stats */
 };
 
 static void entry_free(entry *en) {
@@ -63,7 +63,7 @@ static void entry_free(entry *en) {
 }
 
 /* Takes en out of the LRU list (it stays allocated). */
-static void unlist(ph_embed_cache *c, entry *en) {
+static void unlist(embed_store *c, entry *en) {
     if (en->newer) en->newer->older = en->older;
     else c->newest = en->older;
     if (en->older) en->older->newer = en->newer;
@@ -75,12 +75,12 @@ static void unlist(ph_embed_cache *c, entry *en) {
 }
 
 /* Takes en out of the cache; frees it unless a caller still holds it. */
-static void detach(ph_embed_cache *c, entry *en) {
+static void detach(embed_store *c, entry *en) {
     unlist(c, en);
     if (en->refs == 0) entry_free(en);
 }
 
-static void push_newest(ph_embed_cache *c, entry *en) {
+static void push_newest(embed_store *c, entry *en) {
     en->older = c->newest;
     en->newer = NULL;
     if (c->newest) c->newest->newer = en;
@@ -93,7 +93,7 @@ static void push_newest(ph_embed_cache *c, entry *en) {
 
 /* A linear scan: the count bound is small (default 32), and a scan of 32
  * keys costs far less than anything done with an embedding. */
-static entry *find(const ph_embed_cache *c, const uint8_t key[32]) {
+static entry *find(const embed_store *c, const uint8_t key[32]) {
     for (entry *en = c->newest; en; en = en->older)
         if (memcmp(en->pub.key, key, 32) == 0) return en;
     return NULL;
@@ -101,7 +101,7 @@ static entry *find(const ph_embed_cache *c, const uint8_t key[32]) {
 
 /* Adds en (not in the list) as the most recent entry, evicting the least
  * recent ones until both bounds hold, if it can be kept at all. */
-static void admit(ph_embed_cache *c, entry *en) {
+static void admit(embed_store *c, entry *en) {
     if (c->max_entries <= 0 || en->bytes > c->max_bytes) return;
     while (c->oldest && (c->n + 1 > (size_t)c->max_entries || en->bytes > c->max_bytes - c->bytes)) {
         detach(c, c->oldest);
@@ -134,8 +134,8 @@ static entry *entry_new(const uint8_t key[32], int32_t gx, int32_t gy, int32_t w
     return en;
 }
 
-void ph_embed_rows_hash(const float *rows, size_t n_floats, uint8_t out[32]) {
-    ph_sha256(rows, n_floats * sizeof(float), out);
+void embed_rows_hash(const float *rows, size_t n_floats, uint8_t out[32]) {
+    sha256_digest(rows, n_floats * sizeof(float), out);
 }
 
 /* ---- files ----------------------------------------------------------------- */
@@ -151,17 +151,17 @@ static uint64_t get_le(const uint8_t *p, int n) {
 }
 
 /* dir/<hex key>.embd, malloc'd. */
-static char *file_path(const ph_embed_cache *c, const uint8_t key[32]) {
+static char *file_path(const embed_store *c, const uint8_t key[32]) {
     size_t n = strlen(c->dir) + 1 + 64 + sizeof EMBD_SUFFIX;
     char *p = malloc(n);
     if (!p) return NULL;
     char hex[65];
-    ph_hex(key, 32, hex);
+    hex_encode(key, 32, hex);
     snprintf(p, n, "%s/%s%s", c->dir, hex, EMBD_SUFFIX);
     return p;
 }
 
-static void build_header(const ph_embed *en, uint64_t payload, uint8_t h[EMBD_HEADER]) {
+static void build_header(const embed_entry *en, uint64_t payload, uint8_t h[EMBD_HEADER]) {
     memset(h, 0, EMBD_HEADER);
     memcpy(h, EMBD_MAGIC, 8);
     put_le(h + 8, EMBD_VERSION, 4);
@@ -174,7 +174,7 @@ static void build_header(const ph_embed *en, uint64_t payload, uint8_t h[EMBD_HE
     /* The payload checksum is the rows' hash, which put has checked equals
      * cond_hash. */
     memcpy(h + 104, en->cond_hash, 32);
-    ph_sha256(h, EMBD_HEADER_HASHED, h + EMBD_HEADER_HASHED);
+    sha256_digest(h, EMBD_HEADER_HASHED, h + EMBD_HEADER_HASHED);
 }
 
 /* ---- the index of the folder: sizes and use, for the space budget ---- */
@@ -185,7 +185,7 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static disk_file *index_find(const ph_embed_cache *c, const uint8_t key[32]) {
+static disk_file *index_find(const embed_store *c, const uint8_t key[32]) {
     for (size_t i = 0; i < c->n_files; i++)
         if (!memcmp(c->files[i].key, key, 32)) return &c->files[i];
     return NULL;
@@ -193,8 +193,8 @@ static disk_file *index_find(const ph_embed_cache *c, const uint8_t key[32]) {
 
 /* Adds a file the index does not hold; NULL when the index cannot grow
  * (the file still serves lookups, it is only not counted). */
-static disk_file *index_append(ph_embed_cache *c, const uint8_t key[32]) {
-    disk_file *v = ph_grow(c->files, &c->cap_files, c->n_files, sizeof *v, 64);
+static disk_file *index_append(embed_store *c, const uint8_t key[32]) {
+    disk_file *v = grow_array(c->files, &c->cap_files, c->n_files, sizeof *v, 64);
     if (!v) return NULL;
     c->files = v;
     disk_file *f = &c->files[c->n_files++];
@@ -204,7 +204,7 @@ static disk_file *index_append(ph_embed_cache *c, const uint8_t key[32]) {
 }
 
 /* Records key's file: size bytes, used at used_ns. */
-static void index_set(ph_embed_cache *c, const uint8_t key[32], uint64_t size, int64_t used_ns, bool known_new) {
+static void index_set(embed_store *c, const uint8_t key[32], uint64_t size, int64_t used_ns, bool known_new) {
     disk_file *f = known_new ? NULL : index_find(c, key);
     if (!f && !(f = index_append(c, key))) return;
     c->disk_bytes = c->disk_bytes - f->size + size;
@@ -212,7 +212,7 @@ static void index_set(ph_embed_cache *c, const uint8_t key[32], uint64_t size, i
     f->used_ns = used_ns;
 }
 
-static void index_remove(ph_embed_cache *c, const uint8_t key[32]) {
+static void index_remove(embed_store *c, const uint8_t key[32]) {
     disk_file *f = index_find(c, key);
     if (!f) return;
     c->disk_bytes -= f->size;
@@ -227,7 +227,7 @@ static int by_use(const void *a, const void *b) {
 /* Removes the least recently used files while the folder holds more than
  * max bytes or *avail (the file system's free bytes, counted up by each
  * removal) is under want. */
-static void evict_lru(ph_embed_cache *c, uint64_t max, uint64_t *avail, uint64_t want) {
+static void evict_lru(embed_store *c, uint64_t max, uint64_t *avail, uint64_t want) {
     uint64_t none = 0;
     if (!avail) avail = &none;
     if (c->disk_bytes <= max && *avail >= want) return;
@@ -248,17 +248,17 @@ static void evict_lru(ph_embed_cache *c, uint64_t max, uint64_t *avail, uint64_t
 
 /* Removes the least recently used files until the folder fits its budget
  * (the file just written is the most recent one, and fits by itself). */
-static void disk_enforce(ph_embed_cache *c) { evict_lru(c, c->disk_max, NULL, 0); }
+static void disk_enforce(embed_store *c) { evict_lru(c, c->disk_max, NULL, 0); }
 
 /* Makes room for need more bytes above the file system's free-space floor
  * (base/fs_space), removing the least recently used files; false when even
  * removing them all would not make enough (then only what is under the
  * floor is given back, and the rest kept). An unknown free space: true. */
-static bool space_for(ph_embed_cache *c, uint64_t need) {
+static bool space_for(embed_store *c, uint64_t need) {
     uint64_t avail, total;
-    if (ph_fs_space(c->dir, &avail, &total) != 0) return true; /* unknown: the write will tell */
-    if (ph_fs_room(avail, total, need)) return true;
-    const uint64_t floor = ph_fs_floor(total);
+    if (fs_space_get(c->dir, &avail, &total) != 0) return true; /* unknown: the write will tell */
+    if (fs_room(avail, total, need)) return true;
+    const uint64_t floor = fs_floor(total);
     const uint64_t want = floor + need < floor ? UINT64_MAX : floor + need;
     const bool can = avail + c->disk_bytes >= avail && avail + c->disk_bytes >= want;
     evict_lru(c, UINT64_MAX, &avail, can ? want : floor);
@@ -267,7 +267,7 @@ static bool space_for(ph_embed_cache *c, uint64_t need) {
 
 /* Logs that a picture's embedding is not saved for want of space: once,
  * until a write succeeds again. */
-static void short_of_space(ph_embed_cache *c, const char *why) {
+static void short_of_space(embed_store *c, const char *why) {
     c->st.disk_full++;
     if (!c->warned_full)
         PH_WARN("embedding cache: %s: %s; new embeddings stay in memory only until there is room", c->dir, why);
@@ -286,7 +286,7 @@ static bool stale_temp(const char *name) {
 /* Reads the folder into the index: every <64 hex>.embd regular file, and
  * removes the temporary files of writers that died. Unknown names are
  * left alone. */
-static void disk_scan(ph_embed_cache *c) {
+static void disk_scan(embed_store *c) {
     DIR *d = opendir(c->dir);
     if (!d) {
         PH_WARN("embedding cache: %s: cannot list it: %s", c->dir, strerror(errno));
@@ -301,7 +301,7 @@ static void disk_scan(ph_embed_cache *c) {
             continue;
         }
         uint8_t key[32];
-        if (strlen(name) != 64 + strlen(EMBD_SUFFIX) || strcmp(name + 64, EMBD_SUFFIX) || !ph_unhex(name, 32, key))
+        if (strlen(name) != 64 + strlen(EMBD_SUFFIX) || strcmp(name + 64, EMBD_SUFFIX) || !hex_decode(name, 32, key))
             continue;
         if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
         /* names in a folder are unique: no lookup (a folder may hold many files) */
@@ -310,7 +310,7 @@ static void disk_scan(ph_embed_cache *c) {
     closedir(d);
 }
 
-static void disk_write(ph_embed_cache *c, const ph_embed *en) {
+static void disk_write(embed_store *c, const embed_entry *en) {
     char *path = file_path(c, en->key);
     if (!path) {
         PH_WARN("embedding cache: out of memory; an embedding is not saved");
@@ -371,7 +371,7 @@ static ssize_t read_at(int fd, void *buf, size_t n, uint64_t off) {
     return (ssize_t)got;
 }
 
-static void reject(ph_embed_cache *c, const uint8_t key[32], const char *path, const char *why) {
+static void reject(embed_store *c, const uint8_t key[32], const char *path, const char *why) {
     PH_WARN("embedding cache: %s: %s; the file is removed and not used", path, why);
     if (unlink(path) != 0 && errno != ENOENT)
         PH_WARN("embedding cache: %s: cannot remove it: %s", path, strerror(errno));
@@ -381,7 +381,7 @@ static void reject(ph_embed_cache *c, const uint8_t key[32], const char *path, c
 
 /* Loads key's file, checking everything; NULL when there is none or it is
  * bad (then it is removed). The entry is returned unreferenced, not cached. */
-static entry *disk_load(ph_embed_cache *c, const uint8_t key[32]) {
+static entry *disk_load(embed_store *c, const uint8_t key[32]) {
     char *path = file_path(c, key);
     if (!path) return NULL;
     entry *en = NULL;
@@ -412,7 +412,7 @@ static entry *disk_load(ph_embed_cache *c, const uint8_t key[32]) {
         why = "shorter than its header (truncated)";
         goto out;
     }
-    ph_sha256(h, EMBD_HEADER_HASHED, sum);
+    sha256_digest(h, EMBD_HEADER_HASHED, sum);
     int32_t gx = (int32_t)get_le(h + 48, 4), gy = (int32_t)get_le(h + 52, 4), w = (int32_t)get_le(h + 56, 4);
     uint64_t payload = get_le(h + 96, 8);
     if (memcmp(h, EMBD_MAGIC, 8) != 0) why = "not an embedding file (bad magic)";
@@ -439,7 +439,7 @@ static entry *disk_load(ph_embed_cache *c, const uint8_t key[32]) {
         why = "shorter than its header says (truncated)";
         goto out;
     }
-    ph_embed_rows_hash(rows, (size_t)payload / sizeof(float), sum);
+    embed_rows_hash(rows, (size_t)payload / sizeof(float), sum);
     if (memcmp(sum, h + 104, 32) != 0) why = "a corrupt payload (checksum mismatch)";
     else if (memcmp(sum, h + 64, 32) != 0) why = "a cond_hash that does not match its rows";
     if (why) goto out;
@@ -462,23 +462,23 @@ out:
 
 /* ---- the cache ------------------------------------------------------------- */
 
-ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char *dir, ph_err *e) {
-    ph_embed_cache *c = calloc(1, sizeof *c);
+embed_store *embed_cache_new(int max_entries, size_t max_bytes, const char *dir, ph_err *err) {
+    embed_store *c = calloc(1, sizeof *c);
     if (!c) {
-        ph_err_set(e, "embedding cache: out of memory");
+        err_set(err, "embedding cache: out of memory");
         return NULL;
     }
     c->max_entries = max_entries;
     c->max_bytes = max_bytes;
-    c->write = ph_file_write_atomic;
+    c->write = file_write_atomic;
     if (dir) {
-        if (ph_mkdir_p(dir, e) != 0) {
-            ph_err_prefix(e, "embedding cache");
+        if (mkdir_p(dir, err) != 0) {
+            err_prefix(err, "embedding cache");
             free(c);
             return NULL;
         }
         if (!(c->dir = strdup(dir))) {
-            ph_err_set(e, "embedding cache: out of memory");
+            err_set(err, "embedding cache: out of memory");
             free(c);
             return NULL;
         }
@@ -488,18 +488,18 @@ ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char
     return c;
 }
 
-void ph_embed_cache_set_disk_budget(ph_embed_cache *c, uint64_t bytes) {
+void embed_cache_set_disk_budget(embed_store *c, uint64_t bytes) {
     c->disk_max = bytes;
     if (!c->dir) return;
     disk_enforce(c);
     space_for(c, 0);
 }
 
-void ph_embed_cache_set_write_hook(ph_embed_cache *c, ph_embed_write_fn write) {
-    c->write = write ? write : ph_file_write_atomic;
+void embed_cache_set_write_hook(embed_store *c, embed_write_fn write) {
+    c->write = write ? write : file_write_atomic;
 }
 
-void ph_embed_cache_free(ph_embed_cache *c) {
+void embed_cache_free(embed_store *c) {
     if (!c) return;
     /* detach frees each entry no caller holds; a held one lives on until
      * its release, which does not touch the cache. */
@@ -509,7 +509,7 @@ void ph_embed_cache_free(ph_embed_cache *c) {
     free(c);
 }
 
-const ph_embed *ph_embed_cache_get(ph_embed_cache *c, const uint8_t key[32]) {
+const embed_entry *embed_cache_get(embed_store *c, const uint8_t key[32]) {
     entry *en = find(c, key);
     if (en) {
         unlist(c, en);
@@ -526,41 +526,41 @@ const ph_embed *ph_embed_cache_get(ph_embed_cache *c, const uint8_t key[32]) {
     return &en->pub;
 }
 
-void ph_embed_cache_retain(ph_embed_cache *c, const ph_embed *pub) {
+void embed_cache_retain(embed_store *c, const embed_entry *pub) {
     (void)c;
     ((entry *)pub)->refs++;
 }
 
-void ph_embed_cache_release(ph_embed_cache *c, const ph_embed *pub) {
-    (void)c; /* entries outlive their cache if held: see ph_embed_cache_free */
+void embed_cache_release(embed_store *c, const embed_entry *pub) {
+    (void)c; /* entries outlive their cache if held: see embed_cache_free */
     if (!pub) return;
     entry *en = (entry *)pub;
     if (--en->refs == 0 && !en->cached) entry_free(en);
 }
 
-int ph_embed_cache_put(ph_embed_cache *c, const uint8_t key[32], int32_t grid_x, int32_t grid_y, int32_t width,
-                       float *rows, const uint8_t cond_hash[32], const ph_embed **out, ph_err *e) {
+int embed_cache_put(embed_store *c, const uint8_t key[32], int32_t grid_x, int32_t grid_y, int32_t width,
+                       float *rows, const uint8_t cond_hash[32], const embed_entry **out, ph_err *err) {
     if (out) *out = NULL;
-    if (!rows) return ph_err_set(e, "embedding cache: no rows given");
+    if (!rows) return err_set(err, "embedding cache: no rows given");
     if (!dims_ok(grid_x, grid_y, width)) {
         free(rows);
-        return ph_err_set(e, "embedding cache: bad dimensions %d x %d rows of %d floats", grid_x, grid_y, width);
+        return err_set(err, "embedding cache: bad dimensions %d x %d rows of %d floats", grid_x, grid_y, width);
     }
     uint64_t payload = payload_bytes(grid_x, grid_y, width);
     if (payload > SIZE_MAX - sizeof(entry)) {
         free(rows);
-        return ph_err_set(e, "embedding cache: %llu bytes of rows do not fit in memory", (unsigned long long)payload);
+        return err_set(err, "embedding cache: %llu bytes of rows do not fit in memory", (unsigned long long)payload);
     }
     uint8_t h[32];
-    ph_embed_rows_hash(rows, (size_t)payload / sizeof(float), h);
+    embed_rows_hash(rows, (size_t)payload / sizeof(float), h);
     if (cond_hash && memcmp(h, cond_hash, 32) != 0) {
         free(rows);
-        return ph_err_set(e, "embedding cache: the cond_hash given does not match the rows");
+        return err_set(err, "embedding cache: the cond_hash given does not match the rows");
     }
     entry *en = entry_new(key, grid_x, grid_y, width, rows, h);
     if (!en) {
         free(rows);
-        return ph_err_set(e, "embedding cache: out of memory");
+        return err_set(err, "embedding cache: out of memory");
     }
     if (c->dir) disk_write(c, &en->pub);
     entry *old = find(c, key);
@@ -575,7 +575,7 @@ int ph_embed_cache_put(ph_embed_cache *c, const uint8_t key[32], int32_t grid_x,
     return 0;
 }
 
-void ph_embed_cache_get_stats(const ph_embed_cache *c, ph_embed_cache_stats *st) {
+void embed_cache_get_stats(const embed_store *c, embed_cache_stats *st) {
     *st = c->st;
     st->entries = c->n;
     st->bytes = c->bytes;

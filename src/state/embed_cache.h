@@ -10,7 +10,7 @@
  * Entries are reference counted: get and put hand out a referenced entry
  * that stays valid (rows included) until it is released, even if the cache
  * evicts or replaces it meanwhile, or is freed (release does not touch the
- * cache, so it may come after ph_embed_cache_free).
+ * cache, so it may come after embed_cache_free).
  *
  * Disk (dir not NULL): each entry is one file dir/<64 hex of key>.embd,
  * written atomically (base/atomic_file). Little-endian layout, 168 bytes of
@@ -32,7 +32,7 @@
  * it 0600: other users cannot read the pictures' embeddings. A folder that
  * exists keeps its mode.
  *
- * The folder's space is bounded (ph_embed_cache_set_disk_budget; unbounded
+ * The folder's space is bounded (embed_cache_set_disk_budget; unbounded
  * until set): the cache indexes the entry files it finds when it opens the
  * folder and those it writes or loads, and after each write removes the
  * least recently used ones (by mtime, which a disk hit renews) until the
@@ -57,17 +57,17 @@
 #define PH_EMBED_MAX_GRID 4096    /* grid_x, grid_y: 1 .. this */
 #define PH_EMBED_MAX_WIDTH 65536  /* floats per row: 1 .. this */
 
-typedef struct ph_embed {
+typedef struct embed_entry {
     uint8_t key[32];        /* embed_key */
     int32_t grid_x, grid_y; /* rows = grid_x * grid_y */
     int32_t width;          /* floats per row */
-    uint8_t cond_hash[32];  /* ph_embed_rows_hash of the rows */
+    uint8_t cond_hash[32];  /* embed_rows_hash of the rows */
     float *rows;            /* rows * width floats */
-} ph_embed;
+} embed_entry;
 
-typedef struct ph_embed_cache ph_embed_cache;
+typedef struct embed_store embed_store;
 
-typedef struct ph_embed_cache_stats {
+typedef struct embed_cache_stats {
     uint64_t hits;         /* gets that returned an entry (disk_hits included) */
     uint64_t misses;       /* gets that returned NULL */
     uint64_t evictions;    /* entries pushed out of memory by the bounds */
@@ -79,32 +79,32 @@ typedef struct ph_embed_cache_stats {
     uint64_t disk_files, disk_bytes; /* entry files in the folder now, as far as it knows */
     uint64_t entries;      /* entries in memory now */
     uint64_t bytes;        /* their bytes now (rows plus bookkeeping) */
-} ph_embed_cache_stats;
+} embed_cache_stats;
 
 /* A cache of at most max_entries entries and max_bytes bytes in memory
  * (max_entries <= 0: nothing is kept in memory). With dir (created if
  * missing), entries are also written there and looked up there on a memory
  * miss. Returns NULL with e set if dir cannot be created or memory is out. */
-ph_embed_cache *ph_embed_cache_new(int max_entries, size_t max_bytes, const char *dir, ph_err *e);
+embed_store *embed_cache_new(int max_entries, size_t max_bytes, const char *dir, ph_err *err);
 /* Bounds the folder's entry files to bytes, removing the least recently
  * used ones now if needed. */
-void ph_embed_cache_set_disk_budget(ph_embed_cache *c, uint64_t bytes);
+void embed_cache_set_disk_budget(embed_store *c, uint64_t bytes);
 /* Frees the cache and the entries no caller holds; NULL is allowed. */
-void ph_embed_cache_free(ph_embed_cache *c);
+void embed_cache_free(embed_store *c);
 
 /* Looks key up: memory first, then dir. A hit becomes the most recent entry
  * and is returned referenced (release it); a miss returns NULL. A disk hit
  * is added to memory (within the bounds). */
-const ph_embed *ph_embed_cache_get(ph_embed_cache *c, const uint8_t key[32]);
+const embed_entry *embed_cache_get(embed_store *c, const uint8_t key[32]);
 /* Takes one more reference on an entry the caller holds (each needs its own
  * release). */
-void ph_embed_cache_retain(ph_embed_cache *c, const ph_embed *en);
+void embed_cache_retain(embed_store *c, const embed_entry *en);
 /* Drops a reference taken by get, put or retain; NULL is allowed. */
-void ph_embed_cache_release(ph_embed_cache *c, const ph_embed *en);
+void embed_cache_release(embed_store *c, const embed_entry *en);
 
 /* Inserts an entry, taking ownership of rows (malloc'd, rows * width
  * floats) whatever the outcome: on failure they are freed. cond_hash must
- * equal ph_embed_rows_hash(rows) (it is checked: -1 if not); NULL computes
+ * equal embed_rows_hash(rows) (it is checked: -1 if not); NULL computes
  * it. An existing entry with the same key is replaced. Least recent entries
  * are evicted until count and bytes fit; an entry larger than max_bytes is
  * not kept in memory. With dir, the entry is written to its file as well; a
@@ -112,20 +112,20 @@ void ph_embed_cache_release(ph_embed_cache *c, const ph_embed *en);
  * memory). On success returns 0 and, if out is not NULL, a referenced entry
  * in *out (usable even when nothing is kept in memory). Returns -1 with e
  * set for bad dims, a wrong cond_hash or no memory. */
-int ph_embed_cache_put(ph_embed_cache *c, const uint8_t key[32], int32_t grid_x, int32_t grid_y, int32_t width,
-                       float *rows, const uint8_t cond_hash[32], const ph_embed **out, ph_err *e);
+int embed_cache_put(embed_store *c, const uint8_t key[32], int32_t grid_x, int32_t grid_y, int32_t width,
+                       float *rows, const uint8_t cond_hash[32], const embed_entry **out, ph_err *err);
 
-void ph_embed_cache_get_stats(const ph_embed_cache *c, ph_embed_cache_stats *st);
+void embed_cache_get_stats(const embed_store *c, embed_cache_stats *st);
 
 /* For tests only (a full disk is hard to make): write replaces
- * ph_file_write_atomic for the cache's files (it must set errno on
+ * file_write_atomic for the cache's files (it must set errno on
  * failure, as that does); NULL restores it. */
-typedef int (*ph_embed_write_fn)(const char *path, const void *const *parts, const size_t *lens, size_t n_parts,
-                                 ph_err *e);
-void ph_embed_cache_set_write_hook(ph_embed_cache *c, ph_embed_write_fn write);
+typedef int (*embed_write_fn)(const char *path, const void *const *parts, const size_t *lens, size_t n_parts,
+                                 ph_err *err);
+void embed_cache_set_write_hook(embed_store *c, embed_write_fn write);
 
 /* cond_hash of embedding rows: SHA-256 of their bytes as stored in memory
  * (little-endian IEEE floats). */
-void ph_embed_rows_hash(const float *rows, size_t n_floats, uint8_t out[32]);
+void embed_rows_hash(const float *rows, size_t n_floats, uint8_t out[32]);
 
 #endif

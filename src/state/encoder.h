@@ -13,31 +13,31 @@
 #include "model/llm.h"
 #include "model/vision.h"
 
-typedef struct ph_encoder {
+typedef struct vis_encoder {
     char *path;
-    ph_pool *pool;
-    ph_vision *tower;        /* NULL while unloaded */
-    ph_prep_params prep;
+    tpool *pool;
+    vis_tower *tower;        /* NULL while unloaded */
+    prep_params prep;
     int32_t out_width;
     uint8_t encoder_id[32];
     double idle_s;           /* > 0: elastic */
     double last_used;
     uint64_t loads, unloads; /* on-demand loads and idle releases */
-} ph_encoder;
+} vis_encoder;
 
 /* Opens the tower of the mmproj file at path for the LLM m once, to check
  * that m takes pictures and that the two are a pair (the tower's rows as
  * wide as m's input) and to read its parameters; keeps it loaded unless
  * idle_s > 0. */
-int encoder_open(ph_encoder *enc, const char *path, const ph_model *m, double idle_s, const uint8_t encoder_id[32],
-                 ph_err *e);
+int encoder_open(vis_encoder *enc, const char *path, const ph_model *m, double idle_s, const uint8_t encoder_id[32],
+                 ph_err *err);
 /* Sets the picture token budget in merged tokens (0: keep the file's). */
-int encoder_set_budget(ph_encoder *enc, int min_tokens, int max_tokens, ph_err *e);
-void encoder_close(ph_encoder *enc);
+int encoder_set_budget(vis_encoder *enc, int min_tokens, int max_tokens, ph_err *err);
+void encoder_close(vis_encoder *enc);
 /* Makes sure the tower is loaded; *loaded tells whether this call loaded it. */
-int encoder_acquire(ph_encoder *enc, bool *loaded, ph_err *e);
+int encoder_acquire(vis_encoder *enc, bool *loaded, ph_err *err);
 /* Releases an elastic tower idle for idle_s; returns seconds until the next
  * check is due, or -1 when nothing is pending. */
-double encoder_tick(ph_encoder *enc, double now);
+double encoder_tick(vis_encoder *enc, double now);
 
 #endif

@@ -86,7 +86,7 @@ static bool parse_line(const char *s, memo_entry *m) {
         !parse_time(&s, &m->csec, &m->cnsec))
         return false;
     if (m->size > (uint64_t)INT64_MAX) return false;
-    return ph_unhex(s, 32, m->id) && s[64] == '\0';
+    return hex_decode(s, 32, m->id) && s[64] == '\0';
 }
 
 /* Reads the memo's valid lines (at most PH_FILE_ID_MEMO_MAX) into out;
@@ -95,7 +95,7 @@ static size_t memo_load(const char *memo_path, memo_entry *out) {
     void *data;
     size_t len, n = 0;
     ph_err e = {0};
-    if (ph_file_read_all(memo_path, MEMO_MAX_BYTES, &data, &len, &e) != 0) {
+    if (file_read_all(memo_path, MEMO_MAX_BYTES, &data, &len, &e) != 0) {
         if (errno != ENOENT) PH_DEBUG("file ids: memo not used: %s", e.msg);
         return 0;
     }
@@ -120,7 +120,7 @@ static void memo_store(const char *memo_dir, const char *memo_path, const memo_e
         const memo_entry *m = i == 0 ? first : &old[i - 1];
         if (i > 0 && same_file(m, first)) continue; /* a stale version of this file */
         char hex[65];
-        ph_hex(m->id, 32, hex);
+        hex_encode(m->id, 32, hex);
         int k = snprintf(text + at, sizeof text - at,
                          "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %s\n",
                          m->dev, m->ino, m->size, m->sec, m->nsec, m->csec, m->cnsec, hex);
@@ -130,19 +130,19 @@ static void memo_store(const char *memo_dir, const char *memo_path, const memo_e
     }
     ph_err e = {0};
     const void *parts[1] = {text};
-    if (ph_mkdir_p(memo_dir, &e) != 0 || ph_file_write_atomic(memo_path, parts, &at, 1, &e) != 0)
+    if (mkdir_p(memo_dir, &e) != 0 || file_write_atomic(memo_path, parts, &at, 1, &e) != 0)
         PH_WARN("file ids: cannot remember the id (it will be computed again next time): %s", e.msg);
 }
 
 /* SHA-256 of everything fd reads; *n_read gets the byte count. */
 static int hash_fd(int fd, const char *path, uint64_t size, const file_id_progress *prog, uint8_t id[32],
-                   uint64_t *n_read, ph_err *e) {
+                   uint64_t *n_read, ph_err *err) {
     uint8_t *buf = malloc(HASH_CHUNK);
-    if (!buf) return ph_err_set(e, "%s: out of memory", path);
-    ph_sha256_ctx ctx;
-    if (ph_sha256_init(&ctx) != 0) {
+    if (!buf) return err_set(err, "%s: out of memory", path);
+    sha256_ctx ctx;
+    if (sha256_init(&ctx) != 0) {
         free(buf);
-        return ph_err_set(e, "%s: libcrypto cannot start a SHA-256 digest", path);
+        return err_set(err, "%s: libcrypto cannot start a SHA-256 digest", path);
     }
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     *n_read = 0;
@@ -150,35 +150,35 @@ static int hash_fd(int fd, const char *path, uint64_t size, const file_id_progre
         ssize_t r = read(fd, buf, HASH_CHUNK);
         if (r < 0) {
             if (errno == EINTR) continue;
-            int err = errno;
-            ph_sha256_discard(&ctx);
+            int errnum = errno;
+            sha256_discard(&ctx);
             free(buf);
-            return ph_err_set(e, "%s: read failed: %s", path, strerror(err));
+            return err_set(err, "%s: read failed: %s", path, strerror(errnum));
         }
         if (r == 0) break;
-        ph_sha256_update(&ctx, buf, (size_t)r);
+        sha256_update(&ctx, buf, (size_t)r);
         *n_read += (uint64_t)r;
         if (prog && prog->fn) prog->fn(prog->ud, *n_read, size);
     }
     free(buf);
-    if (ph_sha256_final(&ctx, id) != 0) return ph_err_set(e, "%s: libcrypto failed to compute a SHA-256 digest", path);
+    if (sha256_final(&ctx, id) != 0) return err_set(err, "%s: libcrypto failed to compute a SHA-256 digest", path);
     return 0;
 }
 
-int ph_file_id(const char *path, const char *memo_dir, uint8_t id[32], bool *from_memo, const file_id_progress *prog,
-               ph_err *e) {
+int file_id_of(const char *path, const char *memo_dir, uint8_t id[32], bool *from_memo, const file_id_progress *prog,
+               ph_err *err) {
     if (from_memo) *from_memo = false;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ph_err_set(e, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return err_set(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        int err = errno;
+        int errnum = errno;
         close(fd);
-        return ph_err_set(e, "%s: cannot stat: %s", path, strerror(err));
+        return err_set(err, "%s: cannot stat: %s", path, strerror(errnum));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return ph_err_set(e, "%s: not a regular file", path);
+        return err_set(err, "%s: not a regular file", path);
     }
     memo_entry me = entry_of(&st);
 
@@ -211,7 +211,7 @@ int ph_file_id(const char *path, const char *memo_dir, uint8_t id[32], bool *fro
     struct timespec started;
     clock_gettime(CLOCK_REALTIME, &started);
     uint64_t n_read = 0;
-    int rc = hash_fd(fd, path, (uint64_t)st.st_size, prog, me.id, &n_read, e);
+    int rc = hash_fd(fd, path, (uint64_t)st.st_size, prog, me.id, &n_read, err);
     struct stat st2;
     bool stable = rc == 0 && fstat(fd, &st2) == 0 && n_read == me.size;
     close(fd);
@@ -233,7 +233,7 @@ int ph_file_id(const char *path, const char *memo_dir, uint8_t id[32], bool *fro
     return 0;
 }
 
-const char *ph_default_cache_dir(char *buf, size_t cap) {
+const char *default_cache_dir(char *buf, size_t cap) {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int k;
     if (xdg && xdg[0] == '/') k = snprintf(buf, cap, "%s/pinhole", xdg);

@@ -41,13 +41,13 @@ typedef struct file_id_progress {
 } file_id_progress;
 
 /* prog may be NULL (no reports; none either when the memo knows the file). */
-int ph_file_id(const char *path, const char *memo_dir, uint8_t id[32], bool *from_memo, const file_id_progress *prog,
-               ph_err *e);
+int file_id_of(const char *path, const char *memo_dir, uint8_t id[32], bool *from_memo, const file_id_progress *prog,
+               ph_err *err);
 
 /* The default cache folder: $XDG_CACHE_HOME/pinhole (when it is an
  * absolute path), else $HOME/.cache/pinhole, else NULL. Writes into buf
  * (cap bytes) and returns it, or NULL when neither is set or it does not
  * fit. The folder is not created. */
-const char *ph_default_cache_dir(char *buf, size_t cap);
+const char *default_cache_dir(char *buf, size_t cap);
 
 #endif

@@ -15,8 +15,8 @@ static size_t part_bytes(const kv_cache *c) { return (size_t)c->rows.n_ctx * c->
 static void point(kv_cache *c) {
     uint8_t *p = c->map;
     for (int l = 0; l < c->n_layer; l++) {
-        c->rows.k[l] = (ph_f16 *)(p + (size_t)(2 * l) * part_bytes(c));
-        c->rows.v[l] = (ph_f16 *)(p + (size_t)(2 * l + 1) * part_bytes(c));
+        c->rows.k[l] = (f16_bits *)(p + (size_t)(2 * l) * part_bytes(c));
+        c->rows.v[l] = (f16_bits *)(p + (size_t)(2 * l + 1) * part_bytes(c));
     }
 }
 
@@ -46,11 +46,11 @@ static int init_recurrent(kv_cache *c, const llm_hparams *hp) {
 }
 
 /* One K (or V) cell of a layer. */
-static size_t cell_bytes(const llm_hparams *hp) { return (size_t)hp->n_head_kv * (size_t)hp->head_dim * sizeof(ph_f16); }
+static size_t cell_bytes(const llm_hparams *hp) { return (size_t)hp->n_head_kv * (size_t)hp->head_dim * sizeof(f16_bits); }
 
 size_t kv_cache_row_bytes(const llm_hparams *hp) { return 2 * (size_t)hp->n_attn_layer * cell_bytes(hp); }
 
-int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e) {
+int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *err) {
     memset(c, 0, sizeof *c);
     c->n_layer = m->hp.n_attn_layer;
     c->row_bytes = cell_bytes(&m->hp);
@@ -58,16 +58,16 @@ int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e) {
     c->rows.k = calloc((size_t)c->n_layer, sizeof *c->rows.k);
     c->rows.v = calloc((size_t)c->n_layer, sizeof *c->rows.v);
     c->map_bytes = 2 * (size_t)c->n_layer * part_bytes(c);
-    if (c->rows.k && c->rows.v && init_recurrent(c, &m->hp) == 0 && (c->map = ph_big_alloc(c->map_bytes))) {
+    if (c->rows.k && c->rows.v && init_recurrent(c, &m->hp) == 0 && (c->map = big_alloc(c->map_bytes))) {
         point(c);
         return 0;
     }
     kv_cache_free(c);
-    return ph_err_set(e, "out of memory for a context of %d tokens", n_ctx);
+    return err_set(err, "out of memory for a context of %d tokens", n_ctx);
 }
 
 void kv_cache_free(kv_cache *c) {
-    ph_big_free(c->map, c->map_bytes);
+    big_free(c->map, c->map_bytes);
     free(c->rows.k);
     free(c->rows.v);
     free(c->rows.conv);
@@ -87,7 +87,7 @@ void *kv_cache_swap_map(kv_cache *c, void *fresh) {
 }
 
 void kv_cache_adopt_map(kv_cache *c, void *map, int32_t n) {
-    ph_big_free(kv_cache_swap_map(c, map), c->map_bytes);
+    big_free(kv_cache_swap_map(c, map), c->map_bytes);
     c->rows.n_rows = n;
 }
 

@@ -49,7 +49,7 @@ typedef struct kv_cache {
     int n_snap;
 } kv_cache;
 
-int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *e);
+int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *err);
 /* The bytes one row of context takes in a model's cache: its K and V cells
  * in every attention layer. */
 size_t kv_cache_row_bytes(const llm_hparams *hp);
@@ -85,7 +85,7 @@ void kv_cache_snapshot(kv_cache *c);
 /* The size of a copy of the first n cells. */
 size_t kv_cache_bytes(const kv_cache *c, int32_t n);
 void kv_cache_save(const kv_cache *c, int32_t n, void *dst);
-/* Installs `fresh` (a ph_big_alloc of map_bytes) as the cells, with no rows
+/* Installs `fresh` (a big_alloc of map_bytes) as the cells, with no rows
  * in use, and returns the mapping it replaces, which then belongs to the
  * caller: a checkpoint of n_ctx cells that kv_cache_load reads, or that
  * kv_cache_swap_map installs again. */

@@ -68,7 +68,7 @@ static bool make_room(ram_tier *t, const ram_ckpt *nc, const seq_state *v, size_
         drop(t, lru);
         t->evictions++;
     }
-    ram_ckpt *grown = ph_grow(t->v, &t->cap, (size_t)t->n, sizeof *grown, 8);
+    ram_ckpt *grown = grow_array(t->v, &t->cap, (size_t)t->n, sizeof *grown, 8);
     if (!grown) return false;
     t->v = grown;
     return true;
@@ -102,7 +102,7 @@ static int ckpt_make(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_byt
 int ram_ckpt_new(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, int64_t floor) {
     int rc = ckpt_make(c, seq, n, kv_bytes, floor);
     if (rc) return rc;
-    if (!(c->kv = ph_big_alloc(kv_bytes))) {
+    if (!(c->kv = big_alloc(kv_bytes))) {
         ram_ckpt_free(c);
         return -1;
     }
@@ -170,7 +170,7 @@ int ram_ckpt_set_recurrent(ram_ckpt *c, const kv_cache *kv) {
 
 void ram_ckpt_free(ram_ckpt *c) {
     free(c->rec);
-    ph_big_free(c->kv, c->map_bytes);
+    big_free(c->kv, c->map_bytes);
     seq_free(&c->seq);
     memset(c, 0, sizeof *c);
 }

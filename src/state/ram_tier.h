@@ -38,7 +38,7 @@ typedef struct ram_ckpt {
     float *rec;        /* with recurrent layers, their states after rec_rows (kv_cache_save_recurrent), or NULL */
     int32_t rec_rows[KV_SNAPSHOTS + 1];
     int n_rec;
-    void *kv;          /* its KV cells, as the session wrote them (a ph_big_alloc of map_bytes) */
+    void *kv;          /* its KV cells, as the session wrote them (a big_alloc of map_bytes) */
     int32_t kv_rows;   /* cells per part of kv's layout: seq.n_rows for a copy, the context
                           size for a session's own mapping (kv_cache_swap_map) */
     size_t kv_bytes;   /* what the cells of its rows take */

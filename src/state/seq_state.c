@@ -4,13 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-int seq_init(seq_state *s, int32_t cap, ph_err *e) {
+int seq_init(seq_state *s, int32_t cap, ph_err *err) {
     memset(s, 0, sizeof *s);
     s->tok = malloc((size_t)cap * sizeof *s->tok);
     s->pos_after = malloc((size_t)cap * sizeof *s->pos_after);
     if (!s->tok || !s->pos_after) {
         seq_free(s);
-        return ph_err_set(e, "out of memory for a sequence of %d rows", cap);
+        return err_set(err, "out of memory for a sequence of %d rows", cap);
     }
     s->cap = cap;
     return 0;
@@ -28,21 +28,21 @@ void seq_clear(seq_state *s) {
     s->n_spans = 0;
 }
 
-int seq_push_token(seq_state *s, int32_t id, int32_t pos, ph_err *e) {
-    if (s->n_rows >= s->cap) return ph_err_set(e, "sequence full (%d rows)", s->cap);
+int seq_push_token(seq_state *s, int32_t id, int32_t pos, ph_err *err) {
+    if (s->n_rows >= s->cap) return err_set(err, "sequence full (%d rows)", s->cap);
     s->tok[s->n_rows] = id;
     s->pos_after[s->n_rows] = pos + 1;
     s->n_rows++;
     return 0;
 }
 
-int seq_push_span(seq_state *s, const seq_span *sp, int32_t pos, ph_err *e) {
+int seq_push_span(seq_state *s, const seq_span *sp, int32_t pos, ph_err *err) {
     if (sp->n_tokens <= 0 || s->n_rows + sp->n_tokens > s->cap)
-        return ph_err_set(e, "sequence full (%d rows)", s->cap);
+        return err_set(err, "sequence full (%d rows)", s->cap);
     if (s->n_spans == s->spans_cap) {
         int32_t cap = s->spans_cap ? s->spans_cap * 2 : 8;
         seq_span *n = realloc(s->spans, (size_t)cap * sizeof *n);
-        if (!n) return ph_err_set(e, "out of memory");
+        if (!n) return err_set(err, "out of memory");
         s->spans = n;
         s->spans_cap = cap;
     }
@@ -65,14 +65,14 @@ void seq_truncate(seq_state *s, int32_t n) {
     while (s->n_spans && s->spans[s->n_spans - 1].start >= s->n_rows) s->n_spans--;
 }
 
-int seq_copy(seq_state *dst, const seq_state *src, int32_t n, ph_err *e) {
+int seq_copy(seq_state *dst, const seq_state *src, int32_t n, ph_err *err) {
     if (n > src->n_rows) n = src->n_rows;
-    if (n > dst->cap) return ph_err_set(e, "sequence full (%d rows)", dst->cap);
+    if (n > dst->cap) return err_set(err, "sequence full (%d rows)", dst->cap);
     int32_t ns = 0;
     while (ns < src->n_spans && src->spans[ns].start < n) ns++;
     if (ns > dst->spans_cap) {
         seq_span *sp = realloc(dst->spans, (size_t)ns * sizeof *sp);
-        if (!sp) return ph_err_set(e, "out of memory");
+        if (!sp) return err_set(err, "out of memory");
         dst->spans = sp;
         dst->spans_cap = ns;
     }

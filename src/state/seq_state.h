@@ -41,18 +41,18 @@ typedef struct seq_state {
     int32_t n_spans, spans_cap;
 } seq_state;
 
-int seq_init(seq_state *s, int32_t cap, ph_err *e);
+int seq_init(seq_state *s, int32_t cap, ph_err *err);
 void seq_free(seq_state *s);
 void seq_clear(seq_state *s);
 /* Appends a token row / a whole picture span (pos: position of the row, or
  * of the picture's first row). The caller keeps rows and KV in step. */
-int seq_push_token(seq_state *s, int32_t id, int32_t pos, ph_err *e);
-int seq_push_span(seq_state *s, const seq_span *sp, int32_t pos, ph_err *e);
+int seq_push_token(seq_state *s, int32_t id, int32_t pos, ph_err *err);
+int seq_push_span(seq_state *s, const seq_span *sp, int32_t pos, ph_err *err);
 /* Keeps the first n rows (n must not cut a span). */
 void seq_truncate(seq_state *s, int32_t n);
 /* Makes dst the first n rows of src (n must not cut a span; dst->cap >=
  * n), provenance and identity included. */
-int seq_copy(seq_state *dst, const seq_state *src, int32_t n, ph_err *e);
+int seq_copy(seq_state *dst, const seq_state *src, int32_t n, ph_err *err);
 /* The position after the first n rows. */
 int32_t seq_pos_at(const seq_state *s, int32_t n);
 

@@ -61,8 +61,8 @@ static int markers_found(const char *const *markers, const char *t, size_t len) 
 
 static bool has(const char *t, size_t len, const char *s) { return t && memmem(t, len, s, strlen(s)); }
 
-ph_chat_format chat_format_detect(const char *t, size_t len, const char *arch) {
-    ph_chat_format f = {.name = "chatml"};
+chat_fmt chat_format_detect(const char *t, size_t len, const char *arch) {
+    chat_fmt f = {.name = "chatml"};
     if (t) {
         /* the thinking variants open the answer with <think> in the
          * generation prompt; the jinja source writes it with an escaped or
@@ -93,13 +93,13 @@ ph_chat_format chat_format_detect(const char *t, size_t len, const char *arch) {
     return f;
 }
 
-const chat_family *chat_format_family(const ph_chat_format *f) { return f->family ? f->family : &chat_families[0]; }
+const chat_family *chat_format_family(const chat_fmt *f) { return f->family ? f->family : &chat_families[0]; }
 
-bool chat_format_opens_think(const ph_chat_format *f, const chat_render_opts *o) {
+bool chat_format_opens_think(const chat_fmt *f, const chat_render_opts *o) {
     return strcmp(chat_format_opener(f, o), "<think>\n") == 0;
 }
 
-const char *chat_format_opener(const ph_chat_format *f, const chat_render_opts *o) {
+const char *chat_format_opener(const chat_fmt *f, const chat_render_opts *o) {
     if (o && o->thinking == 0 && f->thinking_switch) return "<think>\n\n</think>\n\n";
     return f->think ? "<think>\n" : "";
 }
@@ -107,9 +107,9 @@ const char *chat_format_opener(const ph_chat_format *f, const chat_render_opts *
 /* ---- the render context ------------------------------------------------- */
 
 typedef struct chat_render {
-    const ph_chat_format *f;
+    const chat_fmt *f;
     const chat_family *fam;
-    const ph_vocab *v;  /* NULL: text only */
+    const bpe_vocab *v;  /* NULL: text only */
     ph_prompt *out;
     ph_picture **pics;
     size_t n_pics;
@@ -121,7 +121,7 @@ typedef struct chat_render {
 static void puts_(chat_render *r, const char *s) { strbuf_puts(&r->buf, s); }
 static void put(chat_render *r, const char *s, size_t n) { strbuf_put(&r->buf, s, n); }
 
-static int oom(chat_render *r) { return ph_err_set(r->e, "out of memory rendering the conversation"); }
+static int oom(chat_render *r) { return err_set(r->e, "out of memory rendering the conversation"); }
 
 /* Tokenizes the pending text into a text item. */
 static int flush_text(chat_render *r) {
@@ -129,7 +129,7 @@ static int flush_text(chat_render *r) {
     if (!r->v || r->buf.n == 0) return 0;
     ph_prompt_item *it = prompt_new_item(r->out);
     if (!it) return oom(r);
-    if (ph_vocab_tokenize(r->v, r->buf.p, r->buf.n, true, &it->tokens, r->e)) return -1;
+    if (vocab_tokenize(r->v, r->buf.p, r->buf.n, true, &it->tokens, r->e)) return -1;
     r->buf.n = 0;
     return 0;
 }
@@ -221,7 +221,7 @@ static size_t rstrip_nl(const char *s, size_t n) {
 static int content_text(chat_render *r, const ph_chat_msg *m, size_t idx, strbuf *out) {
     for (size_t j = 0; j < m->n_parts; j++) {
         if (m->parts[j].picture)
-            return ph_err_setc(r->e, PH_ERR_INPUT,
+            return err_setc(r->e, PH_ERR_INPUT,
                                "pictures are only accepted in user and tool messages (message %zu is %s)", idx + 1,
                                role_name(m->role));
         strbuf_put(out, m->parts[j].text, m->parts[j].len);
@@ -319,7 +319,7 @@ static bool split_think(const char *s, size_t n, const char **reason, size_t *re
 static int render_all(chat_render *r, const ph_chat_msg *msgs, size_t n_msgs, const ph_tool *tools, size_t n_tools,
                       const chat_render_opts *o) {
     const chat_family *fam = r->fam;
-    if (n_msgs == 0) return ph_err_setc(r->e, PH_ERR_INPUT, "the conversation has no messages");
+    if (n_msgs == 0) return err_setc(r->e, PH_ERR_INPUT, "the conversation has no messages");
     size_t start = 0;
     if (n_tools) {
         const ph_chat_msg *sys = msgs[0].role == PH_ROLE_SYSTEM ? &msgs[0] : NULL;
@@ -357,7 +357,7 @@ static int render_all(chat_render *r, const ph_chat_msg *msgs, size_t n_msgs, co
         case PH_ROLE_ASSISTANT:
             for (size_t j = 0; j < m->n_parts; j++)
                 if (m->parts[j].picture)
-                    return ph_err_setc(r->e, PH_ERR_INPUT,
+                    return err_setc(r->e, PH_ERR_INPUT,
                                        "pictures are only accepted in user and tool messages (message %zu is %s)",
                                        i + 1, role_name(m->role));
             if (fam->assistant(r, m, i > last_query, i + 1 == n_msgs)) return -1;
@@ -384,17 +384,17 @@ static size_t count_pictures(const ph_chat_msg *msgs, size_t n_msgs) {
     return n;
 }
 
-int chat_format_render(const ph_chat_format *f, const ph_vocab *v, const ph_chat_msg *msgs, size_t n_msgs,
+int chat_format_render(const chat_fmt *f, const bpe_vocab *v, const ph_chat_msg *msgs, size_t n_msgs,
                        const ph_tool *tools, size_t n_tools, const chat_render_opts *o, ph_prompt *out,
-                       ph_picture ***pictures, ph_err *e) {
+                       ph_picture ***pictures, ph_err *err) {
     memset(out, 0, sizeof *out);
     *pictures = NULL;
-    chat_render r = {.f = f, .fam = chat_format_family(f), .v = v, .out = out, .e = e};
+    chat_render r = {.f = f, .fam = chat_format_family(f), .v = v, .out = out, .e = err};
     size_t n_pic = count_pictures(msgs, n_msgs);
-    if (n_pic && !(r.pics = calloc(n_pic, sizeof *r.pics))) return ph_err_set(e, "out of memory");
-    if (ph_vocab_add_bos(v) && ph_vocab_bos(v) >= 0) {
+    if (n_pic && !(r.pics = calloc(n_pic, sizeof *r.pics))) return err_set(err, "out of memory");
+    if (vocab_add_bos(v) && vocab_bos(v) >= 0) {
         ph_prompt_item *it = prompt_new_item(out);
-        if (!it || ph_tokens_push(&it->tokens, ph_vocab_bos(v))) {
+        if (!it || ph_tokens_push(&it->tokens, vocab_bos(v))) {
             oom(&r);
             goto fail;
         }
@@ -410,17 +410,17 @@ fail:
     return -1;
 }
 
-int chat_format_render_text(const ph_chat_format *f, const ph_chat_msg *msgs, size_t n_msgs, const ph_tool *tools,
+int chat_format_render_text(const chat_fmt *f, const ph_chat_msg *msgs, size_t n_msgs, const ph_tool *tools,
                             size_t n_tools, const chat_render_opts *o, const char *picture, char **text, size_t *len,
-                            ph_err *e) {
+                            ph_err *err) {
     *text = NULL;
     *len = 0;
     chat_render r = {.f = f,
                      .fam = chat_format_family(f),
-                     .e = e,
+                     .e = err,
                      .picture_text = picture ? picture : "<|vision_start|><|image_pad|><|vision_end|>"};
     size_t n_pic = count_pictures(msgs, n_msgs);
-    if (n_pic && !(r.pics = calloc(n_pic, sizeof *r.pics))) return ph_err_set(e, "out of memory");
+    if (n_pic && !(r.pics = calloc(n_pic, sizeof *r.pics))) return err_set(err, "out of memory");
     int rc = render_all(&r, msgs, n_msgs, tools, n_tools, o);
     free(r.pics);
     if (rc) {

@@ -22,7 +22,7 @@ typedef enum chat_call_syntax {
 } chat_call_syntax;
 
 struct chat_render;
-struct ph_chat_format;
+struct chat_fmt;
 
 /* A tool family: what the template looks like, how it renders the parts
  * that differ, how calls in the answer are parsed. */
@@ -43,32 +43,32 @@ typedef struct chat_family {
 extern const chat_family chat_families[];
 extern const size_t chat_n_families;
 
-typedef struct ph_chat_format {
+typedef struct chat_fmt {
     const char *name;          /* "chatml", "chatml-think" */
     bool think;                /* the generation prompt opens <think> (the answer starts inside reasoning) */
     const chat_family *family; /* tool family; NULL: the first row (hermes) */
     bool family_from_template; /* the template's tool markup chose it (else the architecture did) */
     bool thinking_switch;      /* the template reads enable_thinking */
     bool reasoning_history;    /* the template renders reasoning_content back (turns after the last user query) */
-} ph_chat_format;
+} chat_fmt;
 
 /* Picks the format from a template's text (the model's
  * tokenizer.chat_template) and, when the template has no tool markup, an
  * architecture name (general.architecture); either may be NULL. */
-ph_chat_format chat_format_detect(const char *tmpl, size_t len, const char *arch);
-const chat_family *chat_format_family(const ph_chat_format *f);
+chat_fmt chat_format_detect(const char *tmpl, size_t len, const char *arch);
+const chat_family *chat_format_family(const chat_fmt *f);
 
 typedef struct chat_render_opts {
     int thinking; /* -1: the template's default; 0: off; 1: on (where the template can switch) */
 } chat_render_opts;
 
 /* Whether the generation prompt leaves the answer inside <think>. */
-bool chat_format_opens_think(const ph_chat_format *f, const chat_render_opts *o);
+bool chat_format_opens_think(const chat_fmt *f, const chat_render_opts *o);
 /* What the generation prompt puts after the assistant's header
  * (<|im_start|>assistant\n): the opening of its reasoning, or "". The
  * conversation re-sent with the answer renders the header, but not this
  * (a thinking model's history keeps no reasoning before the last query). */
-const char *chat_format_opener(const ph_chat_format *f, const chat_render_opts *o);
+const char *chat_format_opener(const chat_fmt *f, const chat_render_opts *o);
 
 /* Renders messages, tools (may be 0) and the generation prompt into a
  * prompt stream tokenized with v (BOS first where v adds one): runs of tokens and pictures. The i-th picture item refers
@@ -76,15 +76,15 @@ const char *chat_format_opener(const ph_chat_format *f, const chat_render_opts *
  * *pictures (malloc'd) lists them. o may be NULL (defaults). Errors are
  * PH_ERR_INPUT (an empty conversation, a picture in a system or assistant
  * turn, a tool without a name or with parameters that are not JSON). */
-int chat_format_render(const ph_chat_format *f, const ph_vocab *v, const ph_chat_msg *msgs, size_t n_msgs,
+int chat_format_render(const chat_fmt *f, const bpe_vocab *v, const ph_chat_msg *msgs, size_t n_msgs,
                        const ph_tool *tools, size_t n_tools, const chat_render_opts *o, ph_prompt *out,
-                       ph_picture ***pictures, ph_err *e);
+                       ph_picture ***pictures, ph_err *err);
 
 /* The same rendering as text (no BOS): a picture is written as picture,
  * or when that is NULL as <|vision_start|><|image_pad|><|vision_end|>, as
  * the HF templates write it. *text is malloc'd and NUL-terminated. */
-int chat_format_render_text(const ph_chat_format *f, const ph_chat_msg *msgs, size_t n_msgs, const ph_tool *tools,
+int chat_format_render_text(const chat_fmt *f, const ph_chat_msg *msgs, size_t n_msgs, const ph_tool *tools,
                             size_t n_tools, const chat_render_opts *o, const char *picture, char **text, size_t *len,
-                            ph_err *e);
+                            ph_err *err);
 
 #endif

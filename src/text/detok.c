@@ -36,7 +36,7 @@ static void feed(ph_detok *d, sink *o, uint8_t byte) {
     d->pending[d->n_pending++] = (char)byte;
     while (d->n_pending > 0) {
         uint32_t cp;
-        int k = ph_utf8_next((const uint8_t *)d->pending, (size_t)d->n_pending, &cp);
+        int k = utf8_next((const uint8_t *)d->pending, (size_t)d->n_pending, &cp);
         if (k == 0) return; /* a valid prefix: wait for more */
         if (k > 0) {
             put(o, d->pending, (size_t)k);
@@ -49,15 +49,15 @@ static void feed(ph_detok *d, sink *o, uint8_t byte) {
     }
 }
 
-size_t ph_detok_push(ph_detok *d, const ph_vocab *v, int32_t id, char *out, size_t cap) {
+size_t detok_push(ph_detok *d, const bpe_vocab *v, int32_t id, char *out, size_t cap) {
     sink o = {out, cap, 0, false};
     char local[512];
-    const int n = ph_token_bytes(v, id, local, sizeof local);
+    const int n = token_bytes(v, id, local, sizeof local);
     if (n > 0) {
         char *bytes = local;
         if ((size_t)n > sizeof local) {
             if (!(bytes = malloc((size_t)n))) return finish(&o);
-            ph_token_bytes(v, id, bytes, (size_t)n);
+            token_bytes(v, id, bytes, (size_t)n);
         }
         for (int i = 0; i < n; i++) feed(d, &o, (uint8_t)bytes[i]);
         if (bytes != local) free(bytes);
@@ -65,7 +65,7 @@ size_t ph_detok_push(ph_detok *d, const ph_vocab *v, int32_t id, char *out, size
     return finish(&o);
 }
 
-size_t ph_detok_flush(ph_detok *d, char *out, size_t cap) {
+size_t detok_flush(ph_detok *d, char *out, size_t cap) {
     sink o = {out, cap, 0, false};
     /* What is pending is a proper prefix of a character: one U+FFFD. */
     if (d->n_pending > 0) put(&o, REPLACEMENT, sizeof REPLACEMENT);

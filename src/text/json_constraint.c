@@ -158,7 +158,7 @@ typedef struct cc {
 enum { B_NEVER, B_ANY, B_OBJ, B_ARR, B_STR, B_NUM, B_TFN, B_N }; /* built-in nodes */
 
 static int oom(cc *c) {
-    if (!c->failed) ph_err_set(c->err, "json schema: out of memory");
+    if (!c->failed) err_set(c->err, "json schema: out of memory");
     c->failed = true;
     return -1;
 }
@@ -178,7 +178,7 @@ PH_PRINTF(2, 3) static int refuse(cc *c, const char *fmt, ...) {
 static uint32_t new_node(cc *c, uint8_t kind) {
     jc_schema *s = c->s;
     if (s->n_nodes >= 0x7fffff) return refuse(c, "json schema: too large for the constraint"), JC_NONE;
-    jc_node *p = ph_grow(s->nodes, &c->cap_nodes, s->n_nodes, sizeof *p, 64);
+    jc_node *p = grow_array(s->nodes, &c->cap_nodes, s->n_nodes, sizeof *p, 64);
     if (!p) return oom(c), JC_NONE;
     s->nodes = p;
     jc_node *n = &s->nodes[s->n_nodes];
@@ -194,7 +194,7 @@ static uint32_t add_list(cc *c, const uint32_t *ids, uint32_t n) {
     jc_schema *s = c->s;
     const uint32_t off = s->n_alts;
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t *p = ph_grow(s->alts, &c->cap_alts, s->n_alts, sizeof *p, 64);
+        uint32_t *p = grow_array(s->alts, &c->cap_alts, s->n_alts, sizeof *p, 64);
         if (!p) return oom(c), 0;
         s->alts = p;
         s->alts[s->n_alts++] = ids[i];
@@ -203,7 +203,7 @@ static uint32_t add_list(cc *c, const uint32_t *ids, uint32_t n) {
 }
 
 static int add_lit(cc *c, uint32_t node, json_t *values, uint32_t filter) {
-    pend_lit *p = ph_grow(c->pend, &c->cap_pend, c->n_pend, sizeof *p, 16);
+    pend_lit *p = grow_array(c->pend, &c->cap_pend, c->n_pend, sizeof *p, 16);
     if (!p) {
         json_decref(values);
         return oom(c);
@@ -433,7 +433,7 @@ static int compile_object(cc *c, json_t *js, const char *path, uint32_t id) {
         jc_schema *s = c->s;
         const uint32_t off = s->n_props;
         for (size_t j = 0; j < n && rc == 0; j++) {
-            jc_prop *p = ph_grow(s->props, &c->cap_props, s->n_props, sizeof *p, 32);
+            jc_prop *p = grow_array(s->props, &c->cap_props, s->n_props, sizeof *p, 32);
             if (!p) {
                 rc = oom(c);
                 break;
@@ -443,7 +443,7 @@ static int compile_object(cc *c, json_t *js, const char *path, uint32_t id) {
             ser_string(&kb, ord[j].key, strlen(ord[j].key));
             const uint32_t koff = s->n_bytes;
             for (size_t i = 0; i < kb.n && !kb.oom; i++) {
-                char *q = ph_grow(s->bytes, &c->cap_bytes, s->n_bytes, 1, 256);
+                char *q = grow_array(s->bytes, &c->cap_bytes, s->n_bytes, 1, 256);
                 if (!q) {
                     kb.oom = true;
                     break;
@@ -647,7 +647,7 @@ static uint32_t compile(cc *c, json_t *js, const char *path) {
         if (c->memo[i].js == js) return c->memo[i].id;
     if (++c->depth > 200) return refuse(c, "the schema at %s is nested too deeply", path), JC_NONE;
     const uint32_t id = new_node(c, K_NEVER);
-    memo_ent *me = id == JC_NONE ? NULL : ph_grow(c->memo, &c->cap_memo, c->n_memo, sizeof *me, 32);
+    memo_ent *me = id == JC_NONE ? NULL : grow_array(c->memo, &c->cap_memo, c->n_memo, sizeof *me, 32);
     if (!me) {
         if (id != JC_NONE) oom(c);
         return JC_NONE;
@@ -686,7 +686,7 @@ static uint32_t compile(cc *c, json_t *js, const char *path) {
         uint32_t filter = JC_NONE;
         if (rc == 0 && (comb || has_any(js, TYPED))) {
             json_t *rest = json_copy(js);
-            json_t **ow = rest ? ph_grow(c->owned, &c->cap_owned, c->n_owned, sizeof *ow, 8) : NULL;
+            json_t **ow = rest ? grow_array(c->owned, &c->cap_owned, c->n_owned, sizeof *ow, 8) : NULL;
             if (!ow) {
                 json_decref(rest);
                 rc = oom(c);
@@ -859,7 +859,7 @@ static bool accepts(const cc *c, uint32_t id, const json_t *v, int guard) {
 
 /* (duplicates are harmless: the trie merges them) */
 static int add_lit_str(cc *c, uint32_t node, const char *p, size_t len) {
-    lit_str *q = ph_grow(c->ls, &c->cap_ls, c->n_ls, sizeof *q, 32);
+    lit_str *q = grow_array(c->ls, &c->cap_ls, c->n_ls, sizeof *q, 32);
     if (!q) return oom(c);
     c->ls = q;
     const size_t off = c->lits.n;
@@ -909,7 +909,7 @@ static int flat_visit(cc *c, flat *f, uint32_t id) {
     }
     uint32_t **arr = n->kind == K_LIT ? &f->lits : &f->list;
     size_t *cnt = n->kind == K_LIT ? &f->n_lits : &f->n, *cap = n->kind == K_LIT ? &f->cap_lits : &f->cap;
-    uint32_t *p = ph_grow(*arr, cap, *cnt, sizeof *p, 8);
+    uint32_t *p = grow_array(*arr, cap, *cnt, sizeof *p, 8);
     if (!p) return oom(c);
     *arr = p;
     p[(*cnt)++] = id;
@@ -953,7 +953,7 @@ static int flatten(cc *c) {
         }
         if (rc) break;
         if (lit != JC_NONE) {
-            uint32_t *p = ph_grow(f.list, &f.cap, f.n, sizeof *p, 8);
+            uint32_t *p = grow_array(f.list, &f.cap, f.n, sizeof *p, 8);
             if (!p) {
                 rc = oom(c);
                 break;
@@ -1054,7 +1054,7 @@ static void prune(cc *c) {
 
 /* ---- tries ---------------------------------------------------------------- */
 static uint32_t tb_node(cc *c, uint32_t depth) {
-    bnode *p = ph_grow(c->bn, &c->cap_bn, c->n_bn, sizeof *p, 64);
+    bnode *p = grow_array(c->bn, &c->cap_bn, c->n_bn, sizeof *p, 64);
     if (!p) return oom(c), JC_NONE;
     c->bn = p;
     c->bn[c->n_bn] = (bnode){JC_NONE, depth, -1, -1};
@@ -1074,7 +1074,7 @@ static int tb_insert(cc *c, uint32_t root, const char *str, size_t len, int32_t 
             }
         if (next == JC_NONE) {
             if ((next = tb_node(c, c->bn[at].depth + 1)) == JC_NONE) return -1;
-            bedge *p = ph_grow(c->be, &c->cap_be, c->n_be, sizeof *p, 64);
+            bedge *p = grow_array(c->be, &c->cap_be, c->n_be, sizeof *p, 64);
             if (!p) return oom(c);
             c->be = p;
             c->be[c->n_be] = (bedge){next, c->bn[at].first, b};
@@ -1149,7 +1149,7 @@ jc_schema *jc_schema_compile(const char *json, size_t len, ph_err *err) {
     json_error_t je;
     json_t *doc = json_loadb(json, len, JSON_DECODE_ANY, &je);
     if (!doc) {
-        ph_err_setc(err, PH_ERR_INPUT, "the schema is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+        err_setc(err, PH_ERR_INPUT, "the schema is not valid JSON: %s (line %d, column %d)", je.text, je.line,
                     je.column);
         return NULL;
     }
@@ -1159,7 +1159,7 @@ jc_schema *jc_schema_compile(const char *json, size_t len, ph_err *err) {
     c.s = calloc(1, sizeof *c.s);
     if (!c.s) {
         json_decref(doc);
-        ph_err_set(err, "json schema: out of memory");
+        err_set(err, "json schema: out of memory");
         return NULL;
     }
     int rc = builtins(&c);

@@ -830,14 +830,14 @@ static void work_free(jc_work *w) {
 
 jc_matcher *jc_matcher_new(const jc_schema *s, const char *prefix, const char *suffix, bool outer_ws, ph_err *err) {
     if (!s) {
-        ph_err_set(err, "json constraint: no schema");
+        err_set(err, "json constraint: no schema");
         return NULL;
     }
     jc_matcher *m = calloc(1, sizeof *m);
     if (!m || !(m->prefix = strdup(prefix ? prefix : "")) || !(m->suffix = strdup(suffix ? suffix : "")) ||
         !(m->w = work_new())) {
         jc_matcher_free(m);
-        ph_err_set(err, "json constraint: out of memory");
+        err_set(err, "json constraint: out of memory");
         return NULL;
     }
     m->s = s;
@@ -1282,7 +1282,7 @@ oom:
     free(plen);
     free(list);
     jc_vocab_free(v);
-    ph_err_set(err, "json constraint: out of memory indexing the vocabulary");
+    err_set(err, "json constraint: out of memory indexing the vocabulary");
     return NULL;
 }
 

@@ -866,7 +866,7 @@ static void run(out_parser *p, const char *s, size_t n) {
 
 /* ---- the interface --------------------------------------------------------------- */
 
-int out_parser_init(out_parser *p, const out_parser_cfg *cfg, ph_err *e) {
+int out_parser_init(out_parser *p, const out_parser_cfg *cfg, ph_err *err) {
     memset(p, 0, sizeof *p);
     const chat_family *fam = chat_format_family(cfg->fmt);
     p->syntax = fam->calls;
@@ -877,7 +877,7 @@ int out_parser_init(out_parser *p, const out_parser_cfg *cfg, ph_err *e) {
     p->n_tools = cfg->n_tools;
     p->st = cfg->in_reasoning ? P_REASON : P_START;
     if (p->calls && p->syntax == CHAT_CALLS_XML) {
-        if (!(p->schemas = calloc(p->n_tools, sizeof *p->schemas))) return ph_err_set(e, "out of memory");
+        if (!(p->schemas = calloc(p->n_tools, sizeof *p->schemas))) return err_set(err, "out of memory");
         for (size_t i = 0; i < p->n_tools; i++)
             if (p->tools[i].parameters)
                 p->schemas[i] = tool_json_parse(p->tools[i].parameters, strlen(p->tools[i].parameters));

@@ -68,7 +68,7 @@ typedef enum out_kind {
 typedef void (*out_fn)(void *ud, out_kind kind, int32_t call, const char *text, size_t len);
 
 typedef struct out_parser_cfg {
-    const ph_chat_format *fmt; /* the tool family (call syntax, reasoning rules) */
+    const chat_fmt *fmt; /* the tool family (call syntax, reasoning rules) */
     bool in_reasoning;         /* the generation prompt opened <think> (chat_format_opens_think) */
     bool parse_calls;          /* false: no call is parsed (tool_choice none) */
     const ph_tool *tools;      /* the tools a call may name; must outlive the parser */
@@ -126,7 +126,7 @@ typedef struct out_parser {
     void *ud;
 } out_parser;
 
-int out_parser_init(out_parser *p, const out_parser_cfg *cfg, ph_err *e);
+int out_parser_init(out_parser *p, const out_parser_cfg *cfg, ph_err *err);
 void out_parser_free(out_parser *p);
 void out_parser_feed(out_parser *p, const char *text, size_t len, out_fn fn, void *ud);
 /* The answer ended: releases what is held (see above). */

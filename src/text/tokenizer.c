@@ -37,7 +37,7 @@ typedef struct trie_node {
     uint8_t byte;
 } trie_node;
 
-struct ph_vocab {
+struct bpe_vocab {
     int32_t n_vocab; /* real tokens: ids 0 .. n_vocab-1 */
     int32_t n_strs;  /* plus strings that only appear in merges (ids above n_vocab) */
     char *text;      /* all strings back to back; string i is text[off[i] .. off[i+1]) */
@@ -104,11 +104,11 @@ static uint64_t hash_bytes(const void *p, size_t n) {
     return h ^ h >> 33;
 }
 
-static const char *str_ptr(const ph_vocab *v, int32_t id) { return v->text + v->off[id]; }
-static size_t str_len(const ph_vocab *v, int32_t id) { return v->off[id + 1] - v->off[id]; }
+static const char *str_ptr(const bpe_vocab *v, int32_t id) { return v->text + v->off[id]; }
+static size_t str_len(const bpe_vocab *v, int32_t id) { return v->off[id + 1] - v->off[id]; }
 
 /* The slot holding s (whose hash is h), or the free slot where it would go. */
-static uint32_t str_slot(const ph_vocab *v, const char *s, size_t n, uint64_t h) {
+static uint32_t str_slot(const bpe_vocab *v, const char *s, size_t n, uint64_t h) {
     const uint32_t tag = (uint32_t)(h >> 32);
     for (uint32_t i = (uint32_t)h & v->str_mask;; i = (i + 1) & v->str_mask) {
         const str_entry *en = &v->str_slots[i];
@@ -117,11 +117,11 @@ static uint32_t str_slot(const ph_vocab *v, const char *s, size_t n, uint64_t h)
     }
 }
 
-static int32_t str_find(const ph_vocab *v, const char *s, size_t n) {
+static int32_t str_find(const bpe_vocab *v, const char *s, size_t n) {
     return v->str_slots[str_slot(v, s, n, hash_bytes(s, n))].id;
 }
 
-static int str_table_alloc(ph_vocab *v, size_t n_expected) {
+static int str_table_alloc(bpe_vocab *v, size_t n_expected) {
     uint32_t cap = 1024;
     while (cap < n_expected + n_expected / 2) cap *= 2;
     v->str_slots = malloc(cap * sizeof *v->str_slots);
@@ -133,7 +133,7 @@ static int str_table_alloc(ph_vocab *v, size_t n_expected) {
 }
 
 /* Keeps the string table at most 3/4 full. */
-static int str_table_reserve(ph_vocab *v) {
+static int str_table_reserve(bpe_vocab *v) {
     if (4 * ((uint64_t)v->str_used + 1) <= 3 * ((uint64_t)v->str_mask + 1)) return 0;
     str_entry *old = v->str_slots;
     const uint32_t old_cap = v->str_mask + 1;
@@ -153,7 +153,7 @@ static int str_table_reserve(ph_vocab *v) {
 }
 
 /* Appends s as string id n_strs (not indexed). */
-static int str_append(ph_vocab *v, const char *s, size_t n) {
+static int str_append(bpe_vocab *v, const char *s, size_t n) {
     if (v->text_len + n > UINT32_MAX) return -1;
     if (v->text_len + n > v->text_cap) {
         size_t cap = v->text_cap ? v->text_cap : 4096;
@@ -176,7 +176,7 @@ static int str_append(ph_vocab *v, const char *s, size_t n) {
 }
 
 /* Id of s, adding it as a merge-only string if it is new; -1 out of memory. */
-static int32_t str_intern(ph_vocab *v, const char *s, size_t n) {
+static int32_t str_intern(bpe_vocab *v, const char *s, size_t n) {
     if (str_table_reserve(v)) return -1;
     const uint64_t h = hash_bytes(s, n);
     str_entry *en = &v->str_slots[str_slot(v, s, n, h)];
@@ -189,11 +189,11 @@ static int32_t str_intern(ph_vocab *v, const char *s, size_t n) {
 
 /* ---- merges ------------------------------------------------------------- */
 
-static uint32_t merge_hash(const ph_vocab *v, uint32_t a, uint32_t b) {
+static uint32_t merge_hash(const bpe_vocab *v, uint32_t a, uint32_t b) {
     return (uint32_t)((((uint64_t)a << 32 | b) * 0x9E3779B97F4A7C15ull) >> v->merge_shift);
 }
 
-static const merge_slot *merge_find(const ph_vocab *v, uint32_t a, uint32_t b) {
+static const merge_slot *merge_find(const bpe_vocab *v, uint32_t a, uint32_t b) {
     for (uint32_t i = merge_hash(v, a, b);; i = (i + 1) & v->merge_mask) {
         const merge_slot *m = &v->merges[i];
         if (m->a == MERGE_EMPTY) return NULL;
@@ -202,7 +202,7 @@ static const merge_slot *merge_find(const ph_vocab *v, uint32_t a, uint32_t b) {
 }
 
 /* Adds (a, b) unless present: the first (lowest) rank of a pair wins. */
-static void merge_add(ph_vocab *v, uint32_t a, uint32_t b, int32_t rank, int32_t result) {
+static void merge_add(bpe_vocab *v, uint32_t a, uint32_t b, int32_t rank, int32_t result) {
     for (uint32_t i = merge_hash(v, a, b);; i = (i + 1) & v->merge_mask) {
         merge_slot *m = &v->merges[i];
         if (m->a == a && m->b == b) return;
@@ -216,7 +216,7 @@ static void merge_add(ph_vocab *v, uint32_t a, uint32_t b, int32_t rank, int32_t
 /* "A B" split at the first space at index >= 1; rank = index in the list.
  * A, B and A+B get string ids (merge-only strings included), so BPE works on
  * ids. Returns 0 or -1 (out of memory). */
-static int load_merges(ph_vocab *v, const gguf_kv *kv) {
+static int load_merges(bpe_vocab *v, const gguf_kv *kv) {
     const uint64_t n = kv->v.arr.n;
     unsigned bits = 10;
     while ((UINT64_C(1) << bits) < n + n / 2) bits++;
@@ -253,14 +253,14 @@ static int load_merges(ph_vocab *v, const gguf_kv *kv) {
 
 /* ---- byte map (docs/numerics.md, Byte map) ------------------------------ */
 
-static void build_byte_map(ph_vocab *v) {
+static void build_byte_map(bpe_vocab *v) {
     uint32_t next = 0x100;
     for (int i = 0; i < 0x144; i++) v->unmap[i] = -1;
     for (int b = 0; b < 256; b++) {
         const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
         const uint32_t cp = printable ? (uint32_t)b : next++;
         uint8_t u[4];
-        v->map_len[b] = (uint8_t)ph_utf8_encode(cp, u);
+        v->map_len[b] = (uint8_t)utf8_encode(cp, u);
         memcpy(v->map_utf8[b], u, v->map_len[b]);
         v->unmap[cp] = (int16_t)b;
     }
@@ -323,7 +323,7 @@ static int cmp_special(const void *pa, const void *pb) {
 }
 
 /* Child of node with the given byte, -1 if none. */
-static int32_t trie_child(const ph_vocab *v, int32_t node, uint8_t byte) {
+static int32_t trie_child(const bpe_vocab *v, int32_t node, uint8_t byte) {
     for (int32_t c = v->trie[node].child; c >= 0; c = v->trie[c].sibling)
         if (v->trie[c].byte == byte) return c;
     return -1;
@@ -331,7 +331,7 @@ static int32_t trie_child(const ph_vocab *v, int32_t node, uint8_t byte) {
 
 /* Candidates (CONTROL, USER_DEFINED, UNKNOWN; non-empty) sorted longest
  * first, ties by id, and a byte trie over their texts. */
-static int build_specials(ph_vocab *v) {
+static int build_specials(bpe_vocab *v) {
     special_cand *c = malloc((size_t)v->n_vocab * sizeof *c);
     if (!c) return -1;
     int32_t n = 0;
@@ -398,11 +398,11 @@ static bool pre_word_class(gguf_str pre, unsigned *word_class) {
     return false;
 }
 
-static int load_tokens(ph_vocab *v, const gguf_kv *tokens, const gguf_kv *types, ph_err *e) {
+static int load_tokens(bpe_vocab *v, const gguf_kv *tokens, const gguf_kv *types, ph_err *err) {
     const int32_t n = v->n_vocab;
     size_t total = 0;
     for (int32_t i = 0; i < n; i++) total += tokens->v.arr.strs[i].len;
-    if (total > UINT32_MAX / 2) return ph_err_set(e, "tokenizer: the token texts add up to more than 2 GiB");
+    if (total > UINT32_MAX / 2) return err_set(err, "tokenizer: the token texts add up to more than 2 GiB");
     v->type = malloc((size_t)n);
     v->flags = calloc((size_t)n, 1);
     v->text_cap = total + 4096;
@@ -410,12 +410,12 @@ static int load_tokens(ph_vocab *v, const gguf_kv *tokens, const gguf_kv *types,
     v->off_cap = (size_t)n + 1024;
     v->off = malloc(v->off_cap * sizeof *v->off);
     if (!v->type || !v->flags || !v->text || !v->off || str_table_alloc(v, (size_t)n))
-        return ph_err_set(e, "tokenizer: out of memory");
+        return err_set(err, "tokenizer: out of memory");
     v->off[0] = 0;
     for (int32_t i = 0; i < n; i++) {
         const gguf_str s = tokens->v.arr.strs[i];
         int64_t t = PH_TOK_NORMAL;
-        if (types && gguf_arr_i64(types, (uint64_t)i, &t)) return ph_err_set(e, "tokenizer: bad token_type array");
+        if (types && gguf_arr_i64(types, (uint64_t)i, &t)) return err_set(err, "tokenizer: bad token_type array");
         v->type[i] = t >= 0 && t <= 255 ? (uint8_t)t : 0;
         v->flags[i] = (uint8_t)(t == PH_TOK_CONTROL ? F_CONTROL
                                 : t == PH_TOK_USER_DEFINED ? F_USER
@@ -434,14 +434,14 @@ static int load_tokens(ph_vocab *v, const gguf_kv *tokens, const gguf_kv *types,
 }
 
 /* Sets F_CONTROL | flag on the real token with this text, if any. */
-static void mark_text(ph_vocab *v, const char *text, uint8_t flag) {
+static void mark_text(bpe_vocab *v, const char *text, uint8_t flag) {
     const int32_t id = str_find(v, text, strlen(text));
     if (id >= 0 && id < v->n_vocab) v->flags[id] |= F_CONTROL | flag;
 }
 
 /* End of generation: the eos / eot / eom ids, the EOG texts, and the
  * fill-in-the-middle stops. */
-static void mark_control_and_eog(ph_vocab *v, const gguf_file *f) {
+static void mark_control_and_eog(bpe_vocab *v, const gguf_file *f) {
     for (size_t i = 0; i < sizeof EOG_TEXTS / sizeof EOG_TEXTS[0]; i++) mark_text(v, EOG_TEXTS[i], F_EOG);
     for (size_t k = 0; k < sizeof FIM_KINDS / sizeof FIM_KINDS[0]; k++) {
         const fim_kind *fk = &FIM_KINDS[k];
@@ -462,16 +462,16 @@ static void mark_control_and_eog(ph_vocab *v, const gguf_file *f) {
     }
 }
 
-ph_vocab *ph_vocab_load(const gguf_file *f, ph_err *e) {
+bpe_vocab *vocab_load(const gguf_file *f, ph_err *err) {
     gguf_str model = {0}, pre = {0};
     unsigned word_class = 0;
     if (gguf_get_str(f, "tokenizer.ggml.model", &model) || !gguf_str_eq(model, "gpt2")) {
-        ph_err_set(e, "tokenizer: tokenizer.ggml.model is '%.*s'; only 'gpt2' (byte-level BPE) is supported",
+        err_set(err, "tokenizer: tokenizer.ggml.model is '%.*s'; only 'gpt2' (byte-level BPE) is supported",
                    (int)(model.len > 64 ? 64 : model.len), model.ptr ? model.ptr : "");
         return NULL;
     }
     if (gguf_get_str(f, "tokenizer.ggml.pre", &pre) || !pre_word_class(pre, &word_class)) {
-        ph_err_set(e, "tokenizer: pre-tokenizer '%.*s' is not supported (supported: qwen2 and its aliases, qwen35)",
+        err_set(err, "tokenizer: pre-tokenizer '%.*s' is not supported (supported: qwen2 and its aliases, qwen35)",
                    (int)(pre.len > 64 ? 64 : pre.len), pre.ptr ? pre.ptr : "");
         return NULL;
     }
@@ -479,34 +479,34 @@ ph_vocab *ph_vocab_load(const gguf_file *f, ph_err *e) {
     const gguf_kv *merges = string_array(f, "tokenizer.ggml.merges");
     const gguf_kv *types = gguf_find_kv(f, "tokenizer.ggml.token_type");
     if (!tokens || tokens->v.arr.n == 0 || tokens->v.arr.n > INT32_MAX / 2) {
-        ph_err_set(e, "tokenizer: tokenizer.ggml.tokens is missing or not a usable string array");
+        err_set(err, "tokenizer: tokenizer.ggml.tokens is missing or not a usable string array");
         return NULL;
     }
     if (!merges || merges->v.arr.n > INT32_MAX / 2) {
-        ph_err_set(e, "tokenizer: tokenizer.ggml.merges is missing or not a usable string array");
+        err_set(err, "tokenizer: tokenizer.ggml.merges is missing or not a usable string array");
         return NULL;
     }
     if (types && (types->type != GGUF_ARRAY || types->v.arr.n < tokens->v.arr.n)) {
-        ph_err_set(e, "tokenizer: tokenizer.ggml.token_type is not an array with an entry per token");
+        err_set(err, "tokenizer: tokenizer.ggml.token_type is not an array with an entry per token");
         return NULL;
     }
 
-    ph_vocab *v = calloc(1, sizeof *v);
+    bpe_vocab *v = calloc(1, sizeof *v);
     if (!v) {
-        ph_err_set(e, "tokenizer: out of memory");
+        err_set(err, "tokenizer: out of memory");
         return NULL;
     }
     v->n_vocab = (int32_t)tokens->v.arr.n;
     v->word_class = word_class;
-    if (load_tokens(v, tokens, types, e)) goto fail;
+    if (load_tokens(v, tokens, types, err)) goto fail;
     if (load_merges(v, merges)) {
-        ph_err_set(e, "tokenizer: out of memory");
+        err_set(err, "tokenizer: out of memory");
         goto fail;
     }
     build_byte_map(v);
     mark_control_and_eog(v, f);
     if (build_specials(v)) {
-        ph_err_set(e, "tokenizer: out of memory");
+        err_set(err, "tokenizer: out of memory");
         goto fail;
     }
     v->bos = key_id(f, "tokenizer.ggml.bos_token_id", v->n_vocab);
@@ -514,11 +514,11 @@ ph_vocab *ph_vocab_load(const gguf_file *f, ph_err *e) {
     if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &v->add_bos)) v->add_bos = false;
     return v;
 fail:
-    ph_vocab_free(v);
+    vocab_free(v);
     return NULL;
 }
 
-void ph_vocab_free(ph_vocab *v) {
+void vocab_free(bpe_vocab *v) {
     if (!v) return;
     free(v->text);
     free(v->off);
@@ -532,23 +532,23 @@ void ph_vocab_free(ph_vocab *v) {
     free(v);
 }
 
-int32_t ph_vocab_size(const ph_vocab *v) { return v->n_vocab; }
+int32_t vocab_size(const bpe_vocab *v) { return v->n_vocab; }
 
-int32_t ph_vocab_find(const ph_vocab *v, const char *text, size_t len) {
+int32_t vocab_find(const bpe_vocab *v, const char *text, size_t len) {
     const int32_t id = str_find(v, text, len);
     return id < v->n_vocab ? id : -1;
 }
 
-int ph_vocab_token_type(const ph_vocab *v, int32_t id) {
+int vocab_token_type(const bpe_vocab *v, int32_t id) {
     return id >= 0 && id < v->n_vocab ? v->type[id] : -1;
 }
 
-int32_t ph_vocab_bos(const ph_vocab *v) { return v->bos; }
-int32_t ph_vocab_eos(const ph_vocab *v) { return v->eos; }
-bool ph_vocab_add_bos(const ph_vocab *v) { return v->add_bos; }
-size_t ph_vocab_max_token_len(const ph_vocab *v) { return v->max_len; }
+int32_t vocab_bos(const bpe_vocab *v) { return v->bos; }
+int32_t vocab_eos(const bpe_vocab *v) { return v->eos; }
+bool vocab_add_bos(const bpe_vocab *v) { return v->add_bos; }
+size_t vocab_max_token_len(const bpe_vocab *v) { return v->max_len; }
 
-bool ph_vocab_is_eog(const ph_vocab *v, int32_t id) {
+bool vocab_is_eog(const bpe_vocab *v, int32_t id) {
     return id >= 0 && id < v->n_vocab && (v->flags[id] & F_EOG);
 }
 
@@ -580,22 +580,22 @@ void ph_tokens_free(ph_tokens *t) {
  * and the punctuation class also excludes \p{M}). */
 static size_t pretok_next(const uint32_t *c, size_t n, size_t p, unsigned word) {
     const uint32_t cp = c[p];
-    const unsigned f = ph_cp_flags(cp);
+    const unsigned f = cp_flags(cp);
 
     /* 1. contractions, any case */
     if (cp == '\'' && p + 1 < n) {
-        const uint32_t a = ph_cp_lower_ascii(c[p + 1]);
+        const uint32_t a = cp_lower_ascii(c[p + 1]);
         if (a == 's' || a == 't' || a == 'm' || a == 'd') return p + 2;
         if (p + 2 < n) {
-            const uint32_t b = ph_cp_lower_ascii(c[p + 2]);
+            const uint32_t b = cp_lower_ascii(c[p + 2]);
             if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return p + 3;
         }
     }
     /* 2. [^\r\n\p{L}\p{N}]?\p{L}+ : an optional lead, then a letter run */
     if (cp != '\r' && cp != '\n' && !(f & PH_CP_NUMBER)) {
-        if ((f & word) || (p + 1 < n && (ph_cp_flags(c[p + 1]) & word))) {
+        if ((f & word) || (p + 1 < n && (cp_flags(c[p + 1]) & word))) {
             size_t q = p + 1;
-            while (q < n && (ph_cp_flags(c[q]) & word)) q++;
+            while (q < n && (cp_flags(c[q]) & word)) q++;
             return q;
         }
     }
@@ -604,14 +604,14 @@ static size_t pretok_next(const uint32_t *c, size_t n, size_t p, unsigned word) 
     /* 4.  ?[^\s\p{L}\p{N}]+[\r\n]* */
     const unsigned stop = PH_CP_SPACE | PH_CP_NUMBER | word;
     size_t q = p + (cp == ' ');
-    if (q < n && !(ph_cp_flags(c[q]) & stop)) {
-        while (q < n && !(ph_cp_flags(c[q]) & stop)) q++;
+    if (q < n && !(cp_flags(c[q]) & stop)) {
+        while (q < n && !(cp_flags(c[q]) & stop)) q++;
         while (q < n && (c[q] == '\r' || c[q] == '\n')) q++;
         return q;
     }
     /* 5-7. whitespace runs */
     size_t end = p, after_last_newline = 0;
-    while (end < n && (ph_cp_flags(c[end]) & PH_CP_SPACE)) {
+    while (end < n && (cp_flags(c[end]) & PH_CP_SPACE)) {
         if (c[end] == '\r' || c[end] == '\n') after_last_newline = end + 1;
         end++;
     }
@@ -636,9 +636,9 @@ typedef struct bpe_pair {
     uint32_t right_len;
 } bpe_pair;
 
-/* Scratch memory of one ph_vocab_tokenize call. */
+/* Scratch memory of one vocab_tokenize call. */
 typedef struct tok_work {
-    const ph_vocab *v;
+    const bpe_vocab *v;
     ph_tokens *out;
     uint32_t *cps;
     size_t cps_cap;
@@ -691,7 +691,7 @@ static void try_pair(tok_work *w, int32_t left, int32_t right) {
 /* Emits one final symbol: its token, or (text not in the vocabulary) the
  * tokens of the single bytes of its mapped text that exist. */
 static int emit_symbol(tok_work *w, const uint8_t *s, size_t len, int32_t id) {
-    const ph_vocab *v = w->v;
+    const bpe_vocab *v = w->v;
     if (id >= 0 && id < v->n_vocab) return ph_tokens_push(w->out, id);
     for (size_t i = 0; i < len; i++) {
         for (int j = 0; j < v->map_len[s[i]]; j++) {
@@ -705,7 +705,7 @@ static int emit_symbol(tok_work *w, const uint8_t *s, size_t len, int32_t id) {
 /* BPE over one pre-token's bytes: repeatedly merge the adjacent pair with
  * the lowest rank, leftmost first. */
 static int bpe_word(tok_work *w, const uint8_t *s, size_t n) {
-    const ph_vocab *v = w->v;
+    const bpe_vocab *v = w->v;
     if (n == 1) return emit_symbol(w, s, 1, v->byte_sym[s[0]]);
     if (n > w->sym_cap) {
         free(w->syms);
@@ -754,7 +754,7 @@ static int tokenize_raw(tok_work *w, const uint8_t *s, size_t len) {
         }
     }
     size_t n = 0;
-    for (size_t i = 0; i < len;) i += ph_utf8_decode_lenient(s + i, len - i, &w->cps[n++]);
+    for (size_t i = 0; i < len;) i += utf8_decode_lenient(s + i, len - i, &w->cps[n++]);
     for (size_t p = 0; p < n;) {
         const size_t q = pretok_next(w->cps, n, p, w->v->word_class);
         if (4 * (q - p) > w->word_cap) {
@@ -766,7 +766,7 @@ static int tokenize_raw(tok_work *w, const uint8_t *s, size_t len) {
             }
         }
         size_t k = 0;
-        for (size_t i = p; i < q; i++) k += (size_t)ph_utf8_encode(w->cps[i], w->word + k);
+        for (size_t i = p; i < q; i++) k += (size_t)utf8_encode(w->cps[i], w->word + k);
         if (bpe_word(w, w->word, k)) return -1;
         p = q;
     }
@@ -800,7 +800,7 @@ static int cmp_hit_pos(const void *pa, const void *pb) {
 }
 
 /* Fills *hits with the accepted occurrences in text order. */
-static int find_specials(const ph_vocab *v, const uint8_t *s, size_t len, bool parse_special,
+static int find_specials(const bpe_vocab *v, const uint8_t *s, size_t len, bool parse_special,
                          special_hit **hits, size_t *n_hits) {
     special_hit *h = NULL;
     size_t n = 0, cap = 0;
@@ -845,13 +845,13 @@ static int find_specials(const ph_vocab *v, const uint8_t *s, size_t len, bool p
     return 0;
 }
 
-int ph_vocab_tokenize(const ph_vocab *v, const char *text, size_t len, bool parse_special, ph_tokens *out,
-                      ph_err *e) {
+int vocab_tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_special, ph_tokens *out,
+                      ph_err *err) {
     const uint8_t *s = (const uint8_t *)text;
     special_hit *hits;
     size_t n_hits;
     if (find_specials(v, s, len, parse_special, &hits, &n_hits))
-        return ph_err_set(e, "tokenizer: out of memory");
+        return err_set(err, "tokenizer: out of memory");
     tok_work w = {.v = v, .out = out};
     int rc = 0;
     size_t pos = 0;
@@ -868,7 +868,7 @@ int ph_vocab_tokenize(const ph_vocab *v, const char *text, size_t len, bool pars
     free(w.word);
     free(w.syms);
     free(w.heap);
-    return rc ? ph_err_set(e, "tokenizer: out of memory") : 0;
+    return rc ? err_set(err, "tokenizer: out of memory") : 0;
 }
 
 /* ---- token text (docs/numerics.md, Byte map: detokenization) ------------ */
@@ -877,7 +877,7 @@ static int hex_digit(char c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-int ph_token_bytes(const ph_vocab *v, int32_t id, char *buf, size_t cap) {
+int token_bytes(const bpe_vocab *v, int32_t id, char *buf, size_t cap) {
     if (id < 0 || id >= v->n_vocab) return -1;
     const uint8_t *s = (const uint8_t *)str_ptr(v, id);
     const size_t n = str_len(v, id);
@@ -887,7 +887,7 @@ int ph_token_bytes(const ph_vocab *v, int32_t id, char *buf, size_t cap) {
         /* Undo the byte map; a character outside it is kept as it is. */
         for (size_t i = 0; i < n;) {
             uint32_t cp;
-            const size_t used = ph_utf8_decode_lenient(s + i, n - i, &cp);
+            const size_t used = utf8_decode_lenient(s + i, n - i, &cp);
             if (cp < 0x144 && v->unmap[cp] >= 0) {
                 if (k < cap) buf[k] = (char)v->unmap[cp];
                 k++;

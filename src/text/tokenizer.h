@@ -11,7 +11,7 @@
 #include "base/error.h"
 #include "gguf/gguf.h"
 
-typedef struct ph_vocab ph_vocab;
+typedef struct bpe_vocab bpe_vocab;
 
 /* ph_tokens (a growable id array), ph_tokens_push and ph_tokens_free are
  * declared in pinhole.h and implemented in tokenizer.c. */
@@ -26,41 +26,41 @@ enum {
 /* Reads the vocabulary, merges and special ids. Refuses files whose
  * tokenizer model or pre-tokenizer it does not implement, with a message.
  * A loaded vocabulary is read-only: any number of threads may use it. */
-ph_vocab *ph_vocab_load(const gguf_file *f, ph_err *e);
-void ph_vocab_free(ph_vocab *v);
+bpe_vocab *vocab_load(const gguf_file *f, ph_err *err);
+void vocab_free(bpe_vocab *v);
 
-int32_t ph_vocab_size(const ph_vocab *v);
+int32_t vocab_size(const bpe_vocab *v);
 /* Exact lookup of a token's text; -1 if absent. */
-int32_t ph_vocab_find(const ph_vocab *v, const char *text, size_t len);
-int ph_vocab_token_type(const ph_vocab *v, int32_t id);
-int32_t ph_vocab_bos(const ph_vocab *v);     /* -1 if none */
-int32_t ph_vocab_eos(const ph_vocab *v);     /* -1 if none */
-bool ph_vocab_add_bos(const ph_vocab *v);
-/* Length of the longest token text: ph_token_bytes never returns more. */
-size_t ph_vocab_max_token_len(const ph_vocab *v);
+int32_t vocab_find(const bpe_vocab *v, const char *text, size_t len);
+int vocab_token_type(const bpe_vocab *v, int32_t id);
+int32_t vocab_bos(const bpe_vocab *v);     /* -1 if none */
+int32_t vocab_eos(const bpe_vocab *v);     /* -1 if none */
+bool vocab_add_bos(const bpe_vocab *v);
+/* Length of the longest token text: token_bytes never returns more. */
+size_t vocab_max_token_len(const bpe_vocab *v);
 /* End of generation: eos, eot, <|im_end|>, <|endoftext|> and the like. */
-bool ph_vocab_is_eog(const ph_vocab *v, int32_t id);
+bool vocab_is_eog(const bpe_vocab *v, int32_t id);
 
 /* Appends the tokens of text[0..len) to out. parse_special: control tokens
  * written in the text become their ids (user-defined ones always do).
  * No BOS/EOS is added. Returns 0 or -1 (out of memory, e set). */
-int ph_vocab_tokenize(const ph_vocab *v, const char *text, size_t len, bool parse_special, ph_tokens *out,
-                      ph_err *e);
+int vocab_tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_special, ph_tokens *out,
+                      ph_err *err);
 
 /* The bytes a token stands for (byte map undone; special tokens as their
  * text). Writes up to cap bytes, returns the full length, or -1 for an id
  * out of range. */
-int ph_token_bytes(const ph_vocab *v, int32_t id, char *buf, size_t cap);
+int token_bytes(const bpe_vocab *v, int32_t id, char *buf, size_t cap);
 
 /* Streaming detokenizer (ph_detok is declared in pinhole.h): feed ids,
  * get only whole UTF-8 characters. */
 /* Appends the complete characters now available to out (up to cap bytes,
  * NUL-terminated) and returns their length. Invalid sequences come out as
  * U+FFFD once it is certain they cannot complete. A cap of
- * 3 * (ph_vocab_max_token_len(v) + 3) + 1 always suffices; with less, the
+ * 3 * (vocab_max_token_len(v) + 3) + 1 always suffices; with less, the
  * characters that do not fit are dropped. A ph_detok starts zeroed. */
-size_t ph_detok_push(ph_detok *d, const ph_vocab *v, int32_t id, char *out, size_t cap);
+size_t detok_push(ph_detok *d, const bpe_vocab *v, int32_t id, char *out, size_t cap);
 /* Flushes what is left at the end of a stream (incomplete bytes -> U+FFFD). */
-size_t ph_detok_flush(ph_detok *d, char *out, size_t cap);
+size_t detok_flush(ph_detok *d, char *out, size_t cap);
 
 #endif

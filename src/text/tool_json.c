@@ -158,11 +158,11 @@ int tojson_text(strbuf *out, const char *text, size_t len) {
     return 0;
 }
 
-int tool_json_render(strbuf *out, const ph_tool *t, ph_err *e) {
-    if (!t->name || !*t->name) return ph_err_setc(e, PH_ERR_INPUT, "a tool has no name");
+int tool_json_render(strbuf *out, const ph_tool *t, ph_err *err) {
+    if (!t->name || !*t->name) return err_setc(err, PH_ERR_INPUT, "a tool has no name");
     json_t *params = NULL;
     if (t->parameters && !(params = tool_json_parse(t->parameters, strlen(t->parameters))))
-        return ph_err_setc(e, PH_ERR_INPUT, "the parameters of tool '%s' are not valid JSON", t->name);
+        return err_setc(err, PH_ERR_INPUT, "the parameters of tool '%s' are not valid JSON", t->name);
     strbuf_puts(out, "{\"type\": \"function\", \"function\": {\"name\": ");
     tojson_string(out, t->name, strlen(t->name));
     strbuf_puts(out, ", \"description\": ");

@@ -38,6 +38,6 @@ int tojson_text(strbuf *out, const char *text, size_t len);
  * {"type": "function", "function": {"name": ..., "description": ..., "parameters": ...}}
  * description defaults to "" and parameters to {}. Errors: PH_ERR_INPUT
  * (no name, parameters not JSON). */
-int tool_json_render(strbuf *out, const ph_tool *t, ph_err *e);
+int tool_json_render(strbuf *out, const ph_tool *t, ph_err *err);
 
 #endif

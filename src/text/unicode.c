@@ -1,17 +1,17 @@
 #include "text/unicode.h"
 
-unsigned ph_cp_flags_slow(uint32_t cp) {
+unsigned cp_flags_slow(uint32_t cp) {
     /* The last entry whose start is <= cp (entry 0 starts at PH_UNICODE_DIRECT). */
-    size_t lo = 0, hi = ph_unicode_n_ranges;
+    size_t lo = 0, hi = unicode_n_ranges;
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
-        if ((ph_unicode_ranges[mid] >> 8) <= cp) lo = mid;
+        if ((unicode_ranges[mid] >> 8) <= cp) lo = mid;
         else hi = mid;
     }
-    return ph_unicode_ranges[lo] & 0xff;
+    return unicode_ranges[lo] & 0xff;
 }
 
-size_t ph_utf8_decode_lenient(const uint8_t *s, size_t n, uint32_t *cp) {
+size_t utf8_decode_lenient(const uint8_t *s, size_t n, uint32_t *cp) {
     const uint8_t b = s[0];
     size_t len;
     uint32_t v;
@@ -42,7 +42,7 @@ invalid:
     return 1;
 }
 
-int ph_utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
+int utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
     const uint8_t b = s[0];
     int need;                  /* continuation bytes */
     uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the first continuation byte */
@@ -73,7 +73,7 @@ int ph_utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
     return need + 1;
 }
 
-int ph_utf8_encode(uint32_t cp, uint8_t out[4]) {
+int utf8_encode(uint32_t cp, uint8_t out[4]) {
     if (cp < 0x80) {
         out[0] = (uint8_t)cp;
         return 1;

@@ -2,7 +2,7 @@
  * plus the Unicode 15.1 letters. Do not edit. */
 #include "text/unicode.h"
 
-const uint8_t ph_unicode_flags_direct[PH_UNICODE_DIRECT] = {
+const uint8_t unicode_flags_direct[PH_UNICODE_DIRECT] = {
     0,0,0,0,0,0,0,0,0,8,8,8,8,8,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
     8,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,2,2,2,2,2,2,2,2,2,2,0,0,0,0,0,0,
     0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,0,0,0,0,0,
@@ -69,7 +69,7 @@ const uint8_t ph_unicode_flags_direct[PH_UNICODE_DIRECT] = {
     1,1,1,1,1,1,1,1,1,1,1,4,4,4,4,4,4,4,4,4,1,1,0,0,0,0,1,0,0,4,0,0,
 };
 
-const uint32_t ph_unicode_ranges[] = {
+const uint32_t unicode_ranges[] = {
     0x00080001, 0x00081604, 0x00081a01, 0x00081b04, 0x00082401, 0x00082504,
     0x00082801, 0x00082904, 0x00082e00, 0x00084001, 0x00085904, 0x00085c00,
     0x00086001, 0x00086b00, 0x00087001, 0x00088800, 0x00088901, 0x00088f00,
@@ -372,4 +372,4 @@ const uint32_t ph_unicode_ranges[] = {
     0x0e01f000, 0x11000000,
 };
 
-const size_t ph_unicode_n_ranges = sizeof ph_unicode_ranges / sizeof ph_unicode_ranges[0];
+const size_t unicode_n_ranges = sizeof unicode_ranges / sizeof unicode_ranges[0];

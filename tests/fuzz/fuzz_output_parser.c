@@ -44,7 +44,7 @@ static void on_out(void *ud, out_kind k, int32_t call, const char *t, size_t n) 
     r->last_call = call;
 }
 
-static void parse(const ph_chat_format *f, bool reasoning, const uint8_t *d, size_t n, size_t piece, rec *r) {
+static void parse(const chat_fmt *f, bool reasoning, const uint8_t *d, size_t n, size_t piece, rec *r) {
     out_parser p;
     out_parser_cfg cfg = {.fmt = f, .in_reasoning = reasoning, .parse_calls = true, .tools = tools, .n_tools = 2};
     if (out_parser_init(&p, &cfg, NULL)) abort();
@@ -59,7 +59,7 @@ static void parse(const ph_chat_format *f, bool reasoning, const uint8_t *d, siz
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     uint8_t sel = data[0];
-    ph_chat_format f = chat_format_detect(NULL, 0, sel & 1 ? "qwen35" : "qwen3vl");
+    chat_fmt f = chat_format_detect(NULL, 0, sel & 1 ? "qwen35" : "qwen3vl");
     bool reasoning = sel & 2;
     size_t piece = 1 + (sel >> 2) % 7;
     rec whole, cut;
