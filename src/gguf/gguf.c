@@ -78,7 +78,7 @@ typedef struct rd {
     const uint8_t *p;
     uint64_t size, pos;
     const char *name; /* the path or "<memory>", for messages */
-    ph_err *e;
+    ph_err *err;
 } rd;
 
 static int fail(rd *r, const char *fmt, ...) PH_PRINTF(2, 3);
@@ -88,7 +88,7 @@ static int fail(rd *r, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    err_set(r->e, "gguf: %s: %s", r->name, msg);
+    err_set(r->err, "gguf: %s: %s", r->name, msg);
     return -1;
 }
 

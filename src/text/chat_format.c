@@ -115,13 +115,13 @@ typedef struct chat_render {
     size_t n_pics;
     strbuf buf;            /* the text since the last picture (all of it when text only) */
     const char *picture_text; /* text only: what a picture is written as */
-    ph_err *e;
+    ph_err *err;
 } chat_render;
 
 static void puts_(chat_render *r, const char *s) { strbuf_puts(&r->buf, s); }
 static void put(chat_render *r, const char *s, size_t n) { strbuf_put(&r->buf, s, n); }
 
-static int oom(chat_render *r) { return err_set(r->e, "out of memory rendering the conversation"); }
+static int oom(chat_render *r) { return err_set(r->err, "out of memory rendering the conversation"); }
 
 /* Tokenizes the pending text into a text item. */
 static int flush_text(chat_render *r) {
@@ -129,7 +129,7 @@ static int flush_text(chat_render *r) {
     if (!r->v || r->buf.n == 0) return 0;
     ph_prompt_item *it = prompt_new_item(r->out);
     if (!it) return oom(r);
-    if (vocab_tokenize(r->v, r->buf.p, r->buf.n, true, &it->tokens, r->e)) return -1;
+    if (vocab_tokenize(r->v, r->buf.p, r->buf.n, true, &it->tokens, r->err)) return -1;
     r->buf.n = 0;
     return 0;
 }
@@ -221,7 +221,7 @@ static size_t rstrip_nl(const char *s, size_t n) {
 static int content_text(chat_render *r, const ph_chat_msg *m, size_t idx, strbuf *out) {
     for (size_t j = 0; j < m->n_parts; j++) {
         if (m->parts[j].picture)
-            return err_setc(r->e, PH_ERR_INPUT,
+            return err_setc(r->err, PH_ERR_INPUT,
                                "pictures are only accepted in user and tool messages (message %zu is %s)", idx + 1,
                                role_name(m->role));
         strbuf_put(out, m->parts[j].text, m->parts[j].len);
@@ -319,7 +319,7 @@ static bool split_think(const char *s, size_t n, const char **reason, size_t *re
 static int render_all(chat_render *r, const ph_chat_msg *msgs, size_t n_msgs, const ph_tool *tools, size_t n_tools,
                       const chat_render_opts *o) {
     const chat_family *fam = r->fam;
-    if (n_msgs == 0) return err_setc(r->e, PH_ERR_INPUT, "the conversation has no messages");
+    if (n_msgs == 0) return err_setc(r->err, PH_ERR_INPUT, "the conversation has no messages");
     size_t start = 0;
     if (n_tools) {
         const ph_chat_msg *sys = msgs[0].role == PH_ROLE_SYSTEM ? &msgs[0] : NULL;
@@ -357,7 +357,7 @@ static int render_all(chat_render *r, const ph_chat_msg *msgs, size_t n_msgs, co
         case PH_ROLE_ASSISTANT:
             for (size_t j = 0; j < m->n_parts; j++)
                 if (m->parts[j].picture)
-                    return err_setc(r->e, PH_ERR_INPUT,
+                    return err_setc(r->err, PH_ERR_INPUT,
                                        "pictures are only accepted in user and tool messages (message %zu is %s)",
                                        i + 1, role_name(m->role));
             if (fam->assistant(r, m, i > last_query, i + 1 == n_msgs)) return -1;
@@ -389,7 +389,7 @@ int chat_format_render(const chat_fmt *f, const bpe_vocab *v, const ph_chat_msg 
                        ph_picture ***pictures, ph_err *err) {
     memset(out, 0, sizeof *out);
     *pictures = NULL;
-    chat_render r = {.f = f, .fam = chat_format_family(f), .v = v, .out = out, .e = err};
+    chat_render r = {.f = f, .fam = chat_format_family(f), .v = v, .out = out, .err = err};
     size_t n_pic = count_pictures(msgs, n_msgs);
     if (n_pic && !(r.pics = calloc(n_pic, sizeof *r.pics))) return err_set(err, "out of memory");
     if (vocab_add_bos(v) && vocab_bos(v) >= 0) {
@@ -417,7 +417,7 @@ int chat_format_render_text(const chat_fmt *f, const ph_chat_msg *msgs, size_t n
     *len = 0;
     chat_render r = {.f = f,
                      .fam = chat_format_family(f),
-                     .e = err,
+                     .err = err,
                      .picture_text = picture ? picture : "<|vision_start|><|image_pad|><|vision_end|>"};
     size_t n_pic = count_pictures(msgs, n_msgs);
     if (n_pic && !(r.pics = calloc(n_pic, sizeof *r.pics))) return err_set(err, "out of memory");
@@ -437,7 +437,7 @@ int chat_format_render_text(const chat_fmt *f, const ph_chat_msg *msgs, size_t n
 static int tools_list(chat_render *r, const ph_tool *tools, size_t n_tools) {
     for (size_t i = 0; i < n_tools; i++) {
         puts_(r, "\n");
-        if (tool_json_render(&r->buf, &tools[i], r->e)) return -1;
+        if (tool_json_render(&r->buf, &tools[i], r->err)) return -1;
     }
     return 0;
 }
