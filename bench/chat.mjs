@@ -54,7 +54,8 @@ async function runServer(engine, url, pics, sequence) {
     let ttft = null
     const dec = new TextDecoder()
     for await (const chunk of res.body) {
-      if (ttft === null && /"content":"[^"]/.test(dec.decode(chunk))) ttft = performance.now() - t0
+      // the first token of the answer, reasoning (a thinking model's, Qwen3.5) or content
+      if (ttft === null && /"(reasoning_)?content":"[^"]/.test(dec.decode(chunk))) ttft = performance.now() - t0
     }
     const total = performance.now() - t0
     const after = await (pinhole ? metrics(url) : none())
