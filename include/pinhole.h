@@ -35,15 +35,15 @@ typedef struct ph_err {
 typedef struct ph_model ph_model;
 
 typedef struct ph_model_info {
-    const char *arch;      /* "qwen3vl", "qwen3" */
-    const char *name;      /* general.name, or "" */
+    const char *arch; /* "qwen3vl", "qwen3" */
+    const char *name; /* general.name, or "" */
     int32_t n_vocab;
     int32_t n_ctx_train;
-    int32_t n_embd;        /* hidden width */
-    int32_t n_embd_inp;    /* width of an input row (n_embd x (1 + deepstack)) */
+    int32_t n_embd;     /* hidden width */
+    int32_t n_embd_inp; /* width of an input row (n_embd x (1 + deepstack)) */
     int32_t n_layer, n_head, n_head_kv, head_dim, n_ff;
     int32_t n_deepstack;
-    bool mrope;            /* positions are 4-component (M-RoPE) */
+    bool mrope; /* positions are 4-component (M-RoPE) */
     uint64_t n_params;
     uint64_t file_bytes;
     uint64_t decode_bytes; /* weight bytes one decoded token reads: every matrix once, in the
@@ -66,8 +66,7 @@ void ph_tokens_free(ph_tokens *t);
 
 /* Appends the tokens of text (no BOS/EOS). parse_special: special tokens
  * written in the text become their ids. */
-int ph_tokenize(const ph_model *m, const char *text, size_t len, bool parse_special, ph_tokens *out,
-                ph_err *err);
+int ph_tokenize(const ph_model *m, const char *text, size_t len, bool parse_special, ph_tokens *out, ph_err *err);
 /* Whether the model wants a BOS token at the start of a prompt, and which. */
 int32_t ph_model_bos(const ph_model *m); /* -1 if none or not wanted */
 bool ph_token_is_eog(const ph_model *m, int32_t id);
@@ -89,12 +88,12 @@ typedef struct ph_session ph_session;
 /* How a context size was chosen. */
 typedef struct ph_ctx_choice {
     int32_t n_ctx;
-    int32_t n_ctx_train;        /* the model's trained context */
-    bool given;                 /* asked for (n_ctx > 0), not chosen */
-    bool capped;                /* chosen below the trained context: memory */
-    int64_t mem_available;      /* bytes available when chosen (-1: unknown) */
-    uint64_t row_bytes;         /* bytes of KV cache one row of context takes */
-    char why[160];              /* "trained 262144, capped by 12.1 GiB available memory", "as asked" */
+    int32_t n_ctx_train;   /* the model's trained context */
+    bool given;            /* asked for (n_ctx > 0), not chosen */
+    bool capped;           /* chosen below the trained context: memory */
+    int64_t mem_available; /* bytes available when chosen (-1: unknown) */
+    uint64_t row_bytes;    /* bytes of KV cache one row of context takes */
+    char why[160];         /* "trained 262144, capped by 12.1 GiB available memory", "as asked" */
 } ph_ctx_choice;
 
 /* The context a session or an engine gets when none is asked for: the
@@ -179,15 +178,15 @@ typedef struct ph_picture_chunk {
 /* Encodes a picture and evaluates its rows after what the session holds.
  * The caller writes <|vision_start|> before and <|vision_end|> after.
  * If rows is not NULL it receives the rows (malloc'd; the caller frees). */
-int ph_session_eval_picture(ph_session *s, ph_mmproj *v, ph_picture *pic, ph_picture_chunk *chunk,
-                            float **rows, ph_err *err);
+int ph_session_eval_picture(ph_session *s, ph_mmproj *v, ph_picture *pic, ph_picture_chunk *chunk, float **rows,
+                            ph_err *err);
 
 /* ---- prompts ------------------------------------------------------------------- */
 /* A prompt as a stream of items: runs of text tokens, and pictures. */
 typedef struct ph_prompt_item {
     bool is_picture;
-    ph_tokens tokens;   /* text items */
-    int32_t picture;    /* picture items: index into the caller's pictures */
+    ph_tokens tokens; /* text items */
+    int32_t picture;  /* picture items: index into the caller's pictures */
 } ph_prompt_item;
 
 typedef struct ph_prompt {
@@ -206,7 +205,7 @@ void ph_prompt_free(ph_prompt *p);
 /* ---- sampling -------------------------------------------------------------- */
 typedef struct ph_logit_bias {
     int32_t id;
-    float bias;        /* added to the token's logit; -INFINITY bans it */
+    float bias; /* added to the token's logit; -INFINITY bans it */
 } ph_logit_bias;
 
 typedef struct ph_sampler_params {
@@ -217,11 +216,13 @@ typedef struct ph_sampler_params {
     uint64_t seed;
     /* penalties over the tokens accepted so far (the answer), applied to
      * the logits before everything else, in this order: */
-    float repetition_penalty; /* 1 (or <= 0): off; > 1 divides a positive logit (multiplies a negative one) of a seen token */
-    float frequency_penalty;  /* 0: off; subtracted once per occurrence */
-    float presence_penalty;   /* 0: off; subtracted once if seen */
-    int32_t penalty_last_n;   /* window of accepted tokens (default 64; <= 0: all) */
-    const ph_logit_bias *logit_bias; /* added after the penalties (copied by ph_sampler_new; ids out of range ignored) */
+    /* repetition: 1 (or <= 0): off; > 1 divides a positive logit (multiplies a negative one) of a seen token */
+    float repetition_penalty;
+    float frequency_penalty; /* 0: off; subtracted once per occurrence */
+    float presence_penalty;  /* 0: off; subtracted once if seen */
+    int32_t penalty_last_n;  /* window of accepted tokens (default 64; <= 0: all) */
+    const ph_logit_bias
+        *logit_bias; /* added after the penalties (copied by ph_sampler_new; ids out of range ignored) */
     size_t n_logit_bias;
 } ph_sampler_params;
 
@@ -251,9 +252,9 @@ void ph_logits_top(const float *logits, int32_t n, int32_t k, int32_t *ids, floa
 int ph_print_file_info(const char *path, FILE *out, bool verbose, ph_err *err);
 
 typedef enum ph_file_kind {
-    PH_FILE_OTHER,              /* not a file pinhole runs (err says why) */
-    PH_FILE_LLM,                /* an LLM of an architecture pinhole runs */
-    PH_FILE_MMPROJ,             /* a vision file (mmproj) of a tower pinhole runs */
+    PH_FILE_OTHER,  /* not a file pinhole runs (err says why) */
+    PH_FILE_LLM,    /* an LLM of an architecture pinhole runs */
+    PH_FILE_MMPROJ, /* a vision file (mmproj) of a tower pinhole runs */
 } ph_file_kind;
 
 /* What a GGUF file is, from its metadata and tensor list alone (no weight
@@ -264,24 +265,6 @@ ph_file_kind ph_file_probe(const char *path, ph_err *err);
  * of ph_mmproj_open and ph_engine_new, from the metadata alone. 0, or -1
  * with the reason. */
 int ph_file_pair(const char *llm_path, const char *mmproj_path, ph_err *err);
-
-/* ---- synthetic models --------------------------------------------------------- */
-/* Writes a Qwen3-VL or Qwen3.5 LLM GGUF and its mmproj GGUF with random
- * weights, for tests and benchmarks. Both load in llama.cpp too. */
-typedef struct ph_synth_params {
-    const char *arch;       /* "qwen3vl" (NULL) or "qwen35" */
-    const char *shape;      /* "tiny" or "2b" (Qwen3-VL-2B-Instruct's or Qwen3.5-2B's dimensions) */
-    const char *type;       /* LLM weights: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m */
-    const char *vision_type;/* mmproj weights: f32 f16 bf16 q8_0 (default f16) */
-    const char *vocab;      /* a GGUF whose tokenizer is copied; NULL: a small built-in one */
-    const char *chat_template; /* a file whose text is the chat template; NULL: qwen35's built-in
-                                * one for qwen35, the tokenizer's for qwen3vl */
-    const char *out;        /* writes OUT.gguf and OUT-mmproj.gguf */
-    uint64_t seed;
-    int n_threads;
-} ph_synth_params;
-
-int ph_synth(const ph_synth_params *p, ph_err *err);
 
 /* ---- engine: conversations in, streamed answers out, state reused ------- */
 /* The engine owns a model, its vision tower, one live sequence and the
@@ -297,23 +280,25 @@ typedef struct ph_engine ph_engine;
 
 typedef struct ph_engine_params {
     const char *model_path;
-    const char *mmproj_path;      /* NULL: text only */
-    int32_t n_ctx;                /* <= 0: ph_model_default_ctx's */
-    int n_threads;                /* <= 0: ph_cpu_threads() */
-    int picture_min_tokens;         /* picture budget in merged tokens; 0: 8 */
-    int picture_max_tokens;         /* 0: 4096; at most half the context in any case */
-    bool reuse;                   /* reuse the live state's common prefix (default on) */
-    size_t ram_cache_bytes;       /* RAM tier: checkpoints of displaced conversations (default 2 GiB; 0: off) */
-    size_t conversation_cache_bytes; /* the primary conversation parked for auxiliary requests (default 2 GiB; 0: off) */
-    int picture_cache_entries;      /* embedding cache: most entries (default 32; 0: off) */
-    size_t picture_cache_bytes;     /* and most bytes (default 128 MiB) */
-    const char *picture_cache_dir;  /* also keep entries here (NULL: memory only) */
+    const char *mmproj_path; /* NULL: text only */
+    int32_t n_ctx;           /* <= 0: ph_model_default_ctx's */
+    int n_threads;           /* <= 0: ph_cpu_threads() */
+    int picture_min_tokens;  /* picture budget in merged tokens; 0: 8 */
+    int picture_max_tokens;  /* 0: 4096; at most half the context in any case */
+    bool reuse;              /* reuse the live state's common prefix (default on) */
+    size_t ram_cache_bytes;  /* RAM tier: checkpoints of displaced conversations (default 2 GiB; 0: off) */
+    size_t
+        conversation_cache_bytes; /* the primary conversation parked for auxiliary requests (default 2 GiB; 0: off) */
+    int picture_cache_entries;    /* embedding cache: most entries (default 32; 0: off) */
+    size_t picture_cache_bytes;   /* and most bytes (default 128 MiB) */
+    const char *picture_cache_dir;     /* also keep entries here (NULL: memory only) */
     uint64_t picture_cache_disk_bytes; /* and at most this many bytes of files there (default 4 GiB) */
-    double vision_idle_s;         /* > 0: load the encoder on demand, release it after this long idle */
-    const char *kv_disk_dir;      /* disk tier: checkpoints written here, found again after a restart (NULL: off) */
-    uint64_t kv_disk_bytes;       /* at most this many bytes of checkpoint files (default 16 GiB) */
-    int32_t checkpoint_every;     /* also checkpoint (recurrent layers: snapshot) every N rows of a long prompt (default 4096; 0: never) */
-    const char *id_cache_dir;     /* where file ids are remembered; NULL: $XDG_CACHE_HOME/pinhole */
+    double vision_idle_s;              /* > 0: load the encoder on demand, release it after this long idle */
+    const char *kv_disk_dir; /* disk tier: checkpoints written here, found again after a restart (NULL: off) */
+    uint64_t kv_disk_bytes;  /* at most this many bytes of checkpoint files (default 16 GiB) */
+    /* also checkpoint (recurrent layers: snapshot) every N rows of a long prompt (default 4096; 0: never) */
+    int32_t checkpoint_every;
+    const char *id_cache_dir; /* where file ids are remembered; NULL: $XDG_CACHE_HOME/pinhole */
     void (*progress)(void *ud, const char *what, double fraction); /* loading progress, may be NULL: at each
                                      step, and at each percent while a file is hashed */
     void *progress_ud;
@@ -343,16 +328,16 @@ int32_t ph_engine_picture_rows(const ph_engine *e, const ph_picture *pic);
 typedef enum ph_role { PH_ROLE_SYSTEM, PH_ROLE_USER, PH_ROLE_ASSISTANT, PH_ROLE_TOOL } ph_role;
 
 typedef struct ph_chat_part {
-    const char *text;   /* a text part (len bytes, UTF-8), or */
+    const char *text; /* a text part (len bytes, UTF-8), or */
     size_t len;
     ph_picture *picture; /* a picture (text NULL) */
 } ph_chat_part;
 
 /* A tool call in an assistant turn of the history. */
 typedef struct ph_tool_call {
-    const char *id;             /* the client's id (may be NULL; the templates match results by order) */
+    const char *id; /* the client's id (may be NULL; the templates match results by order) */
     const char *name;
-    const char *arguments;      /* JSON text of the arguments object, as the client sent it */
+    const char *arguments; /* JSON text of the arguments object, as the client sent it */
     size_t arguments_len;
 } ph_tool_call;
 
@@ -363,7 +348,7 @@ typedef struct ph_chat_msg {
     ph_role role;
     const ph_chat_part *parts;
     size_t n_parts;
-    const char *reasoning;      /* assistant: its reasoning, where the template renders it back (may be NULL) */
+    const char *reasoning; /* assistant: its reasoning, where the template renders it back (may be NULL) */
     size_t reasoning_len;
     const ph_tool_call *tool_calls; /* assistant: the calls it made */
     size_t n_tool_calls;
@@ -372,21 +357,21 @@ typedef struct ph_chat_msg {
 /* A function the model may call: the schema is JSON text (NULL: {}). */
 typedef struct ph_tool {
     const char *name;
-    const char *description;    /* NULL: "" */
-    const char *parameters;     /* a JSON schema of the arguments object */
+    const char *description; /* NULL: "" */
+    const char *parameters;  /* a JSON schema of the arguments object */
 } ph_tool;
 
 typedef enum ph_tool_choice {
-    PH_TOOL_AUTO,               /* the model decides */
-    PH_TOOL_NONE,               /* tools are shown but no call is made (calls are not parsed; <tool_call> banned) */
-    PH_TOOL_REQUIRED,           /* at least one call */
-    PH_TOOL_NAMED,              /* at least one call, to tool_name */
+    PH_TOOL_AUTO,     /* the model decides */
+    PH_TOOL_NONE,     /* tools are shown but no call is made (calls are not parsed; <tool_call> banned) */
+    PH_TOOL_REQUIRED, /* at least one call */
+    PH_TOOL_NAMED,    /* at least one call, to tool_name */
 } ph_tool_choice;
 
 typedef enum ph_response_format {
     PH_FORMAT_TEXT,
-    PH_FORMAT_JSON_OBJECT,      /* any JSON object */
-    PH_FORMAT_JSON_SCHEMA,      /* a JSON value valid against response_schema */
+    PH_FORMAT_JSON_OBJECT, /* any JSON object */
+    PH_FORMAT_JSON_SCHEMA, /* a JSON value valid against response_schema */
 } ph_response_format;
 
 /* Checks that a JSON schema is within what the constraint supports
@@ -401,11 +386,11 @@ int ph_schema_check(const char *schema, size_t len, ph_err *err);
 
 typedef struct ph_gen_params {
     ph_sampler_params sampler;
-    int32_t max_tokens;         /* <= 0: until the context is full */
-    const char *const *stop;    /* stop strings (not included in the answer) */
+    int32_t max_tokens;      /* <= 0: until the context is full */
+    const char *const *stop; /* stop strings (not included in the answer) */
     size_t n_stop;
-    int32_t top_logprobs;       /* alternatives per token in events (0..20) */
-    bool auxiliary;             /* a side call (an agent's title, summary, tool check...): the primary
+    int32_t top_logprobs; /* alternatives per token in events (0..20) */
+    bool auxiliary;       /* a side call (an agent's title, summary, tool check...): the primary
                                    conversation's state is parked first and never displaced by it */
     /* the isolation domain (all zero: the default one): state (the live KV,
      * RAM checkpoints, the parked conversation, checkpoint files) and
@@ -419,12 +404,12 @@ typedef struct ph_gen_params {
     const ph_tool *tools;
     size_t n_tools;
     ph_tool_choice tool_choice;
-    const char *tool_name;      /* PH_TOOL_NAMED */
-    bool parallel_tool_calls;   /* default true; false: the answer ends after its first call */
+    const char *tool_name;    /* PH_TOOL_NAMED */
+    bool parallel_tool_calls; /* default true; false: the answer ends after its first call */
     /* structured output: the content is constrained to JSON */
     ph_response_format format;
-    const char *response_schema;/* PH_FORMAT_JSON_SCHEMA: JSON text */
-    int thinking;               /* -1: the template's default; 0: off; 1: on (where the template can switch) */
+    const char *response_schema; /* PH_FORMAT_JSON_SCHEMA: JSON text */
+    int thinking;                /* -1: the template's default; 0: off; 1: on (where the template can switch) */
     /* a test switch: these tokens (text, special tokens parsed) are the
      * model's output instead of sampled ones, through the normal parse and
      * stream path; then the answer ends */
@@ -437,8 +422,8 @@ void ph_gen_params_default(ph_gen_params *g);
 typedef enum ph_delta_kind {
     PH_DELTA_CONTENT,
     PH_DELTA_REASONING,
-    PH_DELTA_TOOL_CALL,         /* a call begins: text is its name, call_index its index */
-    PH_DELTA_TOOL_ARGS,         /* a piece of call call_index's arguments (JSON text as it grows) */
+    PH_DELTA_TOOL_CALL, /* a call begins: text is its name, call_index its index */
+    PH_DELTA_TOOL_ARGS, /* a piece of call call_index's arguments (JSON text as it grows) */
 } ph_delta_kind;
 
 /* One generated token and the text it released (may be empty: text is held
@@ -449,10 +434,10 @@ typedef struct ph_gen_event {
     ph_delta_kind kind;
     const char *text;
     size_t len;
-    int32_t call_index;         /* PH_DELTA_TOOL_*: 0, 1, ... in the answer */
+    int32_t call_index; /* PH_DELTA_TOOL_*: 0, 1, ... in the answer */
     int32_t token;
-    float logprob;              /* log-probability of token */
-    int32_t n_top;              /* top_logprobs alternatives */
+    float logprob; /* log-probability of token */
+    int32_t n_top; /* top_logprobs alternatives */
     const int32_t *top_ids;
     const float *top_logprobs;
 } ph_gen_event;
@@ -464,24 +449,24 @@ typedef enum ph_finish { PH_FINISH_STOP, PH_FINISH_LENGTH, PH_FINISH_CANCELLED }
 
 /* What a turn cost and reused. */
 typedef struct ph_turn_report {
-    int32_t n_prompt;           /* prompt rows (tokens and picture rows) */
-    int32_t n_reused;           /* of which kept from the live state or a RAM checkpoint */
-    int32_t n_from_ram;         /* of which restored from a RAM checkpoint or the parked conversation */
-    int32_t n_from_disk;        /* of which restored from a checkpoint file (disk tier) */
-    bool from_parked;           /* restored the conversation parked before auxiliary requests */
-    bool parked;                /* this auxiliary turn parked the primary conversation */
-    int32_t n_prefilled;        /* of which evaluated now */
+    int32_t n_prompt;    /* prompt rows (tokens and picture rows) */
+    int32_t n_reused;    /* of which kept from the live state or a RAM checkpoint */
+    int32_t n_from_ram;  /* of which restored from a RAM checkpoint or the parked conversation */
+    int32_t n_from_disk; /* of which restored from a checkpoint file (disk tier) */
+    bool from_parked;    /* restored the conversation parked before auxiliary requests */
+    bool parked;         /* this auxiliary turn parked the primary conversation */
+    int32_t n_prefilled; /* of which evaluated now */
     int32_t n_generated;
-    int32_t n_tool_calls;       /* calls in the answer */
+    int32_t n_tool_calls; /* calls in the answer */
     int32_t n_pictures;
-    int32_t pics_from_kv;       /* pictures kept in the reused prefix */
-    int32_t pics_from_cache;    /* taken from the embedding cache */
-    int32_t pics_encoded;       /* encoded now */
-    bool encoder_loaded;        /* the encoder had to be loaded for this turn */
+    int32_t pics_from_kv;    /* pictures kept in the reused prefix */
+    int32_t pics_from_cache; /* taken from the embedding cache */
+    int32_t pics_encoded;    /* encoded now */
+    bool encoder_loaded;     /* the encoder had to be loaded for this turn */
     ph_finish finish;
-    int32_t stop_index;         /* which stop string ended the answer, or -1 */
+    int32_t stop_index; /* which stop string ended the answer, or -1 */
     double encode_s, prefill_s, ttft_s, decode_s;
-    double checkpoint_s;        /* saving and restoring checkpoints (RAM tier, parked conversation, disk reads) */
+    double checkpoint_s; /* saving and restoring checkpoints (RAM tier, parked conversation, disk reads) */
 } ph_turn_report;
 
 /* Runs one turn. With a disk tier (kv_disk_dir), the sequence is saved as
@@ -525,21 +510,21 @@ size_t ph_engine_token_bytes(const ph_engine *e, int32_t id, char *out, size_t c
 
 typedef struct ph_engine_stats {
     uint64_t prompt_tokens_reused, prompt_tokens_prefilled, tokens_generated;
-    uint64_t prompt_tokens_from_ram;     /* of the reused ones, restored from RAM checkpoints */
+    uint64_t prompt_tokens_from_ram; /* of the reused ones, restored from RAM checkpoints */
     uint64_t picture_cache_hits, picture_cache_misses, picture_cache_evictions;
     uint64_t pictures_encoded, encoder_loads, encoder_unloads;
     uint64_t picture_cache_entries, picture_cache_bytes;
     uint64_t picture_cache_disk_bytes, picture_cache_disk_evictions; /* files in --image-cache-dir */
-    uint64_t ram_cache_hits, ram_cache_saves, ram_cache_evictions; /* RAM tier */
-    uint64_t ram_cache_refused;          /* checkpoints not taken: memory short */
+    uint64_t ram_cache_hits, ram_cache_saves, ram_cache_evictions;   /* RAM tier */
+    uint64_t ram_cache_refused;                                      /* checkpoints not taken: memory short */
     uint64_t conversations_parked, conversations_restored, conversations_dropped; /* auxiliary requests */
     uint64_t ram_cache_entries, ram_cache_bytes;
     /* disk tier (--kv-disk-dir) */
     uint64_t disk_cache_hits, disk_cache_misses, disk_cache_saves, disk_cache_skipped, disk_cache_evictions;
-    uint64_t disk_cache_rejected;        /* files that failed a check (removed) */
-    uint64_t disk_cache_tokens_restored; /* prompt rows restored from files (part of reused) */
+    uint64_t disk_cache_rejected;                  /* files that failed a check (removed) */
+    uint64_t disk_cache_tokens_restored;           /* prompt rows restored from files (part of reused) */
     uint64_t disk_cache_entries, disk_cache_bytes; /* files in the folder's index now */
-    uint64_t disk_cache_queued;          /* checkpoints waiting to be written */
+    uint64_t disk_cache_queued;                    /* checkpoints waiting to be written */
     uint64_t disk_cache_bytes_written, disk_cache_bytes_read;
     double disk_cache_write_s, disk_cache_read_s;
     bool encoder_loaded;
@@ -552,9 +537,9 @@ void ph_engine_get_disk_stats(const ph_engine *e, ph_engine_stats *st);
 
 /* ---- the disk tier's folder (pinhole cache) --------------------------------- */
 typedef struct ph_kv_file {
-    const char *name;           /* the file in the folder */
-    const uint8_t *model_id;    /* 32 bytes: SHA-256 of the model file */
-    const char *format;         /* the format tag: what its KV bytes depend on */
+    const char *name;        /* the file in the folder */
+    const uint8_t *model_id; /* 32 bytes: SHA-256 of the model file */
+    const char *format;      /* the format tag: what its KV bytes depend on */
     int32_t n_rows, n_pictures;
     uint64_t bytes;
     int64_t last_use_ms, created_s; /* unix time */

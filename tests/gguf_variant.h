@@ -16,8 +16,8 @@ typedef struct variant {
     const char *reshape_tensor; /* its ne[1] grows by one */
     const char *key;            /* replaced (or removed when value is NULL) */
     const char *str_value;
-    int bool_value;             /* for key when str_value is NULL: 0/1, -1 = remove */
-    const char *arr_key;        /* an array added (replaced): arr_n values of arr_type at arr_data */
+    int bool_value;      /* for key when str_value is NULL: 0/1, -1 = remove */
+    const char *arr_key; /* an array added (replaced): arr_n values of arr_type at arr_data */
     gguf_vtype arr_type;
     const void *arr_data;
     uint64_t arr_n;

@@ -17,8 +17,7 @@ static inline void oracle_path(char *path, size_t n, const char *model, const ch
     const char *slash = strrchr(model, '/');
     if (slash)
         snprintf(path, n, "%s/%.*s/%s%s%s", PH_ORACLE_DIR, (int)(slash - model), model, prefix, slash + 1, suffix);
-    else
-        snprintf(path, n, "%s/%s%s%s", PH_ORACLE_DIR, prefix, model, suffix);
+    else snprintf(path, n, "%s/%s%s%s", PH_ORACLE_DIR, prefix, model, suffix);
 }
 
 /* The reference line for case `id` of model `model` ("tiny-f16", ...,
@@ -57,8 +56,8 @@ static inline double oracle_tol(json_t *ref_step, double mult, double floor) {
  * difference seen. */
 typedef struct {
     double lse;
-    const float *logits;   /* full logits, or NULL */
-    const int *top_ids;    /* our top list, descending */
+    const float *logits; /* full logits, or NULL */
+    const int *top_ids;  /* our top list, descending */
     const double *top_vals;
     int n_top;
 } oracle_mine;

@@ -10,13 +10,26 @@
 static void test_hosts(void) {
     const char *none[1] = {NULL};
     /* loopback names, with or without a port */
-    const char *ok[] = {"localhost", "localhost:8080", "LOCALHOST:1", "127.0.0.1", "127.0.0.1:8080", "127.255.1.2:99",
-                        "[::1]", "[::1]:8080", "[::ffff:127.0.0.1]:80"};
+    const char *ok[] = {"localhost", "localhost:8080", "LOCALHOST:1",
+                        "127.0.0.1", "127.0.0.1:8080", "127.255.1.2:99",
+                        "[::1]",     "[::1]:8080",     "[::ffff:127.0.0.1]:80"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         CHECKF(access_host_allowed(ok[i], "127.0.0.1", none, 0), "%s", ok[i]);
-    const char *bad[] = {"", "evil.example", "evil.example:8080", "localhost.evil.example", "127.0.0.1.evil.example",
-                         "10.0.0.1", "[fe80::1]:80", "[::1", "localhost:", "localhost:80a", "localhost:123456",
-                         "::1", "0.0.0.0", "localhost:80:80", "[::1]x"};
+    const char *bad[] = {"",
+                         "evil.example",
+                         "evil.example:8080",
+                         "localhost.evil.example",
+                         "127.0.0.1.evil.example",
+                         "10.0.0.1",
+                         "[fe80::1]:80",
+                         "[::1",
+                         "localhost:",
+                         "localhost:80a",
+                         "localhost:123456",
+                         "::1",
+                         "0.0.0.0",
+                         "localhost:80:80",
+                         "[::1]x"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         CHECKF(!access_host_allowed(bad[i], "127.0.0.1", none, 0), "%s", bad[i]);
     CHECK(!access_host_allowed(NULL, "127.0.0.1", none, 0));
@@ -79,7 +92,7 @@ static void test_keys(void) {
     CHECK(access_key_equal("sk-0123456789abcdef", k));
     CHECK(!access_key_equal("sk-0123456789abcdeX", k)); /* same length */
     CHECK(!access_key_equal("Xk-0123456789abcdef", k));
-    CHECK(!access_key_equal("sk-0123456789abcde", k));  /* a prefix */
+    CHECK(!access_key_equal("sk-0123456789abcde", k));   /* a prefix */
     CHECK(!access_key_equal("sk-0123456789abcdef0", k)); /* longer */
     CHECK(!access_key_equal("", k));
     CHECK(!access_key_equal(NULL, k));
@@ -106,8 +119,8 @@ static void test_keys(void) {
         CHECKF(access_key_index(three[i], bearer, three, 3) == i, "key %d by both", i);
         CHECKF(access_key_index("wrong", bearer, three, 3) == i, "key %d with a wrong x-api-key", i);
     }
-    CHECK(access_key_index("sk-alice-000", NULL, three, 3) == -1);  /* a prefix */
-    CHECK(access_key_index("sk-bob-00020", NULL, three, 3) == -1);  /* longer */
+    CHECK(access_key_index("sk-alice-000", NULL, three, 3) == -1);                  /* a prefix */
+    CHECK(access_key_index("sk-bob-00020", NULL, three, 3) == -1);                  /* longer */
     CHECK(access_key_index("sk-alice-0001", "Bearer sk-bob-0002", three, 3) == -1); /* two keys at once */
     CHECK(access_key_problem("sk-x") == NULL);
     CHECK(access_key_problem("") != NULL);

@@ -40,8 +40,7 @@ static void reference(const attn_args *a, double *out) {
             for (int64_t c = 0; c < n; c++) {
                 double s = 0.0;
                 for (int t = 0; t < d; t++)
-                    s += (double)a->q[i * a->q_stride + h * d + t] *
-                         fp16_to_f32(a->k[c * a->kv_stride + g * d + t]);
+                    s += (double)a->q[i * a->q_stride + h * d + t] * fp16_to_f32(a->k[c * a->kv_stride + g * d + t]);
                 p[c] = s * a->scale;
                 if (p[c] > m) m = p[c];
             }
@@ -60,7 +59,8 @@ static void reference(const attn_args *a, double *out) {
 static double run_shape(const shape *s, tpool *pool, float *out_copy) {
     const int64_t qs = (int64_t)s->n_head * s->d + 3, kvs = (int64_t)s->n_head_kv * s->d + 5; /* odd strides */
     float *q = malloc((size_t)(s->n_q * qs) * sizeof(float));
-    f16_bits *k = malloc((size_t)(s->n_kv * kvs) * sizeof(f16_bits)), *v = malloc((size_t)(s->n_kv * kvs) * sizeof(f16_bits));
+    f16_bits *k = malloc((size_t)(s->n_kv * kvs) * sizeof(f16_bits)),
+             *v = malloc((size_t)(s->n_kv * kvs) * sizeof(f16_bits));
     float *out = malloc((size_t)s->n_q * s->n_head * s->d * sizeof(float));
     double *ref = malloc((size_t)s->n_q * s->n_head * s->d * sizeof(double));
     uint64_t seed = rng;
@@ -71,9 +71,21 @@ static double run_shape(const shape *s, tpool *pool, float *out_copy) {
     }
     rng = seed; /* the same data on every call with this shape */
     attn_args a = {
-        .q = q, .q_stride = qs, .k = k, .v = v, .kv_stride = kvs, .n_q = s->n_q, .n_kv = s->n_kv,
-        .causal = s->causal, .first_cell = s->first_cell, .n_head = s->n_head, .n_head_kv = s->n_head_kv,
-        .head_dim = s->d, .scale = 1.0f / sqrtf((float)s->d), .out = out, .out_stride = (int64_t)s->n_head * s->d,
+        .q = q,
+        .q_stride = qs,
+        .k = k,
+        .v = v,
+        .kv_stride = kvs,
+        .n_q = s->n_q,
+        .n_kv = s->n_kv,
+        .causal = s->causal,
+        .first_cell = s->first_cell,
+        .n_head = s->n_head,
+        .n_head_kv = s->n_head_kv,
+        .head_dim = s->d,
+        .scale = 1.0f / sqrtf((float)s->d),
+        .out = out,
+        .out_stride = (int64_t)s->n_head * s->d,
     };
     attn_compute(pool, &a);
     reference(&a, ref);
@@ -128,8 +140,8 @@ static void check_kernels(const attn_kernels *simd, const char *name) {
     double worst = 0.0;
     for (int i = 0; i < nk * TQ; i++) worst = fmax(worst, fabs(st1[i] - st2[i]));
     CHECKF(worst < 1e-5, "%s qk_tile differs by %g", name, worst);
-    st1[5 * TQ + 7] = -INFINITY;                                 /* a masked score */
-    for (int j = 0; j < nk; j++) st1[j * TQ + 9] = -INFINITY;    /* a column with nothing visible */
+    st1[5 * TQ + 7] = -INFINITY;                              /* a masked score */
+    for (int j = 0; j < nk; j++) st1[j * TQ + 9] = -INFINITY; /* a column with nothing visible */
     memcpy(st2, st1, sizeof st1);
     M1[9] = M2[9] = -INFINITY;
     L1[9] = L2[9] = 0.0f;
@@ -174,7 +186,8 @@ static void check_cells(const attn_kernels *kk, const char *name) {
     for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
         const int hd = dims[di];
         const int64_t stride = (int64_t)G * hd + 5;
-        f16_bits *k = malloc(sizeof(f16_bits) * (size_t)(CELLS * stride)), *v = malloc(sizeof(f16_bits) * (size_t)(CELLS * stride));
+        f16_bits *k = malloc(sizeof(f16_bits) * (size_t)(CELLS * stride)),
+                 *v = malloc(sizeof(f16_bits) * (size_t)(CELLS * stride));
         float *q = malloc(sizeof(float) * G * NQ * (size_t)hd), *acc[2], M[2][G * NQ], S[2][G * NQ], kf[128], vf[128];
         for (int64_t i = 0; i < CELLS * stride; i++) k[i] = f32_to_fp16(2.0f * frand()), v[i] = f32_to_fp16(frand());
         for (int i = 0; i < G * NQ * hd; i++) q[i] = fp16_to_f32(f32_to_fp16(frand()));
@@ -184,15 +197,31 @@ static void check_cells(const attn_kernels *kk, const char *name) {
                 for (int j = 0; j < G * NQ; j++) M[t][j] = -INFINITY, S[t][j] = 0.0f;
             }
             for (int t = 0; t < 2; t++) {
-                const attn_cells x = {.k = k, .v = v, .stride = stride, .c0 = 0, .c1 = CELLS, .n_g = G, .q = q,
-                                         .nq = NQ, .hd = hd, .group = GROUP, .causal = causal, .last0 = CELLS - 4,
-                                         .scale = 0.3f, .M = M[t], .S = S[t], .acc = acc[t], .kf = kf, .vf = vf};
+                const attn_cells x = {.k = k,
+                                      .v = v,
+                                      .stride = stride,
+                                      .c0 = 0,
+                                      .c1 = CELLS,
+                                      .n_g = G,
+                                      .q = q,
+                                      .nq = NQ,
+                                      .hd = hd,
+                                      .group = GROUP,
+                                      .causal = causal,
+                                      .last0 = CELLS - 4,
+                                      .scale = 0.3f,
+                                      .M = M[t],
+                                      .S = S[t],
+                                      .acc = acc[t],
+                                      .kf = kf,
+                                      .vf = vf};
                 if (t == 0) attn_cells_with(kk, &x);
                 else kk->cells(&x);
             }
             CHECKF(memcmp(M[0], M[1], sizeof M[0]) == 0 && memcmp(S[0], S[1], sizeof S[0]) == 0 &&
                        memcmp(acc[0], acc[1], sizeof(float) * G * NQ * (size_t)hd) == 0,
-                   "%s: the fused per-cell pass differs from its primitives (d %d%s)", name, hd, causal ? ", causal" : "");
+                   "%s: the fused per-cell pass differs from its primitives (d %d%s)", name, hd,
+                   causal ? ", causal" : "");
             free(acc[0]);
             free(acc[1]);
         }
@@ -224,12 +253,12 @@ static void check_tiles_avx512(void) {
             }
             const float scale = 1.0f / sqrtf((float)d);
             for (int s = 0; s < 2; s++) kk[s]->qk_tile(k, nk, qt, d, scale, st[s]);
-            CHECKF(memcmp(st[0], st[1], sizeof(float) * nk * TQ) == 0, "avx512 qk_tile differs from avx2 (nk %d, d %d)",
-                   nk, d);
+            CHECKF(memcmp(st[0], st[1], sizeof(float) * nk * TQ) == 0,
+                   "avx512 qk_tile differs from avx2 (nk %d, d %d)", nk, d);
             for (int j = 0; j < nk; j++)
                 for (int i = 0; i < TQ; i++) {
                     if (i % 7 == 3 || (i + j) % 11 == 0) st[0][j * TQ + i] = -INFINITY; /* masked cells */
-                    if (j == 1 && i == 2) st[0][j * TQ + i] = -100.0f;                 /* exp underflows */
+                    if (j == 1 && i == 2) st[0][j * TQ + i] = -100.0f;                  /* exp underflows */
                 }
             for (int j = 0; j < nk; j++) st[0][j * TQ + 10] = st[0][j * TQ + 3] = -INFINITY; /* nothing visible */
             M[0][10] = M[1][10] = -INFINITY, L[0][10] = L[1][10] = 0.0f; /* and nothing before either */

@@ -19,9 +19,9 @@
 #include "test.h"
 #include "test_util.h"
 
-#define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
+#define LLM    PH_ORACLE_DIR "/models/tiny-f16.gguf"
 #define MMPROJ PH_ORACLE_DIR "/models/tiny-f16-mmproj.gguf"
-#define MIB 1048576.0
+#define MIB    1048576.0
 
 static char idcache[64];
 
@@ -99,7 +99,8 @@ static int one_turn(const char *dir, const char *system, const char *user, const
     }
     ph_chat_part sp = {.text = system, .len = strlen(system)};
     ph_chat_part up[2] = {{.picture = im}, {.text = user, .len = strlen(user)}};
-    ph_chat_msg msgs[2] = {{.role = PH_ROLE_SYSTEM, .parts = &sp, .n_parts = 1}, {.role = PH_ROLE_USER, .parts = im ? up : up + 1, .n_parts = im ? 2u : 1u}};
+    ph_chat_msg msgs[2] = {{.role = PH_ROLE_SYSTEM, .parts = &sp, .n_parts = 1},
+                           {.role = PH_ROLE_USER, .parts = im ? up : up + 1, .n_parts = im ? 2u : 1u}};
     ph_gen_params g;
     ph_gen_params_default(&g);
     g.max_tokens = 1;
@@ -127,7 +128,8 @@ static int parse_ls(const char *out, ls_line *v, int max) {
     for (p++; *p && n < max; p = strchr(p, '\n') + 1) {
         char date[16], time[16];
         ls_line *l = &v[n];
-        int k = sscanf(p, "%d %d %lf %15s %15s %15s %79s", &l->rows, &l->pics, &l->mib, date, time, l->model, l->name);
+        int k =
+            sscanf(p, "%d %d %lf %15s %15s %15s %79s", &l->rows, &l->pics, &l->mib, date, time, l->model, l->name);
         CHECKF(k == 7 && strlen(date) == 10 && strlen(time) == 5, "ls line: '%.120s'", p);
         n++;
         if (!strchr(p, '\n')) break;
@@ -351,8 +353,8 @@ int main(void) {
     rc = cache(&out, false, "verify %s", dir);
     printf("%s", out);
     snprintf(want, sizeof want, "bad  %s: ", name_b);
-    CHECKF(rc == 1 && strstr(out, want) && strstr(out, "2 ok, 1 bad (removed)"), "verify (damaged): exit %d, '%s'", rc,
-           out);
+    CHECKF(rc == 1 && strstr(out, want) && strstr(out, "2 ok, 1 bad (removed)"), "verify (damaged): exit %d, '%s'",
+           rc, out);
     free(out);
     CHECK(!exists(path));
     rc = cache(&out, false, "ls %s", dir);

@@ -37,26 +37,31 @@ static void test_render(const ph_model *m) {
     CHECK(chat_format_render(&f, m->vocab, msgs, 4, NULL, 0, NULL, &p, &pics, &err) == 0);
     CHECKF(p.n == 3 && p.n_pictures == 1, "%zu items, %d pictures", p.n, p.n_pictures);
     if (p.n == 3) {
-        CHECK(same_tokens(m, &p.items[0], "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nLook: "
-                                          "<|vision_start|>"));
+        CHECK(same_tokens(m, &p.items[0],
+                          "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nLook: "
+                          "<|vision_start|>"));
         CHECK(p.items[1].is_picture && p.items[1].picture == 0 && pics[0] == fake);
         /* the assistant turn goes back without its reasoning */
-        CHECK(same_tokens(m, &p.items[2], "<|vision_end|>What is it?<|im_end|>\n<|im_start|>assistant\nA cat."
-                                          "<|im_end|>\n<|im_start|>user\nSure?<|im_end|>\n<|im_start|>assistant\n"));
+        CHECK(same_tokens(m, &p.items[2],
+                          "<|vision_end|>What is it?<|im_end|>\n<|im_start|>assistant\nA cat."
+                          "<|im_end|>\n<|im_start|>user\nSure?<|im_end|>\n<|im_start|>assistant\n"));
     }
     ph_prompt_free(&p);
     free(pics);
     /* the thinking variant opens the answer with <think> */
     chat_fmt think = {.name = "chatml-think", .think = true};
     CHECK(chat_format_render(&think, m->vocab, &msgs[3], 1, NULL, 0, NULL, &p, &pics, &err) == 0);
-    CHECK(p.n == 1 && same_tokens(m, &p.items[0], "<|im_start|>user\nSure?<|im_end|>\n<|im_start|>assistant\n<think>\n"));
+    CHECK(p.n == 1 &&
+          same_tokens(m, &p.items[0], "<|im_start|>user\nSure?<|im_end|>\n<|im_start|>assistant\n<think>\n"));
     ph_prompt_free(&p);
     free(pics);
     /* refusals */
-    CHECK(chat_format_render(&f, m->vocab, msgs, 0, NULL, 0, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
+    CHECK(chat_format_render(&f, m->vocab, msgs, 0, NULL, 0, NULL, &p, &pics, &err) == -1 &&
+          err.code == PH_ERR_INPUT);
     ph_chat_part bad[] = {{.picture = fake}};
     ph_chat_msg badm = {.role = PH_ROLE_ASSISTANT, .parts = bad, .n_parts = 1};
-    CHECK(chat_format_render(&f, m->vocab, &badm, 1, NULL, 0, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
+    CHECK(chat_format_render(&f, m->vocab, &badm, 1, NULL, 0, NULL, &p, &pics, &err) == -1 &&
+          err.code == PH_ERR_INPUT);
     /* no system message unless one is given; no chat template -> plain ChatML */
     CHECK(!format_of(m).think);
 }

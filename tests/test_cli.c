@@ -68,8 +68,8 @@ static void check_case(const char *model, const char *id, const char *images) {
         }
         static const char *keys[] = {"n_tokens", "grid_x", "grid_y", "n_pos", "embd_width"};
         for (int k = 0; k < 5; k++)
-            CHECKF(json_equal(json_object_get(a, keys[k]), json_object_get(b, keys[k])), "%s/%s chunk %zu %s",
-                   model, id, i, keys[k]);
+            CHECKF(json_equal(json_object_get(a, keys[k]), json_object_get(b, keys[k])), "%s/%s chunk %zu %s", model,
+                   id, i, keys[k]);
         json_t *an = json_object_get(a, "row_norms"), *bn = json_object_get(b, "row_norms");
         int bad = json_array_size(an) != json_array_size(bn);
         for (size_t r = 0; !bad && r < json_array_size(bn); r++) {
@@ -144,7 +144,8 @@ static void check_bench_picture(void) {
     const int64_t rows = json_integer_value(json_object_get(pic, "rows"));
     CHECKF(rows == want, "bench picture rows %lld, the oracle's %lld", (long long)rows, (long long)want);
     CHECK(json_integer_value(json_object_get(pic, "prompt_rows")) > rows);
-    const double enc = json_number_value(json_object_get(pic, "encode_s")), ttft = json_number_value(json_object_get(pic, "ttft_s"));
+    const double enc = json_number_value(json_object_get(pic, "encode_s")),
+                 ttft = json_number_value(json_object_get(pic, "ttft_s"));
     CHECKF(enc >= 0 && ttft > 0 && enc <= ttft, "encode %g s, time to first token %g s", enc, ttft);
     CHECK(json_integer_value(json_object_get(pic, "width")) > json_integer_value(json_object_get(pic, "height")));
     /* a decoded token reads every matrix but the embedding table: in this
@@ -155,8 +156,8 @@ static void check_bench_picture(void) {
     struct stat st;
     CHECK(stat(path, &st) == 0);
     const double bytes = (double)json_integer_value(json_object_get(js, "decode_bytes_per_token"));
-    CHECKF(bytes > 0.4 * (double)st.st_size && bytes < 0.5 * (double)st.st_size, "decode reads %.0f bytes of a %lld-byte file",
-           bytes, (long long)st.st_size);
+    CHECKF(bytes > 0.4 * (double)st.st_size && bytes < 0.5 * (double)st.st_size,
+           "decode reads %.0f bytes of a %lld-byte file", bytes, (long long)st.st_size);
     const double gbs = json_number_value(json_object_get(js, "decode_gbs")),
                  tps = json_number_value(json_object_get(js, "decode_tps"));
     CHECKF(fabs(gbs - tps * bytes / 1e9) <= 0.006 + 1e-3 * gbs, "decode %g GB/s for %g tok/s", gbs, tps);
@@ -454,8 +455,8 @@ int main(void) {
     snprintf(args, sizeof args, "run -m %s/models/tiny-f16.gguf --mmproj %s/models/mid-q8-mmproj.gguf --raw hi",
              PH_ORACLE_DIR, PH_ORACLE_DIR);
     check_refusal(args, "not a pair");
-    snprintf(args, sizeof args, "bench -m %s/models/tiny-f16.gguf --no-mmproj --image %s/img/grad.png",
-             PH_ORACLE_DIR, PH_ORACLE_DIR);
+    snprintf(args, sizeof args, "bench -m %s/models/tiny-f16.gguf --no-mmproj --image %s/img/grad.png", PH_ORACLE_DIR,
+             PH_ORACLE_DIR);
     check_refusal(args, "--image needs a vision file (--no-mmproj)");
     snprintf(args, sizeof args, "bench -m %s/models/tiny-f16.gguf --mmproj %s/models/tiny-f16-mmproj.gguf",
              PH_ORACLE_DIR, PH_ORACLE_DIR);

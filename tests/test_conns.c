@@ -142,16 +142,16 @@ static void test_request_line(void) {
     } cases[] = {
         {"GET / HTTP/1.1\r\n", 1},
         {"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n", 1},
-        {"\r\n\r\nGET /health HTTP/1.1\r\n", 1},   /* empty lines first are allowed */
-        {"GET /x\n", 1},                               /* HTTP/0.9's shape: the library answers it */
-        {"GET / HTTP/1.1", 0},                         /* not whole yet */
+        {"\r\n\r\nGET /health HTTP/1.1\r\n", 1}, /* empty lines first are allowed */
+        {"GET /x\n", 1},                         /* HTTP/0.9's shape: the library answers it */
+        {"GET / HTTP/1.1", 0},                   /* not whole yet */
         {"", 0},
         {"\r\n", 0},
-        {"GARBAGE\r\n", -1},                           /* no target */
+        {"GARBAGE\r\n", -1}, /* no target */
         {"GET\r\n", -1},
         {"GET \r\n", -1},
-        {" / HTTP/1.1\r\n", -1},                      /* no method */
-        {"G@T / HTTP/1.1\r\n", -1},                   /* not a token */
+        {" / HTTP/1.1\r\n", -1},                        /* no method */
+        {"G@T / HTTP/1.1\r\n", -1},                     /* not a token */
         {"\x16\x03\x01\x02\x05\x01\xfc\x03\x03\n", -1}, /* TLS to a plain HTTP port */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

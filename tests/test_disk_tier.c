@@ -37,12 +37,12 @@
 #include "state/disk_tier.h"
 #include "test.h"
 
-#define NL 2        /* layers */
-#define RB 64       /* bytes of one K (or V) cell */
-#define NCTX 1024   /* cells per layer */
-#define MODEL 7     /* model_id: 32 bytes of this */
-#define FMT "test-f16-l2-h2x16"
-#define BIG (1ull << 30)
+#define NL    2    /* layers */
+#define RB    64   /* bytes of one K (or V) cell */
+#define NCTX  1024 /* cells per layer */
+#define MODEL 7    /* model_id: 32 bytes of this */
+#define FMT   "test-f16-l2-h2x16"
+#define BIG   (1ull << 30)
 
 static char g_root[64];
 
@@ -103,7 +103,9 @@ static bool kv_equal(const kv_cache *a, const kv_cache *b, int32_t n) {
 
 /* ---- sequences ------------------------------------------------------------- */
 
-static int32_t tok_id(uint32_t conv, int32_t row) { return (int32_t)((conv * 7919u + (uint32_t)row * 31u) % 150000u); }
+static int32_t tok_id(uint32_t conv, int32_t row) {
+    return (int32_t)((conv * 7919u + (uint32_t)row * 31u) % 150000u);
+}
 
 static void seq_begin(seq_state *s, uint8_t model, const char *fmt) {
     seq_clear(s);
@@ -128,7 +130,7 @@ static void add_pic(seq_state *s, uint8_t key, int32_t gx, int32_t gy, bool cond
 
 /* The usual conversation: 70 tokens, an 8x8 picture (rows 70..133), 100
  * tokens, a 4x4 picture (rows 234..249), 50 tokens: 300 rows. */
-#define CONV_ROWS 300
+#define CONV_ROWS  300
 #define PIC1_START 70
 static void conv_seq(seq_state *s, uint32_t conv, bool cond) {
     seq_begin(s, MODEL, FMT);
@@ -238,8 +240,8 @@ static bool exists(const char *dir, const char *name) {
 /* Finds want in t: expect rows of prefix (0: nothing found); when found,
  * its provenance must be saved's (all of the file's rows) and its cells,
  * loaded into a scratch cache, saved_kv's first prefix cells. */
-static void restores_at(int line, disk_tier *t, const seq_state *want, const seq_state *saved, const kv_cache *saved_kv,
-                        int32_t prefix) {
+static void restores_at(int line, disk_tier *t, const seq_state *want, const seq_state *saved,
+                        const kv_cache *saved_kv, int32_t prefix) {
     disk_match m;
     int found = disk_tier_find(t, want, 0, &m);
     if (prefix == 0) {
@@ -299,8 +301,8 @@ static void make_dir(char *out, size_t cap, const char *what) { snprintf(out, ca
 
 /* ---- the cases -------------------------------------------------------------- */
 
-static seq_state A, B, R;        /* saved sequences, requests */
-static kv_cache kvA, kvB, kvX;   /* the cells of A and B, a spare */
+static seq_state A, B, R;      /* saved sequences, requests */
+static kv_cache kvA, kvB, kvX; /* the cells of A and B, a spare */
 
 /* 1. Round trips: pictures, a longer and a shorter request, text only. */
 static void round_trip(void) {
@@ -721,8 +723,8 @@ static void budget(void) {
     kv_fill(&kvA, 9, 34);
     CHECK(save_flush(t, &sh, 30, &kvA));
     CHECK(save_flush(t, &sh, 34, &kvA));
-    CHECKF(list(t).n == 1 && list(t).v[0].n_rows == 34 && count_files(dir, NULL) == 1,
-           "short conversation: %d files", list(t).n);
+    CHECKF(list(t).n == 1 && list(t).v[0].n_rows == 34 && count_files(dir, NULL) == 1, "short conversation: %d files",
+           list(t).n);
     RESTORES(t, &sh, &sh, &kvA, 34);
     seq_free(&sh);
     disk_tier_close(t);
@@ -765,8 +767,8 @@ static void budget(void) {
         CHECK(save_flush(t, &A, A.n_rows, &kvA));
         st = stats(t);
         listing ls = list(t);
-        CHECKF(st.saves == 2 && st.evictions == 1 && ls.n == 1 && ls.v[0].n_rows == CONV_ROWS && !exists(dir, first) &&
-                   count_files(dir, NULL) == 1,
+        CHECKF(st.saves == 2 && st.evictions == 1 && ls.n == 1 && ls.v[0].n_rows == CONV_ROWS &&
+                   !exists(dir, first) && count_files(dir, NULL) == 1,
                "extending %d rows: %d files, %llu evictions", firsts[i], ls.n, (unsigned long long)st.evictions);
         RESTORES(t, &R, &A, &kvA, firsts[i]);
         disk_tier_close(t);
@@ -1036,7 +1038,8 @@ static void floor_space(void) {
     g_other += 3 * one;
     CHECK(save_flush(t, &c[3], CONV_ROWS, &kv[3]));
     st = stats(t);
-    CHECKF(st.saves == 3 && st.no_space == 1 && st.skipped == 1 && count_files(g_floor_dir, NULL) == 0 && st.entries == 0,
+    CHECKF(st.saves == 3 && st.no_space == 1 && st.skipped == 1 && count_files(g_floor_dir, NULL) == 0 &&
+               st.entries == 0,
            "saves %llu no_space %llu files %d", (unsigned long long)st.saves, (unsigned long long)st.no_space,
            count_files(g_floor_dir, NULL));
     RESTORES(t, &c[3], &c[3], &kv[3], 0);
@@ -1079,8 +1082,8 @@ static void domains(void) {
     name_of(t, &A, name_a);
     name_of(t, &B, name_b);
     CHECK(name_a[0] && name_b[0] && strcmp(name_a, name_b) && list(t).n == 2 && stats(t).evictions == 0);
-    CHECK(file_size(dir, name_a) == (off_t)file_bytes(CONV_ROWS, 2));  /* version 1 */
-    CHECK(file_size(dir, name_b) == (off_t)file_bytes(150, 1) + 32);   /* version 2: and the domain */
+    CHECK(file_size(dir, name_a) == (off_t)file_bytes(CONV_ROWS, 2)); /* version 1 */
+    CHECK(file_size(dir, name_b) == (off_t)file_bytes(150, 1) + 32);  /* version 2: and the domain */
     /* the same rows asked for in each domain */
     seq_copy(&R, &A, A.n_rows, NULL);
     RESTORES(t, &R, &A, &kvA, CONV_ROWS);
@@ -1236,8 +1239,8 @@ static uint32_t file_u32(const char *dir, const char *name, off_t off) {
     return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
-#define REC_PIC_END (PIC1_START + 64)
-#define REC_FILE(n_rows, n_states) (file_bytes(n_rows, 2) + 64 + (uint64_t)(n_states) * RF * 4)
+#define REC_PIC_END                (PIC1_START + 64)
+#define REC_FILE(n_rows, n_states) (file_bytes(n_rows, 2) + 64 + (uint64_t)(n_states)*RF * 4)
 
 /* A in a fresh folder, with states after the first picture, row 200 and
  * its end; its file's name. */
@@ -1301,7 +1304,8 @@ static void recurrent(void) {
     rec_set(&kvC, (const int32_t[]){REC_PIC_END, 200, CONV_ROWS}, 3, CONV_ROWS + 40);
     CHECK(save_flush(t, &B, B.n_rows, &kvC));
     CHECKF(!exists(dir, name) && count_files(dir, NULL) == 2 && stats(t).evictions == 1,
-           "one with a state there: A's gone (%d files, A %d, evictions %llu)", count_files(dir, NULL), exists(dir, name), (unsigned long long)stats(t).evictions);
+           "one with a state there: A's gone (%d files, A %d, evictions %llu)", count_files(dir, NULL),
+           exists(dir, name), (unsigned long long)stats(t).evictions);
     REC_RESTORES(t, &A, &kvC, CONV_ROWS, 3);
     disk_tier_close(t);
     rec_drop(&kvC);
@@ -1351,8 +1355,7 @@ static void recurrent(void) {
         const bool renamed = i >= 2;
         REC_RESTORES(t, &B, &kvB, renamed ? CONV_ROWS : 0, 2);
         int n_tmp = -1;
-        CHECKF(count_files(dir, &n_tmp) == (renamed ? 2 : 1) && n_tmp == 0 && stats(t).rejected == 0, "%s",
-               modes[i]);
+        CHECKF(count_files(dir, &n_tmp) == (renamed ? 2 : 1) && n_tmp == 0 && stats(t).rejected == 0, "%s", modes[i]);
         disk_tier_close(t);
         rec_drop(&kvD);
     }
@@ -1379,7 +1382,7 @@ static void recurrent(void) {
 
 int main(void) {
     log_set_level(LOG_ERROR); /* rejections are expected here */
-    umask(022);                     /* the usual one: the tier must not rely on a stricter umask */
+    umask(022);               /* the usual one: the tier must not rely on a stricter umask */
     snprintf(g_root, sizeof g_root, "/tmp/ph_disk_tier.XXXXXX");
     if (!mkdtemp(g_root)) die("mkdtemp");
     seq_init(&A, NCTX, NULL);

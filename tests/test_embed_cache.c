@@ -143,7 +143,7 @@ static void test_lru(void) {
     CHECK(c != NULL);
     for (int i = 1; i <= 3; i++) CHECK(put_i(c, i, i, NULL) == 0);
     CHECK(stats(c).entries == 3);
-    CHECK(has(c, 1)); /* 1 becomes the most recent: order 1, 3, 2 */
+    CHECK(has(c, 1));                 /* 1 becomes the most recent: order 1, 3, 2 */
     CHECK(put_i(c, 4, 4, NULL) == 0); /* evicts 2, the least recent */
     CHECK(!has(c, 2));
     CHECK(has(c, 3)); /* order 3, 1, 4... then 3 most recent: 3, 4, 1 */
@@ -203,7 +203,7 @@ static void test_referenced_eviction(void) {
     CHECK(held && rows_are(held, 11));
     embed_cache_release(c, again);
     CHECK(held && rows_are(held, 11)); /* still one reference */
-    embed_cache_release(c, held);   /* freed here (valgrind/ASan see it) */
+    embed_cache_release(c, held);      /* freed here (valgrind/ASan see it) */
 
     /* replacing a key: the old entry lives on while held */
     CHECK(put_i(c, 3, 30, &held) == 0);
@@ -629,10 +629,10 @@ static void test_disk_full(void) {
     const uint64_t one = HEADER + 2 * 2 * 8 * 4;
     char p[7][512];
     for (int i = 1; i <= 6; i++) file_of(i, p[i], sizeof p[i]);
-    CHECK(fs_floor(1ull << 40) == (1ull << 40) / 20);      /* 5% of 1 TiB */
-    CHECK(fs_floor(4ull << 30) == PH_FS_FLOOR_MIN);        /* 256 MiB of 4 GiB */
-    CHECK(fs_floor(512ull << 20) == 128ull << 20);         /* a quarter of a small one */
-    g_fs_total = 1ull << 30;                                  /* floor: 256 MiB */
+    CHECK(fs_floor(1ull << 40) == (1ull << 40) / 20);              /* 5% of 1 TiB */
+    CHECK(fs_floor(4ull << 30) == PH_FS_FLOOR_MIN);                /* 256 MiB of 4 GiB */
+    CHECK(fs_floor(512ull << 20) == 128ull << 20);                 /* a quarter of a small one */
+    g_fs_total = 1ull << 30;                                       /* floor: 256 MiB */
     g_fs_other = g_fs_total - PH_FS_FLOOR_MIN - 3 * one - one / 2; /* room for 3 files above the floor */
     fs_space_set_test_hook(fake_space);
     ph_err e = {0};
@@ -650,7 +650,8 @@ static void test_disk_full(void) {
     embed_cache_stats st = stats(c);
     CHECKF(st.disk_writes == 4 && st.disk_evictions == 1 && st.disk_full == 0 && st.disk_files == 3,
            "writes %llu evictions %llu full %llu files %llu", (unsigned long long)st.disk_writes,
-           (unsigned long long)st.disk_evictions, (unsigned long long)st.disk_full, (unsigned long long)st.disk_files);
+           (unsigned long long)st.disk_evictions, (unsigned long long)st.disk_full,
+           (unsigned long long)st.disk_files);
     CHECK(exists(p[1]) && !exists(p[2]) && exists(p[3]) && exists(p[4]));
     CHECK(g_fs_calls > 0);
 
@@ -660,9 +661,11 @@ static void test_disk_full(void) {
     CHECK(put_i(c, 5, 5, &en) == 0 && en && rows_are(en, 5));
     embed_cache_release(c, en);
     st = stats(c);
-    CHECKF(st.disk_writes == 4 && st.disk_evictions == 4 && st.disk_full == 1 && st.disk_files == 0 && count_files() == 0,
+    CHECKF(st.disk_writes == 4 && st.disk_evictions == 4 && st.disk_full == 1 && st.disk_files == 0 &&
+               count_files() == 0,
            "writes %llu evictions %llu full %llu files %llu", (unsigned long long)st.disk_writes,
-           (unsigned long long)st.disk_evictions, (unsigned long long)st.disk_full, (unsigned long long)st.disk_files);
+           (unsigned long long)st.disk_evictions, (unsigned long long)st.disk_full,
+           (unsigned long long)st.disk_files);
     /* they free it again: writes resume */
     g_fs_other -= 4 * one;
     CHECK(put_i(c, 5, 5, NULL) == 0 && exists(p[5]) && stats(c).disk_writes == 5);

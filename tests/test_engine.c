@@ -19,12 +19,12 @@
 #include "test.h"
 #include "test_util.h"
 
-#define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
-#define MMPROJ PH_ORACLE_DIR "/models/tiny-f16-mmproj.gguf"
-#define LLM_Q35 PH_ORACLE_DIR "/qwen35/models/tiny.gguf"
+#define LLM        PH_ORACLE_DIR "/models/tiny-f16.gguf"
+#define MMPROJ     PH_ORACLE_DIR "/models/tiny-f16-mmproj.gguf"
+#define LLM_Q35    PH_ORACLE_DIR "/qwen35/models/tiny.gguf"
 #define MMPROJ_Q35 PH_ORACLE_DIR "/qwen35/models/tiny-mmproj.gguf"
-#define NGEN 6
-#define NTOP 5
+#define NGEN       6
+#define NTOP       5
 
 static char idcache[64];
 /* the model pair of the engines made below (test_recurrent changes it) */
@@ -60,8 +60,8 @@ static file make_png(int w, int h, int seed) {
             p[2] = (uint8_t)((x ^ y) + seed * 90);
         }
     spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
-    struct spng_ihdr ih = {.width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8,
-                           .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
+    struct spng_ihdr ih = {
+        .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
     spng_set_option(c, SPNG_ENCODE_TO_BUFFER, 1);
     spng_set_ihdr(c, &ih);
     int rc = spng_encode_image(c, px, (size_t)w * h * 3, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
@@ -251,7 +251,8 @@ static void test_edit(file a) {
     CHECKF(r.r.n_reused == before, "edited earlier message: reused %d, the prefix before the edit has %d",
            r.r.n_reused, before);
     CHECKF(r.r.pics_from_kv == 0 && r.r.pics_from_cache == 1 && r.r.pics_encoded == 0,
-           "picture after the edit: kv %d cache %d encoded %d", r.r.pics_from_kv, r.r.pics_from_cache, r.r.pics_encoded);
+           "picture after the edit: kv %d cache %d encoded %d", r.r.pics_from_kv, r.r.pics_from_cache,
+           r.r.pics_encoded);
     same_as_cold(&c, &r, "edited earlier message");
     ph_picture_free(pics[0]);
     ph_engine_free(e);
@@ -335,7 +336,8 @@ static void test_eviction(file a, file b, file g) {
         turn(e, &c);
     }
     ph_engine_get_stats(e, &st);
-    CHECKF(st.picture_cache_bytes <= 20000, "byte bound: %llu bytes held", (unsigned long long)st.picture_cache_bytes);
+    CHECKF(st.picture_cache_bytes <= 20000, "byte bound: %llu bytes held",
+           (unsigned long long)st.picture_cache_bytes);
     CHECKF(st.pictures_encoded == 3 && st.picture_cache_evictions >= 1, "byte bound: encoded %llu, evictions %llu",
            (unsigned long long)st.pictures_encoded, (unsigned long long)st.picture_cache_evictions);
     for (int k = 0; k < 3; k++) ph_picture_free(pics[k]);
@@ -355,8 +357,9 @@ static void test_elastic(file a, file b) {
     usleep(300000);
     ph_engine_tick(e);
     ph_engine_get_stats(e, &st);
-    CHECKF(!st.encoder_loaded && st.encoder_unloads == 1 && st.encoder_loads == 1, "after idle: loaded %d loads %llu unloads %llu",
-           st.encoder_loaded, (unsigned long long)st.encoder_loads, (unsigned long long)st.encoder_unloads);
+    CHECKF(!st.encoder_loaded && st.encoder_unloads == 1 && st.encoder_loads == 1,
+           "after idle: loaded %d loads %llu unloads %llu", st.encoder_loaded, (unsigned long long)st.encoder_loads,
+           (unsigned long long)st.encoder_unloads);
     /* a new conversation with the cached picture: the encoder stays unloaded */
     conv c2 = {0};
     msg(&c2, 'u', (const char *[]){"Another chat.", "@0"}, 2, pics);
@@ -370,8 +373,8 @@ static void test_elastic(file a, file b) {
     msg(&c2, 'u', (const char *[]){"@1", "@0", "Compare."}, 3, pics);
     r = turn(e, &c2);
     ph_engine_get_stats(e, &st);
-    CHECKF(r.r.encoder_loaded && st.encoder_loads == 2 && r.r.pics_encoded == 1, "one new picture: loads %llu encoded %d",
-           (unsigned long long)st.encoder_loads, r.r.pics_encoded);
+    CHECKF(r.r.encoder_loaded && st.encoder_loads == 2 && r.r.pics_encoded == 1,
+           "one new picture: loads %llu encoded %d", (unsigned long long)st.encoder_loads, r.r.pics_encoded);
     ph_picture_free(pics[0]);
     ph_picture_free(pics[1]);
     ph_engine_free(e);
@@ -418,8 +421,8 @@ static void test_interleaved(file a, file b) {
     same_as_cold(&a2, &ra2, "interleaved A2 (from a RAM checkpoint)");
     result rb2 = turn(e, &b2);
     CHECKF(rb2.r.n_from_ram >= rb1.r.n_prompt && rb2.r.pics_from_kv == 1 && rb2.r.pics_encoded == 0,
-           "B2 resumes B1 from RAM: from ram %d, B1's prompt %d, kv %d, encoded %d", rb2.r.n_from_ram,
-           rb1.r.n_prompt, rb2.r.pics_from_kv, rb2.r.pics_encoded);
+           "B2 resumes B1 from RAM: from ram %d, B1's prompt %d, kv %d, encoded %d", rb2.r.n_from_ram, rb1.r.n_prompt,
+           rb2.r.pics_from_kv, rb2.r.pics_encoded);
     same_as_cold(&b2, &rb2, "interleaved B2 (from a RAM checkpoint)");
     ph_engine_get_stats(e, &st);
     CHECKF(st.ram_cache_hits == 2 && st.pictures_encoded == 2, "ram hits %llu, encoded %llu",
@@ -601,8 +604,8 @@ static void test_disk(file a) {
     e = engine(true, 32, 128u << 20, dir, 0);
     c.parts[0].picture = im = pic(a);
     r = turn(e, &c);
-    CHECKF(r.r.pics_encoded == 0 && r.r.pics_from_cache == 1, "after a restart: encoded %d, cache %d", r.r.pics_encoded,
-           r.r.pics_from_cache);
+    CHECKF(r.r.pics_encoded == 0 && r.r.pics_from_cache == 1, "after a restart: encoded %d, cache %d",
+           r.r.pics_encoded, r.r.pics_from_cache);
     same_as_cold(&c, &r, "embedding from disk after restart");
     ph_picture_free(im);
     ph_engine_free(e);
@@ -619,8 +622,8 @@ static void test_disk(file a) {
     e = engine(true, 32, 128u << 20, dir, 0);
     c.parts[0].picture = im = pic(a);
     r = turn(e, &c);
-    CHECKF(r.r.pics_encoded == 1 && r.r.pics_from_cache == 0, "truncated entry: encoded %d, cache %d", r.r.pics_encoded,
-           r.r.pics_from_cache);
+    CHECKF(r.r.pics_encoded == 1 && r.r.pics_from_cache == 0, "truncated entry: encoded %d, cache %d",
+           r.r.pics_encoded, r.r.pics_from_cache);
     same_as_cold(&c, &r, "truncated cache file refused");
     ph_picture_free(im);
     ph_engine_free(e);
@@ -691,8 +694,8 @@ static void test_kv_disk(void) {
     CHECKF(r3.r.n_from_disk >= r2.r.n_prompt && r3.r.pics_encoded == 0 && r3.r.pics_from_kv == 1,
            "after a restart: %d rows from disk (turn 2's prompt had %d), %d encoded", r3.r.n_from_disk, r2.r.n_prompt,
            r3.r.pics_encoded);
-    CHECKF(r3.r.n_prefilled == r3.r.n_prompt - r3.r.n_from_disk, "prefilled %d of %d, %d from disk",
-           r3.r.n_prefilled, r3.r.n_prompt, r3.r.n_from_disk);
+    CHECKF(r3.r.n_prefilled == r3.r.n_prompt - r3.r.n_from_disk, "prefilled %d of %d, %d from disk", r3.r.n_prefilled,
+           r3.r.n_prompt, r3.r.n_from_disk);
     same_as_cold(&c, &r3, "turn 3 from disk after a restart");
     ph_engine_stats st;
     ph_engine_get_stats(e, &st);
@@ -709,8 +712,10 @@ static void test_kv_disk(void) {
     int32_t before = count_tokens(e, "<|im_start|>system\nYou are a careful assistant who describes pictures in "
                                      "detail.<|im_end|>\n<|im_start|>user\nHere is my photo:<|vision_start|>");
     result r4 = turn(e, &c);
-    CHECKF(r4.r.n_from_disk <= before && r4.r.pics_encoded == 1, "other picture: %d rows from disk (%d before it), "
-           "%d encoded", r4.r.n_from_disk, before, r4.r.pics_encoded);
+    CHECKF(r4.r.n_from_disk <= before && r4.r.pics_encoded == 1,
+           "other picture: %d rows from disk (%d before it), "
+           "%d encoded",
+           r4.r.n_from_disk, before, r4.r.pics_encoded);
     same_as_cold(&c, &r4, "other picture after a restart");
     ph_engine_free(e);
     ph_picture_free(pics[0]);
@@ -737,8 +742,10 @@ static void test_kv_disk(void) {
     msg(&m, 'a', (const char *[]){"It is a picture."}, 1, pics);
     msg(&m, 'u', (const char *[]){"@0", "Tell me more."}, 2, pics);
     result r5 = turn(e, &m);
-    CHECKF(r5.r.pics_from_kv == 0 && r5.r.pics_encoded == 1, "picture moved: %d rows from disk, %d pictures with them, "
-           "%d encoded", r5.r.n_from_disk, r5.r.pics_from_kv, r5.r.pics_encoded);
+    CHECKF(r5.r.pics_from_kv == 0 && r5.r.pics_encoded == 1,
+           "picture moved: %d rows from disk, %d pictures with them, "
+           "%d encoded",
+           r5.r.n_from_disk, r5.r.pics_from_kv, r5.r.pics_encoded);
     same_as_cold(&m, &r5, "picture moved after a restart");
     ph_engine_free(e);
     ph_picture_free(pics[0]);
@@ -746,13 +753,16 @@ static void test_kv_disk(void) {
     /* text only, and another model file with the same shapes */
     e = engine_kv(LLM, dir);
     conv t = {0};
-    msg(&t, 's', (const char *[]){"You are a storyteller. Your stories are long, calm and full of small details "
-                                  "about the sea, the weather, the light and the animals that live by the shore."},
+    msg(&t, 's',
+        (const char *[]){"You are a storyteller. Your stories are long, calm and full of small details "
+                         "about the sea, the weather, the light and the animals that live by the shore."},
         1, pics);
-    msg(&t, 'u', (const char *[]){"Please write a long story about a lighthouse keeper who finds a message in a "
-                                  "bottle, with many details about the sea, the weather and the keeper's cat. The "
-                                  "story should take place over one whole winter, from the first storm to the "
-                                  "first warm day of spring."}, 1, pics);
+    msg(&t, 'u',
+        (const char *[]){"Please write a long story about a lighthouse keeper who finds a message in a "
+                         "bottle, with many details about the sea, the weather and the keeper's cat. The "
+                         "story should take place over one whole winter, from the first storm to the "
+                         "first warm day of spring."},
+        1, pics);
     result t1 = turn(e, &t);
     msg(&t, 'a', (const char *[]){"Once upon a time."}, 1, pics);
     msg(&t, 'u', (const char *[]){"Go on."}, 1, pics);
@@ -766,8 +776,8 @@ static void test_kv_disk(void) {
     ph_engine_free(e);
     e = engine_kv(LLM, dir);
     t2 = turn(e, &t);
-    CHECKF(t1.r.n_prompt > 64 && t2.r.n_from_disk >= t1.r.n_prompt, "text only: %d rows from disk of %d", t2.r.n_from_disk,
-           t1.r.n_prompt);
+    CHECKF(t1.r.n_prompt > 64 && t2.r.n_from_disk >= t1.r.n_prompt, "text only: %d rows from disk of %d",
+           t2.r.n_from_disk, t1.r.n_prompt);
     same_as_cold(&t, &t2, "text-only conversation from disk");
     ph_engine_free(e);
     unlink(other);
@@ -809,8 +819,8 @@ static void test_domains(file a) {
            r.r.pics_from_cache);
     same_as_cold(&cb, &r, "the same request in another domain");
     r = turn(e, &ca); /* back from the RAM tier, in its own domain */
-    CHECKF(r.r.n_from_ram > 0 && r.r.pics_encoded == 0, "its own domain: %d rows from RAM, encoded %d", r.r.n_from_ram,
-           r.r.pics_encoded);
+    CHECKF(r.r.n_from_ram > 0 && r.r.pics_encoded == 0, "its own domain: %d rows from RAM, encoded %d",
+           r.r.n_from_ram, r.r.pics_encoded);
     r = turn_in(e, &ca, true, dom_c); /* an auxiliary request of a third domain parks the default one's... */
     CHECKF(r.r.parked && r.r.n_reused == 0 && r.r.pics_encoded == 1, "auxiliary: parked %d, reused %d, encoded %d",
            r.r.parked, r.r.n_reused, r.r.pics_encoded);
@@ -827,13 +837,17 @@ static void test_domains(file a) {
     memset(dom_d, 0xd, sizeof dom_d);
     cb.parts[0].picture = pb[0] = pic(a);
     r = turn_in(e, &cb, false, dom_d);
-    CHECKF(r.r.n_from_disk == 0 && r.r.pics_encoded == 1, "a fourth domain after a restart: %d rows from disk, "
-           "encoded %d", r.r.n_from_disk, r.r.pics_encoded);
+    CHECKF(r.r.n_from_disk == 0 && r.r.pics_encoded == 1,
+           "a fourth domain after a restart: %d rows from disk, "
+           "encoded %d",
+           r.r.n_from_disk, r.r.pics_encoded);
     ph_picture_free(pb[0]);
     cb.parts[0].picture = pb[0] = pic(a);
     r = turn_in(e, &cb, false, dom_b);
-    CHECKF(r.r.n_from_disk > 0 && r.r.pics_encoded == 0, "its own domain after a restart: %d rows from disk, "
-           "encoded %d", r.r.n_from_disk, r.r.pics_encoded);
+    CHECKF(r.r.n_from_disk > 0 && r.r.pics_encoded == 0,
+           "its own domain after a restart: %d rows from disk, "
+           "encoded %d",
+           r.r.n_from_disk, r.r.pics_encoded);
     same_as_cold(&cb, &r, "a domain's checkpoint after a restart");
     ph_engine_free(e);
     ph_picture_free(pb[0]);
@@ -860,7 +874,8 @@ static void test_back_off(void) {
     CHECK(seq_common_prefix(&a, &b) == 18);
     /* b's state ends inside the picture (a span cut by the frontier) */
     b.n_rows = 11;
-    CHECKF(seq_common_prefix(&a, &b) == 5, "cut span: prefix %d, expected the span's start 5", seq_common_prefix(&a, &b));
+    CHECKF(seq_common_prefix(&a, &b) == 5, "cut span: prefix %d, expected the span's start 5",
+           seq_common_prefix(&a, &b));
     CHECK(!seq_complete(&b, 11));
     /* a span with another key at the same place */
     b.n_rows = 18;
@@ -892,7 +907,7 @@ static void test_header_only(file good) {
     ph_gen_params g;
     ph_gen_params_default(&g);
     int32_t rows = 0, text = count_tokens(e, "<|im_start|>user\n<|vision_start|><|vision_end|>Describe.<|im_end|>\n"
-                                              "<|im_start|>assistant\n");
+                                             "<|im_start|>assistant\n");
     CHECKF(ph_engine_count(e, c.msgs, c.n_msgs, &g, &rows, &err) == 0 && ph_engine_picture_rows(e, pics[0]) > 0 &&
                rows == text + ph_engine_picture_rows(e, pics[0]),
            "counted without decoding: %d rows, %d of text and %d of the picture (%s)", rows, text,
@@ -981,8 +996,10 @@ static void test_recurrent(file a, file b) {
     /* back to the first question: from its RAM checkpoint, at the snapshot
      * before its opener (the checkpoint shares one row more) */
     r2 = turn(e, &c2);
-    CHECKF(r2.r.n_reused == c2_head && r2.r.n_from_ram == c2_head, "back to the first question: %d rows reused, %d "
-           "from ram, expected %d", r2.r.n_reused, r2.r.n_from_ram, c2_head);
+    CHECKF(r2.r.n_reused == c2_head && r2.r.n_from_ram == c2_head,
+           "back to the first question: %d rows reused, %d "
+           "from ram, expected %d",
+           r2.r.n_reused, r2.r.n_from_ram, c2_head);
     same_as_cold(&c2, &r2, "qwen35: back from a RAM checkpoint");
     /* a side call: the conversation parked, the side call cold (it shares a
      * few rows, with no snapshot after them); then the conversation back */
@@ -998,7 +1015,8 @@ static void test_recurrent(file a, file b) {
     result rb1 = turn(e, &b1), ra2 = turn(e, &c2), rb2 = turn(e, &b2);
     CHECKF(rb1.r.n_reused == 0 && ra2.r.n_from_ram == c2_head, "A again after B1: %d from ram, expected %d",
            ra2.r.n_from_ram, c2_head);
-    CHECKF(rb2.r.n_from_ram == rb1.r.n_prompt - opener && rb2.r.n_reused == rb2.r.n_from_ram && rb2.r.pics_encoded == 0,
+    CHECKF(rb2.r.n_from_ram == rb1.r.n_prompt - opener && rb2.r.n_reused == rb2.r.n_from_ram &&
+               rb2.r.pics_encoded == 0,
            "B2: %d from ram, B1's prompt has %d rows", rb2.r.n_from_ram, rb1.r.n_prompt);
     same_as_cold(&c2, &ra2, "qwen35: interleaved A (from RAM)");
     same_as_cold(&b2, &rb2, "qwen35: interleaved B2 (from RAM)");

@@ -303,7 +303,7 @@ static void test_default_dir(void) {
     const char *d = default_cache_dir(buf, sizeof buf);
     CHECK(d == buf && strcmp(d, "/xdg/cache/pinhole") == 0);
     CHECK(default_cache_dir(buf, 10) == NULL); /* does not fit */
-    setenv("XDG_CACHE_HOME", "relative", 1);      /* ignored, as the XDG spec says */
+    setenv("XDG_CACHE_HOME", "relative", 1);   /* ignored, as the XDG spec says */
     d = default_cache_dir(buf, sizeof buf);
     CHECK(d && strcmp(d, "/home/u/.cache/pinhole") == 0);
     unsetenv("XDG_CACHE_HOME");

@@ -41,7 +41,8 @@ static void check_conv(const gdn_kernels *kk, const char *name, int n, int kc) {
         kk->conv(st1, w, u1, u1, n, ld, kc);
         same &= memcmp(u0, u1, (size_t)n * sizeof(float)) == 0;
     }
-    for (int i = 0; i < kc - 1; i++) same &= memcmp(st0 + (size_t)i * ld, st1 + (size_t)i * ld, (size_t)n * sizeof(float)) == 0;
+    for (int i = 0; i < kc - 1; i++)
+        same &= memcmp(st0 + (size_t)i * ld, st1 + (size_t)i * ld, (size_t)n * sizeof(float)) == 0;
     CHECKF(same, "%s: conv of %d channels, %d taps differs from the reference", name, n, kc);
     free(w);
     free(x);

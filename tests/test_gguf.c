@@ -163,7 +163,12 @@ static void check_all_values(const gguf_file *f) {
     CHECK(gguf_get_str(f, "v.replaced", &s) == 0 && gguf_str_eq(s, "second"));
 
     /* Integer arrays through gguf_arr_i64, element by element. */
-    struct { const char *key; gguf_vtype t; uint64_t n; int64_t v[4]; } ia[] = {
+    struct {
+        const char *key;
+        gguf_vtype t;
+        uint64_t n;
+        int64_t v[4];
+    } ia[] = {
         {"a.u8", GGUF_UINT8, 3, {0, 1, 255}},
         {"a.i8", GGUF_INT8, 3, {-128, 0, 127}},
         {"a.u16", GGUF_UINT16, 2, {0, 65535}},
@@ -225,7 +230,8 @@ static void check_tensors(const gguf_file *f, uint32_t align) {
 
 static void add_round_tensors(gguf_writer *w) {
     for (size_t i = 0; i < N_ROUND; i++)
-        gguf_writer_add_tensor(w, round_tensors[i].name, round_tensors[i].type, round_tensors[i].n_dims, round_tensors[i].ne);
+        gguf_writer_add_tensor(w, round_tensors[i].name, round_tensors[i].type, round_tensors[i].n_dims,
+                               round_tensors[i].ne);
 }
 
 /* Copies every tensor's bytes from a reader. */
@@ -342,15 +348,15 @@ static size_t put_le(uint8_t *p, size_t at, uint64_t v, int n) {
  * a tensor-less file that ends right after its header, without padding. */
 static void test_hand_built(void) {
     uint8_t file[68] = {'G', 'G', 'U', 'F'};
-    size_t at = put_le(file, 4, 2, 4);    /* version 2 */
-    at = put_le(file, at, 1, 8);          /* 1 tensor */
-    at = put_le(file, at, 0, 8);          /* 0 kv */
-    at = put_le(file, at, 1, 8);          /* name length */
+    size_t at = put_le(file, 4, 2, 4); /* version 2 */
+    at = put_le(file, at, 1, 8);       /* 1 tensor */
+    at = put_le(file, at, 0, 8);       /* 0 kv */
+    at = put_le(file, at, 1, 8);       /* name length */
     file[at++] = 's';
-    at = put_le(file, at, 0, 4);          /* n_dims 0 */
+    at = put_le(file, at, 0, 4); /* n_dims 0 */
     at = put_le(file, at, PH_TYPE_F32, 4);
-    at = put_le(file, at, 0, 8);          /* offset */
-    CHECK(at == 49);                      /* data at pad(49, 32) = 64 */
+    at = put_le(file, at, 0, 8); /* offset */
+    CHECK(at == 49);             /* data at pad(49, 32) = 64 */
     float v = 2.5f;
     memcpy(file + 64, &v, 4);
     ph_err e = {0};
@@ -437,7 +443,8 @@ static void expect_write_error(gguf_writer *w, gguf_fill_fn fill, const char *ex
     snprintf(path, sizeof path, "%s/bad.gguf", tmpdir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     ph_err e = {0};
-    CHECKF(gguf_writer_write(w, path, fill, NULL, &e) == -1 && strstr(e.msg, expect), "wanted '%s', got '%s'", expect, e.msg);
+    CHECKF(gguf_writer_write(w, path, fill, NULL, &e) == -1 && strstr(e.msg, expect), "wanted '%s', got '%s'", expect,
+           e.msg);
     CHECK(!file_exists(path) && !file_exists(tmp));
     gguf_writer_free(w);
 }
@@ -571,9 +578,9 @@ static void check_prefix(const char *name, const char *bytes, size_t len, uint64
     ph_err e = {0};
     gguf_file *f = gguf_open_mem(buf, len, &e);
     if (len < need)
-        CHECKF(f == NULL && strncmp(e.msg, "gguf: <memory>: ", 16) == 0, "%s cut to %zu bytes was accepted", name, len);
-    else
-        CHECKF(f != NULL, "%s cut to %zu bytes (needs %llu): %s", name, len, (unsigned long long)need, e.msg);
+        CHECKF(f == NULL && strncmp(e.msg, "gguf: <memory>: ", 16) == 0, "%s cut to %zu bytes was accepted", name,
+               len);
+    else CHECKF(f != NULL, "%s cut to %zu bytes (needs %llu): %s", name, len, (unsigned long long)need, e.msg);
     gguf_close(f);
     free(buf);
 }
@@ -614,8 +621,8 @@ static void test_oracle(void) {
             CHECKF(f != NULL, "%s", e.msg);
             if (!f) continue;
             gguf_str arch;
-            CHECKF(gguf_get_str(f, "general.architecture", &arch) == 0 && gguf_str_eq(arch, mm ? "clip" : "qwen3vl"), "%s",
-                   path);
+            CHECKF(gguf_get_str(f, "general.architecture", &arch) == 0 && gguf_str_eq(arch, mm ? "clip" : "qwen3vl"),
+                   "%s", path);
             CHECK(f->n_tensors > 0 && f->version == 3);
             int ok = 1;
             for (uint64_t i = 0; i < f->n_tensors; i++) {

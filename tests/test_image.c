@@ -119,8 +119,13 @@ static int probe_agrees(const void *d, size_t n, const char *label) {
 
 static void test_smart_resize(void) {
     static const int cases[][4] = {
-        {1024, 768, 1024, 768}, {640, 480, 640, 480}, {1000, 500, 992, 512}, {4000, 3000, 2336, 1760},
-        {50, 50, 96, 96},       {48, 48, 96, 96},     {10000, 10, 10016, 32},
+        {1024, 768, 1024, 768},
+        {640, 480, 640, 480},
+        {1000, 500, 992, 512},
+        {4000, 3000, 2336, 1760},
+        {50, 50, 96, 96},
+        {48, 48, 96, 96},
+        {10000, 10, 10016, 32},
         /* 80/32 = 2.5 rounds away from zero (to 3), not to even */
         {80, 80, 96, 96},
     };
@@ -143,7 +148,8 @@ static void test_resampler(void) {
     uint8_t src[13 * 7 * 3], dst[26 * 20 * 3];
     for (int y = 0; y < 7; y++)
         for (int x = 0; x < 13; x++)
-            for (int c = 0; c < 3; c++) src[(y * 13 + x) * 3 + c] = (uint8_t)((x * 53 + y * 97 + c * 31 + x * y * 13) % 256);
+            for (int c = 0; c < 3; c++)
+                src[(y * 13 + x) * 3 + c] = (uint8_t)((x * 53 + y * 97 + c * 31 + x * y * 13) % 256);
 
     /* Same size: a copy. */
     CHECK(resize_bicubic(src, 13, 7, dst, 13, 7) == 0 && !memcmp(src, dst, sizeof src));
@@ -154,7 +160,8 @@ static void test_resampler(void) {
     static const int sizes[][2] = {{4, 3}, {16, 12}, {5, 7}, {8, 2}, {1, 1}};
     for (int s = 0; s < 5; s++) {
         int dw = sizes[s][0], dh = sizes[s][1], ok = resize_bicubic(flat, 8, 6, dst, dw, dh) == 0;
-        for (int i = 0; ok && i < dw * dh; i++) ok = dst[3 * i] == 17 && dst[3 * i + 1] == 200 && dst[3 * i + 2] == 255;
+        for (int i = 0; ok && i < dw * dh; i++)
+            ok = dst[3 * i] == 17 && dst[3 * i + 1] == 200 && dst[3 * i + 2] == 255;
         CHECKF(ok, "constant 8x6 -> %dx%d changed", dw, dh);
     }
 
@@ -186,18 +193,21 @@ static void test_resampler(void) {
         int w, h;
         const char *hex;
     } pillow[] = {
-        {5, 11, "2b4e7695b77a486d7c99bc7a4b6f8060608884917d6c677d98a28f6565809a79937862859b61809581a183627e6f835e9d6f9a9e"
-                "608592857c7688715f8f56a47e8f96628878827f6a91807195739189768c6489577d9c61809f9770807d8d9ea565767296774c"
-                "7299ac5d737796b19d6e8175956c5f678ba66b4e82a79b6a83ac53708ba15d7d8f8c4a8cae6a81a87c7e6273a750727fa44e92"
-                "b0489cc14fa65e5aa0486c"},
-        {13, 3, "4f6f57587f9e9e4d6d6d8cabb49c595a7998994f6e7058777796bdbfde9b9b4a323a5b7a7a99b87589617f577e9cb0587695bc"
-                "936b92a5587f9d6a899b749b4d6c45577ea5c3d6af1b36557392b195446ba68f4c87a75692b16d729ab984a3609b85a46f9653"
-                "8fae96611e3d7999c0c511306c8baa"},
+        {5, 11,
+         "2b4e7695b77a486d7c99bc7a4b6f8060608884917d6c677d98a28f6565809a79937862859b61809581a183627e6f835e9d6f9a9e"
+         "608592857c7688715f8f56a47e8f96628878827f6a91807195739189768c6489577d9c61809f9770807d8d9ea565767296774c"
+         "7299ac5d737796b19d6e8175956c5f678ba66b4e82a79b6a83ac53708ba15d7d8f8c4a8cae6a81a87c7e6273a750727fa44e92"
+         "b0489cc14fa65e5aa0486c"},
+        {13, 3,
+         "4f6f57587f9e9e4d6d6d8cabb49c595a7998994f6e7058777796bdbfde9b9b4a323a5b7a7a99b87589617f577e9cb0587695bc"
+         "936b92a5587f9d6a899b749b4d6c45577ea5c3d6af1b36557392b195446ba68f4c87a75692b16d729ab984a3609b85a46f9653"
+         "8fae96611e3d7999c0c511306c8baa"},
         {4, 2, "73797c8e7485857c887181839087668b918b7c7f787b6782"},
-        {3, 20, "577d7a70967a6b907b5d7b7b73917c6e8d7d6b75807b86817982847f6d8785768788748c8b6b888f6b8b8f708d89728298678b"
-                "8b7c81837d789e6889828c747f86739d68887892757f8e6f9169896c8c88809370846b8a60839c839077836f875b7f9e8a8389"
-                "8e767f5c8191907797977d7a6082829576938f8283677c7e987d8077859a72708098876c668aa87e648294925f6f94968a5b7b"
-                "8d9f5586a17197546f87a84e98aa56a04f6785ab4b9ead4ca34d64"},
+        {3, 20,
+         "577d7a70967a6b907b5d7b7b73917c6e8d7d6b75807b86817982847f6d8785768788748c8b6b888f6b8b8f708d89728298678b"
+         "8b7c81837d789e6889828c747f86739d68887892757f8e6f9169896c8c88809370846b8a60839c839077836f875b7f9e8a8389"
+         "8e767f5c8191907797977d7a6082829576938f8283677c7e987d8077859a72708098876c668aa87e648294925f6f94968a5b7b"
+         "8d9f5586a17197546f87a84e98aa56a04f6785ab4b9ead4ca34d64"},
         {1, 1, "827e80"},
     };
     for (size_t i = 0; i < sizeof pillow / sizeof pillow[0]; i++) {
@@ -239,8 +249,8 @@ static const struct {
      "a88d7cef39e0d2cb5fba200494cddf40b6efe1b009f7bdc1a7f956f087704958"},
     {"small.png", 24, 24, "19fa5d020be256c605b907ffe4a67aad2442fbb59899dcfbe5afd1464507c2db", 96, 96, 96, 96,
      "8426db67cab749d953f63f481631df6e6d4caa3372864c6e3821457523e6135b"},
-    {"large.png", 1400, 1000, "7df8ec71abaa2e484334686cf209ec31f607fd502bb865384daa9d8bb4b347bc", 1408, 992, 1389, 992,
-     "a5ecf3d4d371ad8bca08965a2a0203c258471dcd1e3a9a358fa7acd6f019f1f4"},
+    {"large.png", 1400, 1000, "7df8ec71abaa2e484334686cf209ec31f607fd502bb865384daa9d8bb4b347bc", 1408, 992, 1389,
+     992, "a5ecf3d4d371ad8bca08965a2a0203c258471dcd1e3a9a358fa7acd6f019f1f4"},
     {"tall.png", 120, 500, "cde93b73b4f0efb724801cf59e2b633aff05b229933aa41a0a38c1b12b09ee70", 128, 512, 123, 512,
      "305ececd125ec0fad7f3b82c9640b7eec9c068d78eafbd48f1fb9f136861d0e6"},
     {"wide.png", 640, 160, "70591b305d5f7ddf976c3fc6fe0cfbdde024374de812f8f1f2666e0b3be9b531", 640, 160, 640, 160,
@@ -488,7 +498,7 @@ static void test_ok_corpus(void) {
 /* ---- the hostile files ----------------------------------------------------- */
 
 /* The bad files whose header is sound: only a decode finds them wrong. */
-static const char *const damaged_pixels[] = {"png_truncated.png", "png_bad_crc.png",    "png_bad_data.png",
+static const char *const damaged_pixels[] = {"png_truncated.png",  "png_bad_crc.png",     "png_bad_data.png",
                                              "jpeg_600_scans.jpg", "webp_truncated.webp", "gif_truncated.gif"};
 
 static void test_bad_corpus(void) {
@@ -564,8 +574,8 @@ static void test_bad_corpus(void) {
 
 /* A TIFF block with one IFD0 entry, Orientation = o (little-endian). */
 static size_t exif_block(uint8_t *b, int o) {
-    static const uint8_t t[] = {'E', 'x', 'i', 'f', 0, 0, 'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0,
-                                1,   0,   0,   0,   0, 0, 0,   0,   0,  0, 0, 0};
+    static const uint8_t t[] = {'E',  'x',  'i', 'f', 0, 0, 'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0,
+                                0x12, 0x01, 3,   0,   1, 0, 0,   0,   0,  0, 0, 0, 0, 0, 0, 0};
     memcpy(b, t, sizeof t);
     b[6 + 18] = (uint8_t)o; /* the SHORT value of the entry */
     return sizeof t;
@@ -622,7 +632,8 @@ static uint8_t *apply_ops(const uint8_t *src, int w, int h, const char *ops, int
 
 /* Six 8x8 blocks of distinct colours in 2 columns and 3 rows. */
 static void block_picture(uint8_t *px) {
-    static const uint8_t colours[6][3] = {{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {255, 255, 0}, {0, 255, 255}, {255, 0, 255}};
+    static const uint8_t colours[6][3] = {{255, 0, 0},   {0, 255, 0},   {0, 0, 255},
+                                          {255, 255, 0}, {0, 255, 255}, {255, 0, 255}};
     for (int y = 0; y < 24; y++)
         for (int x = 0; x < 16; x++) memcpy(px + (y * 16 + x) * 3, colours[(y / 8) * 2 + x / 8], 3);
 }
@@ -634,7 +645,7 @@ static void test_jpeg(void) {
     for (int y = 0; y < H; y++)
         for (int x = 0; x < W; x++) {
             px[(y * W + x) * 3] = (uint8_t)(x * 5), px[(y * W + x) * 3 + 1] = (uint8_t)(y * 6),
-                           px[(y * W + x) * 3 + 2] = (uint8_t)(128 + x - y);
+                             px[(y * W + x) * 3 + 2] = (uint8_t)(128 + x - y);
             grey[y * W + x] = (uint8_t)(x * 2 + y * 3);
         }
     static const struct {
@@ -648,7 +659,9 @@ static void test_jpeg(void) {
         ph_err e;
         int rc = decode(jpg, n, "jpeg", &img, &e);
         CHECKF(rc == 0 && img.w == W && img.h == H, "%s JPEG: %s", kinds[k].what, e.msg);
-        if (rc == 0) CHECKF(max_diff(img.rgb, px, sizeof px) <= 12, "%s JPEG: off by %d", kinds[k].what, max_diff(img.rgb, px, sizeof px));
+        if (rc == 0)
+            CHECKF(max_diff(img.rgb, px, sizeof px) <= 12, "%s JPEG: off by %d", kinds[k].what,
+                   max_diff(img.rgb, px, sizeof px));
         image_free(&img);
 
         /* Data after the end-of-image marker is ignored; a cut file is not. */
@@ -680,7 +693,8 @@ static void test_jpeg(void) {
 
     /* CMYK (stored as YCCK): flat blocks of known inks, Adobe-inverted. */
     uint8_t cmyk[16 * 16 * 4];
-    static const uint8_t inks[4][4] = {{255, 0, 255, 255}, {0, 255, 255, 255}, {255, 255, 0, 255}, {255, 255, 255, 128}};
+    static const uint8_t inks[4][4] = {
+        {255, 0, 255, 255}, {0, 255, 255, 255}, {255, 255, 0, 255}, {255, 255, 255, 128}};
     for (int y = 0; y < 16; y++)
         for (int x = 0; x < 16; x++) memcpy(cmyk + (y * 16 + x) * 4, inks[(y / 8) * 2 + x / 8], 4);
     jpg = make_jpeg(cmyk, 16, 16, TJPF_CMYK, TJSAMP_444, 0, 0, &n);
@@ -730,8 +744,8 @@ static uint8_t *webp_with_exif(const uint8_t *px, int w, int h, int o, size_t *n
     memcpy(b, "RIFF", 4);
     b[4] = (uint8_t)body, b[5] = (uint8_t)(body >> 8), b[6] = (uint8_t)(body >> 16);
     memcpy(b + 8, "WEBPVP8X", 8);
-    b[16] = 10;    /* chunk size */
-    b[20] = 0x08;  /* flags: EXIF */
+    b[16] = 10;   /* chunk size */
+    b[20] = 0x08; /* flags: EXIF */
     b[24] = (uint8_t)(w - 1), b[25] = (uint8_t)((w - 1) >> 8);
     b[27] = (uint8_t)(h - 1), b[28] = (uint8_t)((h - 1) >> 8);
     p = 30;
@@ -758,11 +772,13 @@ static void test_webp(void) {
     image_free(&img);
     WebPFree(out);
 
-    for (int i = 0; i < W * H; i++) px[3 * i] = (uint8_t)(i % W * 6), px[3 * i + 1] = (uint8_t)(i / W * 10), px[3 * i + 2] = 90;
+    for (int i = 0; i < W * H; i++)
+        px[3 * i] = (uint8_t)(i % W * 6), px[3 * i + 1] = (uint8_t)(i / W * 10), px[3 * i + 2] = 90;
     n = WebPEncodeRGB(px, W, H, W * 3, 95, &out);
     rc = decode(out, n, "webp", &img, &e);
     CHECKF(rc == 0 && img.w == W && img.h == H, "lossy WebP: %s", e.msg);
-    if (rc == 0) CHECKF(max_diff(img.rgb, px, sizeof px) <= 40, "lossy WebP: off by %d", max_diff(img.rgb, px, sizeof px));
+    if (rc == 0)
+        CHECKF(max_diff(img.rgb, px, sizeof px) <= 40, "lossy WebP: off by %d", max_diff(img.rgb, px, sizeof px));
     image_free(&img);
     WebPFree(out);
 
@@ -920,8 +936,8 @@ static void test_limits(void) {
     image_free(&img);
     image_limits_default(&lim);
     lim.max_file_bytes = 100;
-    CHECK(image_decode(buf, n, &lim, NULL, &img, &e) == -1 &&
-          strstr(e.msg, "image: the file is ") && strstr(e.msg, "more than the 100-byte limit"));
+    CHECK(image_decode(buf, n, &lim, NULL, &img, &e) == -1 && strstr(e.msg, "image: the file is ") &&
+          strstr(e.msg, "more than the 100-byte limit"));
     CHECK(image_load_file(path, &lim, &img, &e) == -1 && strstr(e.msg, "more than the 100-byte limit"));
     free(buf);
 
@@ -960,7 +976,7 @@ static void test_damaged(void) {
     image_limits_default(&lim);
     lim.max_pixels = 4u << 20; /* keep damaged headers from asking for much */
     char path[1024];
-    static const char *seeds[] = {"oracle:grad.png",         "oracle:small.png", "oracle:photo.jpg",
+    static const char *seeds[] = {"oracle:grad.png", "oracle:small.png", "oracle:photo.jpg",
                                   "data:gif_interlaced.gif", "data:interlaced_rgb8_9x11.png"};
     size_t n_seeds = sizeof seeds / sizeof seeds[0];
     uint8_t blocks[16 * 24 * 3];

@@ -94,16 +94,17 @@ static int run(const char *schema, const char *prefix, const char *suffix, bool 
     return out;
 }
 
-#define ACCEPT(schema, text) CHECKF(run(schema, NULL, NULL, false, text, strlen(text)) == 1, "accept %s", text)
-#define PARTIAL(schema, text) CHECKF(run(schema, NULL, NULL, false, text, strlen(text)) == 0, "partial %s", text)
+#define RUN1(schema, text)                run(schema, NULL, NULL, false, text, strlen(text))
+#define ACCEPT(schema, text)              CHECKF(RUN1(schema, text) == 1, "accept %s", text)
+#define PARTIAL(schema, text)             CHECKF(RUN1(schema, text) == 0, "partial %s", text)
 #define RUNS(schema, pre, suf, ows, text) run(schema, pre, suf, ows, text, strlen(text))
-#define REJECT(schema, text) CHECKF(run(schema, NULL, NULL, false, text, strlen(text)) == -1, "reject %s", text)
+#define REJECT(schema, text)              CHECKF(RUN1(schema, text) == -1, "reject %s", text)
 
 static void refused(const char *schema, const char *kw, const char *path) {
     ph_err e = {0};
     jc_schema *s = jc_schema_compile(schema, strlen(schema), &e);
-    CHECKF(!s && e.code == PH_ERR_INPUT && strstr(e.msg, kw) && (!path || strstr(e.msg, path)), "%s -> %s",
-           schema, s ? "compiled" : e.msg);
+    CHECKF(!s && e.code == PH_ERR_INPUT && strstr(e.msg, kw) && (!path || strstr(e.msg, path)), "%s -> %s", schema,
+           s ? "compiled" : e.msg);
     jc_schema_free(s);
     memset(&e, 0, sizeof e);
     CHECK(ph_schema_check(schema, strlen(schema), &e) == -1 && e.code == PH_ERR_INPUT);
@@ -247,10 +248,15 @@ static bool output_valid(const char *schema, const char *text, size_t len) {
 static void test_keywords(void) {
     /* tool calls with prefix and suffix */
     const char *pre = "\n", *suf = "\n</tool_call>";
-    struct { const char *text; int want; } calls[] = {
+    struct {
+        const char *text;
+        int want;
+    } calls[] = {
         {"\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", 1},
-        {"\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>", 1},
-        {"\n{\"name\":\"search\",\"arguments\":{\"query\":\"x\",\"limit\":-5,\"filters\":[\"a\",\"b\",\"c\"]}}\n</tool_call>",
+        {"\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>",
+         1},
+        {"\n{\"name\":\"search\",\"arguments\":{\"query\":\"x\",\"limit\":-5,\"filters\":[\"a\",\"b\",\"c\"]}}\n</"
+         "tool_call>",
          1},
         {"\n{\"name\":\"search\",\"arguments\":{\"query\":\"x\",\"filters\":[]}}\n</tool_call>", 1},
         {"\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool", 0},
@@ -449,16 +455,18 @@ static void test_keywords(void) {
     REJECT(nest, "[[true], 1]");
 
     /* objects: order, required, optional, additionalProperties */
-    const char *ord = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"},"
-                      "\"c\":{\"type\":\"integer\"}},\"required\":[\"c\",\"a\"]}";
+    const char *ord =
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"},"
+        "\"c\":{\"type\":\"integer\"}},\"required\":[\"c\",\"a\"]}";
     ACCEPT(ord, "{\"a\": 1, \"c\": 3}");
     ACCEPT(ord, "{\"a\": 1, \"c\": 3, \"b\": 2}");
     REJECT(ord, "{\"c\": 3, \"a\": 1}");
     REJECT(ord, "{\"a\": 1, \"b\": 2, \"c\": 3}");
     REJECT(ord, "{\"a\": 1}");
     REJECT(ord, "{\"a\": 1, \"c\": 3, \"d\": 4}");
-    const char *opt = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"},\"xy\":{\"type\":\"integer\"},"
-                      "\"y\":{\"type\":\"integer\"}}}";
+    const char *opt =
+        "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"},\"xy\":{\"type\":\"integer\"},"
+        "\"y\":{\"type\":\"integer\"}}}";
     ACCEPT(opt, "{}");
     ACCEPT(opt, "{\"xy\": 1}");
     ACCEPT(opt, "{\"x\": 1, \"y\": 2}");
@@ -479,16 +487,18 @@ static void test_keywords(void) {
     ACCEPT("{\"type\":\"object\",\"required\":[\"x\"]}", "{\"x\": [1], \"y\": 2}");
     REJECT("{\"type\":\"object\",\"required\":[\"x\"]}", "{}");
     REJECT("{\"type\":\"object\",\"required\":[\"x\"]}", "{\"y\": 2}");
-    const char *req_add = "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"x\"],\"additionalProperties\":"
-                          "{\"type\":\"integer\"}}";
+    const char *req_add =
+        "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"x\"],\"additionalProperties\":"
+        "{\"type\":\"integer\"}}";
     ACCEPT(req_add, "{\"x\": 1}");
     REJECT(req_add, "{\"x\": \"1\"}");
     refused("{\"type\":\"object\",\"properties\":{},\"required\":[\"x\"],\"additionalProperties\":false}", "no value",
             NULL);
     ACCEPT("{\"type\":\"object\",\"properties\":{},\"required\":[\"x\"]}", "{\"x\": []}");
     refused("{\"enum\":[\"a\\u0000\",\"b\"]}", "not valid JSON", NULL); /* jansson: no NUL in strings */
-    ACCEPT("{\"type\":\"object\",\"properties\":{\"k\\\"\\u00e9\":{\"type\":\"null\"}},\"required\":[\"k\\\"\\u00e9\"]}",
-           "{\"k\\\"\xc3\xa9\": null}");
+    ACCEPT(
+        "{\"type\":\"object\",\"properties\":{\"k\\\"\\u00e9\":{\"type\":\"null\"}},\"required\":[\"k\\\"\\u00e9\"]}",
+        "{\"k\\\"\xc3\xa9\": null}");
 
     /* choices */
     const char *tl = "{\"type\":[\"string\",\"null\"],\"maxLength\":2}";
@@ -503,8 +513,9 @@ static void test_keywords(void) {
     ACCEPT("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"boolean\"}]}", "true");
     ACCEPT("{\"allOf\":[{\"type\":\"integer\"}],\"description\":\"d\"}", "3");
     REJECT("{\"allOf\":[{\"type\":\"integer\"}],\"description\":\"d\"}", "\"3\"");
-    const char *objs = "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":["
-                       "\"a\"]},{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]}]}";
+    const char *objs =
+        "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":["
+        "\"a\"]},{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]}]}";
     ACCEPT(objs, "{\"a\": 1}");
     ACCEPT(objs, "{\"a\": \"1\"}");
     REJECT(objs, "{\"a\": null}");
@@ -515,11 +526,13 @@ static void test_keywords(void) {
     /* $ref, recursion, depth */
     ACCEPT(TREE, "{\"value\": 1, \"children\": [{\"value\": 2}, {\"value\": 3, \"label\": null, \"children\": []}]}");
     REJECT(TREE, "{\"value\": 1, \"children\": [{\"label\": \"x\"}]}");
-    ACCEPT("{\"definitions\":{\"n\":{\"type\":\"integer\"}},\"type\":\"array\",\"items\":{\"$ref\":\"#/definitions/n\"}}",
+    ACCEPT("{\"definitions\":{\"n\":{\"type\":\"integer\"}},\"type\":\"array\",\"items\":{\"$ref\":\"#/definitions/"
+           "n\"}}",
            "[1, 2]");
     ACCEPT("{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}", "[[], [[]]]");
     ACCEPT("{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "null");
-    refused("{\"$defs\":{\"a\":{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/$defs/a\"}},\"required\":[\"x\"]}},"
+    refused("{\"$defs\":{\"a\":{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/$defs/"
+            "a\"}},\"required\":[\"x\"]}},"
             "\"$ref\":\"#/$defs/a\"}",
             "no value", NULL);
     refused("{\"$ref\":\"#\"}", "no value", NULL);
@@ -567,11 +580,12 @@ static char *many_tools(int n) {
     char *s = malloc(cap);
     len += (size_t)snprintf(s + len, cap - len, "{\"anyOf\":[");
     for (int i = 0; i < n; i++)
-        len += (size_t)snprintf(s + len, cap - len,
-                                "%s{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"tool_%d\"},\"arguments\":{"
-                                "\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"]}},"
-                                "\"required\":[\"name\",\"arguments\"]}",
-                                i ? "," : "", i);
+        len += (size_t)snprintf(
+            s + len, cap - len,
+            "%s{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"tool_%d\"},\"arguments\":{"
+            "\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"]}},"
+            "\"required\":[\"name\",\"arguments\"]}",
+            i ? "," : "", i);
     snprintf(s + len, cap - len, "]}");
     return s;
 }
@@ -607,8 +621,8 @@ static void test_state(void) {
 }
 
 static void test_refusals(void) {
-    refused("{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]+$\"}}}", "'pattern'",
-            "$.properties.zip");
+    refused("{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]+$\"}}}",
+            "'pattern'", "$.properties.zip");
     refused("{\"patternProperties\":{}}", "'patternProperties'", "$");
     refused("{\"not\":{}}", "'not'", "$");
     refused("{\"if\":{},\"then\":{}}", "'if'", "$");
@@ -660,17 +674,131 @@ static void synth_add(synth_vocab *v, const char *s, size_t len) {
 /* Single bytes, JSON fragments, schema words, whitespace runs, escapes,
  * UTF-8 pieces and random strings over a JSON-heavy alphabet. */
 static synth_vocab make_synth(int n_random) {
-    static const char *frag[] = {
-        "{", "}", "[", "]", ",", ":", "\"", "{\"", "\"}", "\":", "\": \"", "\", \"", "\"},", "\"}}", "\"]", "\"],",
-        "},{", "}]", "]}", "[[", "]]", "{}", "[]", "true", "false", "null", "tr", "ue", "fal", "se", "nu", "ll", " ",
-        "  ", "\n", "\n\n", "\n  ", "\t", "    ", " \"", " {", " [", ", ", ": ", "\"name", "name", "arguments",
-        "\"arguments\": {", "get_weather", "\"get_weather\"", "search", "city", "\"city\": \"", "unit", "celsius",
-        "fahrenheit", "query", "limit", "filters", "\"limit\": ", "-", "12", "3.14", ".5", "e+", "E-", "1e5", "-0",
-        "\\", "\\n", "\\\"", "\\u", "\\u00e9", "\\ud83d", "\\ude00", "\\uD8", "00", "\xc3\xa9", "\xf0\x9f\x98\x80",
-        "\xf0\x9f", "\x98\x80", "\xc3", "\xa9", "\xe2\x82", "\xac", "\xed\xa0\x80", "</tool_call>", "<tool_call>",
-        "\n</tool_call>", "</", "tool_call>", ">", "\"value\": ", "children", "label", "flag", "color", "red", "grey",
-        "score", "0.5", "level", "tags", "pair", "\"k\"", "opt", "nothing", "any", "value", "\"}\n", "\"\n", "\")",
-        "abc", "hello world", "\\\\", "a\"", "b\",", "1,", "2]", "7}", "null,", "true}", "\"\"", "\" \"", "x\\"};
+    static const char *frag[] = {"{",
+                                 "}",
+                                 "[",
+                                 "]",
+                                 ",",
+                                 ":",
+                                 "\"",
+                                 "{\"",
+                                 "\"}",
+                                 "\":",
+                                 "\": \"",
+                                 "\", \"",
+                                 "\"},",
+                                 "\"}}",
+                                 "\"]",
+                                 "\"],",
+                                 "},{",
+                                 "}]",
+                                 "]}",
+                                 "[[",
+                                 "]]",
+                                 "{}",
+                                 "[]",
+                                 "true",
+                                 "false",
+                                 "null",
+                                 "tr",
+                                 "ue",
+                                 "fal",
+                                 "se",
+                                 "nu",
+                                 "ll",
+                                 " ",
+                                 "  ",
+                                 "\n",
+                                 "\n\n",
+                                 "\n  ",
+                                 "\t",
+                                 "    ",
+                                 " \"",
+                                 " {",
+                                 " [",
+                                 ", ",
+                                 ": ",
+                                 "\"name",
+                                 "name",
+                                 "arguments",
+                                 "\"arguments\": {",
+                                 "get_weather",
+                                 "\"get_weather\"",
+                                 "search",
+                                 "city",
+                                 "\"city\": \"",
+                                 "unit",
+                                 "celsius",
+                                 "fahrenheit",
+                                 "query",
+                                 "limit",
+                                 "filters",
+                                 "\"limit\": ",
+                                 "-",
+                                 "12",
+                                 "3.14",
+                                 ".5",
+                                 "e+",
+                                 "E-",
+                                 "1e5",
+                                 "-0",
+                                 "\\",
+                                 "\\n",
+                                 "\\\"",
+                                 "\\u",
+                                 "\\u00e9",
+                                 "\\ud83d",
+                                 "\\ude00",
+                                 "\\uD8",
+                                 "00",
+                                 "\xc3\xa9",
+                                 "\xf0\x9f\x98\x80",
+                                 "\xf0\x9f",
+                                 "\x98\x80",
+                                 "\xc3",
+                                 "\xa9",
+                                 "\xe2\x82",
+                                 "\xac",
+                                 "\xed\xa0\x80",
+                                 "</tool_call>",
+                                 "<tool_call>",
+                                 "\n</tool_call>",
+                                 "</",
+                                 "tool_call>",
+                                 ">",
+                                 "\"value\": ",
+                                 "children",
+                                 "label",
+                                 "flag",
+                                 "color",
+                                 "red",
+                                 "grey",
+                                 "score",
+                                 "0.5",
+                                 "level",
+                                 "tags",
+                                 "pair",
+                                 "\"k\"",
+                                 "opt",
+                                 "nothing",
+                                 "any",
+                                 "value",
+                                 "\"}\n",
+                                 "\"\n",
+                                 "\")",
+                                 "abc",
+                                 "hello world",
+                                 "\\\\",
+                                 "a\"",
+                                 "b\",",
+                                 "1,",
+                                 "2]",
+                                 "7}",
+                                 "null,",
+                                 "true}",
+                                 "\"\"",
+                                 "\" \"",
+                                 "x\\"};
     synth_vocab v = {0};
     const int cap = 256 + (int)(sizeof frag / sizeof *frag) + n_random + 8;
     v.s = calloc((size_t)cap, sizeof *v.s);
@@ -681,7 +809,8 @@ static synth_vocab make_synth(int n_random) {
     }
     for (size_t i = 0; i < sizeof frag / sizeof *frag; i++) synth_add(&v, frag[i], strlen(frag[i]));
     synth_add(&v, "", 0); /* a control token: never allowed */
-    static const char alpha[] = "{}[]\":, \n\t-.0123456789eE+truefalsn\\/uabcdxyz\xc3\xa9\xf0\x9f\x98\x80\xed\xa0\xe0";
+    static const char alpha[] =
+        "{}[]\":, \n\t-.0123456789eE+truefalsn\\/uabcdxyz\xc3\xa9\xf0\x9f\x98\x80\xed\xa0\xe0";
     for (int i = 0; i < n_random; i++) {
         char s[12];
         const int len = 1 + (int)(rnd() % 8);
@@ -987,7 +1116,8 @@ static void test_real(bool quick) {
         {"json_object: after an escape", "O", NULL, NULL, "{\"ab\": \"x\\", true},
         {"string with maxLength 8 (3 used)", "T", NULL, NULL, "{\"value\": 1, \"label\": \"abc", true},
         {"string with minLength 1 (0 used)", "M", NULL, NULL,
-         "{\"flag\": true, \"nothing\": null, \"color\": \"red\", \"score\": 0.5, \"level\": 3, \"tags\": [\"", false},
+         "{\"flag\": true, \"nothing\": null, \"color\": \"red\", \"score\": 0.5, \"level\": 3, \"tags\": [\"",
+         false},
         {"number with bounds (0..1)", "M", NULL, NULL,
          "{\"flag\": true, \"nothing\": null, \"color\": \"red\", \"score\": 0.", false},
         {"128 tools: after '{'", "128", "\n", "\n</tool_call>", "\n{", false},
@@ -1001,8 +1131,8 @@ static void test_real(bool quick) {
     for (size_t i = 0; i < sizeof states / sizeof *states; i++) {
         const tstate *st = &states[i];
         char *many = st->schema && *st->schema == '1' ? many_tools(128) : NULL;
-        const char *schema = many           ? many
-                             : !st->schema  ? TOOLS
+        const char *schema = many                 ? many
+                             : !st->schema        ? TOOLS
                              : *st->schema == 'O' ? OBJECT
                              : *st->schema == 'T' ? TREE
                                                   : MIXED;
@@ -1021,8 +1151,7 @@ static void test_real(bool quick) {
         /* token_ok over the whole vocabulary, in a string and after a value */
         jc_schema *s = compile_ok(TOOLS);
         jc_matcher *m = jc_matcher_new(s, "\n", "\n</tool_call>", false, NULL);
-        const char *fed[2] = {"\n{\"name\": \"search\", \"arguments\": {\"query\": \"ab",
-                              "\"}"};
+        const char *fed[2] = {"\n{\"name\": \"search\", \"arguments\": {\"query\": \"ab", "\"}"};
         for (int k = 0; k < 2; k++) {
             CHECK(jc_matcher_feed(m, fed[k], strlen(fed[k])) == 0);
             int32_t n_ok = 0;

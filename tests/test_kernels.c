@@ -46,13 +46,33 @@ static const int wtypes[] = {PH_TYPE_F32,  PH_TYPE_F16,  PH_TYPE_BF16, PH_TYPE_Q
 /* ---- conversions ------------------------------------------------------------- */
 
 static void test_f16(void) {
-    struct { float f; uint16_t h; } cases[] = {
-        {0.f, 0x0000}, {-0.f, 0x8000}, {1.f, 0x3c00}, {-2.f, 0xc000}, {65504.f, 0x7bff},
-        {65519.99f, 0x7bff}, {65520.f, 0x7c00}, {1e10f, 0x7c00}, {-1e10f, 0xfc00},
-        {0x1p-24f, 0x0001}, {0x1p-25f, 0x0000}, {0x1.8p-25f, 0x0001}, {0x1.8p-24f, 0x0002},
-        {0x1p-14f, 0x0400}, {1023 * 0x1p-24f, 0x03ff}, {0x1.ffcp-15f, 0x0400}, {1e-30f, 0x0000},
-        {1.f + 0x1p-11f, 0x3c00}, {1.f + 0x3p-11f, 0x3c02}, {1.f + 0x1.2p-11f, 0x3c01},
-        {0x1.004p-24f, 0x0001}, {-0x1.004p-24f, 0x8001}, {2049.f, 0x6800}, {2051.f, 0x6802}};
+    struct {
+        float f;
+        uint16_t h;
+    } cases[] = {{0.f, 0x0000},
+                 {-0.f, 0x8000},
+                 {1.f, 0x3c00},
+                 {-2.f, 0xc000},
+                 {65504.f, 0x7bff},
+                 {65519.99f, 0x7bff},
+                 {65520.f, 0x7c00},
+                 {1e10f, 0x7c00},
+                 {-1e10f, 0xfc00},
+                 {0x1p-24f, 0x0001},
+                 {0x1p-25f, 0x0000},
+                 {0x1.8p-25f, 0x0001},
+                 {0x1.8p-24f, 0x0002},
+                 {0x1p-14f, 0x0400},
+                 {1023 * 0x1p-24f, 0x03ff},
+                 {0x1.ffcp-15f, 0x0400},
+                 {1e-30f, 0x0000},
+                 {1.f + 0x1p-11f, 0x3c00},
+                 {1.f + 0x3p-11f, 0x3c02},
+                 {1.f + 0x1.2p-11f, 0x3c01},
+                 {0x1.004p-24f, 0x0001},
+                 {-0x1.004p-24f, 0x8001},
+                 {2049.f, 0x6800},
+                 {2051.f, 0x6802}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         CHECKF(f32_to_fp16(cases[i].f) == cases[i].h, "f16(%a) = %04x, want %04x", cases[i].f,
                f32_to_fp16(cases[i].f), cases[i].h);
@@ -118,8 +138,8 @@ static void test_dequant_blocks(void) {
         memset(&b, 0, sizeof b);
         b.d = f32_to_fp16(0.5f);
         b.dmin = f32_to_fp16(0.25f);
-        b.scales[1] = 37;                   /* sc(1) = 37 */
-        b.scales[5] = 11;                   /* mn(1) = 11 */
+        b.scales[1] = 37;                       /* sc(1) = 37 */
+        b.scales[5] = 11;                       /* mn(1) = 11 */
         b.scales[10] = (uint8_t)(9 | (5 << 4)); /* low bits of sc(6) = 9, mn(6) = 5 */
         b.scales[2] |= 2 << 6;                  /* sc(6) high bits: 2 -> sc(6) = 9 + 32 = 41 */
         b.scales[6] |= 3 << 6;                  /* mn(6) high bits: 3 -> mn(6) = 5 + 48 = 53 */
@@ -246,16 +266,17 @@ static void test_weight_roundtrip(void) {
     static float x[N], y[N];
     static uint8_t q[N * 4];
     for (int i = 0; i < N; i++) x[i] = rnd_f();
-    const struct { int type; double tol; } cases[] = {
-        {PH_TYPE_F32, 0}, {PH_TYPE_F16, 1e-3}, {PH_TYPE_BF16, 8e-3}, {PH_TYPE_Q8_0, 0.01},
-        {PH_TYPE_Q6_K, 0.03}, {PH_TYPE_Q5_K, 0.05}, {PH_TYPE_Q4_K, 0.1}, {PH_TYPE_Q4_0, 0.1}};
+    const struct {
+        int type;
+        double tol;
+    } cases[] = {{PH_TYPE_F32, 0},     {PH_TYPE_F16, 1e-3},  {PH_TYPE_BF16, 8e-3}, {PH_TYPE_Q8_0, 0.01},
+                 {PH_TYPE_Q6_K, 0.03}, {PH_TYPE_Q5_K, 0.05}, {PH_TYPE_Q4_K, 0.1},  {PH_TYPE_Q4_0, 0.1}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         quantize_weight_row(cases[k].type, x, q, N);
         dequant_row(cases[k].type, q, y, N);
         double e = 0, s = 0;
         for (int i = 0; i < N; i++) e += (x[i] - y[i]) * (double)(x[i] - y[i]), s += x[i] * (double)x[i];
-        CHECKF(sqrt(e / s) <= cases[k].tol, "%s round trip rms error %g", type_get(cases[k].type)->name,
-               sqrt(e / s));
+        CHECKF(sqrt(e / s) <= cases[k].tol, "%s round trip rms error %g", type_get(cases[k].type)->name, sqrt(e / s));
     }
 }
 
@@ -309,7 +330,8 @@ static void test_dot_extremes(void) {
         if (type_get(wt)->block_elems == 1) continue;
         for (int pat = 0; pat < 3; pat++) {
             /* weights: raw bytes all 0xff / 0x00 / random, with sane f16 scales */
-            for (size_t i = 0; i < type_row_bytes(wt, N); i++) w[i] = pat == 0 ? 0xff : pat == 1 ? 0 : (uint8_t)rnd_u32();
+            for (size_t i = 0; i < type_row_bytes(wt, N); i++)
+                w[i] = pat == 0 ? 0xff : pat == 1 ? 0 : (uint8_t)rnd_u32();
             int bb = type_get(wt)->block_bytes;
             for (int b = 0; b < N / type_get(wt)->block_elems; b++) {
                 uint8_t *blk = w + b * bb;
@@ -388,8 +410,9 @@ static void test_packed(void) {
     tpool *pool2 = tpool_create(2);
     CHECK(pool2 != NULL);
     const int ptypes[] = {PH_TYPE_F16, PH_TYPE_Q8_0, PH_TYPE_Q4_0, PH_TYPE_Q4_K, PH_TYPE_Q5_K, PH_TYPE_Q6_K};
-    const struct { int64_t n_in_blocks, n_out, n_rows; } shapes[] = {
-        {1, 1, 1}, {2, 16, 1}, {3, 37, 1}, {2, 16, 4}, {1, 33, 5}, {2, 130, 9}, {1, 48, 37}, {2, 100, 260}};
+    const struct {
+        int64_t n_in_blocks, n_out, n_rows;
+    } shapes[] = {{1, 1, 1}, {2, 16, 1}, {3, 37, 1}, {2, 16, 4}, {1, 33, 5}, {2, 130, 9}, {1, 48, 37}, {2, 100, 260}};
     /* each ISA's table, then the AVX2 one with the plain AVX2 packed kernels
      * where this CPU has AVX-VNNI (the table then holds packed_avxvnni.c's) */
     static kernel_table plain;
@@ -414,11 +437,11 @@ static void test_packed(void) {
                     const type_info *ti = type_get(wt);
                     if (wt == PH_TYPE_F16 && extreme) continue;
                     int64_t n_in = shapes[s].n_in_blocks * (wt == PH_TYPE_F16 ? 96 : ti->block_elems),
-                            n_out = shapes[s].n_out,
-                            n_rows = shapes[s].n_rows;
+                            n_out = shapes[s].n_out, n_rows = shapes[s].n_rows;
                     size_t rb = type_row_bytes(wt, n_in);
                     uint8_t *w = malloc(rb * (size_t)n_out);
-                    float *wf = malloc(sizeof(float) * (size_t)n_in), *x = malloc(sizeof(float) * (size_t)(n_in * n_rows));
+                    float *wf = malloc(sizeof(float) * (size_t)n_in),
+                          *x = malloc(sizeof(float) * (size_t)(n_in * n_rows));
                     for (int64_t o = 0; o < n_out; o++) {
                         for (int64_t i = 0; i < n_in; i++) wf[i] = rnd_f();
                         quantize_weight_row(wt, wf, w + o * rb, n_in);
@@ -463,10 +486,9 @@ static void test_packed(void) {
                             free(one);
                         }
                         CHECKF(bad == 0, "%s packed %s %lldx%lld, %lld rows%s: %d of %lld differ from the reference",
-                               name, ti->name, (long long)n_out, (long long)n_in,
-                               (long long)n_rows, extreme ? " (extreme)" : "", bad, (long long)(n_out * n_rows));
-                        CHECKF(memcmp(got, got2, ny) == 0, "%s packed %s: threads change the result", name,
-                               ti->name);
+                               name, ti->name, (long long)n_out, (long long)n_in, (long long)n_rows,
+                               extreme ? " (extreme)" : "", bad, (long long)(n_out * n_rows));
+                        CHECKF(memcmp(got, got2, ny) == 0, "%s packed %s: threads change the result", name, ti->name);
                         free(pk);
                         n_packed[v][k]++;
                     }
@@ -489,8 +511,9 @@ static void test_packed(void) {
 static void test_matmul(void) {
     tpool *pool2 = tpool_create(2), *pool3 = tpool_create(3);
     CHECK(pool2 && pool3);
-    const struct { int64_t n_in_blocks, n_out, n_rows; } shapes[] = {
-        {3, 1, 1}, {3, 7, 1}, {2, 130, 1}, {1, 1, 5}, {3, 130, 3}, {2, 37, 9}, {1, 301, 37}, {2, 64, 260}};
+    const struct {
+        int64_t n_in_blocks, n_out, n_rows;
+    } shapes[] = {{3, 1, 1}, {3, 7, 1}, {2, 130, 1}, {1, 1, 5}, {3, 130, 3}, {2, 37, 9}, {1, 301, 37}, {2, 64, 260}};
     for (int isa = 0; isa < 3; isa++) {
         if (kernels_force((isa_level)isa)) continue;
         for (int k = 0; k < N_WTYPES; k++) {
@@ -501,15 +524,18 @@ static void test_matmul(void) {
                 if (isa == 0 && n_rows * n_out > 5000) continue; /* scalar is slow under sanitizers */
                 size_t rb = type_row_bytes(wt, n_in);
                 uint8_t *w = malloc(rb * (size_t)n_out);
-                float *wf = malloc(sizeof(float) * (size_t)n_in), *wd = malloc(sizeof(float) * (size_t)(n_in * n_out));
+                float *wf = malloc(sizeof(float) * (size_t)n_in),
+                      *wd = malloc(sizeof(float) * (size_t)(n_in * n_out));
                 for (int64_t o = 0; o < n_out; o++) {
                     for (int64_t i = 0; i < n_in; i++) wf[i] = rnd_f();
                     quantize_weight_row(wt, wf, w + o * rb, n_in);
                     dequant_row(wt, w + o * rb, wd + o * n_in, n_in);
                 }
-                float *x = malloc(sizeof(float) * (size_t)(n_in * n_rows)), *xd = malloc(sizeof(float) * (size_t)n_in);
+                float *x = malloc(sizeof(float) * (size_t)(n_in * n_rows)),
+                      *xd = malloc(sizeof(float) * (size_t)n_in);
                 for (int64_t i = 0; i < n_in * n_rows; i++) x[i] = rnd_act();
-                float *y1 = malloc(sizeof(float) * (size_t)(n_out * n_rows)), *y2 = malloc(sizeof(float) * (size_t)(n_out * n_rows)),
+                float *y1 = malloc(sizeof(float) * (size_t)(n_out * n_rows)),
+                      *y2 = malloc(sizeof(float) * (size_t)(n_out * n_rows)),
                       *y3 = malloc(sizeof(float) * (size_t)(n_out * n_rows));
                 wmat m = {.type = wt, .n_in = n_in, .n_out = n_out, .data = w, .row_bytes = rb};
                 mat_mul(NULL, &m, x, n_rows, y1);
@@ -538,9 +564,10 @@ static void test_matmul(void) {
                         if (fabs(got - l) > e * 1.001 + 1e-5 * a + 1e-30) bad_loose++;
                     }
                 }
-                CHECKF(bad_tight == 0 && bad_loose == 0, "%s matmul %s %lldx%lld x %lld rows: %d tight, %d loose misses",
-                       isa_name((isa_level)isa), type_get(wt)->name, (long long)n_out, (long long)n_in,
-                       (long long)n_rows, bad_tight, bad_loose);
+                CHECKF(bad_tight == 0 && bad_loose == 0,
+                       "%s matmul %s %lldx%lld x %lld rows: %d tight, %d loose misses", isa_name((isa_level)isa),
+                       type_get(wt)->name, (long long)n_out, (long long)n_in, (long long)n_rows, bad_tight,
+                       bad_loose);
                 free(xq), free(w), free(wf), free(wd), free(x), free(xd), free(y1), free(y2), free(y3);
             }
         }
@@ -601,8 +628,8 @@ static void test_dispatch(const char *self) {
     __builtin_cpu_init();
     unsigned a, b, c, d;
     int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-    int hw_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c &&
-                  __builtin_cpu_supports("bmi2");
+    int hw_avx2 =
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c && __builtin_cpu_supports("bmi2");
     int hw_avx512 = hw_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                     __builtin_cpu_supports("avx512vnni");

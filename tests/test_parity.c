@@ -12,9 +12,9 @@
 #include "test.h"
 
 static const struct {
-    const char *name;         /* as oracle_ref takes it; the files are models/<name>.gguf and -mmproj.gguf */
-    const char *extra_cases;  /* cases past cases.json, or NULL */
-    double picture_floor;     /* tolerance floor of the picture cases */
+    const char *name;        /* as oracle_ref takes it; the files are models/<name>.gguf and -mmproj.gguf */
+    const char *extra_cases; /* cases past cases.json, or NULL */
+    double picture_floor;    /* tolerance floor of the picture cases */
 } models[] = {
     {"tiny-f16", NULL, 0.5},
     {"mid-q8", NULL, 0.5},
@@ -25,7 +25,6 @@ static const struct {
      * logit (oracle/qwen35/README.md) */
     {"qwen35/q4k", "qwen35/cases-extra.json", 1.0},
 };
-
 
 /* Compares our prompt stream with the reference chunks. */
 static int same_split(const ph_prompt *p, const ph_picture_chunk *pcs, json_t *chunks) {
@@ -75,7 +74,8 @@ static void run_case(ph_model *m, ph_mmproj *mm, ph_session *s, const char *mode
             continue;
         }
         char path[1024];
-        snprintf(path, sizeof path, "%s/%s", PH_ORACLE_DIR, json_string_value(json_array_get(images, (size_t)it->picture)));
+        snprintf(path, sizeof path, "%s/%s", PH_ORACLE_DIR,
+                 json_string_value(json_array_get(images, (size_t)it->picture)));
         ph_picture *pic = ph_picture_load(path, &err);
         ok = pic && it->picture < 8 && ph_session_eval_picture(s, mm, pic, &pcs[it->picture], NULL, &err) == 0;
         ph_picture_free(pic);

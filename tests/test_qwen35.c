@@ -11,7 +11,7 @@
 #include "pinhole.h"
 #include "test.h"
 
-#define LLM PH_ORACLE_DIR "/qwen35/models/tiny.gguf"
+#define LLM     PH_ORACLE_DIR "/qwen35/models/tiny.gguf"
 #define N_LAYER 8 /* the tiny model's trunk: full attention at layers 3 and 7 */
 
 static const int32_t prompt[] = {151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198};
@@ -62,16 +62,26 @@ static void test_layer_kinds(const float *want, int n_vocab) {
     const uint8_t as_bool[N_LAYER] = {1, 1, 1, 0, 1, 1, 1, 0};
     const int32_t as_i32[N_LAYER] = {1, 1, 1, 0, 1, 1, 1, 0};
     const uint8_t wrong[N_LAYER] = {1, 1, 1, 1, 1, 1, 1, 0}, short_[N_LAYER - 1] = {1, 1, 1, 0, 1, 1, 1};
-    static const char *const interval = "qwen35.full_attention_interval",
-                             *const layers = "qwen35.attention.recurrent_layers";
+    static const char *const interval = "qwen35.full_attention_interval", *const layers =
+                                                                              "qwen35.attention.recurrent_layers";
     const struct {
         variant v;
         const char *expect; /* NULL: loads, with the original's logits */
     } cases[] = {
-        {{.key = interval, .bool_value = -1, .arr_key = layers, .arr_type = GGUF_BOOL, .arr_data = as_bool,
-          .arr_n = N_LAYER}, NULL},
-        {{.key = interval, .bool_value = -1, .arr_key = layers, .arr_type = GGUF_INT32, .arr_data = as_i32,
-          .arr_n = N_LAYER}, NULL},
+        {{.key = interval,
+          .bool_value = -1,
+          .arr_key = layers,
+          .arr_type = GGUF_BOOL,
+          .arr_data = as_bool,
+          .arr_n = N_LAYER},
+         NULL},
+        {{.key = interval,
+          .bool_value = -1,
+          .arr_key = layers,
+          .arr_type = GGUF_INT32,
+          .arr_data = as_i32,
+          .arr_n = N_LAYER},
+         NULL},
         {{.key = interval, .bool_value = -1}, NULL}, /* the default interval, 4 */
         {{.arr_key = layers, .arr_type = GGUF_BOOL, .arr_data = wrong, .arr_n = N_LAYER, .bool_value = -1},
          "'blk.3.attn_qkv.weight' is missing"},
@@ -88,8 +98,8 @@ static void test_layer_kinds(const float *want, int n_vocab) {
             CHECKF(!got && strstr(msg, cases[i].expect), "variant %zu: expected \"%s\", got \"%s\"", i,
                    cases[i].expect, got ? "(loaded)" : msg);
         } else {
-            CHECKF(got && memcmp(got, want, (size_t)n_vocab * sizeof(float)) == 0,
-                   "variant %zu: %s", i, got ? "other logits than the original's" : msg);
+            CHECKF(got && memcmp(got, want, (size_t)n_vocab * sizeof(float)) == 0, "variant %zu: %s", i,
+                   got ? "other logits than the original's" : msg);
         }
         free(got);
     }
@@ -112,7 +122,8 @@ int main(void) {
     CHECK(logits_of(m, s, three, 3, pieces) == 0);
     CHECKF(memcmp(whole, pieces, (size_t)n_vocab * sizeof(float)) == 0, "the prompt in pieces gives other logits");
     CHECK(logits_of(m, s, one, 1, pieces) == 0);
-    CHECKF(memcmp(whole, pieces, (size_t)n_vocab * sizeof(float)) == 0, "the prompt after a reset gives other logits");
+    CHECKF(memcmp(whole, pieces, (size_t)n_vocab * sizeof(float)) == 0,
+           "the prompt after a reset gives other logits");
     ph_session_free(s);
     ph_model_free(m);
     test_layer_kinds(whole, n_vocab);

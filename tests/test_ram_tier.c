@@ -34,33 +34,33 @@ int main(void) {
     fill_seq(&a, 10, 100, false);
     CHECK(ram_tier_put(&t, &a, a.n_rows, 16) == NULL); /* a span without cond_hash */
     fill_seq(&a, 10, 100, true);
-    CHECK(ram_tier_put(&t, &a, 3, 16) == NULL);        /* n cuts the span */
-    void *kv = ram_tier_put(&t, &a, 8, 16);            /* rows 0..7 */
+    CHECK(ram_tier_put(&t, &a, 3, 16) == NULL); /* n cuts the span */
+    void *kv = ram_tier_put(&t, &a, 8, 16);     /* rows 0..7 */
     CHECK(kv != NULL && t.n == 1);
     CHECK(ram_tier_put(&t, &a, 6, 16) == NULL && t.n == 1); /* held already */
     kv = ram_tier_put(&t, &a, a.n_rows, 16);                /* replaces its prefix */
     CHECK(kv != NULL && t.n == 1 && t.v[0].seq.n_rows == a.n_rows && t.evictions == 1);
-    fill_seq(&b, 10, 200, true);                            /* shares 5 rows with a */
+    fill_seq(&b, 10, 200, true); /* shares 5 rows with a */
     CHECK(ram_tier_put(&t, &b, b.n_rows, 16) != NULL && t.n == 2);
     int32_t pre = 0;
     ram_ckpt c;
     fill_seq(&b, 3, 100, true);
-    b.tok[b.n_rows - 1] = 999;                              /* a's first 7 rows, then another token */
+    b.tok[b.n_rows - 1] = 999; /* a's first 7 rows, then another token */
     int32_t i = ram_tier_find(&t, &b, INT32_MAX, &pre);
     CHECKF(i >= 0 && pre == 7 && t.v[i].seq.tok[7] == 102, "best match: %d rows", pre);
-    memset(b.model_id, 2, 32);                              /* another model never matches */
+    memset(b.model_id, 2, 32); /* another model never matches */
     CHECK(ram_tier_find(&t, &b, INT32_MAX, &pre) < 0 && pre == 0);
     ram_tier_take(&t, 0, &c);
     CHECK(t.n == 1 && t.hits == 1);
     ram_tier_return(&t, &c);
     CHECK(t.n == 2 && c.kv == NULL);
-    fill_seq(&b, 10, 100, true);                            /* a's rows, in another isolation domain */
+    fill_seq(&b, 10, 100, true); /* a's rows, in another isolation domain */
     memset(b.domain, 0x11, 32);
     CHECK(ram_tier_find(&t, &b, INT32_MAX, &pre) < 0 && pre == 0);
     b.n_rows = 8;
-    void *kd = ram_tier_put(&t, &b, b.n_rows, 16);         /* held by a, but not in its domain */
+    void *kd = ram_tier_put(&t, &b, b.n_rows, 16); /* held by a, but not in its domain */
     CHECK(kd != NULL && t.n == 3);
-    b.n_rows = 15;                                          /* extends that prefix in its domain: replaces it */
+    b.n_rows = 15; /* extends that prefix in its domain: replaces it */
     CHECK(ram_tier_put(&t, &b, b.n_rows, 16) != NULL && t.n == 3 && t.evictions == 2);
     i = ram_tier_find(&t, &b, INT32_MAX, &pre);
     CHECKF(i >= 0 && pre == 15 && !memcmp(t.v[i].seq.domain, b.domain, 32), "its own domain: %d rows", pre);
@@ -100,7 +100,7 @@ int main(void) {
     ram_tier_free(&t);
     ram_tier_init(&t, 1 << 20);
     t.floor = 0;
-    fill_seq(&a, 10, 600, true);                             /* 15 rows */
+    fill_seq(&a, 10, 600, true); /* 15 rows */
     ram_ckpt r;
     CHECK(ram_ckpt_new(&r, &a, a.n_rows, 64, t.floor) == 0);
     r.rec = calloc(2, sizeof *r.rec);
@@ -109,10 +109,10 @@ int main(void) {
     r.n_rec = 2;
     CHECK(r.rec && ram_tier_add(&t, &r) && t.n == 1);
     fill_seq(&b, 10, 600, true);
-    b.tok[12] = 1;                                           /* shares 12 rows */
+    b.tok[12] = 1; /* shares 12 rows */
     i = ram_tier_find(&t, &b, INT32_MAX, &pre);
     CHECKF(i == 0 && pre == 5 && ram_ckpt_cut(&t.v[0], 12) == 5, "recurrent: %d rows of 12 shared", pre);
-    CHECK(ram_tier_find(&t, &b, 4, &pre) < 0 && pre == 0); /* no state in the first 4 rows */
+    CHECK(ram_tier_find(&t, &b, 4, &pre) < 0 && pre == 0);   /* no state in the first 4 rows */
     CHECK(ram_tier_put(&t, &a, 10, 64) != NULL && t.n == 2); /* a prefix it cannot resume at: not held */
     fill_seq(&a, 12, 600, true);                             /* 17 rows, with states after rows 5 and 17 */
     CHECK(ram_ckpt_new(&r, &a, a.n_rows, 64, t.floor) == 0);

@@ -35,17 +35,23 @@ static const struct {
     int k;
     float tp, mp;
     unsigned seed;
-} legacy_cf[] = {{0, 0, 1, 0, 0},        {0.8f, 0, 1, 0, 7},     {1, 40, 1, 0, 11},
-                 {0.7f, 0, 0.9f, 0, 12}, {1.2f, 0, 1, 0.05f, 13}, {0.9f, 50, 0.95f, 0.02f, 14},
-                 {1.5f, 1, 1, 0, 15}};
+} legacy_cf[] = {{0, 0, 1, 0, 0},         {0.8f, 0, 1, 0, 7},           {1, 40, 1, 0, 11},  {0.7f, 0, 0.9f, 0, 12},
+                 {1.2f, 0, 1, 0.05f, 13}, {0.9f, 50, 0.95f, 0.02f, 14}, {1.5f, 1, 1, 0, 15}};
 static const int32_t legacy_picks[7][24] = {
-    {975, 972, 942, 156, 242, 58, 591, 165, 97, 74, 661, 123, 778, 745, 977, 589, 510, 748, 151, 103, 753, 130, 878, 451},
-    {907, 995, 414, 92, 57, 411, 851, 268, 272, 422, 527, 117, 477, 917, 295, 375, 70, 346, 835, 914, 536, 564, 919, 351},
-    {584, 638, 399, 734, 509, 514, 966, 667, 638, 350, 694, 653, 693, 96, 895, 924, 420, 399, 568, 49, 693, 414, 964, 876},
-    {772, 252, 860, 595, 541, 689, 949, 298, 63, 131, 442, 410, 434, 860, 424, 374, 521, 82, 346, 233, 956, 607, 86, 605},
-    {617, 594, 93, 227, 610, 94, 927, 573, 814, 642, 680, 427, 321, 635, 807, 327, 100, 181, 553, 863, 917, 616, 120, 562},
-    {126, 453, 261, 185, 914, 795, 55, 574, 409, 562, 830, 122, 125, 46, 803, 38, 273, 1, 631, 547, 409, 293, 341, 116},
-    {507, 571, 101, 635, 72, 892, 823, 1, 772, 97, 869, 700, 32, 546, 578, 136, 495, 202, 471, 445, 379, 572, 73, 137},
+    {975, 972, 942, 156, 242, 58,  591, 165, 97,  74,  661, 123,
+     778, 745, 977, 589, 510, 748, 151, 103, 753, 130, 878, 451},
+    {907, 995, 414, 92,  57, 411, 851, 268, 272, 422, 527, 117,
+     477, 917, 295, 375, 70, 346, 835, 914, 536, 564, 919, 351},
+    {584, 638, 399, 734, 509, 514, 966, 667, 638, 350, 694, 653,
+     693, 96,  895, 924, 420, 399, 568, 49,  693, 414, 964, 876},
+    {772, 252, 860, 595, 541, 689, 949, 298, 63,  131, 442, 410,
+     434, 860, 424, 374, 521, 82,  346, 233, 956, 607, 86,  605},
+    {617, 594, 93,  227, 610, 94,  927, 573, 814, 642, 680, 427,
+     321, 635, 807, 327, 100, 181, 553, 863, 917, 616, 120, 562},
+    {126, 453, 261, 185, 914, 795, 55,  574, 409, 562, 830, 122,
+     125, 46,  803, 38,  273, 1,   631, 547, 409, 293, 341, 116},
+    {507, 571, 101, 635, 72,  892, 823, 1,   772, 97,  869, 700,
+     32,  546, 578, 136, 495, 202, 471, 445, 379, 572, 73,  137},
 };
 
 /* The legacy picks, with the defaults for everything new; `accept` feeds
@@ -93,9 +99,9 @@ static void test_penalties(void) {
     p.repetition_penalty = 1.2f; /* 2 / 1.2 = 1.67 < 1.9 */
     CHECK(greedy_after(p, x, 6, one, 1) == 1);
     CHECK(greedy_after(p, x, 6, NULL, 0) == 0); /* nothing accepted yet */
-    p.repetition_penalty = 1.02f; /* once per distinct token: 1.96, not 2 / 1.02^3 = 1.88 */
+    p.repetition_penalty = 1.02f;               /* once per distinct token: 1.96, not 2 / 1.02^3 = 1.88 */
     CHECK(greedy_after(p, x, 6, three, 3) == 0);
-    {   /* a negative logit is multiplied: -1 * 1.2 = -1.2 < -1.1 */
+    { /* a negative logit is multiplied: -1 * 1.2 = -1.2 < -1.1 */
         const float y[2] = {-1.0f, -1.1f};
         p.repetition_penalty = 1.2f;
         CHECK(greedy_after(p, y, 2, one, 1) == 1);
@@ -114,7 +120,7 @@ static void test_penalties(void) {
     p.presence_penalty = 0.2f;
     CHECK(greedy_after(p, x, 6, one, 1) == 1);
 
-    {   /* the order: repetition before frequency: 2 / 2 - 0.5 = 0.5 < 0.6 (the other
+    { /* the order: repetition before frequency: 2 / 2 - 0.5 = 0.5 < 0.6 (the other
          * way round 0.75 would win) */
         const float y[2] = {2.0f, 0.6f};
         p = ph_sampler_defaults();
@@ -122,7 +128,7 @@ static void test_penalties(void) {
         p.frequency_penalty = 0.5f;
         CHECK(greedy_after(p, y, 2, one, 1) == 1);
     }
-    {   /* an accepted id past n_vocab, or negative, is ignored */
+    { /* an accepted id past n_vocab, or negative, is ignored */
         const int32_t odd[] = {-3, 6, 1000};
         p = ph_sampler_defaults();
         p.presence_penalty = 10.0f;
@@ -149,7 +155,7 @@ static void test_penalties(void) {
         p.penalty_last_n = 64;
         CHECK(greedy_after(p, x, 6, seq, 300) == 0);
     }
-    {   /* counts in the window: frequency 0.04 over the last 4 tokens */
+    { /* counts in the window: frequency 0.04 over the last 4 tokens */
         p = ph_sampler_defaults();
         p.frequency_penalty = 0.04f;
         p.penalty_last_n = 4;
@@ -157,7 +163,7 @@ static void test_penalties(void) {
         CHECK(greedy_after(p, x, 6, a, 5) == 1); /* three 0s: 2 - 0.12 */
         CHECK(greedy_after(p, x, 6, b, 6) == 0); /* two 0s: 2 - 0.08 */
     }
-    {   /* a long run with a window wrapping many times agrees with a direct count */
+    { /* a long run with a window wrapping many times agrees with a direct count */
         enum { NV = 50, W = 7 };
         float y[NV];
         for (int i = 0; i < NV; i++) y[i] = (float)(NV - i) * 0.01f; /* 0 best, then 1, ... */
@@ -351,10 +357,8 @@ static void test_allowed(void) {
         const int32_t tok = ph_sampler_sample_allowed(s, y, NV2, al);
         int k = 0;
         while (k < 4 && ids[k] != tok) k++;
-        if (k == 4)
-            stray++;
-        else
-            count[k]++;
+        if (k == 4) stray++;
+        else count[k]++;
     }
     ph_sampler_free(s);
     const double adj[4] = {0.0, 0.5, -0.2, 0.7};
@@ -408,8 +412,8 @@ int main(void) {
 
     p.temperature = 0.5f; /* sharper: p^2 normalized = .25,.09,.0225,.0025 / .365 */
     frequencies(&p, logits, N, f);
-    CHECKF(fabs(f[0] - 0.25 / 0.365) < 0.015 && fabs(f[1] - 0.09 / 0.365) < 0.015, "temperature 0.5: %.3f %.3f",
-           f[0], f[1]);
+    CHECKF(fabs(f[0] - 0.25 / 0.365) < 0.015 && fabs(f[1] - 0.09 / 0.365) < 0.015, "temperature 0.5: %.3f %.3f", f[0],
+           f[1]);
 
     p.temperature = 1.0f;
     p.top_k = 2; /* renormalized over the two best: .625, .375 */
@@ -419,8 +423,8 @@ int main(void) {
     p.top_k = 0;
     p.top_p = 0.7f; /* the smallest prefix reaching 0.7 is {0.5, 0.3} */
     frequencies(&p, shuffled, N, f);
-    CHECKF(f[0] == 0 && f[2] == 0 && fabs(f[1] - 0.625) < 0.015, "top-p 0.7: %.3f %.3f %.3f %.3f", f[0], f[1],
-           f[2], f[3]);
+    CHECKF(f[0] == 0 && f[2] == 0 && fabs(f[1] - 0.625) < 0.015, "top-p 0.7: %.3f %.3f %.3f %.3f", f[0], f[1], f[2],
+           f[3]);
 
     p.top_p = 1.0f;
     p.min_p = 0.4f; /* keeps tokens at least 0.4 x 0.5 = 0.2 likely: {0.5, 0.3} */

@@ -16,6 +16,7 @@
 
 #include "gguf/gguf.h"
 #include "pinhole.h"
+#include "synth/synth.h"
 #include "chat_format_of.h"
 #include "test.h"
 #include "text/chat_format.h"
@@ -51,9 +52,9 @@ static bool same_file(const char *a, const char *b) {
 }
 
 static int synth(const char *arch, const char *out, uint64_t seed, ph_err *err) {
-    const ph_synth_params p = {.arch = arch, .shape = "tiny", .type = "f16", .vision_type = "f16", .out = out,
-                               .seed = seed, .n_threads = 2};
-    return ph_synth(&p, err);
+    const synth_params p = {
+        .arch = arch, .shape = "tiny", .type = "f16", .vision_type = "f16", .out = out, .seed = seed, .n_threads = 2};
+    return synth_write(&p, err);
 }
 
 static ph_tokens tokenize(const ph_model *m, const char *text, bool parse_special) {
@@ -83,9 +84,9 @@ static void test_tokenizer(const ph_model *m) {
     CHECK(ph_model_bos(m) == -1); /* add_bos_token false */
 
     /* the special tokens: distinct ids, each one token when parsed */
-    static const char *const specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
-                                           "<|vision_end|>", "<|image_pad|>", "<|object_ref_start|>",
-                                           "<think>", "</think>"};
+    static const char *const specials[] = {"<|endoftext|>",        "<|im_start|>",   "<|im_end|>",
+                                           "<|vision_start|>",     "<|vision_end|>", "<|image_pad|>",
+                                           "<|object_ref_start|>", "<think>",        "</think>"};
     const size_t n_specials = sizeof specials / sizeof specials[0];
     int32_t ids[sizeof specials / sizeof specials[0]];
     for (size_t i = 0; i < n_specials; i++) {
@@ -157,8 +158,8 @@ static void test_picture(ph_model *m, const char *mmproj_path, float *last) {
     CHECKF(s != NULL, "%s", e.msg);
     ph_prompt prompt = {0};
     const int rc = ph_prompt_from_raw(
-        m, "<|im_start|>user\n<__image__>What is in the picture?<|im_end|>\n<|im_start|>assistant\n",
-        "<__image__>", &prompt, &e);
+        m, "<|im_start|>user\n<__image__>What is in the picture?<|im_end|>\n<|im_start|>assistant\n", "<__image__>",
+        &prompt, &e);
     CHECKF(rc == 0, "%s", e.msg);
     if (!v || !pic || !s || rc) goto done;
     CHECK(prompt.n == 3 && prompt.n_pictures == 1);
@@ -250,8 +251,10 @@ static void text_run(ph_model *m, float *last) {
     ph_session *s = ph_session_new(m, 256, &e);
     CHECKF(s != NULL, "%s", e.msg);
     if (!s) return;
-    ph_tokens t = tokenize(m, "<|im_start|>user\nHello, what is the color of the sky?<|im_end|>\n"
-                              "<|im_start|>assistant\n<think>\n", true);
+    ph_tokens t = tokenize(m,
+                           "<|im_start|>user\nHello, what is the color of the sky?<|im_end|>\n"
+                           "<|im_start|>assistant\n<think>\n",
+                           true);
     CHECKF(ph_session_eval_tokens(s, t.ids, t.n, &e) == 0, "%s", e.msg);
     CHECK(finite_logits(s, n_vocab));
     memcpy(last, ph_session_logits(s), (size_t)n_vocab * sizeof *last);
@@ -269,7 +272,8 @@ static void check_render(const chat_fmt *f, const ph_chat_msg *msgs, size_t n, i
     free(text);
 }
 
-#define PART(s) {.text = s, .len = sizeof s - 1}
+#define PART(s)                                                                                                      \
+    { .text = s, .len = sizeof s - 1 }
 
 /* The Qwen3.5 chat format, from the built-in template. The expected texts
  * are llama.cpp's renderings of that template (llama-server's
@@ -291,7 +295,8 @@ static void test_qwen35_format(const ph_model *m) {
     check_render(&f, msgs + 1, 3, -1,
                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nAnd now?"
                  "<|im_end|>\n<|im_start|>assistant\n<think>\n");
-    check_render(&f, msgs + 1, 1, 0, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    check_render(&f, msgs + 1, 1, 0,
+                 "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
 }
 
 static void remove_pair(const char *out) {
@@ -337,20 +342,20 @@ static void test_qwen35(const char *dir) {
     remove_pair(out);
 
     /* refusals: a clear error, nothing written */
-    ph_synth_params p = {.arch = "llama", .shape = "tiny", .out = out, .seed = 1, .n_threads = 2};
-    CHECK(ph_synth(&p, &e) == -1 && strstr(e.msg, "unknown architecture 'llama' (qwen3vl, qwen35)"));
+    synth_params p = {.arch = "llama", .shape = "tiny", .out = out, .seed = 1, .n_threads = 2};
+    CHECK(synth_write(&p, &e) == -1 && strstr(e.msg, "unknown architecture 'llama' (qwen3vl, qwen35)"));
     p.arch = "qwen35";
     p.shape = "7b";
-    CHECK(ph_synth(&p, &e) == -1 && strstr(e.msg, "unknown shape '7b' (tiny, 2b)"));
+    CHECK(synth_write(&p, &e) == -1 && strstr(e.msg, "unknown shape '7b' (tiny, 2b)"));
     p.shape = "tiny";
     p.chat_template = PH_ORACLE_DIR "/no-such-template.jinja";
-    CHECK(ph_synth(&p, &e) == -1 && strstr(e.msg, "no-such-template.jinja"));
+    CHECK(synth_write(&p, &e) == -1 && strstr(e.msg, "no-such-template.jinja"));
     CHECK(access(llm, F_OK) != 0 && access(mmproj, F_OK) != 0);
 
     /* a template from a file: Qwen3.5's own, its tool markup picks the format */
     const char *tmpl = PH_ORACLE_DIR "/../spec/templates/Qwen3.5.jinja";
     p.chat_template = tmpl;
-    CHECKF(ph_synth(&p, &e) == 0, "%s", e.msg);
+    CHECKF(synth_write(&p, &e) == 0, "%s", e.msg);
     gguf_file *g = gguf_open(llm, &e);
     size_t want_len = 0;
     char *want = read_all(tmpl, &want_len);

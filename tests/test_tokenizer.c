@@ -76,7 +76,8 @@ static char *detok_stream(const bpe_vocab *v, const ph_tokens *t, size_t *len, b
     ph_detok d = {0};
     *pieces_valid = true;
     for (size_t i = 0; i <= t->n; i++) {
-        const size_t k = i < t->n ? detok_push(&d, v, t->ids[i], piece, piece_cap) : detok_flush(&d, piece, piece_cap);
+        const size_t k =
+            i < t->n ? detok_push(&d, v, t->ids[i], piece, piece_cap) : detok_flush(&d, piece, piece_cap);
         if (strlen(piece) != k) *pieces_valid = false;
         for (size_t j = 0; j < k;) {
             uint32_t cp;
@@ -167,8 +168,8 @@ static void test_vectors(const bpe_vocab *v) {
         char *back = detokenize(v, &t, &back_len);
         char *stream = detok_stream(v, &t, &stream_len, &pieces_valid);
         CHECKF(back_len == len && memcmp(back, p, len) == 0, "round trip of vector %d", n_cases - 1);
-        CHECKF(stream_len == len && memcmp(stream, p, len) == 0 && pieces_valid,
-               "streamed round trip of vector %d", n_cases - 1);
+        CHECKF(stream_len == len && memcmp(stream, p, len) == 0 && pieces_valid, "streamed round trip of vector %d",
+               n_cases - 1);
         free(back);
         free(stream);
         ph_tokens_free(&t);
@@ -445,9 +446,37 @@ static void test_specials(const bpe_vocab *v) {
     ph_tokens_free(&t);
 
     static const char *const pieces[] = {
-        "<|im_start|>", "<|im_end|>", "<|im_", "start|>", "end|>", "<|", "|>", "<", ">", "|", "/",
-        "<think>", "</think>", "<think", "think>", "<tool_call>", "</tool_call>", "[PAD151669]", "[PAD15167",
-        "0]", "[PAD", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "a", "b", " ", "\n", "é", "🙂", "日本",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_",
+        "start|>",
+        "end|>",
+        "<|",
+        "|>",
+        "<",
+        ">",
+        "|",
+        "/",
+        "<think>",
+        "</think>",
+        "<think",
+        "think>",
+        "<tool_call>",
+        "</tool_call>",
+        "[PAD151669]",
+        "[PAD15167",
+        "0]",
+        "[PAD",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|image_pad|>",
+        "a",
+        "b",
+        " ",
+        "\n",
+        "é",
+        "🙂",
+        "日本",
     };
     fuzz_specials(v, pieces, (int)(sizeof pieces / sizeof pieces[0]), 3000, false);
 }
@@ -465,7 +494,7 @@ typedef struct synth_tok {
 static gguf_file *synth_vocab(const char *path, const char *model, const char *pre, const synth_tok *extra,
                               int n_extra, const char *const *merges, int n_merges, int32_t fim_pre) {
     const int n = 256 + n_extra;
-    char (*chars)[3] = calloc(256, sizeof *chars);
+    char(*chars)[3] = calloc(256, sizeof *chars);
     const char **texts = malloc((size_t)n * sizeof *texts);
     int32_t *types = malloc((size_t)n * sizeof *types);
     for (int b = 0; b < 256; b++) {
@@ -503,18 +532,20 @@ static void test_synthetic(const char *dir) {
 
     /* Specials that overlap each other in many ways, of both kinds. */
     static const synth_tok specials[] = {
-        {"ab", PH_TOK_NORMAL},         {"<a>", PH_TOK_CONTROL}, {"<a><b>", PH_TOK_USER_DEFINED},
+        {"ab", PH_TOK_NORMAL},         {"<a>", PH_TOK_CONTROL},      {"<a><b>", PH_TOK_USER_DEFINED},
         {"b><", PH_TOK_CONTROL},       {"<b>", PH_TOK_USER_DEFINED}, {"><", PH_TOK_USER_DEFINED},
         {"a><b", PH_TOK_CONTROL},      {"xyz", PH_TOK_USER_DEFINED}, {"yz!", PH_TOK_CONTROL},
-        {"zz", PH_TOK_USER_DEFINED},   {"xy", PH_TOK_CONTROL},  {"abab", PH_TOK_USER_DEFINED},
+        {"zz", PH_TOK_USER_DEFINED},   {"xy", PH_TOK_CONTROL},       {"abab", PH_TOK_USER_DEFINED},
         {"<a><b><a>", PH_TOK_UNKNOWN},
     };
     static const char *const merges[] = {"a b", "ab ab"};
-    gguf_file *f = synth_vocab(path, "gpt2", "qwen2", specials, (int)(sizeof specials / sizeof specials[0]), merges, 2, -1);
+    gguf_file *f =
+        synth_vocab(path, "gpt2", "qwen2", specials, (int)(sizeof specials / sizeof specials[0]), merges, 2, -1);
     bpe_vocab *v = f ? vocab_load(f, &e) : NULL;
     CHECKF(v != NULL, "%s", e.msg);
     if (v) {
-        static const char *const pieces[] = {"<", ">", "a", "b", "<a>", "<b>", "x", "y", "z", "!", " ", "ab", "<a><b>", "yz"};
+        static const char *const pieces[] = {"<", ">", "a", "b", "<a>", "<b>",    "x",
+                                             "y", "z", "!", " ", "ab",  "<a><b>", "yz"};
         fuzz_specials(v, pieces, (int)(sizeof pieces / sizeof pieces[0]), 3000, false);
         fuzz_specials(v, pieces, (int)(sizeof pieces / sizeof pieces[0]), 3000, true);
         ph_tokens t = tokenize(v, "abab", 4, false); /* user-defined wins over BPE */
@@ -640,14 +671,22 @@ static void test_detok(const bpe_vocab *v) {
 
     /* Invalid sequences become U+FFFD once they cannot complete. */
     CHECK(strcmp(stream_bytes(v, "\xf0\x9f\x99\x82", false), "\xf0\x9f\x99\x82") == 0);
-    CHECK(strcmp(stream_bytes(v, "\xf0\x9f\x99", false), "") == 0);          /* still pending */
-    CHECK(strcmp(stream_bytes(v, "\xf0\x9f\x99", true), FFFD) == 0);         /* flushed: one U+FFFD */
-    CHECK(strcmp(stream_bytes(v, "\xe6\x97" "A", false), FFFD "A") == 0);    /* cut short */
-    CHECK(strcmp(stream_bytes(v, "\x80", false), FFFD) == 0);                /* lone continuation */
-    CHECK(strcmp(stream_bytes(v, "\xc0\xaf", false), FFFD FFFD) == 0);       /* overlong */
-    CHECK(strcmp(stream_bytes(v, "\xed\xa0\x80", false), FFFD FFFD FFFD) == 0); /* surrogate */
+    CHECK(strcmp(stream_bytes(v, "\xf0\x9f\x99", false), "") == 0);  /* still pending */
+    CHECK(strcmp(stream_bytes(v, "\xf0\x9f\x99", true), FFFD) == 0); /* flushed: one U+FFFD */
+    CHECK(strcmp(stream_bytes(v,
+                              "\xe6\x97"
+                              "A",
+                              false),
+                 FFFD "A") == 0);                                                        /* cut short */
+    CHECK(strcmp(stream_bytes(v, "\x80", false), FFFD) == 0);                            /* lone continuation */
+    CHECK(strcmp(stream_bytes(v, "\xc0\xaf", false), FFFD FFFD) == 0);                   /* overlong */
+    CHECK(strcmp(stream_bytes(v, "\xed\xa0\x80", false), FFFD FFFD FFFD) == 0);          /* surrogate */
     CHECK(strcmp(stream_bytes(v, "\xf4\x90\x80\x80", false), FFFD FFFD FFFD FFFD) == 0); /* > U+10FFFF */
-    CHECK(strcmp(stream_bytes(v, "\xff" "a\xc3", true), FFFD "a" FFFD) == 0);
+    CHECK(strcmp(stream_bytes(v,
+                              "\xff"
+                              "a\xc3",
+                              true),
+                 FFFD "a" FFFD) == 0);
 
     /* A too small buffer: whole characters only, NUL-terminated. */
     ph_detok d = {0};
@@ -656,7 +695,8 @@ static void test_detok(const bpe_vocab *v) {
 
     /* Invalid input text becomes U+FFFD (invalid bytes one by one); overlong
      * forms decode to their value, as in llama.cpp. */
-    const char *bad = "a\xff" "b\xe6\x97";
+    const char *bad = "a\xff"
+                      "b\xe6\x97";
     t = tokenize(v, bad, strlen(bad), false);
     out = detokenize(v, &t, &len);
     CHECK(strcmp(out, "a" FFFD "b" FFFD FFFD) == 0);
@@ -696,8 +736,8 @@ static void test_unicode(void) {
     CHECK(cp_flags(0x85) == PH_CP_SPACE && cp_flags(0x200B) == 0); /* zero width space is not */
     CHECK(cp_flags(0x301) == PH_CP_MARK && cp_flags(0x0E31) == PH_CP_MARK);
     CHECK(cp_flags(0x4E00) == PH_CP_LETTER && cp_flags(0xAC00) == PH_CP_LETTER);
-    CHECK(cp_flags(0x31350) == PH_CP_LETTER);   /* CJK extension H (Unicode 15.0) */
-    CHECK(cp_flags(0x2EBF0) == PH_CP_LETTER);   /* CJK extension I (Unicode 15.1) */
+    CHECK(cp_flags(0x31350) == PH_CP_LETTER); /* CJK extension H (Unicode 15.0) */
+    CHECK(cp_flags(0x2EBF0) == PH_CP_LETTER); /* CJK extension I (Unicode 15.1) */
     CHECK(cp_flags(0x1F642) == 0 && cp_flags('!') == 0 && cp_flags(0xFFFD) == 0);
     CHECK(cp_flags(0x10FFFF) == 0 && cp_flags(0x110000) == 0 && cp_flags(0xFFFFFFFF) == 0);
     uint32_t cp;

@@ -14,7 +14,7 @@
 #include "text/output_parser.h"
 #include "text/tool_json.h"
 
-#define LLM PH_ORACLE_DIR "/models/tiny-f16.gguf"
+#define LLM  PH_ORACLE_DIR "/models/tiny-f16.gguf"
 #define SPEC PH_ORACLE_DIR "/../spec/templates/"
 
 static char *read_all(const char *path, size_t *len) {
@@ -80,8 +80,11 @@ static void test_tojson(void) {
     CHECK(!strcmp(t.p, "True"));
     strbuf_free(&t);
     ph_tool tool = {.name = "f"};
-    CHECK(tool_json_render(&t, &tool, NULL) == 0 &&
-          !strcmp(t.p, "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"\", \"parameters\": {}}}"));
+    CHECK(
+        tool_json_render(&t, &tool, NULL) == 0 &&
+        !strcmp(
+            t.p,
+            "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"\", \"parameters\": {}}}"));
     strbuf_free(&t);
     ph_err err = {0};
     tool.parameters = "{nope";
@@ -189,7 +192,8 @@ static const ph_tool weather = {
                   "\"unit\":{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\"]}},\"required\":[\"city\"]}",
 };
 
-#define TXT(s) {.text = (s), .len = sizeof(s) - 1}
+#define TXT(s)                                                                                                       \
+    { .text = (s), .len = sizeof(s) - 1 }
 #define ARGS(s) .arguments = (s), .arguments_len = sizeof(s) - 1
 
 static const ph_chat_part p_sys[] = {TXT("You are a helpful assistant.")};
@@ -199,13 +203,18 @@ static const ph_chat_part p_t18[] = {TXT("{\"temp\": 18}")};
 static const ph_chat_part p_t25[] = {TXT("{\"temp\": 25}")};
 static const ph_chat_part p_more[] = {TXT("Thanks. And Rome?")};
 /* the client sends compact JSON; the history prints it with tojson */
-static const ph_tool_call two_calls[] = {{.id = "a", .name = "get_weather", ARGS("{\"city\":\"Paris\"}")},
-                                         {.id = "b", .name = "get_weather", ARGS("{\"city\": \"Tokyo\",\"unit\":\"celsius\"}")}};
+static const ph_tool_call two_calls[] = {
+    {.id = "a", .name = "get_weather", ARGS("{\"city\":\"Paris\"}")},
+    {.id = "b", .name = "get_weather", ARGS("{\"city\": \"Tokyo\",\"unit\":\"celsius\"}")}};
 
-#define SYS {.role = PH_ROLE_SYSTEM, .parts = p_sys, .n_parts = 1}
-#define USER {.role = PH_ROLE_USER, .parts = p_user, .n_parts = 1}
-#define CALLS(content, nc) {.role = PH_ROLE_ASSISTANT, .parts = content, .n_parts = nc, .tool_calls = two_calls, .n_tool_calls = 2}
-#define TOOL(p) {.role = PH_ROLE_TOOL, .parts = p, .n_parts = 1}
+#define SYS                                                                                                          \
+    { .role = PH_ROLE_SYSTEM, .parts = p_sys, .n_parts = 1 }
+#define USER                                                                                                         \
+    { .role = PH_ROLE_USER, .parts = p_user, .n_parts = 1 }
+#define CALLS(content, nc)                                                                                           \
+    { .role = PH_ROLE_ASSISTANT, .parts = content, .n_parts = nc, .tool_calls = two_calls, .n_tool_calls = 2 }
+#define TOOL(p)                                                                                                      \
+    { .role = PH_ROLE_TOOL, .parts = p, .n_parts = 1 }
 
 static char *cat(const char *const *parts, size_t n) {
     size_t len = 0;
@@ -218,8 +227,8 @@ static char *cat(const char *const *parts, size_t n) {
 
 /* Renders as text and compares; then as tokens against the tokens of the
  * expected text (pictures: the picture items in their places). */
-static void expect_render(const char *what, const chat_fmt *f, const ph_model *m, const ph_chat_msg *msgs,
-                          size_t n, size_t n_tools, int thinking, const char *want) {
+static void expect_render(const char *what, const chat_fmt *f, const ph_model *m, const ph_chat_msg *msgs, size_t n,
+                          size_t n_tools, int thinking, const char *want) {
     const chat_render_opts o = {.thinking = thinking};
     char *text = NULL;
     size_t len = 0;
@@ -301,27 +310,33 @@ static void test_spec_renderings(const ph_model *m, const char *section, const c
 }
 
 #define GW_PARIS "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
-#define GW_TOKYO "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Tokyo\", \"unit\": \"celsius\"}}\n</tool_call>"
-#define X_PARIS "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
-#define X_TOKYO "<tool_call>\n<function=get_weather>\n<parameter=city>\nTokyo\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>"
-#define U "<|im_start|>user\nWeather in Paris and Tokyo?<|im_end|>\n"
-#define R1 "<|im_start|>user\n<tool_response>\n{\"temp\": 18}\n</tool_response><|im_end|>\n"
+#define GW_TOKYO                                                                                                     \
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Tokyo\", \"unit\": "                       \
+    "\"celsius\"}}\n</tool_call>"
+#define X_PARIS                                                                                                      \
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+#define X_TOKYO                                                                                                      \
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nTokyo\n</parameter>\n<parameter=unit>\ncelsius\n</"      \
+    "parameter>\n</function>\n</tool_call>"
+#define U    "<|im_start|>user\nWeather in Paris and Tokyo?<|im_end|>\n"
+#define R1   "<|im_start|>user\n<tool_response>\n{\"temp\": 18}\n</tool_response><|im_end|>\n"
 #define MORE "<|im_start|>user\nThanks. And Rome?<|im_end|>\n"
 
 /* The literals of tools.md 1.2, 1.3 and 1.5 that the file does not hold. */
-static void test_more_renderings(const ph_model *m, const chat_fmt *vl, const chat_fmt *q3,
-                                 const chat_fmt *q35) {
+static void test_more_renderings(const ph_model *m, const chat_fmt *vl, const chat_fmt *q3, const chat_fmt *q35) {
     static const char reason[] = "I should call the tool twice.";
     ph_chat_msg thought = CALLS(p_check, 1);
     thought.reasoning = reason;
     thought.reasoning_len = sizeof reason - 1;
-    {   /* Qwen3: reasoning of a turn after the last query goes back */
+    { /* Qwen3: reasoning of a turn after the last query goes back */
         const ph_chat_msg msgs[] = {USER, thought, TOOL(p_t18)};
-        expect_render("qwen3 reasoning after the query", q3, NULL, msgs, 3, 0, -1,
-                      U "<|im_start|>assistant\n<think>\nI should call the tool twice.\n</think>\n\nLet me check.\n" GW_PARIS
-                        "\n" GW_TOKYO "<|im_end|>\n" R1 "<|im_start|>assistant\n");
+        expect_render(
+            "qwen3 reasoning after the query", q3, NULL, msgs, 3, 0, -1,
+            U "<|im_start|>assistant\n<think>\nI should call the tool twice.\n</think>\n\nLet me check.\n" GW_PARIS
+              "\n" GW_TOKYO "<|im_end|>\n" R1 "<|im_start|>assistant\n");
         /* ... not once a new query follows */
-        const ph_chat_msg later[] = {USER, thought, TOOL(p_t18), {.role = PH_ROLE_USER, .parts = p_more, .n_parts = 1}};
+        const ph_chat_msg later[] = {
+            USER, thought, TOOL(p_t18), {.role = PH_ROLE_USER, .parts = p_more, .n_parts = 1}};
         expect_render("qwen3 reasoning before the query", q3, NULL, later, 4, 0, 0,
                       U "<|im_start|>assistant\nLet me check.\n" GW_PARIS "\n" GW_TOKYO "<|im_end|>\n" R1 MORE
                         "<|im_start|>assistant\n<think>\n\n</think>\n\n");
@@ -330,7 +345,7 @@ static void test_more_renderings(const ph_model *m, const chat_fmt *vl, const ch
                       U "<|im_start|>assistant\nLet me check.\n" GW_PARIS "\n" GW_TOKYO "<|im_end|>\n" R1
                         "<|im_start|>assistant\n");
     }
-    {   /* reasoning inside the content (no reasoning field) */
+    { /* reasoning inside the content (no reasoning field) */
         static const ph_chat_part inline_think[] = {TXT("<think>\nhm\n</think>\n\nLet me check.")};
         const ph_chat_msg msgs[] = {USER, CALLS(inline_think, 1)};
         expect_render("qwen3 reasoning in the content", q3, NULL, msgs, 2, 0, -1,
@@ -340,12 +355,14 @@ static void test_more_renderings(const ph_model *m, const chat_fmt *vl, const ch
                       U "<|im_start|>assistant\nLet me check.\n" GW_PARIS "\n" GW_TOKYO
                         "<|im_end|>\n<|im_start|>assistant\n");
     }
-    {   /* Qwen3.5 */
+    { /* Qwen3.5 */
         const ph_chat_msg msgs[] = {USER, thought, TOOL(p_t18)};
-        expect_render("qwen35 reasoning after the query", q35, NULL, msgs, 3, 0, -1,
-                      U "<|im_start|>assistant\n<think>\nI should call the tool twice.\n</think>\n\nLet me check.\n\n" X_PARIS
-                        "\n" X_TOKYO "<|im_end|>\n" R1 "<|im_start|>assistant\n<think>\n");
-        const ph_chat_msg later[] = {USER, thought, TOOL(p_t18), {.role = PH_ROLE_USER, .parts = p_more, .n_parts = 1}};
+        expect_render(
+            "qwen35 reasoning after the query", q35, NULL, msgs, 3, 0, -1,
+            U "<|im_start|>assistant\n<think>\nI should call the tool twice.\n</think>\n\nLet me check.\n\n" X_PARIS
+              "\n" X_TOKYO "<|im_end|>\n" R1 "<|im_start|>assistant\n<think>\n");
+        const ph_chat_msg later[] = {
+            USER, thought, TOOL(p_t18), {.role = PH_ROLE_USER, .parts = p_more, .n_parts = 1}};
         expect_render("qwen35 before the query, thinking off", q35, NULL, later, 4, 0, 0,
                       U "<|im_start|>assistant\nLet me check.\n\n" X_PARIS "\n" X_TOKYO "<|im_end|>\n" R1 MORE
                         "<|im_start|>assistant\n<think>\n\n</think>\n\n");
@@ -355,7 +372,8 @@ static void test_more_renderings(const ph_model *m, const chat_fmt *vl, const ch
         const ph_chat_msg trimmed[] = {{.role = PH_ROLE_SYSTEM, .parts = sp_sys, .n_parts = 1},
                                        {.role = PH_ROLE_USER, .parts = sp_user, .n_parts = 1}};
         expect_render("qwen35 trimmed", q35, NULL, trimmed, 2, 0, -1,
-                      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+                      "<|im_start|>system\nBe "
+                      "brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n");
         const ph_chat_msg blank_sys[] = {{.role = PH_ROLE_SYSTEM, .parts = sp_ws, .n_parts = 1},
                                          {.role = PH_ROLE_USER, .parts = sp_user, .n_parts = 1}};
         char *text = NULL;
@@ -368,29 +386,35 @@ static void test_more_renderings(const ph_model *m, const chat_fmt *vl, const ch
             {.name = "f", ARGS("{\"n\":3,\"b\":true,\"x\":null,\"o\":{\"k\":[1,\"a\"]},\"s\":\"multi\\nline\"}")}};
         const ph_chat_msg v[] = {USER, {.role = PH_ROLE_ASSISTANT, .tool_calls = vals, .n_tool_calls = 1}};
         expect_render("qwen35 argument values", q35, NULL, v, 2, 0, -1,
-                      U "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n<function=f>\n<parameter=n>\n3\n</parameter>\n"
-                        "<parameter=b>\nTrue\n</parameter>\n<parameter=x>\nNone\n</parameter>\n<parameter=o>\n{\"k\": "
-                        "[1, \"a\"]}\n</parameter>\n<parameter=s>\nmulti\nline\n</parameter>\n</function>\n</tool_call>"
-                        "<|im_end|>\n<|im_start|>assistant\n<think>\n");
+                      U
+                      "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n<function=f>\n<parameter=n>\n3\n</"
+                      "parameter>\n"
+                      "<parameter=b>\nTrue\n</parameter>\n<parameter=x>\nNone\n</parameter>\n<parameter=o>\n{\"k\": "
+                      "[1, \"a\"]}\n</parameter>\n<parameter=s>\nmulti\nline\n</parameter>\n</function>\n</tool_call>"
+                      "<|im_end|>\n<|im_start|>assistant\n<think>\n");
     }
-    {   /* pictures inside tool results (1.5), in place, numbered with the user's */
+    { /* pictures inside tool results (1.5), in place, numbered with the user's */
         ph_picture *pic = (ph_picture *)(uintptr_t)0x1000; /* only its address is used */
-        const ph_chat_part look[] = {TXT("Look: "), {.picture = pic}}, shot[] = {TXT("Screenshot:"), {.picture = pic}};
+        const ph_chat_part look[] = {TXT("Look: "), {.picture = pic}},
+                           shot[] = {TXT("Screenshot:"), {.picture = pic}};
         const ph_chat_msg msgs[] = {{.role = PH_ROLE_USER, .parts = look, .n_parts = 2},
                                     {.role = PH_ROLE_ASSISTANT, .tool_calls = two_calls, .n_tool_calls = 2},
-                                    TOOL(p_t18), {.role = PH_ROLE_TOOL, .parts = shot, .n_parts = 2}};
+                                    TOOL(p_t18),
+                                    {.role = PH_ROLE_TOOL, .parts = shot, .n_parts = 2}};
         const char *tail =
             "<|im_start|>user\n<tool_response>\n{\"temp\": 18}\n</tool_response>\n<tool_response>\nScreenshot:"
             "<|vision_start|><|image_pad|><|vision_end|>\n</tool_response><|im_end|>\n";
         char want[1024];
         snprintf(want, sizeof want,
                  "<|im_start|>user\nLook: <|vision_start|><|image_pad|><|vision_end|><|im_end|>\n"
-                 "<|im_start|>assistant\n" GW_PARIS "\n" GW_TOKYO "<|im_end|>\n%s<|im_start|>assistant\n", tail);
+                 "<|im_start|>assistant\n" GW_PARIS "\n" GW_TOKYO "<|im_end|>\n%s<|im_start|>assistant\n",
+                 tail);
         expect_render("qwen3vl picture in a tool result", vl, m, msgs, 4, 0, -1, want);
         snprintf(want, sizeof want,
                  "<|im_start|>user\nLook: <|vision_start|><|image_pad|><|vision_end|><|im_end|>\n"
                  "<|im_start|>assistant\n<think>\n\n</think>\n\n" X_PARIS "\n" X_TOKYO "<|im_end|>\n%s"
-                 "<|im_start|>assistant\n<think>\n", tail);
+                 "<|im_start|>assistant\n<think>\n",
+                 tail);
         expect_render("qwen35 picture in a tool result", q35, m, msgs, 4, 0, -1, want);
         /* the pictures list follows message order */
         ph_prompt p;
@@ -402,28 +426,33 @@ static void test_more_renderings(const ph_model *m, const chat_fmt *vl, const ch
         /* still refused in system and assistant turns */
         ph_err err = {0};
         const ph_chat_msg bad[] = {{.role = PH_ROLE_SYSTEM, .parts = shot, .n_parts = 2}, USER};
-        CHECK(chat_format_render(vl, m->vocab, bad, 2, &weather, 1, NULL, &p, &pics, &err) == -1 && err.code == PH_ERR_INPUT);
+        CHECK(chat_format_render(vl, m->vocab, bad, 2, &weather, 1, NULL, &p, &pics, &err) == -1 &&
+              err.code == PH_ERR_INPUT);
     }
-    {   /* arguments that are not JSON go back as they are; none is {} */
+    { /* arguments that are not JSON go back as they are; none is {} */
         static const ph_tool_call odd[] = {{.name = "get_weather", ARGS("{city: Paris}")}, {.name = "get_weather"}};
         const ph_chat_msg msgs[] = {USER, {.role = PH_ROLE_ASSISTANT, .tool_calls = odd, .n_tool_calls = 2}};
-        expect_render("hermes odd arguments", vl, NULL, msgs, 2, 0, -1,
-                      U "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {city: Paris}}\n"
-                        "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call><|im_end|>\n"
-                        "<|im_start|>assistant\n");
+        expect_render(
+            "hermes odd arguments", vl, NULL, msgs, 2, 0, -1,
+            U "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {city: Paris}}\n"
+              "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call><|im_end|>\n"
+              "<|im_start|>assistant\n");
     }
 }
 
 /* ---- the answer parser ------------------------------------------------------------ */
 
 static const ph_tool ptools[] = {
-    {.name = "special_function", .parameters = "{\"type\":\"object\",\"properties\":{\"arg1\":{\"type\":\"integer\"}}}"},
-    {.name = "get_weather", .parameters = "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
-                                          "\"unit\":{\"type\":[\"string\",\"null\"]}}}"},
+    {.name = "special_function",
+     .parameters = "{\"type\":\"object\",\"properties\":{\"arg1\":{\"type\":\"integer\"}}}"},
+    {.name = "get_weather",
+     .parameters = "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+                   "\"unit\":{\"type\":[\"string\",\"null\"]}}}"},
     {.name = "python", .parameters = "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\"}}}"},
     {.name = "list_files"},
-    {.name = "f", .parameters = "{\"type\":\"object\",\"properties\":{\"flag\":{\"type\":\"boolean\"},"
-                                "\"o\":{\"type\":\"object\"},\"n\":{\"type\":\"number\"}}}"},
+    {.name = "f",
+     .parameters = "{\"type\":\"object\",\"properties\":{\"flag\":{\"type\":\"boolean\"},"
+                   "\"o\":{\"type\":\"object\"},\"n\":{\"type\":\"number\"}}}"},
 };
 
 typedef struct pcase {
@@ -441,7 +470,7 @@ typedef struct pout {
     const char *names[4];
     bool ended[4];
     int n_calls;
-    bool bad;            /* a piece out of order */
+    bool bad; /* a piece out of order */
     bool tool_in_content;
     const char *body_err;
 } pout;
@@ -485,8 +514,11 @@ static const char *s_or(const strbuf *t) { return t->n ? t->p : ""; }
 static void run_case(const pcase *c, int mode) {
     chat_fmt f = chat_format_detect(NULL, 0, c->xml ? "qwen35" : "qwen3vl");
     out_parser p;
-    out_parser_cfg cfg = {.fmt = &f, .in_reasoning = c->in_reasoning, .parse_calls = !c->no_calls,
-                          .tools = ptools, .n_tools = sizeof ptools / sizeof *ptools};
+    out_parser_cfg cfg = {.fmt = &f,
+                          .in_reasoning = c->in_reasoning,
+                          .parse_calls = !c->no_calls,
+                          .tools = ptools,
+                          .n_tools = sizeof ptools / sizeof *ptools};
     CHECK(out_parser_init(&p, &cfg, NULL) == 0);
     pout o = {0};
     size_t n = strlen(c->text);
@@ -500,7 +532,8 @@ static void run_case(const pcase *c, int mode) {
         size_t bl;
         if (out_parser_in_call(&p, &body, &bl)) {
             const char *open = NULL;
-            for (const char *q = c->text; (q = strstr(q, "<tool_call>")) && (size_t)(q - c->text) + 11 <= i; q++) open = q;
+            for (const char *q = c->text; (q = strstr(q, "<tool_call>")) && (size_t)(q - c->text) + 11 <= i; q++)
+                open = q;
             if (!open || bl != (size_t)(c->text + i - open) - 11 || memcmp(body, open + 11, bl))
                 o.body_err = "call body";
         }
@@ -514,7 +547,8 @@ static void run_case(const pcase *c, int mode) {
     CHECKF(o.n_calls == c->n_calls && n_calls == c->n_calls && !o.bad, "%s (%s): %d calls%s", c->what, how, o.n_calls,
            o.bad ? ", out of order" : "");
     CHECKF(!o.body_err, "%s (%s): %s", c->what, how, o.body_err);
-    if (c->n_calls && !strstr(c->content, "<tool_")) CHECKF(!o.tool_in_content, "%s (%s): <tool_ in content", c->what, how);
+    if (c->n_calls && !strstr(c->content, "<tool_"))
+        CHECKF(!o.tool_in_content, "%s (%s): <tool_ in content", c->what, how);
     for (int i = 0; i < o.n_calls && i < c->n_calls; i++) {
         CHECKF(!strcmp(o.names[i], c->names[i]), "%s (%s): call %d is %s", c->what, how, i, o.names[i]);
         CHECKF(!strcmp(s_or(&o.args[i]), c->args[i]), "%s (%s): call %d arguments '%s'", c->what, how, i,
@@ -531,105 +565,268 @@ static void run_case(const pcase *c, int mode) {
 static const pcase cases[] = {
     /* hermes (tools.md 5.2) */
     {"single", .text = SF, .content = "", .reasoning = "", .n_calls = 1, {"special_function"}, {"{\"arg1\": 1}"}},
-    {"parallel", .text = SF "\n" GW_TOKYO, .content = "", .reasoning = "", .n_calls = 2,
-     {"special_function", "get_weather"}, {"{\"arg1\": 1}", "{\"city\": \"Tokyo\", \"unit\": \"celsius\"}"}},
-    {"content then call", .text = "Hello, world!\nWhat's up?" SF, .content = "Hello, world!\nWhat's up?",
-     .reasoning = "", .n_calls = 1, {"special_function"}, {"{\"arg1\": 1}"}},
-    {"cut off", .text = "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg", .content = "",
-     .reasoning = "", .n_calls = 1, {"special_function"}, {"{\"arg"}},
+    {"parallel",
+     .text = SF "\n" GW_TOKYO,
+     .content = "",
+     .reasoning = "",
+     .n_calls = 2,
+     {"special_function", "get_weather"},
+     {"{\"arg1\": 1}", "{\"city\": \"Tokyo\", \"unit\": \"celsius\"}"}},
+    {"content then call",
+     .text = "Hello, world!\nWhat's up?" SF,
+     .content = "Hello, world!\nWhat's up?",
+     .reasoning = "",
+     .n_calls = 1,
+     {"special_function"},
+     {"{\"arg1\": 1}"}},
+    {"cut off",
+     .text = "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"special_function"},
+     {"{\"arg"}},
     {"cut off before the name", .text = "Hi <tool_call>\n{\"name\": \"special_fu",
      .content = "Hi <tool_call>\n{\"name\": \"special_fu", .reasoning = ""},
     {"cut off in the tag", .text = "Hi <tool_ca", .content = "Hi <tool_ca", .reasoning = ""},
-    {"cut off at the closing tag", .text = "<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_",
-     .content = "", .reasoning = "", .n_calls = 1, {"list_files"}, {"{}"}},
-    {"call inside reasoning stays reasoning", .in_reasoning = true,
-     .text = "maybe " SF " no</think>\n\nDone.", .reasoning = "maybe " SF " no", .content = "Done."},
-    {"call after reasoning", .in_reasoning = true, .text = "I will call it.\n</think>\n\n" SF,
-     .reasoning = "I will call it.\n", .content = "", .n_calls = 1, {"special_function"}, {"{\"arg1\": 1}"}},
-    {"leading think then call", .text = "\n<think>\nhm\n</think>\n\n" SF, .reasoning = "\nhm\n", .content = "",
-     .n_calls = 1, {"special_function"}, {"{\"arg1\": 1}"}},
+    {"cut off at the closing tag",
+     .text = "<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"list_files"},
+     {"{}"}},
+    {"call inside reasoning stays reasoning", .in_reasoning = true, .text = "maybe " SF " no</think>\n\nDone.",
+     .reasoning = "maybe " SF " no", .content = "Done."},
+    {"call after reasoning",
+     .in_reasoning = true,
+     .text = "I will call it.\n</think>\n\n" SF,
+     .reasoning = "I will call it.\n",
+     .content = "",
+     .n_calls = 1,
+     {"special_function"},
+     {"{\"arg1\": 1}"}},
+    {"leading think then call",
+     .text = "\n<think>\nhm\n</think>\n\n" SF,
+     .reasoning = "\nhm\n",
+     .content = "",
+     .n_calls = 1,
+     {"special_function"},
+     {"{\"arg1\": 1}"}},
     {"not json", .text = "<tool_call>\nnot json\n</tool_call>", .content = "<tool_call>\nnot json\n</tool_call>",
      .reasoning = ""},
     {"unknown tool", .text = "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>",
      .content = "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>", .reasoning = ""},
     {"no name", .text = "<tool_call>\n{\"arguments\": {\"a\": 1}}\n</tool_call>",
      .content = "<tool_call>\n{\"arguments\": {\"a\": 1}}\n</tool_call>", .reasoning = ""},
-    {"parameters, raw spacing kept", .text = "<tool_call>{\"name\":\"f\",\"parameters\":{ \"n\" :1.50e3,\"o\":[] }}</tool_call>",
-     .content = "", .reasoning = "", .n_calls = 1, {"f"}, {"{ \"n\" :1.50e3,\"o\":[] }"}},
-    {"string arguments", .text = "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"n\\\": 1}\"}\n</tool_call>",
-     .content = "", .reasoning = "", .n_calls = 1, {"f"}, {"{\"n\": 1}"}},
-    {"arguments before the name", .text = "<tool_call>\n{\"arguments\": {\"n\": 2}, \"name\": \"f\"}\n</tool_call>",
-     .content = "", .reasoning = "", .n_calls = 1, {"f"}, {"{\"n\": 2}"}},
-    {"number arguments", .text = "<tool_call>{\"name\": \"f\", \"arguments\": 12}</tool_call>", .content = "",
-     .reasoning = "", .n_calls = 1, {"f"}, {"12"}},
-    {"no arguments", .text = "<tool_call>\n{\"name\": \"list_files\"}\n</tool_call>", .content = "", .reasoning = "",
-     .n_calls = 1, {"list_files"}, {"{}"}},
-    {"text after calls", .text = SF "\n\nAnything else?", .content = "Anything else?", .reasoning = "", .n_calls = 1,
-     {"special_function"}, {"{\"arg1\": 1}"}},
-    {"broken after the name", .text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 1 x}\n</tool_call>",
-     .content = "x}\n</tool_call>", .reasoning = "", .n_calls = 1, {"f"}, {"{\"n\": 1 "}},
-    {"junk after the object", .text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} !</tool_call>",
-     .content = "!</tool_call>", .reasoning = "", .n_calls = 1, {"f"}, {"{}"}},
-    {"missing closing tag, next call", .text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n" SF,
-     .content = "", .reasoning = "", .n_calls = 2, {"f", "special_function"}, {"{}", "{\"arg1\": 1}"}},
-    {"a call inside a broken one", .text = "<tool_call>\n{\"name\": <tool_call>" SF,
-     .content = "<tool_call>\n{\"name\": <tool_call>", .reasoning = "", .n_calls = 1, {"special_function"},
+    {"parameters, raw spacing kept",
+     .text = "<tool_call>{\"name\":\"f\",\"parameters\":{ \"n\" :1.50e3,\"o\":[] }}</tool_call>",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"f"},
+     {"{ \"n\" :1.50e3,\"o\":[] }"}},
+    {"string arguments",
+     .text = "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"n\\\": 1}\"}\n</tool_call>",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"f"},
+     {"{\"n\": 1}"}},
+    {"arguments before the name",
+     .text = "<tool_call>\n{\"arguments\": {\"n\": 2}, \"name\": \"f\"}\n</tool_call>",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"f"},
+     {"{\"n\": 2}"}},
+    {"number arguments",
+     .text = "<tool_call>{\"name\": \"f\", \"arguments\": 12}</tool_call>",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"f"},
+     {"12"}},
+    {"no arguments",
+     .text = "<tool_call>\n{\"name\": \"list_files\"}\n</tool_call>",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"list_files"},
+     {"{}"}},
+    {"text after calls",
+     .text = SF "\n\nAnything else?",
+     .content = "Anything else?",
+     .reasoning = "",
+     .n_calls = 1,
+     {"special_function"},
+     {"{\"arg1\": 1}"}},
+    {"broken after the name",
+     .text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 1 x}\n</tool_call>",
+     .content = "x}\n</tool_call>",
+     .reasoning = "",
+     .n_calls = 1,
+     {"f"},
+     {"{\"n\": 1 "}},
+    {"junk after the object",
+     .text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} !</tool_call>",
+     .content = "!</tool_call>",
+     .reasoning = "",
+     .n_calls = 1,
+     {"f"},
+     {"{}"}},
+    {"missing closing tag, next call",
+     .text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n" SF,
+     .content = "",
+     .reasoning = "",
+     .n_calls = 2,
+     {"f", "special_function"},
+     {"{}", "{\"arg1\": 1}"}},
+    {"a call inside a broken one",
+     .text = "<tool_call>\n{\"name\": <tool_call>" SF,
+     .content = "<tool_call>\n{\"name\": <tool_call>",
+     .reasoning = "",
+     .n_calls = 1,
+     {"special_function"},
      {"{\"arg1\": 1}"}},
     {"tool_choice none", .no_calls = true, .text = "Hi " SF, .content = "Hi " SF, .reasoning = ""},
-    {"brackets in strings", .text = "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"x = {'}': \\\"]\\\"}\"}}\n</tool_call>",
-     .content = "", .reasoning = "", .n_calls = 1, {"python"}, {"{\"code\": \"x = {'}': \\\"]\\\"}\"}"}},
+    {"brackets in strings",
+     .text = "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"x = {'}': \\\"]\\\"}\"}}\n</tool_call>",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"python"},
+     {"{\"code\": \"x = {'}': \\\"]\\\"}\"}"}},
     {"less-than in content", .text = "a < b and <tool> <tool_calls", .content = "a < b and <tool> <tool_calls",
      .reasoning = ""},
     {"plain think", .text = "Plain <think> text", .content = "Plain <think> text", .reasoning = ""},
     /* the template's separator between text and a first call is not content
      * (sent back, the turn renders to the bytes the model wrote); other
      * whitespace is */
-    {"separator before a call", .text = "Let me check.\n" SF, .content = "Let me check.", .reasoning = "",
-     .n_calls = 1, {"special_function"}, {"{\"arg1\": 1}"}},
-    {"more than the separator", .text = "Let me check. \n\n" SF, .content = "Let me check. \n", .reasoning = "",
-     .n_calls = 1, {"special_function"}, {"{\"arg1\": 1}"}},
+    {"separator before a call",
+     .text = "Let me check.\n" SF,
+     .content = "Let me check.",
+     .reasoning = "",
+     .n_calls = 1,
+     {"special_function"},
+     {"{\"arg1\": 1}"}},
+    {"more than the separator",
+     .text = "Let me check. \n\n" SF,
+     .content = "Let me check. \n",
+     .reasoning = "",
+     .n_calls = 1,
+     {"special_function"},
+     {"{\"arg1\": 1}"}},
     {"trailing whitespace kept", .text = "Done.\n\n", .content = "Done.\n\n", .reasoning = ""},
     {"separator before a broken call", .text = "Hi\n<tool_call>\nnot json\n</tool_call>",
      .content = "Hi\n<tool_call>\nnot json\n</tool_call>", .reasoning = ""},
-    {"xml separator", .xml = true, .text = "Let me check.\n\n" X_PARIS, .content = "Let me check.", .reasoning = "",
-     .n_calls = 1, {"get_weather"}, {"{\"city\": \"Paris\"}"}},
+    {"xml separator",
+     .xml = true,
+     .text = "Let me check.\n\n" X_PARIS,
+     .content = "Let me check.",
+     .reasoning = "",
+     .n_calls = 1,
+     {"get_weather"},
+     {"{\"city\": \"Paris\"}"}},
     /* xml (tools.md 2.3, 5.3) */
-    {"xml single", .xml = true, .text = "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>",
-     .content = "", .reasoning = "", .n_calls = 1, {"special_function"}, {"{\"arg1\": 1}"}},
-    {"xml parallel", .xml = true, .text = X_PARIS "\n" X_TOKYO, .content = "", .reasoning = "", .n_calls = 2,
-     {"get_weather", "get_weather"}, {"{\"city\": \"Paris\"}", "{\"city\": \"Tokyo\", \"unit\": \"celsius\"}"}},
-    {"xml multi-line code", .xml = true,
-     .text = "<tool_call>\n<function=python>\n<parameter=code>\ndef f():\n    return \"</param\"\n</parameter>\n</function>\n</tool_call>",
-     .content = "", .reasoning = "", .n_calls = 1, {"python"}, {"{\"code\": \"def f():\\n    return \\\"</param\\\"\"}"}},
-    {"xml value ending in a newline", .xml = true,
+    {"xml single",
+     .xml = true,
+     .text = "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"special_function"},
+     {"{\"arg1\": 1}"}},
+    {"xml parallel",
+     .xml = true,
+     .text = X_PARIS "\n" X_TOKYO,
+     .content = "",
+     .reasoning = "",
+     .n_calls = 2,
+     {"get_weather", "get_weather"},
+     {"{\"city\": \"Paris\"}", "{\"city\": \"Tokyo\", \"unit\": \"celsius\"}"}},
+    {"xml multi-line code",
+     .xml = true,
+     .text = "<tool_call>\n<function=python>\n<parameter=code>\ndef f():\n    return "
+             "\"</param\"\n</parameter>\n</function>\n</tool_call>",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"python"},
+     {"{\"code\": \"def f():\\n    return \\\"</param\\\"\"}"}},
+    {"xml value ending in a newline",
+     .xml = true,
      .text = "<tool_call>\n<function=python>\n<parameter=code>\n#include\n\n</parameter>\n</function>\n</tool_call>",
-     .content = "", .reasoning = "", .n_calls = 1, {"python"}, {"{\"code\": \"#include\\n\"}"}},
-    {"xml no arguments", .xml = true, .text = "<tool_call>\n<function=list_files>\n</function>\n</tool_call>",
-     .content = "", .reasoning = "", .n_calls = 1, {"list_files"}, {"{}"}},
-    {"xml values", .xml = true,
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"python"},
+     {"{\"code\": \"#include\\n\"}"}},
+    {"xml no arguments",
+     .xml = true,
+     .text = "<tool_call>\n<function=list_files>\n</function>\n</tool_call>",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"list_files"},
+     {"{}"}},
+    {"xml values",
+     .xml = true,
      .text = "<tool_call>\n<function=f>\n<parameter=flag>\nTrue\n</parameter>\n<parameter=o>\n{\"k\":[1,\"a\"]}\n"
-             "</parameter>\n<parameter=n>\n2.50\n</parameter>\n<parameter=z>\nhello\n</parameter>\n</function>\n</tool_call>",
-     .content = "", .reasoning = "", .n_calls = 1, {"f"},
+             "</parameter>\n<parameter=n>\n2.50\n</parameter>\n<parameter=z>\nhello\n</parameter>\n</function>\n</"
+             "tool_call>",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"f"},
      {"{\"flag\": true, \"o\": {\"k\": [1, \"a\"]}, \"n\": 2.5, \"z\": \"hello\"}"}},
-    {"xml call without </think>", .xml = true, .in_reasoning = true,
-     .text = "I need the weather.\n" X_PARIS, .reasoning = "I need the weather.\n", .content = "", .n_calls = 1,
-     {"get_weather"}, {"{\"city\": \"Paris\"}"}},
-    {"xml content before the call", .xml = true, .in_reasoning = true,
-     .text = "Thinking.\n</think>\n\nLet me inspect the current directory.\n<tool_call>\n<function=list_files>\n</function>\n</tool_call>",
-     .reasoning = "Thinking.\n", .content = "Let me inspect the current directory.\n", .n_calls = 1,
-     {"list_files"}, {"{}"}},
-    {"xml cut off", .xml = true, .text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
-     .content = "", .reasoning = "", .n_calls = 1, {"get_weather"}, {"{\"city\": \"Par\"}"}},
-    {"xml cut off at the value's end", .xml = true,
-     .text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</param", .content = "", .reasoning = "",
-     .n_calls = 1, {"get_weather"}, {"{\"city\": \"Paris\"}"}},
+    {"xml call without </think>",
+     .xml = true,
+     .in_reasoning = true,
+     .text = "I need the weather.\n" X_PARIS,
+     .reasoning = "I need the weather.\n",
+     .content = "",
+     .n_calls = 1,
+     {"get_weather"},
+     {"{\"city\": \"Paris\"}"}},
+    {"xml content before the call",
+     .xml = true,
+     .in_reasoning = true,
+     .text = "Thinking.\n</think>\n\nLet me inspect the current "
+             "directory.\n<tool_call>\n<function=list_files>\n</function>\n</tool_call>",
+     .reasoning = "Thinking.\n",
+     .content = "Let me inspect the current directory.\n",
+     .n_calls = 1,
+     {"list_files"},
+     {"{}"}},
+    {"xml cut off",
+     .xml = true,
+     .text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"get_weather"},
+     {"{\"city\": \"Par\"}"}},
+    {"xml cut off at the value's end",
+     .xml = true,
+     .text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</param",
+     .content = "",
+     .reasoning = "",
+     .n_calls = 1,
+     {"get_weather"},
+     {"{\"city\": \"Paris\"}"}},
     {"xml unknown tool", .xml = true, .text = "<tool_call>\n<function=nope>\n</function>\n</tool_call>",
      .content = "<tool_call>\n<function=nope>\n</function>\n</tool_call>", .reasoning = ""},
     {"xml not a call, in reasoning", .xml = true, .in_reasoning = true, .text = "a <tool_call> b</think>c",
      .reasoning = "a <tool_call> b", .content = "c"},
-    {"xml broken after the name", .xml = true,
-     .text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\noops\n</function>\n</tool_call>",
-     .content = "oops\n</function>\n</tool_call>", .reasoning = "", .n_calls = 1, {"get_weather"},
+    {"xml broken after the name",
+     .xml = true,
+     .text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\noops\n</function>\n</"
+             "tool_call>",
+     .content = "oops\n</function>\n</tool_call>",
+     .reasoning = "",
+     .n_calls = 1,
+     {"get_weather"},
      {"{\"city\": \"Paris\"}"}},
 };
 
@@ -668,11 +865,42 @@ static void normalise(const strbuf *in, strbuf *out) {
 /* Random answers built from the markup's pieces: the parser says the same
  * whichever way they are cut. */
 static void test_parser_random(void) {
-    static const char *const bits[] = {
-        "<tool_call>", "</tool_call>", "<tool_", "\n", "\n", " ", "{", "}", "[", "]", "\"name\"", "\"arguments\"",
-        ": ", ", ", "\"special_function\"", "\"f\"", "\"x\"", "1", "2.5", "true", "\"a\\\"b\"", "<think>",
-        "</think>", "hello", "<", "<function=", "get_weather>", "</function>", "<parameter=", "city>", "Paris",
-        "</parameter>", "\n</parameter>\n", "list_files>", "\"parameters\"", "é"};
+    static const char *const bits[] = {"<tool_call>",
+                                       "</tool_call>",
+                                       "<tool_",
+                                       "\n",
+                                       "\n",
+                                       " ",
+                                       "{",
+                                       "}",
+                                       "[",
+                                       "]",
+                                       "\"name\"",
+                                       "\"arguments\"",
+                                       ": ",
+                                       ", ",
+                                       "\"special_function\"",
+                                       "\"f\"",
+                                       "\"x\"",
+                                       "1",
+                                       "2.5",
+                                       "true",
+                                       "\"a\\\"b\"",
+                                       "<think>",
+                                       "</think>",
+                                       "hello",
+                                       "<",
+                                       "<function=",
+                                       "get_weather>",
+                                       "</function>",
+                                       "<parameter=",
+                                       "city>",
+                                       "Paris",
+                                       "</parameter>",
+                                       "\n</parameter>\n",
+                                       "list_files>",
+                                       "\"parameters\"",
+                                       "é"};
     const size_t nb = sizeof bits / sizeof *bits;
     int bad = 0;
     for (int iter = 0; iter < 2000 && bad < 5; iter++) {
@@ -681,7 +909,10 @@ static void test_parser_random(void) {
         for (size_t i = 0; i < k; i++) strbuf_puts(&text, bits[rnd(nb)]);
         bool xml = iter & 1, reasoning = (iter >> 1) & 1;
         chat_fmt f = chat_format_detect(NULL, 0, xml ? "qwen35" : "qwen3vl");
-        out_parser_cfg cfg = {.fmt = &f, .in_reasoning = reasoning, .parse_calls = true, .tools = ptools,
+        out_parser_cfg cfg = {.fmt = &f,
+                              .in_reasoning = reasoning,
+                              .parse_calls = true,
+                              .tools = ptools,
                               .n_tools = sizeof ptools / sizeof *ptools};
         strbuf got[3] = {{0}}, norm[3] = {{0}};
         for (int mode = 0; mode < 3; mode++) {
@@ -697,8 +928,9 @@ static void test_parser_random(void) {
             out_parser_free(&p);
             normalise(&got[mode], &norm[mode]);
         }
-        bool same = norm[0].n == norm[1].n && norm[0].n == norm[2].n && (!norm[0].n ||
-                    (!memcmp(norm[0].p, norm[1].p, norm[0].n) && !memcmp(norm[0].p, norm[2].p, norm[0].n)));
+        bool same =
+            norm[0].n == norm[1].n && norm[0].n == norm[2].n &&
+            (!norm[0].n || (!memcmp(norm[0].p, norm[1].p, norm[0].n) && !memcmp(norm[0].p, norm[2].p, norm[0].n)));
         if (!same) {
             bad++;
             fprintf(stderr, "input: %s\nwhole: %s\nbytes: %s\npieces: %s\n", text.p, norm[0].p, norm[1].p, norm[2].p);

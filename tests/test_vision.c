@@ -93,8 +93,8 @@ static void check_picture(vis_tower *v, const char *model, const char *id, const
             if (d > tol) bad_vals++;
         }
     }
-    CHECKF(bad_norms == 0, "%s/%s: %d row norms off by more than %g%% (worst %.4f%%)", model, id, bad_norms,
-           mult, 100 * worst_norm);
+    CHECKF(bad_norms == 0, "%s/%s: %d row norms off by more than %g%% (worst %.4f%%)", model, id, bad_norms, mult,
+           100 * worst_norm);
     CHECKF(bad_vals == 0, "%s/%s: %d values of the first/last rows off (worst %.5f)", model, id, bad_vals, worst_val);
     printf("  %-10s %-18s %-15s %2dx%-2d worst norm %.4f%%  worst value %.5f (%.0f%% of tolerance)\n", model, id,
            img_rel + 4, gx, gy, 100 * worst_norm, worst_val, 100 * worst_val_tol);

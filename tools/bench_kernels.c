@@ -32,7 +32,8 @@ static void read_job(void *vctx, int ith, int nth) {
     long lo, hi;
     tpool_split_range((long)c->n, ith, nth, &lo, &hi);
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (long i = lo; i + 4 <= hi; i += 4) s0 += c->src[i], s1 += c->src[i + 1], s2 += c->src[i + 2], s3 += c->src[i + 3];
+    for (long i = lo; i + 4 <= hi; i += 4)
+        s0 += c->src[i], s1 += c->src[i + 1], s2 += c->src[i + 2], s3 += c->src[i + 3];
     c->sink[ith * 8] = s0 + s1 + s2 + s3;
 }
 
@@ -117,7 +118,8 @@ int main(void) {
     tpool *pool1 = tpool_create(1), *pool2 = tpool_create(2);
     bandwidth(pool1);
     bandwidth(pool2);
-    const int types[] = {PH_TYPE_Q4_K, PH_TYPE_Q6_K, PH_TYPE_Q8_0, PH_TYPE_F16, PH_TYPE_Q4_0, PH_TYPE_Q5_K, PH_TYPE_F32};
+    const int types[] = {PH_TYPE_Q4_K, PH_TYPE_Q6_K, PH_TYPE_Q8_0, PH_TYPE_F16,
+                         PH_TYPE_Q4_0, PH_TYPE_Q5_K, PH_TYPE_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) bench_type(types[i], pool1, pool2);
     tpool_free(pool1);
     tpool_free(pool2);

@@ -34,7 +34,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     void *(*g_init)(struct ggml_init_params) = (void *(*)(struct ggml_init_params))dlsym(h, "ggml_init");
-    void *(*g_tensor_2d)(void *, int, long, long) = (void *(*)(void *, int, long, long))dlsym(h, "ggml_new_tensor_2d");
+    void *(*g_tensor_2d)(void *, int, long, long) =
+        (void *(*)(void *, int, long, long))dlsym(h, "ggml_new_tensor_2d");
     void *(*g_mul_mat)(void *, void *, void *) = (void *(*)(void *, void *, void *))dlsym(h, "ggml_mul_mat");
     void *(*g_new_graph)(void *) = (void *(*)(void *))dlsym(h, "ggml_new_graph");
     void (*g_expand)(void *, void *) = (void (*)(void *, void *))dlsym(h, "ggml_build_forward_expand");
@@ -87,7 +88,8 @@ int main(int argc, char **argv) {
                 if ((yg[i] > 0 ? yg[i] : -yg[i]) > mag) mag = yg[i] > 0 ? yg[i] : -yg[i];
             }
             double flop = 2.0 * (double)(n_in * n_out * rows);
-            printf("%-5s %s: ggml %8.1f us %6.1f GFLOP/s | pinhole %8.1f us %6.1f GFLOP/s | x%.2f | max |diff| %.2g (max |y| %.2g)\n",
+            printf("%-5s %s: ggml %8.1f us %6.1f GFLOP/s | pinhole %8.1f us %6.1f GFLOP/s | x%.2f | max |diff| %.2g "
+                   "(max |y| %.2g)\n",
                    type_get(t)->name, rows == 1 ? "decode     " : "prefill 512", tg * 1e6, flop / tg / 1e9, tp * 1e6,
                    flop / tp / 1e9, tg / tp, diff, mag);
             free(row);

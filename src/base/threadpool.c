@@ -13,16 +13,16 @@
 
 #include "base/cpus.h"
 
-#define PH_SPIN_ITERS 2000    /* pause instructions before yielding */
-#define PH_YIELD_ITERS 20000  /* sched_yield calls before sleeping */
+#define PH_SPIN_ITERS  2000  /* pause instructions before yielding */
+#define PH_YIELD_ITERS 20000 /* sched_yield calls before sleeping */
 
 struct tpool {
     int n;
     pthread_t *threads;
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    _Atomic unsigned gen;      /* bumped once per job */
-    _Atomic int pending;       /* workers still running the current job */
+    _Atomic unsigned gen; /* bumped once per job */
+    _Atomic int pending;  /* workers still running the current job */
     _Atomic int stop;
     tpool_fn fn;
     void *ctx;

@@ -25,8 +25,8 @@ static double median(double *v, int n) {
 
 typedef struct picture_turn {
     int w, h;
-    int32_t rows, prompt_rows;  /* the picture's rows; the whole prompt's */
-    double encode_s, ttft_s;    /* medians */
+    int32_t rows, prompt_rows; /* the picture's rows; the whole prompt's */
+    double encode_s, ttft_s;   /* medians */
 } picture_turn;
 
 /* A cold picture turn, as a chat client's first request: the prompt
@@ -107,14 +107,19 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!(v = arg_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
-        else if (!strcmp(a, "-p")) { if (arg_int(a, v, 0, 1 << 20, &pp)) return 2; }
-        else if (!strcmp(a, "-n")) { if (arg_int(a, v, 0, 1 << 20, &tg)) return 2; }
-        else if (!strcmp(a, "-d")) { if (arg_int(a, v, 0, 1 << 20, &depth)) return 2; }
-        else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
+        else if (!strcmp(a, "-p")) {
+            if (arg_int(a, v, 0, 1 << 20, &pp)) return 2;
+        } else if (!strcmp(a, "-n")) {
+            if (arg_int(a, v, 0, 1 << 20, &tg)) return 2;
+        } else if (!strcmp(a, "-d")) {
+            if (arg_int(a, v, 0, 1 << 20, &depth)) return 2;
+        } else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
         else if (!strcmp(a, "--image")) image = v;
-        else if (!strcmp(a, "-r")) { if (arg_int(a, v, 1, 1000, &reps)) return 2; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &threads)) return 2; }
-        else {
+        else if (!strcmp(a, "-r")) {
+            if (arg_int(a, v, 1, 1000, &reps)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (arg_int(a, v, 1, 1024, &threads)) return 2;
+        } else {
             fprintf(stderr, "pinhole bench: unknown option '%s'\n", a);
             return 2;
         }
@@ -187,7 +192,8 @@ int cmd_bench(int argc, char **argv) {
     printf("{\"model\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"pp\":%ld,\"tg\":%ld,\"depth\":%ld,\"reps\":%ld,"
            "\"prefill_tps\":%.3f,\"decode_tps\":%.3f,\"decode_bytes_per_token\":%llu,\"decode_gbs\":%.2f",
            info->name, threads > 0 ? (int)threads : ph_cpu_threads(), ph_cpu_isa(), pp, tg, depth, reps,
-           median(pp_tps, (int)reps), dtps, (unsigned long long)info->decode_bytes, dtps * (double)info->decode_bytes / 1e9);
+           median(pp_tps, (int)reps), dtps, (unsigned long long)info->decode_bytes,
+           dtps * (double)info->decode_bytes / 1e9);
     if (image)
         printf(",\"picture\":{\"width\":%d,\"height\":%d,\"rows\":%d,\"prompt_rows\":%d,\"encode_s\":%.4f,"
                "\"ttft_s\":%.4f}",

@@ -91,8 +91,7 @@ static void local_time(int64_t ms, char *out, size_t cap) {
 static int check_dir(const char *sub, const char *dir) {
     struct stat st;
     if (stat(dir, &st) != 0) {
-        fprintf(stderr, "pinhole cache %s: %s: %s\n", sub, dir,
-                errno == ENOENT ? "no such folder" : strerror(errno));
+        fprintf(stderr, "pinhole cache %s: %s: %s\n", sub, dir, errno == ENOENT ? "no such folder" : strerror(errno));
         return 2;
     }
     if (!S_ISDIR(st.st_mode)) {
@@ -188,10 +187,10 @@ static int ls_line(void *ud, const ph_kv_file *f) {
     char id[65];
     hex(f->model_id, 32, id);
     if (c->json) {
-        json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:s, s:s}", "name", f->name, "rows", (int)f->n_rows,
-                              "pictures", (int)f->n_pictures, "bytes", (json_int_t)f->bytes, "last_use_ms",
-                              (json_int_t)f->last_use_ms, "created_s", (json_int_t)f->created_s, "model_id", id,
-                              "format", f->format ? f->format : "");
+        json_t *o =
+            json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:s, s:s}", "name", f->name, "rows", (int)f->n_rows, "pictures",
+                      (int)f->n_pictures, "bytes", (json_int_t)f->bytes, "last_use_ms", (json_int_t)f->last_use_ms,
+                      "created_s", (json_int_t)f->created_s, "model_id", id, "format", f->format ? f->format : "");
         char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         json_decref(o);
         if (!s) {

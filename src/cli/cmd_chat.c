@@ -35,7 +35,7 @@ typedef struct chat {
     const char *model, *mmproj, *system;
     ph_gen_params gen;
     reasoning_mode reasoning;
-    ph_chat_msg *msgs;   /* views of hist for the engine */
+    ph_chat_msg *msgs; /* views of hist for the engine */
     chat_msg *hist;
     size_t n, cap;
     ph_picture *pending[CHAT_MAX_PENDING];
@@ -150,8 +150,7 @@ static int chat_turn(chat *c, const char *text, ph_err *err) {
     ph_turn_report r;
     int rc = ph_engine_chat(c->e, c->msgs, c->n, &c->gen, answer_event, &a, &r, err);
     if (answer_end(&a, rc == 0) && !rc) rc = err_set(err, "out of memory");
-    if (rc == 0 && push_msg(c, PH_ROLE_ASSISTANT, NULL, NULL, 0, a.text, a.len))
-        rc = err_set(err, "out of memory");
+    if (rc == 0 && push_msg(c, PH_ROLE_ASSISTANT, NULL, NULL, 0, a.text, a.len)) rc = err_set(err, "out of memory");
     if (rc == 0 && a.reason_len) {
         c->hist[c->n - 1].reasoning = a.reason;
         a.reason = NULL;
@@ -249,19 +248,40 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
         else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
         else if (!strcmp(a, "--system")) c.system = v;
-        else if (!strcmp(a, "--reasoning")) { if (arg_reasoning(a, v, &c.reasoning)) return 2; }
-        else if (!strcmp(a, "--thinking")) { if (arg_thinking(a, v, &c.gen.thinking)) return 2; }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (arg_int(a, v, 1, 1 << 24, &l)) return 2; c.gen.max_tokens = (int32_t)l; }
-        else if (!strcmp(a, "--temp")) { if (arg_float(a, v, 0, 100, &d)) return 2; sp->temperature = (float)d; }
-        else if (!strcmp(a, "--top-k")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; sp->top_k = (int32_t)l; }
-        else if (!strcmp(a, "--top-p")) { if (arg_float(a, v, 0, 1, &d)) return 2; sp->top_p = (float)d; }
-        else if (!strcmp(a, "--min-p")) { if (arg_float(a, v, 0, 1, &d)) return 2; sp->min_p = (float)d; }
-        else if (!strcmp(a, "--seed")) { if (arg_u64(a, v, &sp->seed)) return 2; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &l)) return 2; ep.n_threads = (int)l; }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (arg_int(a, v, 16, 1 << 22, &l)) return 2; ep.n_ctx = (int32_t)l; }
-        else if (!strcmp(a, "--image-min-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.picture_min_tokens = (int)l; }
-        else if (!strcmp(a, "--image-max-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.picture_max_tokens = (int)l; }
-        else {
+        else if (!strcmp(a, "--reasoning")) {
+            if (arg_reasoning(a, v, &c.reasoning)) return 2;
+        } else if (!strcmp(a, "--thinking")) {
+            if (arg_thinking(a, v, &c.gen.thinking)) return 2;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            if (arg_int(a, v, 1, 1 << 24, &l)) return 2;
+            c.gen.max_tokens = (int32_t)l;
+        } else if (!strcmp(a, "--temp")) {
+            if (arg_float(a, v, 0, 100, &d)) return 2;
+            sp->temperature = (float)d;
+        } else if (!strcmp(a, "--top-k")) {
+            if (arg_int(a, v, 0, 1 << 30, &l)) return 2;
+            sp->top_k = (int32_t)l;
+        } else if (!strcmp(a, "--top-p")) {
+            if (arg_float(a, v, 0, 1, &d)) return 2;
+            sp->top_p = (float)d;
+        } else if (!strcmp(a, "--min-p")) {
+            if (arg_float(a, v, 0, 1, &d)) return 2;
+            sp->min_p = (float)d;
+        } else if (!strcmp(a, "--seed")) {
+            if (arg_u64(a, v, &sp->seed)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (arg_int(a, v, 1, 1024, &l)) return 2;
+            ep.n_threads = (int)l;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (arg_int(a, v, 16, 1 << 22, &l)) return 2;
+            ep.n_ctx = (int32_t)l;
+        } else if (!strcmp(a, "--image-min-tokens")) {
+            if (arg_int(a, v, 1, 65536, &l)) return 2;
+            ep.picture_min_tokens = (int)l;
+        } else if (!strcmp(a, "--image-max-tokens")) {
+            if (arg_int(a, v, 1, 65536, &l)) return 2;
+            ep.picture_max_tokens = (int)l;
+        } else {
             fprintf(stderr, "pinhole chat: unknown option '%s' (see pinhole chat --help)\n", a);
             return 2;
         }

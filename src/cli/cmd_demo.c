@@ -28,30 +28,30 @@
 #include "base/timeutil.h"
 #include "cli/args.h"
 #include "pinhole.h"
+#include "synth/synth.h"
 
-#define DEMO_SEED 7          /* the model's weights */
-#define DEMO_SAMPLER_SEED 42 /* the requests' "seed" */
-#define DEMO_MAX_TOKENS 20
+#define DEMO_SEED            7  /* the model's weights */
+#define DEMO_SAMPLER_SEED    42 /* the requests' "seed" */
+#define DEMO_MAX_TOKENS      20
 #define DEMO_START_TIMEOUT_S 60.0
-#define DEMO_IO_TIMEOUT_S 300L /* one request; generous for sanitizer builds */
-#define DEMO_LOG_TAIL 8000     /* bytes of the server's log shown on a failure */
+#define DEMO_IO_TIMEOUT_S    300L /* one request; generous for sanitizer builds */
+#define DEMO_LOG_TAIL        8000 /* bytes of the server's log shown on a failure */
 
 static void demo_usage(FILE *out) {
-    fprintf(out,
-            "usage: pinhole demo [options]\n"
-            "  Plays a scripted session against `pinhole serve` with nothing downloaded: writes a\n"
-            "  synthetic Qwen3-VL model (random weights, built-in byte-level vocabulary) and a few\n"
-            "  generated pictures to a temporary folder, starts the server and talks to it through\n"
-            "  the OpenAI endpoint (POST /v1/chat/completions, streamed): a picture conversation\n"
-            "  over several turns, a second one interleaved, and a new conversation that re-sends\n"
-            "  an old picture. Each turn prints what was reused from the live state, taken from the\n"
-            "  embedding cache, encoded and prefilled, and the time to first token. The weights\n"
-            "  are random, so the answers are noise.\n"
-            "  --keep          keep the temporary folder (models, pictures, server.log)\n"
-            "  --port N        the server's port (default 0: any free port)\n"
-            "  -t, --threads N threads for the model writer and the server (default: all cores)\n"
-            "  --shape S       tiny (default; under a second) or 2b (Qwen3-VL-2B's real sizes: slow,\n"
-            "                  writes 3.5 GB and each turn takes seconds; about 1.5 minutes on 2 cores)\n");
+    fprintf(out, "usage: pinhole demo [options]\n"
+                 "  Plays a scripted session against `pinhole serve` with nothing downloaded: writes a\n"
+                 "  synthetic Qwen3-VL model (random weights, built-in byte-level vocabulary) and a few\n"
+                 "  generated pictures to a temporary folder, starts the server and talks to it through\n"
+                 "  the OpenAI endpoint (POST /v1/chat/completions, streamed): a picture conversation\n"
+                 "  over several turns, a second one interleaved, and a new conversation that re-sends\n"
+                 "  an old picture. Each turn prints what was reused from the live state, taken from the\n"
+                 "  embedding cache, encoded and prefilled, and the time to first token. The weights\n"
+                 "  are random, so the answers are noise.\n"
+                 "  --keep          keep the temporary folder (models, pictures, server.log)\n"
+                 "  --port N        the server's port (default 0: any free port)\n"
+                 "  -t, --threads N threads for the model writer and the server (default: all cores)\n"
+                 "  --shape S       tiny (default; under a second) or 2b (Qwen3-VL-2B's real sizes: slow,\n"
+                 "                  writes 3.5 GB and each turn takes seconds; about 1.5 minutes on 2 cores)\n");
 }
 
 /* ---- small helpers ----------------------------------------------------------- */
@@ -161,7 +161,7 @@ static char *read_log(const server *s, size_t *n) {
     long size = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
     *n = 0;
     if (size >= 0 && !fseek(f, 0, SEEK_SET) && (p = malloc((size_t)size + 1)))
-        p[*n = fread(p, 1, (size_t)size, f)] = '\0';
+        p[ *n = fread(p, 1, (size_t)size, f)] = '\0';
     if (f) fclose(f);
     return p;
 }
@@ -190,8 +190,19 @@ static int server_start(server *s) {
     snprintf(kv, sizeof kv, "%s/kv", s->dir);
     snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
     setenv("XDG_CACHE_HOME", cache, 1); /* the server's own caches (file ids) stay in the demo's folder */
-    const char *argv[] = {"pinhole", "serve", "-m", s->model, "--mmproj", s->mmproj, "--kv-disk-dir", kv,
-                          "--port", port_s, s->threads > 0 ? "-t" : NULL, threads_s, NULL};
+    const char *argv[] = {"pinhole",
+                          "serve",
+                          "-m",
+                          s->model,
+                          "--mmproj",
+                          s->mmproj,
+                          "--kv-disk-dir",
+                          kv,
+                          "--port",
+                          port_s,
+                          s->threads > 0 ? "-t" : NULL,
+                          threads_s,
+                          NULL};
     /* its stderr goes to the log, after an earlier run's: look after that */
     struct stat log_st;
     const size_t from = stat(s->log, &log_st) ? 0 : (size_t)log_st.st_size;
@@ -329,9 +340,9 @@ static long request(int port, const char *path, const char *json, line_fn on_lin
 
 enum { M_REUSED, M_RAM, M_DISK, M_PREFILLED, M_HITS, M_ENCODED, M_COUNT };
 static const char *const metric_names[M_COUNT] = {
-    "pinhole_prompt_tokens_reused_total",    "pinhole_ram_cache_tokens_restored_total",
+    "pinhole_prompt_tokens_reused_total",       "pinhole_ram_cache_tokens_restored_total",
     "pinhole_disk_cache_tokens_restored_total", "pinhole_prompt_tokens_prefilled_total",
-    "pinhole_image_cache_hits_total",        "pinhole_images_encoded_total"};
+    "pinhole_image_cache_hits_total",           "pinhole_images_encoded_total"};
 
 static int read_metrics(int port, double v[M_COUNT]) {
     char *text;
@@ -421,12 +432,12 @@ static int chat_turn(int port, const char *body, turn_result *tr) {
 
 typedef struct step {
     const char *label;
-    int conv;       /* 0 A, 1 B, 2 C */
-    int picture;    /* attached to this turn's message; -1: none */
-    bool text_first;/* the text before the picture */
+    int conv;        /* 0 A, 1 B, 2 C */
+    int picture;     /* attached to this turn's message; -1: none */
+    bool text_first; /* the text before the picture */
     const char *text;
     const char *what;
-    bool restart;   /* the server is stopped and started again before this turn */
+    bool restart; /* the server is stopped and started again before this turn */
 } step;
 
 static const step script[] = {
@@ -522,8 +533,8 @@ static void print_summary(const row *rows, const picture *pics, int n_pics) {
 static int play(server *srv, picture *pics, const char *model_name, row *rows) {
     json_t *conv[N_CONVS];
     for (int c = 0; c < N_CONVS; c++)
-        conv[c] = json_pack("[{s:s,s:s}]", "role", "system", "content",
-                            "You are a helpful assistant. Answer briefly.");
+        conv[c] =
+            json_pack("[{s:s,s:s}]", "role", "system", "content", "You are a helpful assistant. Answer briefly.");
     int n_pics_in[N_CONVS] = {0};
     int rc = 0;
     printf("turn pics prompt reused    ram   disk cached prefill hit enc  ttft_ms  what\n");
@@ -633,11 +644,16 @@ int cmd_demo(int argc, char **argv) {
     fflush(stdout);
 
     double t0 = time_now_s();
-    ph_synth_params sp = {.shape = shape, .type = "f16", .vision_type = "f16", .vocab = NULL, .out = out,
-                          .seed = DEMO_SEED, .n_threads = (int)threads};
+    synth_params sp = {.shape = shape,
+                       .type = "f16",
+                       .vision_type = "f16",
+                       .vocab = NULL,
+                       .out = out,
+                       .seed = DEMO_SEED,
+                       .n_threads = (int)threads};
     ph_err err = {0};
     if (curl_global_init(CURL_GLOBAL_DEFAULT)) rc = fail("cannot start libcurl");
-    else if (ph_synth(&sp, &err)) rc = fail("cannot write the synthetic model: %s", err.msg);
+    else if (synth_write(&sp, &err)) rc = fail("cannot write the synthetic model: %s", err.msg);
     if (!rc) {
         printf("  model     %s.gguf + %s-mmproj.gguf (%s, f16, random weights, seed %d), written in %.1f s\n",
                model_name, model_name, shape, DEMO_SEED, time_now_s() - t0);
@@ -645,8 +661,8 @@ int cmd_demo(int argc, char **argv) {
     }
     if (!rc) {
         printf("  pictures  ");
-        for (int i = 0; i < 2; i++) printf("%s%s.png %ux%u (%s)", i ? ", " : "", pics[i].name, pics[i].w, pics[i].h,
-                                           pics[i].desc);
+        for (int i = 0; i < 2; i++)
+            printf("%s%s.png %ux%u (%s)", i ? ", " : "", pics[i].name, pics[i].w, pics[i].h, pics[i].desc);
         printf("\n");
         fflush(stdout);
         t0 = time_now_s();
@@ -666,8 +682,7 @@ int cmd_demo(int argc, char **argv) {
 
     if (!keep && nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) && !rc)
         rc = fail("cannot remove %s: %s", dir, strerror(errno));
-    else if (keep)
-        printf("\nkept %s (the models, the pictures and server.log)\n", dir);
+    else if (keep) printf("\nkept %s (the models, the pictures and server.log)\n", dir);
 
     for (int i = 0; i < N_STEPS; i++) free(rows[i].tr.answer);
     for (int i = 0; i < 2; i++) free(pics[i].uri);

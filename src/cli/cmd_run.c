@@ -17,7 +17,7 @@
 #define MAX_IMAGES 64
 
 typedef struct run_opts {
-    model_args files;            /* -m, --mmproj, --no-mmproj */
+    model_args files; /* -m, --mmproj, --no-mmproj */
     const char *raw;
     const char *prompt, *system; /* -p, --system */
     const char *images[MAX_IMAGES];
@@ -37,35 +37,34 @@ static void run_usage(FILE *out) {
             "usage: pinhole run -m LLM.gguf|DIR [--mmproj MMPROJ.gguf] -p TEXT [--image FILE ...] [options]\n"
             "       pinhole run -m LLM.gguf|DIR [--mmproj MMPROJ.gguf] --raw PROMPT [--image FILE ...] [options]\n");
     model_help(out, 24, HELP_CTX | HELP_BUDGET | HELP_ON_IMAGE);
-    fprintf(out,
-            "  -p, --prompt TEXT     a question: one user message in the model's chat format\n"
-            "                        (as the server renders it), the pictures before the text;\n"
-            "                        the answer is printed, then a summary line on stderr\n"
-            "  --system TEXT         with -p: a system message before it\n"
-            "  --reasoning MODE      with -p: a thinking model's reasoning: auto (shown dimmed\n"
-            "                        when stdout is a terminal, else hidden), show (dimmed on a\n"
-            "                        terminal, else between <think> and </think> lines), hide\n"
-            "                        (default auto)\n"
-            "  --thinking MODE       with -p: auto (the template's default), on or off, where\n"
-            "                        the template can switch thinking (default auto)\n"
-            "  --print-prompt        with -p: print the prompt it makes as a --raw prompt\n"
-            "                        (pictures as <__image__>) and exit\n"
-            "  --raw PROMPT          the prompt, used as given: special tokens such as\n"
-            "                        <|im_start|> are parsed, no BOS unless the model asks\n"
-            "  --image FILE          a picture (repeat for more); with --raw each <__image__>\n"
-            "                        in the prompt takes the next\n"
-            "  -n, --n-predict N     most tokens to generate (default 128 with --raw; with -p\n"
-            "                        until the answer ends or the context is full, as with 0)\n"
-            "  --temp T              temperature; 0 = greedy (default 0)\n"
-            "  --top-k K             keep the K most likely tokens (default off)\n"
-            "  --top-p P             nucleus sampling (default 1 = off)\n"
-            "  --min-p M             drop tokens below M x the top probability (default off)\n"
-            "  --seed S              sampling seed (default 0)\n"
-            "  --json                with --raw: print one JSON object: chunks,\n"
-            "                        n_past_after_prompt, generated, steps ({lse, top})\n"
-            "  --top-logits K        with --json: entries in each step's top list (default 16)\n"
-            "  --force-tokens IDS    with --raw: feed these comma-separated ids instead of\n"
-            "                        sampling\n");
+    fprintf(out, "  -p, --prompt TEXT     a question: one user message in the model's chat format\n"
+                 "                        (as the server renders it), the pictures before the text;\n"
+                 "                        the answer is printed, then a summary line on stderr\n"
+                 "  --system TEXT         with -p: a system message before it\n"
+                 "  --reasoning MODE      with -p: a thinking model's reasoning: auto (shown dimmed\n"
+                 "                        when stdout is a terminal, else hidden), show (dimmed on a\n"
+                 "                        terminal, else between <think> and </think> lines), hide\n"
+                 "                        (default auto)\n"
+                 "  --thinking MODE       with -p: auto (the template's default), on or off, where\n"
+                 "                        the template can switch thinking (default auto)\n"
+                 "  --print-prompt        with -p: print the prompt it makes as a --raw prompt\n"
+                 "                        (pictures as <__image__>) and exit\n"
+                 "  --raw PROMPT          the prompt, used as given: special tokens such as\n"
+                 "                        <|im_start|> are parsed, no BOS unless the model asks\n"
+                 "  --image FILE          a picture (repeat for more); with --raw each <__image__>\n"
+                 "                        in the prompt takes the next\n"
+                 "  -n, --n-predict N     most tokens to generate (default 128 with --raw; with -p\n"
+                 "                        until the answer ends or the context is full, as with 0)\n"
+                 "  --temp T              temperature; 0 = greedy (default 0)\n"
+                 "  --top-k K             keep the K most likely tokens (default off)\n"
+                 "  --top-p P             nucleus sampling (default 1 = off)\n"
+                 "  --min-p M             drop tokens below M x the top probability (default off)\n"
+                 "  --seed S              sampling seed (default 0)\n"
+                 "  --json                with --raw: print one JSON object: chunks,\n"
+                 "                        n_past_after_prompt, generated, steps ({lse, top})\n"
+                 "  --top-logits K        with --json: entries in each step's top list (default 16)\n"
+                 "  --force-tokens IDS    with --raw: feed these comma-separated ids instead of\n"
+                 "                        sampling\n");
 }
 
 static int parse_forced(const char *s, ph_tokens *out) {
@@ -99,7 +98,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         const char *a = argv[i], *v;
         double d;
         long l;
-#define VAL() \
+#define VAL()                                                                                                        \
     if (!(v = arg_value(argc, argv, &i))) return -1
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             run_usage(stdout);
@@ -224,8 +223,9 @@ static void print_floats(FILE *out, const float *v, size_t n) {
 /* The JSON chunk of a picture: its shape and what it put into the context
  * (the L2 norm of every row, the first and last rows in full). */
 static void print_picture_chunk(FILE *out, const ph_picture_chunk *c, const float *rows) {
-    fprintf(out, "{\"type\":\"image\",\"n_tokens\":%d,\"grid_x\":%d,\"grid_y\":%d,\"n_pos\":%d,\"embd_width\":%d,"
-                 "\"row_norms\":[",
+    fprintf(out,
+            "{\"type\":\"image\",\"n_tokens\":%d,\"grid_x\":%d,\"grid_y\":%d,\"n_pos\":%d,\"embd_width\":%d,"
+            "\"row_norms\":[",
             c->n_tokens, c->grid_x, c->grid_y, c->n_pos, c->embd_width);
     for (int32_t r = 0; r < c->n_tokens; r++) {
         double ss = 0.0;
@@ -373,8 +373,8 @@ int cmd_run(int argc, char **argv) {
     top_ids = malloc((size_t)o.top_logits * sizeof *top_ids);
     top_vals = malloc((size_t)o.top_logits * sizeof *top_vals);
     if (!smp || !top_ids || !top_vals) goto oom;
-    if (o.json && (!(steps = open_memstream(&steps_json, &steps_len)) ||
-                   !(chunks = open_memstream(&chunks_json, &chunks_len))))
+    if (o.json &&
+        (!(steps = open_memstream(&steps_json, &steps_len)) || !(chunks = open_memstream(&chunks_json, &chunks_len))))
         goto oom;
     if (o.top_logits > info->n_vocab) o.top_logits = info->n_vocab;
 
@@ -447,9 +447,9 @@ int cmd_run(int argc, char **argv) {
         printf(",\"steps\":[%s]}\n", steps_json ? steps_json : "");
     }
     size_t n_fed = gen.n > 0 ? gen.n - 1 : 0;
-    if (o.n_images)
-        fprintf(stderr, "pinhole: %d pictures encoded in %.3f s\n", o.n_images, encode_s);
-    fprintf(stderr, "pinhole: prompt %zu tokens in %.3f s (%.2f tok/s), generation %zu tokens in %.3f s (%.2f tok/s)\n",
+    if (o.n_images) fprintf(stderr, "pinhole: %d pictures encoded in %.3f s\n", o.n_images, encode_s);
+    fprintf(stderr,
+            "pinhole: prompt %zu tokens in %.3f s (%.2f tok/s), generation %zu tokens in %.3f s (%.2f tok/s)\n",
             n_prompt_tokens, t1 - t0 - encode_s, (double)n_prompt_tokens / (t1 - t0 - encode_s), n_fed, t2 - t1,
             n_fed ? (double)n_fed / (t2 - t1) : 0.0);
     rc = 0;

@@ -23,89 +23,88 @@
 static void serve_usage(FILE *out) {
     fprintf(out, "usage: pinhole serve -m LLM.gguf|DIR [--mmproj MMPROJ.gguf] [options]\n");
     model_help(out, 28, HELP_CTX | HELP_BUDGET);
-    fprintf(out,
-            "  --host ADDR               IPv4 address to listen on (default 127.0.0.1)\n"
-            "  --port N                  port (default 8080; 0: any free port)\n"
-            "  --max-images N            most pictures per request (default 16)\n"
-            "  --max-queue N             most requests waiting for the model; past it 503 with\n"
-            "                            Retry-After (default 64; 0: no bound)\n"
-            "  --max-pixels-in-flight N  most picture pixels (their headers' sizes) of the requests\n"
-            "                            queued and running; past it 503 with Retry-After, a request\n"
-            "                            over it alone 400 (default 268435456 = 256 Mpx, 768 MiB\n"
-            "                            decoded; 0: no bound)\n"
-            "  --max-body-mb N           largest request body in MiB (default 64)\n"
-            "  --request-timeout-s S     stop a request that has not finished S seconds after it arrived:\n"
-            "                            503, or an error event if it was streaming (default 0: none)\n"
-            "  --max-connections N       most open connections (default 256); a new one past it closes\n"
-            "                            the oldest connection still waiting for its request, or is\n"
-            "                            refused when every one is being answered\n"
-            "  --max-connections-per-ip N  the same, per client address (default 64)\n"
-            "  --header-timeout-s S      a connection must send a whole request head within S seconds\n"
-            "                            of opening (or of its previous answer), or it is closed\n"
-            "                            (default 10)\n"
-            "  --body-timeout-s S        and the whole body within S seconds of the head (default 60)\n"
-            "  --api-key KEY             require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
-            "                            on every request but GET /health and the web page (GET /); other\n"
-            "                            local users can read it in the process list: prefer\n"
-            "                            --api-key-file or PINHOLE_API_KEY\n"
-            "  --api-key-file FILE       the keys, one a line (blank lines and lines starting with #\n"
-            "                            are skipped; refused without a key; a warning if the file is\n"
-            "                            readable by group or others); with several keys, each key's\n"
-            "                            requests reuse no state or picture cached by another key's\n"
-            "                            Without either flag the environment variable PINHOLE_API_KEY,\n"
-            "                            when set, is the key.\n"
-            "  --cors-origin ORIGIN      let pages of ORIGIN (scheme://host[:port], or * for any) read\n"
-            "                            answers: CORS headers and preflights; may be given more than\n"
-            "                            once (default: no CORS headers, browsers block cross-origin reads)\n"
-            "  --allow-host HOST         accept requests whose Host header names HOST (with any port,\n"
-            "                            or only HOST:PORT if given so; * for any); may be given more\n"
-            "                            than once (default: only localhost, 127.x.x.x, [::1] and the\n"
-            "                            --host address; others get 403, against DNS rebinding)\n"
-            "  --alias NAME              the model's name in /v1/models (default: the file name); may be\n"
-            "                            given more than once: the first is listed, all are accepted\n"
-            "                            as a request's \"model\"\n"
-            "  --any-model               accept any \"model\" in requests (default: only the served\n"
-            "                            name and its aliases; any other gets 404)\n"
-            "  --allow-forced-output     a test switch: the body field \"forced_output\": \"TEXT\" makes TEXT\n"
-            "                            the model's output (its tokens go through the normal decode,\n"
-            "                            parse and stream path); refused with 400 without this flag\n"
-            "  --temp F                  default temperature, 0..2; 0 is greedy (default 1)\n"
-            "  --top-p F                 default top-p, above 0 and at most 1 (default 1: off)\n"
-            "  --top-k N                 default top-k (default 0: off)\n"
-            "  --max-tokens N            default token limit of an answer (default 4096; 0: until the\n"
-            "                            context is full)\n"
-            "                            These four apply to requests that leave the field out; a field\n"
-            "                            in the request always wins.\n"
-            "  --image-cache-entries N   picture embeddings kept in memory (default 32; 0: none)\n"
-            "  --image-cache-mib N       and at most this many MiB of them (default 128)\n"
-            "  --image-cache-dir DIR     also keep picture embeddings here, across restarts\n"
-            "  --image-cache-disk-mib N  and at most N MiB of files there (default 4096)\n"
-            "  --vision-idle-s N         load the vision encoder only when needed and release it\n"
-            "                            after N idle seconds (default: keep it loaded)\n"
-            "  --cache-ram-mib N         keep displaced conversations' KV in RAM, at most N MiB\n"
-            "                            (default 2048; 0: off)\n"
-            "  --conversation-cache-mib N  park the primary conversation for auxiliary requests\n"
-            "                            (\"auxiliary\": true or X-Pinhole-Auxiliary: 1), at most N MiB\n"
-            "                            (default 2048; 0: off)\n"
-            "  --kv-disk-dir DIR         save conversations' KV as checkpoint files here (at the end of\n"
-            "                            each prompt and turn, and at shutdown) and resume from them,\n"
-            "                            also after a restart (default: off)\n"
-            "  --kv-disk-space-mb N      at most N MiB of checkpoint files (default 16384)\n"
-            "  --checkpoint-every N      also checkpoint (Qwen3.5: snapshot) every N rows of a long prompt\n"
-            "                            (default 4096; 0: never)\n"
-            "  --no-reuse                evaluate every prompt from scratch (no live-state reuse)\n"
-            "  --no-cache                no reuse and no embedding cache (a cold run, for comparisons)\n"
-            "  --log-format FMT          text: each log line starts with an ISO-8601 UTC timestamp; json:\n"
-            "                            one JSON object a line (ts, level, id, client, method, path,\n"
-            "                            event, status, ms, msg, token counts) (default text)\n"
-            "  -v, --verbose             log more (and GET /health and /metrics requests)\n"
-            "Endpoints: POST /v1/chat/completions, /v1/responses, /v1/messages,\n"
-            "/v1/messages/count_tokens (bodies as Content-Type: application/json, else 415);\n"
-            "GET /v1/models, /health, /metrics. Pictures only as data: URIs (PNG, JPEG, WebP, GIF).\n"
-            "GET / is a web chat page: open http://HOST:PORT/ in a browser.\n"
-            "The port is bound before the model loads: until it is ready /health answers 503\n"
-            "{\"status\":\"loading\",\"progress\":F} and other requests 503. Every answer carries an\n"
-            "X-Request-Id (the client's, when 1 to 64 of A-Za-z0-9._-), named in the request's log lines.\n");
+    fprintf(out, "  --host ADDR               IPv4 address to listen on (default 127.0.0.1)\n"
+                 "  --port N                  port (default 8080; 0: any free port)\n"
+                 "  --max-images N            most pictures per request (default 16)\n"
+                 "  --max-queue N             most requests waiting for the model; past it 503 with\n"
+                 "                            Retry-After (default 64; 0: no bound)\n"
+                 "  --max-pixels-in-flight N  most picture pixels (their headers' sizes) of the requests\n"
+                 "                            queued and running; past it 503 with Retry-After, a request\n"
+                 "                            over it alone 400 (default 268435456 = 256 Mpx, 768 MiB\n"
+                 "                            decoded; 0: no bound)\n"
+                 "  --max-body-mb N           largest request body in MiB (default 64)\n"
+                 "  --request-timeout-s S     stop a request that has not finished S seconds after it arrived:\n"
+                 "                            503, or an error event if it was streaming (default 0: none)\n"
+                 "  --max-connections N       most open connections (default 256); a new one past it closes\n"
+                 "                            the oldest connection still waiting for its request, or is\n"
+                 "                            refused when every one is being answered\n"
+                 "  --max-connections-per-ip N  the same, per client address (default 64)\n"
+                 "  --header-timeout-s S      a connection must send a whole request head within S seconds\n"
+                 "                            of opening (or of its previous answer), or it is closed\n"
+                 "                            (default 10)\n"
+                 "  --body-timeout-s S        and the whole body within S seconds of the head (default 60)\n"
+                 "  --api-key KEY             require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
+                 "                            on every request but GET /health and the web page (GET /); other\n"
+                 "                            local users can read it in the process list: prefer\n"
+                 "                            --api-key-file or PINHOLE_API_KEY\n"
+                 "  --api-key-file FILE       the keys, one a line (blank lines and lines starting with #\n"
+                 "                            are skipped; refused without a key; a warning if the file is\n"
+                 "                            readable by group or others); with several keys, each key's\n"
+                 "                            requests reuse no state or picture cached by another key's\n"
+                 "                            Without either flag the environment variable PINHOLE_API_KEY,\n"
+                 "                            when set, is the key.\n"
+                 "  --cors-origin ORIGIN      let pages of ORIGIN (scheme://host[:port], or * for any) read\n"
+                 "                            answers: CORS headers and preflights; may be given more than\n"
+                 "                            once (default: no CORS headers, browsers block cross-origin reads)\n"
+                 "  --allow-host HOST         accept requests whose Host header names HOST (with any port,\n"
+                 "                            or only HOST:PORT if given so; * for any); may be given more\n"
+                 "                            than once (default: only localhost, 127.x.x.x, [::1] and the\n"
+                 "                            --host address; others get 403, against DNS rebinding)\n"
+                 "  --alias NAME              the model's name in /v1/models (default: the file name); may be\n"
+                 "                            given more than once: the first is listed, all are accepted\n"
+                 "                            as a request's \"model\"\n"
+                 "  --any-model               accept any \"model\" in requests (default: only the served\n"
+                 "                            name and its aliases; any other gets 404)\n"
+                 "  --allow-forced-output     a test switch: the body field \"forced_output\": \"TEXT\" makes TEXT\n"
+                 "                            the model's output (its tokens go through the normal decode,\n"
+                 "                            parse and stream path); refused with 400 without this flag\n"
+                 "  --temp F                  default temperature, 0..2; 0 is greedy (default 1)\n"
+                 "  --top-p F                 default top-p, above 0 and at most 1 (default 1: off)\n"
+                 "  --top-k N                 default top-k (default 0: off)\n"
+                 "  --max-tokens N            default token limit of an answer (default 4096; 0: until the\n"
+                 "                            context is full)\n"
+                 "                            These four apply to requests that leave the field out; a field\n"
+                 "                            in the request always wins.\n"
+                 "  --image-cache-entries N   picture embeddings kept in memory (default 32; 0: none)\n"
+                 "  --image-cache-mib N       and at most this many MiB of them (default 128)\n"
+                 "  --image-cache-dir DIR     also keep picture embeddings here, across restarts\n"
+                 "  --image-cache-disk-mib N  and at most N MiB of files there (default 4096)\n"
+                 "  --vision-idle-s N         load the vision encoder only when needed and release it\n"
+                 "                            after N idle seconds (default: keep it loaded)\n"
+                 "  --cache-ram-mib N         keep displaced conversations' KV in RAM, at most N MiB\n"
+                 "                            (default 2048; 0: off)\n"
+                 "  --conversation-cache-mib N  park the primary conversation for auxiliary requests\n"
+                 "                            (\"auxiliary\": true or X-Pinhole-Auxiliary: 1), at most N MiB\n"
+                 "                            (default 2048; 0: off)\n"
+                 "  --kv-disk-dir DIR         save conversations' KV as checkpoint files here (at the end of\n"
+                 "                            each prompt and turn, and at shutdown) and resume from them,\n"
+                 "                            also after a restart (default: off)\n"
+                 "  --kv-disk-space-mb N      at most N MiB of checkpoint files (default 16384)\n"
+                 "  --checkpoint-every N      also checkpoint (Qwen3.5: snapshot) every N rows of a long prompt\n"
+                 "                            (default 4096; 0: never)\n"
+                 "  --no-reuse                evaluate every prompt from scratch (no live-state reuse)\n"
+                 "  --no-cache                no reuse and no embedding cache (a cold run, for comparisons)\n"
+                 "  --log-format FMT          text: each log line starts with an ISO-8601 UTC timestamp; json:\n"
+                 "                            one JSON object a line (ts, level, id, client, method, path,\n"
+                 "                            event, status, ms, msg, token counts) (default text)\n"
+                 "  -v, --verbose             log more (and GET /health and /metrics requests)\n"
+                 "Endpoints: POST /v1/chat/completions, /v1/responses, /v1/messages,\n"
+                 "/v1/messages/count_tokens (bodies as Content-Type: application/json, else 415);\n"
+                 "GET /v1/models, /health, /metrics. Pictures only as data: URIs (PNG, JPEG, WebP, GIF).\n"
+                 "GET / is a web chat page: open http://HOST:PORT/ in a browser.\n"
+                 "The port is bound before the model loads: until it is ready /health answers 503\n"
+                 "{\"status\":\"loading\",\"progress\":F} and other requests 503. Every answer carries an\n"
+                 "X-Request-Id (the client's, when 1 to 64 of A-Za-z0-9._-), named in the request's log lines.\n");
 }
 
 /* Loading: a line per step (not per report within one), and /health's
@@ -185,8 +184,10 @@ static int read_key_file(const char *path, key_list *keys) {
         rc = 2;
     }
     if (rc == 0 && keys->n == 0) {
-        fprintf(stderr, "pinhole serve: --api-key-file %s: no key in it (it is empty, or has only blank lines "
-                        "and comments)\n", path);
+        fprintf(stderr,
+                "pinhole serve: --api-key-file %s: no key in it (it is empty, or has only blank lines "
+                "and comments)\n",
+                path);
         rc = 2;
     }
     fclose(f);
@@ -203,10 +204,19 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     ph_engine_params ep;
     ph_engine_params_default(&ep);
     model_args ma = {0};
-    srv_config cfg = {.host = "127.0.0.1", .port = 8080, .max_images = 16, .max_queue = 64,
-                      .max_pixels_in_flight = (uint64_t)256 << 20, .max_body = (size_t)64 << 20,
-                      .max_connections = 256, .max_connections_per_ip = 64, .header_timeout_s = 10,
-                      .body_timeout_s = 60, .temperature = 1.0, .top_p = 1.0, .top_k = 0,
+    srv_config cfg = {.host = "127.0.0.1",
+                      .port = 8080,
+                      .max_images = 16,
+                      .max_queue = 64,
+                      .max_pixels_in_flight = (uint64_t)256 << 20,
+                      .max_body = (size_t)64 << 20,
+                      .max_connections = 256,
+                      .max_connections_per_ip = 64,
+                      .header_timeout_s = 10,
+                      .body_timeout_s = 60,
+                      .temperature = 1.0,
+                      .top_p = 1.0,
+                      .top_k = 0,
                       .max_tokens = PH_SERVE_MAX_TOKENS};
     long l;
     double d;
@@ -219,12 +229,31 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
             serve_usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--any-model")) { cfg.any_model = true; continue; }
-        if (!strcmp(a, "--allow-forced-output")) { cfg.allow_forced_output = true; continue; }
-        if (!strcmp(a, "--no-reuse")) { ep.reuse = false; continue; }
-        if (!strcmp(a, "--no-cache")) { ep.reuse = false; ep.picture_cache_entries = 0; continue; }
-        if (!strcmp(a, "--no-mmproj")) { ma.no_mmproj = true; continue; }
-        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { log_set_level(LOG_DEBUG); continue; }
+        if (!strcmp(a, "--any-model")) {
+            cfg.any_model = true;
+            continue;
+        }
+        if (!strcmp(a, "--allow-forced-output")) {
+            cfg.allow_forced_output = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-reuse")) {
+            ep.reuse = false;
+            continue;
+        }
+        if (!strcmp(a, "--no-cache")) {
+            ep.reuse = false;
+            ep.picture_cache_entries = 0;
+            continue;
+        }
+        if (!strcmp(a, "--no-mmproj")) {
+            ma.no_mmproj = true;
+            continue;
+        }
+        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            log_set_level(LOG_DEBUG);
+            continue;
+        }
         if (!(v = arg_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
         else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
@@ -234,61 +263,115 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
                 fprintf(stderr, "pinhole serve: --log-format '%s': give text or json\n", v);
                 return 2;
             }
-        }
-        else if (!strcmp(a, "--port")) { if (arg_int(a, v, 0, 65535, &l)) return 2; cfg.port = (int)l; }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (arg_int(a, v, 16, 1 << 22, &l)) return 2; ep.n_ctx = (int32_t)l; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (arg_int(a, v, 1, 1024, &l)) return 2; ep.n_threads = (int)l; }
-        else if (!strcmp(a, "--max-images")) { if (arg_int(a, v, 0, 4096, &l)) return 2; cfg.max_images = (int)l; }
-        else if (!strcmp(a, "--max-queue")) { if (arg_int(a, v, 0, 1 << 20, &l)) return 2; cfg.max_queue = (int)l; }
-        else if (!strcmp(a, "--max-pixels-in-flight")) { if (arg_u64(a, v, &cfg.max_pixels_in_flight)) return 2; }
-        else if (!strcmp(a, "--max-body-mb")) { if (arg_int(a, v, 1, 1 << 20, &l)) return 2; cfg.max_body = (size_t)l << 20; }
-        else if (!strcmp(a, "--request-timeout-s")) { if (arg_float(a, v, 0, 1e9, &d)) return 2; cfg.request_timeout_s = d; }
-        else if (!strcmp(a, "--max-connections")) { if (arg_int(a, v, 8, 1 << 20, &l)) return 2; cfg.max_connections = (int)l; }
-        else if (!strcmp(a, "--max-connections-per-ip")) { if (arg_int(a, v, 1, 1 << 20, &l)) return 2; cfg.max_connections_per_ip = (int)l; }
-        else if (!strcmp(a, "--header-timeout-s")) { if (arg_float(a, v, 0.1, 1e6, &d)) return 2; cfg.header_timeout_s = d; }
-        else if (!strcmp(a, "--body-timeout-s")) { if (arg_float(a, v, 0.1, 1e6, &d)) return 2; cfg.body_timeout_s = d; }
-        else if (!strcmp(a, "--api-key")) { one_key[0] = v; key_flag = true; }
-        else if (!strcmp(a, "--api-key-file")) key_file = v;
+        } else if (!strcmp(a, "--port")) {
+            if (arg_int(a, v, 0, 65535, &l)) return 2;
+            cfg.port = (int)l;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (arg_int(a, v, 16, 1 << 22, &l)) return 2;
+            ep.n_ctx = (int32_t)l;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (arg_int(a, v, 1, 1024, &l)) return 2;
+            ep.n_threads = (int)l;
+        } else if (!strcmp(a, "--max-images")) {
+            if (arg_int(a, v, 0, 4096, &l)) return 2;
+            cfg.max_images = (int)l;
+        } else if (!strcmp(a, "--max-queue")) {
+            if (arg_int(a, v, 0, 1 << 20, &l)) return 2;
+            cfg.max_queue = (int)l;
+        } else if (!strcmp(a, "--max-pixels-in-flight")) {
+            if (arg_u64(a, v, &cfg.max_pixels_in_flight)) return 2;
+        } else if (!strcmp(a, "--max-body-mb")) {
+            if (arg_int(a, v, 1, 1 << 20, &l)) return 2;
+            cfg.max_body = (size_t)l << 20;
+        } else if (!strcmp(a, "--request-timeout-s")) {
+            if (arg_float(a, v, 0, 1e9, &d)) return 2;
+            cfg.request_timeout_s = d;
+        } else if (!strcmp(a, "--max-connections")) {
+            if (arg_int(a, v, 8, 1 << 20, &l)) return 2;
+            cfg.max_connections = (int)l;
+        } else if (!strcmp(a, "--max-connections-per-ip")) {
+            if (arg_int(a, v, 1, 1 << 20, &l)) return 2;
+            cfg.max_connections_per_ip = (int)l;
+        } else if (!strcmp(a, "--header-timeout-s")) {
+            if (arg_float(a, v, 0.1, 1e6, &d)) return 2;
+            cfg.header_timeout_s = d;
+        } else if (!strcmp(a, "--body-timeout-s")) {
+            if (arg_float(a, v, 0.1, 1e6, &d)) return 2;
+            cfg.body_timeout_s = d;
+        } else if (!strcmp(a, "--api-key")) {
+            one_key[0] = v;
+            key_flag = true;
+        } else if (!strcmp(a, "--api-key-file")) key_file = v;
         else if (!strcmp(a, "--cors-origin")) {
             if (!access_origin_valid(v)) {
-                fprintf(stderr, "pinhole serve: --cors-origin '%s' is not an origin: give scheme://host[:port] "
-                                "(no path, as in http://localhost:3000) or *\n", v);
+                fprintf(stderr,
+                        "pinhole serve: --cors-origin '%s' is not an origin: give scheme://host[:port] "
+                        "(no path, as in http://localhost:3000) or *\n",
+                        v);
                 return 2;
             }
             cors[cfg.n_cors_origins++] = v;
-        }
-        else if (!strcmp(a, "--allow-host")) {
+        } else if (!strcmp(a, "--allow-host")) {
             if (!*v || strchr(v, '/') || strchr(v, ' ')) {
                 fprintf(stderr, "pinhole serve: --allow-host '%s' is not a host name (NAME, NAME:PORT or *)\n", v);
                 return 2;
             }
             hosts[cfg.n_allow_hosts++] = v;
-        }
-        else if (!strcmp(a, "--alias")) {
-            if (!*v) { fprintf(stderr, "pinhole serve: --alias needs a name\n"); return 2; }
+        } else if (!strcmp(a, "--alias")) {
+            if (!*v) {
+                fprintf(stderr, "pinhole serve: --alias needs a name\n");
+                return 2;
+            }
             aliases[cfg.n_aliases++] = v;
-        }
-        else if (!strcmp(a, "--temp")) { if (arg_float(a, v, 0, 2, &d)) return 2; cfg.temperature = d; }
-        else if (!strcmp(a, "--top-p")) {
+        } else if (!strcmp(a, "--temp")) {
+            if (arg_float(a, v, 0, 2, &d)) return 2;
+            cfg.temperature = d;
+        } else if (!strcmp(a, "--top-p")) {
             if (arg_float(a, v, 0, 1, &d)) return 2;
-            if (!(d > 0)) { fprintf(stderr, "pinhole: %s: '%s' must be above 0 (at most 1)\n", a, v); return 2; }
+            if (!(d > 0)) {
+                fprintf(stderr, "pinhole: %s: '%s' must be above 0 (at most 1)\n", a, v);
+                return 2;
+            }
             cfg.top_p = d;
-        }
-        else if (!strcmp(a, "--top-k")) { if (arg_int(a, v, 0, INT32_MAX, &l)) return 2; cfg.top_k = (int)l; }
-        else if (!strcmp(a, "--max-tokens")) { if (arg_int(a, v, 0, INT32_MAX, &l)) return 2; cfg.max_tokens = (int)l; }
-        else if (!strcmp(a, "--image-min-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.picture_min_tokens = (int)l; }
-        else if (!strcmp(a, "--image-max-tokens")) { if (arg_int(a, v, 1, 65536, &l)) return 2; ep.picture_max_tokens = (int)l; }
-        else if (!strcmp(a, "--image-cache-entries")) { if (arg_int(a, v, 0, 1 << 20, &l)) return 2; ep.picture_cache_entries = (int)l; }
-        else if (!strcmp(a, "--image-cache-mib")) { if (arg_int(a, v, 0, 1 << 24, &l)) return 2; ep.picture_cache_bytes = (size_t)l << 20; }
-        else if (!strcmp(a, "--image-cache-dir")) ep.picture_cache_dir = v;
-        else if (!strcmp(a, "--image-cache-disk-mib")) { if (arg_int(a, v, 1, 1 << 30, &l)) return 2; ep.picture_cache_disk_bytes = (uint64_t)l << 20; }
-        else if (!strcmp(a, "--conversation-cache-mib")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; ep.conversation_cache_bytes = (size_t)l << 20; }
-        else if (!strcmp(a, "--cache-ram-mib")) { if (arg_int(a, v, 0, 1 << 30, &l)) return 2; ep.ram_cache_bytes = (size_t)l << 20; }
-        else if (!strcmp(a, "--kv-disk-dir")) ep.kv_disk_dir = v;
-        else if (!strcmp(a, "--kv-disk-space-mb")) { if (arg_int(a, v, 1, 1L << 30, &l)) return 2; ep.kv_disk_bytes = (uint64_t)l << 20; }
-        else if (!strcmp(a, "--checkpoint-every")) { if (arg_int(a, v, 0, 1 << 22, &l)) return 2; ep.checkpoint_every = (int32_t)l; }
-        else if (!strcmp(a, "--vision-idle-s")) { if (arg_float(a, v, 0.001, 1e9, &d)) return 2; ep.vision_idle_s = d; }
-        else {
+        } else if (!strcmp(a, "--top-k")) {
+            if (arg_int(a, v, 0, INT32_MAX, &l)) return 2;
+            cfg.top_k = (int)l;
+        } else if (!strcmp(a, "--max-tokens")) {
+            if (arg_int(a, v, 0, INT32_MAX, &l)) return 2;
+            cfg.max_tokens = (int)l;
+        } else if (!strcmp(a, "--image-min-tokens")) {
+            if (arg_int(a, v, 1, 65536, &l)) return 2;
+            ep.picture_min_tokens = (int)l;
+        } else if (!strcmp(a, "--image-max-tokens")) {
+            if (arg_int(a, v, 1, 65536, &l)) return 2;
+            ep.picture_max_tokens = (int)l;
+        } else if (!strcmp(a, "--image-cache-entries")) {
+            if (arg_int(a, v, 0, 1 << 20, &l)) return 2;
+            ep.picture_cache_entries = (int)l;
+        } else if (!strcmp(a, "--image-cache-mib")) {
+            if (arg_int(a, v, 0, 1 << 24, &l)) return 2;
+            ep.picture_cache_bytes = (size_t)l << 20;
+        } else if (!strcmp(a, "--image-cache-dir")) ep.picture_cache_dir = v;
+        else if (!strcmp(a, "--image-cache-disk-mib")) {
+            if (arg_int(a, v, 1, 1 << 30, &l)) return 2;
+            ep.picture_cache_disk_bytes = (uint64_t)l << 20;
+        } else if (!strcmp(a, "--conversation-cache-mib")) {
+            if (arg_int(a, v, 0, 1 << 30, &l)) return 2;
+            ep.conversation_cache_bytes = (size_t)l << 20;
+        } else if (!strcmp(a, "--cache-ram-mib")) {
+            if (arg_int(a, v, 0, 1 << 30, &l)) return 2;
+            ep.ram_cache_bytes = (size_t)l << 20;
+        } else if (!strcmp(a, "--kv-disk-dir")) ep.kv_disk_dir = v;
+        else if (!strcmp(a, "--kv-disk-space-mb")) {
+            if (arg_int(a, v, 1, 1L << 30, &l)) return 2;
+            ep.kv_disk_bytes = (uint64_t)l << 20;
+        } else if (!strcmp(a, "--checkpoint-every")) {
+            if (arg_int(a, v, 0, 1 << 22, &l)) return 2;
+            ep.checkpoint_every = (int32_t)l;
+        } else if (!strcmp(a, "--vision-idle-s")) {
+            if (arg_float(a, v, 0.001, 1e9, &d)) return 2;
+            ep.vision_idle_s = d;
+        } else {
             fprintf(stderr, "pinhole serve: unknown option '%s' (see pinhole serve --help)\n", a);
             return 2;
         }
@@ -323,7 +406,8 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     cfg.cors_origins = cors;
     cfg.allow_hosts = hosts;
     if (ep.kv_disk_dir && !ep.reuse) {
-        fprintf(stderr, "pinhole serve: --kv-disk-dir saves state for reuse; it cannot go with --no-reuse or --no-cache\n");
+        fprintf(stderr,
+                "pinhole serve: --kv-disk-dir saves state for reuse; it cannot go with --no-reuse or --no-cache\n");
         return 2;
     }
     if (model_find(&ma, true, "pinhole serve", files)) return 2;
@@ -362,8 +446,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     if (cfg.n_api_keys > 1)
         PH_INFO("one of %zu API keys is required (from %s); each key's requests are isolated from the others'",
                 cfg.n_api_keys, key_from);
-    else if (key_from)
-        PH_INFO("an API key is required (from %s)", key_from);
+    else if (key_from) PH_INFO("an API key is required (from %s)", key_from);
     if (cfg.n_cors_origins)
         PH_INFO("CORS: pages of %s%s may read answers", cors[0],
                 cfg.n_cors_origins > 1 ? " and the other --cors-origin values" : "");

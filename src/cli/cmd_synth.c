@@ -5,6 +5,7 @@
 #include "base/timeutil.h"
 #include "cli/args.h"
 #include "pinhole.h"
+#include "synth/synth.h"
 
 static void synth_usage(FILE *out) {
     fprintf(out,
@@ -28,7 +29,7 @@ static void synth_usage(FILE *out) {
 }
 
 int cmd_synth(int argc, char **argv) {
-    ph_synth_params p = {.type = "f16", .vision_type = "f16", .seed = 1};
+    synth_params p = {.type = "f16", .vision_type = "f16", .seed = 1};
     long threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -71,7 +72,7 @@ int cmd_synth(int argc, char **argv) {
     }
     ph_err err;
     double t0 = time_now_s();
-    if (ph_synth(&p, &err)) {
+    if (synth_write(&p, &err)) {
         fprintf(stderr, "pinhole: %s\n", err.msg);
         return 1;
     }

@@ -6,26 +6,25 @@
 #include "pinhole.h"
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "pinhole " PINHOLE_VERSION ": local inference for vision-language models (GGUF)\n"
-            "\n"
-            "usage: pinhole COMMAND [options]\n"
-            "\n"
-            "commands:\n"
-            "  info FILE.gguf [--verbose]   print a GGUF file's metadata and tensors\n"
-            "  run -m LLM.gguf --raw TEXT   generate a continuation of a raw prompt (pictures:\n"
-            "                               --mmproj MMPROJ.gguf --image FILE, <__image__> in TEXT)\n"
-            "  chat -m LLM.gguf             chat interactively (/image PATH attaches a picture)\n"
-            "  serve -m LLM.gguf            serve the OpenAI and Anthropic APIs over HTTP\n"
-            "  pull OWNER/NAME[:QUANT]      download a model and its vision file from a Hugging Face-style\n"
-            "                               hub; then -m OWNER/NAME[:QUANT] in serve, run and chat uses them\n"
-            "  demo                         a scripted server session on a synthetic model (no download)\n"
-            "  synth --shape tiny|2b ...    write a synthetic Qwen3-VL or Qwen3.5 model (LLM + mmproj)\n"
-            "  bench -m LLM.gguf            measure prefill and decode speed\n"
-            "  cache ls|stats|verify|prune DIR\n"
-            "                               look after a --kv-disk-dir checkpoint folder\n"
-            "\n"
-            "'pinhole COMMAND --help' lists a command's options.\n");
+    fprintf(out, "pinhole " PINHOLE_VERSION ": local inference for vision-language models (GGUF)\n"
+                 "\n"
+                 "usage: pinhole COMMAND [options]\n"
+                 "\n"
+                 "commands:\n"
+                 "  info FILE.gguf [--verbose]   print a GGUF file's metadata and tensors\n"
+                 "  run -m LLM.gguf --raw TEXT   generate a continuation of a raw prompt (pictures:\n"
+                 "                               --mmproj MMPROJ.gguf --image FILE, <__image__> in TEXT)\n"
+                 "  chat -m LLM.gguf             chat interactively (/image PATH attaches a picture)\n"
+                 "  serve -m LLM.gguf            serve the OpenAI and Anthropic APIs over HTTP\n"
+                 "  pull OWNER/NAME[:QUANT]      download a model and its vision file from a Hugging Face-style\n"
+                 "                               hub; then -m OWNER/NAME[:QUANT] in serve, run and chat uses them\n"
+                 "  demo                         a scripted server session on a synthetic model (no download)\n"
+                 "  synth --shape tiny|2b ...    write a synthetic Qwen3-VL or Qwen3.5 model (LLM + mmproj)\n"
+                 "  bench -m LLM.gguf            measure prefill and decode speed\n"
+                 "  cache ls|stats|verify|prune DIR\n"
+                 "                               look after a --kv-disk-dir checkpoint folder\n"
+                 "\n"
+                 "'pinhole COMMAND --help' lists a command's options.\n");
 }
 
 int main(int argc, char **argv) {

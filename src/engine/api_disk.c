@@ -11,8 +11,13 @@ typedef struct list_ctx {
 
 static int on_entry(void *ud, const disk_entry *d) {
     const list_ctx *c = ud;
-    ph_kv_file f = {.name = d->name, .model_id = d->model_id, .format = d->format, .n_rows = d->n_rows,
-                    .n_pictures = d->n_pictures, .bytes = d->bytes, .last_use_ms = d->last_use,
+    ph_kv_file f = {.name = d->name,
+                    .model_id = d->model_id,
+                    .format = d->format,
+                    .n_rows = d->n_rows,
+                    .n_pictures = d->n_pictures,
+                    .bytes = d->bytes,
+                    .last_use_ms = d->last_use,
                     .created_s = d->created};
     return c->cb(c->ud, &f);
 }
@@ -35,8 +40,7 @@ int ph_kv_disk_verify(const char *dir, void (*bad)(void *ud, const char *name, c
     return rc;
 }
 
-int ph_kv_disk_prune(const char *dir, uint64_t max_bytes, uint64_t *n_removed, uint64_t *bytes_removed,
-                     ph_err *err) {
+int ph_kv_disk_prune(const char *dir, uint64_t max_bytes, uint64_t *n_removed, uint64_t *bytes_removed, ph_err *err) {
     disk_tier *t = disk_tier_open(dir, UINT64_MAX, err);
     if (!t) return -1;
     int rc = disk_tier_prune(t, max_bytes, n_removed, bytes_removed, err);

@@ -46,11 +46,11 @@ int ph_mmproj_set_budget(ph_mmproj *h, int min_tokens, int max_tokens, ph_err *e
 int ph_session_eval_picture(ph_session *s, ph_mmproj *h, ph_picture *pic, ph_picture_chunk *chunk, float **rows_out,
                             ph_err *err) {
     if (h->m != s->m) return err_set(err, "the vision tower belongs to another model");
-    prep_params budget = h->enc.prep; /* a picture takes at most half the context */
-    prep_cap_tokens(&budget, ph_session_n_ctx(s) / 2);
+    /* the budget as set, as llama.cpp's mtmd takes it (no cap by the
+     * context: the engine's turns have that, ph_engine_picture_max_tokens) */
     prep_image prep;
     if (picture_decode(pic, err)) return -1;
-    const int prc = image_preprocess(&pic->img, &budget, &prep, err);
+    const int prc = image_preprocess(&pic->img, &h->enc.prep, &prep, err);
     picture_drop_pixels(pic);
     if (prc) return -1;
     const int width = h->enc.out_width;

@@ -41,7 +41,8 @@ static jc_schema *calls_schema(const ph_gen_params *g, ph_err *err) {
     for (size_t i = 0; i < g->n_tools; i++)
         if (g->tool_choice != PH_TOOL_NAMED || !strcmp(g->tools[i].name, g->tool_name))
             json_array_append_new(alts, call_object(&g->tools[i]));
-    json_t *root = json_array_size(alts) == 1 ? json_incref(json_array_get(alts, 0)) : json_pack("{s:O}", "anyOf", alts);
+    json_t *root =
+        json_array_size(alts) == 1 ? json_incref(json_array_get(alts, 0)) : json_pack("{s:O}", "anyOf", alts);
     json_decref(alts);
     char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
@@ -55,11 +56,12 @@ static jc_schema *calls_schema(const ph_gen_params *g, ph_err *err) {
 }
 
 static bool call_pending(const constraint *c) {
-    return c->call && c->n_calls == 0 && (c->g->tool_choice == PH_TOOL_REQUIRED || c->g->tool_choice == PH_TOOL_NAMED);
+    return c->call && c->n_calls == 0 &&
+           (c->g->tool_choice == PH_TOOL_REQUIRED || c->g->tool_choice == PH_TOOL_NAMED);
 }
 
-int constraint_init(constraint *c, const ph_model *m, const jc_vocab *v, const ph_gen_params *g, bool starts_in_reasoning,
-                    ph_err *err) {
+int constraint_init(constraint *c, const ph_model *m, const jc_vocab *v, const ph_gen_params *g,
+                    bool starts_in_reasoning, ph_err *err) {
     memset(c, 0, sizeof *c);
     c->g = g;
     c->m = m;

@@ -18,29 +18,29 @@ typedef struct constraint {
     const ph_model *m;
     const jc_vocab *v;
     int32_t n_vocab;
-    jc_schema *call;            /* the calls' schema: {"name": one of the tools, "arguments": its schema} */
-    jc_schema *format;          /* the response format's schema */
-    jc_matcher *active;         /* the matcher in force, if any */
-    bool active_is_call;        /* it frames a tool call */
-    bool in_content;            /* the answer has left its reasoning */
-    bool format_done;           /* the response format's JSON was started (it is never started twice) */
-    int32_t n_calls;            /* calls completed */
-    int32_t call_token;         /* the <tool_call> token, or -1 */
-    int32_t eog[16];            /* the end-of-generation tokens */
+    jc_schema *call;     /* the calls' schema: {"name": one of the tools, "arguments": its schema} */
+    jc_schema *format;   /* the response format's schema */
+    jc_matcher *active;  /* the matcher in force, if any */
+    bool active_is_call; /* it frames a tool call */
+    bool in_content;     /* the answer has left its reasoning */
+    bool format_done;    /* the response format's JSON was started (it is never started twice) */
+    int32_t n_calls;     /* calls completed */
+    int32_t call_token;  /* the <tool_call> token, or -1 */
+    int32_t eog[16];     /* the end-of-generation tokens */
     int32_t n_eog;
-    uint64_t *allowed;          /* a vocabulary bitmap */
-    char *text;                 /* a token's text */
+    uint64_t *allowed; /* a vocabulary bitmap */
+    char *text;        /* a token's text */
     size_t text_cap;
-    double mask_s;              /* time spent masking and sampling among the allowed (for the log) */
-    double check_s;             /* all the time the constraint took (checks, masks, feeding) */
+    double mask_s;  /* time spent masking and sampling among the allowed (for the log) */
+    double check_s; /* all the time the constraint took (checks, masks, feeding) */
     int32_t n_masked;
 } constraint;
 
 /* Builds the turn's constraint (tools' schemas that the matcher cannot
  * follow constrain their arguments to any object, with a warning).
  * Errors: PH_ERR_INPUT (a response schema outside the subset). */
-int constraint_init(constraint *c, const ph_model *m, const jc_vocab *v, const ph_gen_params *g, bool starts_in_reasoning,
-                    ph_err *err);
+int constraint_init(constraint *c, const ph_model *m, const jc_vocab *v, const ph_gen_params *g,
+                    bool starts_in_reasoning, ph_err *err);
 void constraint_free(constraint *c);
 
 /* The answer has left its reasoning (or never had any). */

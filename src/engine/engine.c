@@ -115,8 +115,11 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     }
     progress(p, "allocating the context", 0.9);
     if (p->n_ctx > 0) {
-        e->ctx = (ph_ctx_choice){.n_ctx = p->n_ctx, .n_ctx_train = e->m->hp.n_ctx_train, .given = true,
-                                 .mem_available = -1, .row_bytes = kv_cache_row_bytes(&e->m->hp)};
+        e->ctx = (ph_ctx_choice){.n_ctx = p->n_ctx,
+                                 .n_ctx_train = e->m->hp.n_ctx_train,
+                                 .given = true,
+                                 .mem_available = -1,
+                                 .row_bytes = kv_cache_row_bytes(&e->m->hp)};
         snprintf(e->ctx.why, sizeof e->ctx.why, "as asked");
     } else {
         ph_model_default_ctx(e->m, &e->ctx);
@@ -262,13 +265,13 @@ double ph_engine_tick(ph_engine *e) { return e->has_vision ? encoder_tick(&e->en
 
 typedef struct turn {
     ph_engine *e;
-    const uint8_t *domain;     /* the request's isolation domain (32 bytes) */
+    const uint8_t *domain; /* the request's isolation domain (32 bytes) */
     ph_prompt prompt;
     ph_picture **pics;
-    seq_state want;            /* the request's stream as rows */
-    const embed_entry **embeds;   /* per picture item: its rows (referenced) */
-    int32_t *item_row;         /* per prompt item: its first row */
-    int32_t head;              /* with recurrent layers: the rows up to the answer's opener, or 0 */
+    seq_state want;             /* the request's stream as rows */
+    const embed_entry **embeds; /* per picture item: its rows (referenced) */
+    int32_t *item_row;          /* per prompt item: its first row */
+    int32_t head;               /* with recurrent layers: the rows up to the answer's opener, or 0 */
 } turn;
 
 /* Frees the pictures' decoded pixels: they are needed only to identify
@@ -311,14 +314,14 @@ static int check_fits(const turn *t, ph_err *err) {
         rows += pic ? (size_t)pic_rows : it->tokens.n;
         if (pic && rows + 1 > (size_t)n_ctx)
             return err_setc(err, PH_ERR_TOO_LONG,
-                               "%s (%d tokens) does not fit: the prompt through it is %zu tokens long but the "
-                               "context holds %d (and needs room for the answer)",
-                               pic->label, pic_rows, rows, n_ctx);
+                            "%s (%d tokens) does not fit: the prompt through it is %zu tokens long but the "
+                            "context holds %d (and needs room for the answer)",
+                            pic->label, pic_rows, rows, n_ctx);
     }
     if (rows + 1 > (size_t)n_ctx)
         return err_setc(err, PH_ERR_TOO_LONG,
-                           "the prompt is %zu tokens long but the context holds %d (and needs room for the answer)",
-                           rows, n_ctx);
+                        "the prompt is %zu tokens long but the context holds %d (and needs room for the answer)",
+                        rows, n_ctx);
     return 0;
 }
 
@@ -363,9 +366,7 @@ static int build_want(turn *t, ph_err *err) {
 }
 
 /* The span of picture item k of the request. */
-static const seq_span *want_span(const turn *t, int32_t k) {
-    return &t->want.spans[k];
-}
+static const seq_span *want_span(const turn *t, int32_t k) { return &t->want.spans[k]; }
 
 /* Encodes picture item k and puts its rows into the cache. */
 static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
@@ -398,8 +399,8 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
     }
     uint8_t cond[32];
     embed_rows_hash(rows, nf, cond);
-    if (embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond,
-                           &t->embeds[k], err))
+    if (embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond, &t->embeds[k],
+                        err))
         return -1;
     r->pics_encoded++;
     e->st.pictures_encoded++;
@@ -423,8 +424,7 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
             continue;
         }
         for (int32_t j = 0; j < k && same[k] < 0; j++)
-            if (want_span(t, j)->start >= keep && !memcmp(want_span(t, j)->embed_key, sp->embed_key, 32))
-                same[k] = j;
+            if (want_span(t, j)->start >= keep && !memcmp(want_span(t, j)->embed_key, sp->embed_key, 32)) same[k] = j;
         if (same[k] >= 0) continue;
         t->embeds[k] = embed_cache_get(e->cache, sp->embed_key);
         if (t->embeds[k]) r->pics_from_cache++;
@@ -461,12 +461,12 @@ typedef struct gen {
     const ph_gen_params *g;
     ph_gen_cb cb;
     void *ud;
-    out_parser split;          /* reasoning, content and tool calls */
-    strbuf pend;               /* released text not yet passed on (stop strings) */
-    bool stopped;              /* a stop string was found */
+    out_parser split; /* reasoning, content and tool calls */
+    strbuf pend;      /* released text not yet passed on (stop strings) */
+    bool stopped;     /* a stop string was found */
     int32_t stop_index;
     bool cancelled;
-    ph_gen_event ev;           /* the current token's event (logprobs) */
+    ph_gen_event ev; /* the current token's event (logprobs) */
     bool ev_sent;
 } gen;
 
@@ -584,8 +584,7 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
         int32_t tok;
         if (gp->forced_output) /* the test switch: the given text, then the end */
             tok = (size_t)r->n_generated < forced->n ? forced->ids[r->n_generated] : -1;
-        else
-            tok = constraint_sample(con, smp, logits);
+        else tok = constraint_sample(con, smp, logits);
         if (r->n_generated == 0) {
             t_first = time_now_s();
             r->ttft_s = t_first - t_start;
@@ -737,8 +736,8 @@ static bool move_live(ph_engine *e, ram_ckpt *c, int32_t keep, bool (*put)(ph_en
     kv_cache *kv = &e->s->kv;
     const int32_t n = e->live.n_rows;
     void *fresh = big_alloc(kv->map_bytes);
-    if (!fresh || ram_ckpt_wrap(c, &e->live, n, kv_cache_bytes(kv, n), kv->map, kv->map_bytes, kv->rows.n_ctx,
-                                e->ram.floor)) {
+    if (!fresh ||
+        ram_ckpt_wrap(c, &e->live, n, kv_cache_bytes(kv, n), kv->map, kv->map_bytes, kv->rows.n_ctx, e->ram.floor)) {
         big_free(fresh, kv->map_bytes);
         memset(c, 0, sizeof *c);
         return false;
@@ -933,11 +932,12 @@ static int find_head(turn *t, const chat_render_opts *ro, ph_err *err) {
 static int render(turn *t, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_err *err) {
     ph_engine *e = t->e;
     const chat_render_opts ro = {.thinking = gp->thinking};
-    if (chat_format_render(&e->fmt, e->m->vocab, msgs, n_msgs, gp->tools, gp->n_tools, &ro, &t->prompt, &t->pics, err))
+    if (chat_format_render(&e->fmt, e->m->vocab, msgs, n_msgs, gp->tools, gp->n_tools, &ro, &t->prompt, &t->pics,
+                           err))
         return -1;
     if (t->prompt.n_pictures && !e->has_vision)
         return err_setc(err, PH_ERR_NO_VISION,
-                           "this server has no vision encoder (start it with --mmproj) and cannot read pictures");
+                        "this server has no vision encoder (start it with --mmproj) and cannot read pictures");
     return 0;
 }
 
@@ -975,8 +975,8 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     if ((rc = constraint_init(&con, e->m, e->jv, gp, chat_format_opens_think(&e->fmt, &ro), err)) != 0 ||
         (rc = forced_tokens(e, gp, &forced, err)) != 0)
         goto out;
-    if ((rc = check_fits(&t, err)) != 0 || (rc = identify_pictures(&t, err)) != 0 || (rc = build_want(&t, err)) != 0 ||
-        (rc = find_head(&t, &ro, err)) != 0)
+    if ((rc = check_fits(&t, err)) != 0 || (rc = identify_pictures(&t, err)) != 0 ||
+        (rc = build_want(&t, err)) != 0 || (rc = find_head(&t, &ro, err)) != 0)
         goto out;
     r->n_prompt = t.want.n_rows;
 

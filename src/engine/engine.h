@@ -19,7 +19,7 @@
 #define ENGINE_MEMO 256
 
 typedef struct image_memo_entry {
-    uint8_t key[32];         /* bytes_id, with the isolation domain folded in */
+    uint8_t key[32]; /* bytes_id, with the isolation domain folded in */
     uint8_t image_id[32];
     uint64_t used;
 } image_memo_entry;
@@ -27,20 +27,20 @@ typedef struct image_memo_entry {
 struct ph_engine {
     ph_model *m;
     ph_session *s;
-    ph_ctx_choice ctx;       /* how the session's context size was chosen */
-    seq_state live;          /* provenance of the session's KV */
-    int32_t live_prompt;     /* rows of the live state's last prompt */
-    ram_tier ram;            /* checkpoints of displaced sequences */
-    ram_ckpt parked;         /* the primary conversation, parked for auxiliary requests */
+    ph_ctx_choice ctx;   /* how the session's context size was chosen */
+    seq_state live;      /* provenance of the session's KV */
+    int32_t live_prompt; /* rows of the live state's last prompt */
+    ram_tier ram;        /* checkpoints of displaced sequences */
+    ram_ckpt parked;     /* the primary conversation, parked for auxiliary requests */
     bool has_parked;
-    bool live_is_aux;        /* an auxiliary request made the live state */
+    bool live_is_aux; /* an auxiliary request made the live state */
     size_t park_budget;
     chat_fmt fmt;
     uint8_t model_id[32];
     bool has_vision;
     vis_encoder enc;
     embed_store *cache;
-    disk_tier *disk;         /* checkpoint files (NULL: no disk tier) */
+    disk_tier *disk; /* checkpoint files (NULL: no disk tier) */
     int32_t checkpoint_every;
     bool reuse;
     char format_tag[128];

@@ -11,10 +11,10 @@
 
 struct ph_picture {
     uint8_t bytes_id[32], image_id[32];
-    bool identified;     /* image_id is known (an engine's bytes_id memo, or a decode) */
-    int w, h;            /* as displayed, from the header */
-    image_rgb img;        /* decoded pixels (rgb NULL unless needed now) */
-    void *bytes;         /* the file as received, kept to decode later */
+    bool identified; /* image_id is known (an engine's bytes_id memo, or a decode) */
+    int w, h;        /* as displayed, from the header */
+    image_rgb img;   /* decoded pixels (rgb NULL unless needed now) */
+    void *bytes;     /* the file as received, kept to decode later */
     size_t len;
     char label[32];
 };

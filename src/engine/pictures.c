@@ -112,7 +112,7 @@ int picture_decode(ph_picture *im, ph_err *err) {
     /* cannot happen: the same bytes, the same header, the same pixels */
     if (im->img.w != im->w || im->img.h != im->h) {
         err_set(err, "%s: decoded to %dx%d, not the %dx%d of its header", im->label, im->img.w, im->img.h, im->w,
-                   im->h);
+                im->h);
     } else if (im->identified && memcmp(im->img.image_id, im->image_id, 32) != 0) {
         err_set(err, "%s: decoded to other pixels than before", im->label);
     } else {
@@ -159,8 +159,16 @@ void engine_embed_key(const ph_engine *e, const ph_picture *im, const uint8_t do
     /* everything that decides the rows: the encoder file, the pixels, the
      * preprocessing (target size, letterbox, resampler, mean/std, budget)
      * and the kernel set */
-    const prep_key prep = {im->w, im->h, tw, th, p->patch_size, p->n_merge, p->min_tokens, p->max_tokens,
-              {p->mean[0], p->mean[1], p->mean[2]}, {p->std[0], p->std[1], p->std[2]}};
+    const prep_key prep = {im->w,
+                           im->h,
+                           tw,
+                           th,
+                           p->patch_size,
+                           p->n_merge,
+                           p->min_tokens,
+                           p->max_tokens,
+                           {p->mean[0], p->mean[1], p->mean[2]},
+                           {p->std[0], p->std[1], p->std[2]}};
     struct {
         char version[32];
         uint8_t encoder_id[32], image_id[32];

@@ -16,7 +16,7 @@
 #include "pinhole.h"
 
 typedef struct {
-    float p;  /* unnormalized probability (a logit while candidates are gathered) */
+    float p; /* unnormalized probability (a logit while candidates are gathered) */
     int32_t id;
 } cand;
 
@@ -28,7 +28,7 @@ typedef struct {
 struct ph_sampler {
     ph_sampler_params p; /* p.logit_bias points to bias below */
     uint64_t rng;
-    cand *c;      /* candidates, grown to n_vocab on first use */
+    cand *c; /* candidates, grown to n_vocab on first use */
     int32_t *top_ids;
     float *top_vals;
     int32_t cap;
@@ -42,7 +42,7 @@ struct ph_sampler {
     int32_t ring_len, ring_cap, ring_head;
     seen_tok *seen; /* distinct tokens of the window, sorted by id */
     int32_t n_seen, seen_cap;
-    cand *ovr;      /* adjusted logits of this call: n_seen + n_bias at most */
+    cand *ovr; /* adjusted logits of this call: n_seen + n_bias at most */
     int32_t ovr_cap;
 };
 
@@ -100,10 +100,8 @@ ph_sampler *ph_sampler_new(const ph_sampler_params *p) {
         qsort(s->bias, (size_t)k, sizeof *s->bias, cmp_bias_id);
         int32_t u = 0;
         for (int32_t i = 0; i < k; i++) {
-            if (u > 0 && s->bias[u - 1].id == s->bias[i].id)
-                s->bias[u - 1].bias += s->bias[i].bias;
-            else
-                s->bias[u++] = s->bias[i];
+            if (u > 0 && s->bias[u - 1].id == s->bias[i].id) s->bias[u - 1].bias += s->bias[i].bias;
+            else s->bias[u++] = s->bias[i];
         }
         s->n_bias = 0;
         for (int32_t i = 0; i < u; i++)
@@ -138,10 +136,8 @@ static int32_t seen_find(const ph_sampler *s, int32_t id) {
     int32_t lo = 0, hi = s->n_seen;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
-        if (s->seen[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
+        if (s->seen[mid].id < id) lo = mid + 1;
+        else hi = mid;
     }
     return lo;
 }

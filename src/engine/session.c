@@ -65,7 +65,8 @@ ph_session *ph_session_new(ph_model *m, int32_t n_ctx, ph_err *err) {
         return NULL;
     }
     s->m = m;
-    if (kv_cache_init(&s->kv, m, n_ctx, err) || llm_scratch_init(&s->sc, m, n_ctx < PH_CHUNK ? n_ctx : PH_CHUNK, err)) {
+    if (kv_cache_init(&s->kv, m, n_ctx, err) ||
+        llm_scratch_init(&s->sc, m, n_ctx < PH_CHUNK ? n_ctx : PH_CHUNK, err)) {
         ph_session_free(s);
         return NULL;
     }
@@ -125,7 +126,7 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
     const llm_kv *kv = &s->kv.rows;
     if ((size_t)kv->n_rows + n > (size_t)kv->n_ctx)
         return err_set(err, "the prompt needs %zu more tokens but the context has room for %d", n,
-                          kv->n_ctx - kv->n_rows);
+                       kv->n_ctx - kv->n_rows);
     const bool mrope = s->m->hp.rope.mode == PH_ROPE_IMROPE;
     const int64_t base = s->prog_done;
     if (prompt) rows_done(s, base, 0, (int64_t)n);
@@ -141,7 +142,8 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
                 s->sc.pos[3 * c + i] = 0;
             }
         }
-        if (llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, prompt, err))
+        if (llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, prompt,
+                        err))
             return -1;
         s->next_pos += (int32_t)c;
         done += c;
@@ -155,7 +157,9 @@ int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *
     return eval_tokens(s, ids, n, n > 1, err);
 }
 
-int session_eval_prompt(ph_session *s, const int32_t *ids, size_t n, ph_err *err) { return eval_tokens(s, ids, n, true, err); }
+int session_eval_prompt(ph_session *s, const int32_t *ids, size_t n, ph_err *err) {
+    return eval_tokens(s, ids, n, true, err);
+}
 
 int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
                             ph_err *err) {
@@ -166,7 +170,7 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
     const llm_kv *kv = &s->kv.rows;
     if (kv->n_rows + n > kv->n_ctx)
         return err_set(err, "the picture needs %lld rows but the context has room for %d", (long long)n,
-                          kv->n_ctx - kv->n_rows);
+                       kv->n_ctx - kv->n_rows);
     /* every row of the picture has t = p0, h = p0 + row, w = p0 + col (docs/numerics.md, Positions of picture rows) */
     const int32_t p0 = s->next_pos;
     const int64_t base = s->prog_done;

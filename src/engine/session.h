@@ -11,7 +11,7 @@ struct ph_session {
     ph_model *m;
     kv_cache kv;
     llm_scratch sc;
-    int32_t next_pos;   /* position of the next text token */
+    int32_t next_pos; /* position of the next text token */
     ph_progress_fn progress;
     void *progress_ud;
     /* a span of work reported as one (session_progress_span): rows done

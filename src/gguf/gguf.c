@@ -24,31 +24,41 @@
 #endif
 
 #define GGUF_DEFAULT_ALIGNMENT 32u
-#define GGUF_MAX_NAME 64 /* tensor names are < 64 bytes (ggml's GGML_MAX_NAME) */
-#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_NAME          64 /* tensor names are < 64 bytes (ggml's GGML_MAX_NAME) */
+#define GGUF_MAX_DIMS          4
 /* The smallest encodings: a kv is a key (8-byte length + >= 1 byte), a type
  * (4) and a value (>= 1); a tensor info is a name (8 + >= 1), n_dims (4, may
  * be 0), a type (4) and an offset (8). Counts are checked against these
  * before anything is allocated. */
-#define GGUF_MIN_KV_BYTES 14u
-#define GGUF_MIN_TENSOR_BYTES 25u
+#define GGUF_MIN_KV_BYTES      14u
+#define GGUF_MIN_TENSOR_BYTES  25u
 /* Keeps index arithmetic in uint32 (the hash index stores index + 1). */
-#define GGUF_MAX_COUNT (UINT64_C(1) << 30)
+#define GGUF_MAX_COUNT         (UINT64_C(1) << 30)
 
 /* ---- shared helpers (also used by the writer) ----------------------------- */
 
 size_t gguf_vtype_size(gguf_vtype t) {
     switch (t) {
-    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
-    case GGUF_UINT16: case GGUF_INT16: return 2;
-    case GGUF_UINT32: case GGUF_INT32: case GGUF_FLOAT32: return 4;
-    case GGUF_UINT64: case GGUF_INT64: case GGUF_FLOAT64: return 8;
+    case GGUF_UINT8:
+    case GGUF_INT8:
+    case GGUF_BOOL: return 1;
+    case GGUF_UINT16:
+    case GGUF_INT16: return 2;
+    case GGUF_UINT32:
+    case GGUF_INT32:
+    case GGUF_FLOAT32: return 4;
+    case GGUF_UINT64:
+    case GGUF_INT64:
+    case GGUF_FLOAT64: return 8;
     default: return 0; /* STRING, ARRAY, unknown */
     }
 }
 
 int gguf_tensor_nbytes(int type, uint32_t n_dims, const int64_t *ne, uint64_t *nbytes, const char **why) {
-    if (n_dims > GGUF_MAX_DIMS) { *why = "has more than 4 dimensions"; return -1; }
+    if (n_dims > GGUF_MAX_DIMS) {
+        *why = "has more than 4 dimensions";
+        return -1;
+    }
     const type_info *ti = type_get(type);
     if (!ti->known || ti->block_elems <= 0 || ti->block_bytes <= 0) {
         *why = "has a type pinhole does not support";
@@ -58,16 +68,28 @@ int gguf_tensor_nbytes(int type, uint32_t n_dims, const int64_t *ne, uint64_t *n
      * so that consumers can multiply any subset of them safely. */
     uint64_t elems = 1;
     for (uint32_t j = 0; j < n_dims; j++) {
-        if (ne[j] < 0) { *why = "has a negative dimension"; return -1; }
+        if (ne[j] < 0) {
+            *why = "has a negative dimension";
+            return -1;
+        }
         if (ne[j] > 0 && __builtin_mul_overflow(elems, (uint64_t)ne[j], &elems)) elems = UINT64_MAX;
-        if (elems > (uint64_t)INT64_MAX) { *why = "has too many elements (the count overflows)"; return -1; }
+        if (elems > (uint64_t)INT64_MAX) {
+            *why = "has too many elements (the count overflows)";
+            return -1;
+        }
     }
     int64_t ne0 = n_dims > 0 ? ne[0] : 1;
-    if (ne0 % ti->block_elems != 0) { *why = "has ne[0] that is not a multiple of its type's block size"; return -1; }
+    if (ne0 % ti->block_elems != 0) {
+        *why = "has ne[0] that is not a multiple of its type's block size";
+        return -1;
+    }
     uint64_t n = (uint64_t)(ne0 / ti->block_elems);
     int over = __builtin_mul_overflow(n, (uint64_t)ti->block_bytes, &n);
     for (uint32_t j = 1; j < n_dims; j++) over |= __builtin_mul_overflow(n, (uint64_t)ne[j], &n);
-    if (over) { *why = "is too large (its byte size overflows)"; return -1; }
+    if (over) {
+        *why = "is too large (its byte size overflows)";
+        return -1;
+    }
     *nbytes = n;
     return 0;
 }
@@ -105,7 +127,8 @@ static uint64_t remain(const rd *r) { return r->size - r->pos; }
 
 static int need(rd *r, uint64_t n, const char *what) {
     if (remain(r) < n)
-        return fail(r, "file is truncated: %s at offset %" PRIu64 " needs %" PRIu64 " bytes but only %" PRIu64 " remain",
+        return fail(r,
+                    "file is truncated: %s at offset %" PRIu64 " needs %" PRIu64 " bytes but only %" PRIu64 " remain",
                     what, r->pos, n, remain(r));
     return 0;
 }
@@ -140,13 +163,12 @@ static int rd_str_quiet(rd *r, gguf_str *s) {
 static int str_error(rd *r, const char *what) {
     uint64_t len;
     if (rd_u64(r, &len, what)) return -1;
-    return fail(r, "%s at offset %" PRIu64 " has length %" PRIu64 ", past the end of the file (%" PRIu64 " bytes remain)",
-                what, r->pos - 8, len, remain(r));
+    return fail(
+        r, "%s at offset %" PRIu64 " has length %" PRIu64 ", past the end of the file (%" PRIu64 " bytes remain)",
+        what, r->pos - 8, len, remain(r));
 }
 
-static int rd_str(rd *r, gguf_str *s, const char *what) {
-    return rd_str_quiet(r, s) == 0 ? 0 : str_error(r, what);
-}
+static int rd_str(rd *r, gguf_str *s, const char *what) { return rd_str_quiet(r, s) == 0 ? 0 : str_error(r, what); }
 
 /* ---- metadata ---------------------------------------------------------------- */
 
@@ -164,11 +186,36 @@ static int rd_scalar(rd *r, gguf_vtype t, gguf_kv *kv, const char *key) {
         kv->v.u = p[0];
         break;
     case GGUF_INT8: kv->v.i = (int8_t)p[0]; break;
-    case GGUF_UINT16: { uint16_t x; memcpy(&x, p, 2); kv->v.u = x; break; }
-    case GGUF_INT16: { int16_t x; memcpy(&x, p, 2); kv->v.i = x; break; }
-    case GGUF_UINT32: { uint32_t x; memcpy(&x, p, 4); kv->v.u = x; break; }
-    case GGUF_INT32: { int32_t x; memcpy(&x, p, 4); kv->v.i = x; break; }
-    case GGUF_FLOAT32: { float x; memcpy(&x, p, 4); kv->v.f = x; break; }
+    case GGUF_UINT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        kv->v.u = x;
+        break;
+    }
+    case GGUF_INT16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        kv->v.i = x;
+        break;
+    }
+    case GGUF_UINT32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        kv->v.u = x;
+        break;
+    }
+    case GGUF_INT32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        kv->v.i = x;
+        break;
+    }
+    case GGUF_FLOAT32: {
+        float x;
+        memcpy(&x, p, 4);
+        kv->v.f = x;
+        break;
+    }
     case GGUF_UINT64: memcpy(&kv->v.u, p, 8); break;
     case GGUF_INT64: memcpy(&kv->v.i, p, 8); break;
     case GGUF_FLOAT64: memcpy(&kv->v.f, p, 8); break;
@@ -184,7 +231,8 @@ static int rd_array(rd *r, gguf_kv *kv, const char *key) {
     uint64_t n;
     snprintf(what, sizeof what, "the element type of array '%s'", key);
     if (rd_u32(r, &et, what)) return -1;
-    if ((int32_t)et == GGUF_ARRAY) return fail(r, "key '%s' is a nested array (arrays of arrays are not supported)", key);
+    if ((int32_t)et == GGUF_ARRAY)
+        return fail(r, "key '%s' is a nested array (arrays of arrays are not supported)", key);
     if ((int32_t)et < 0 || et >= GGUF_VTYPE_COUNT)
         return fail(r, "array '%s' has unknown element type %" PRId32, key, (int32_t)et);
     snprintf(what, sizeof what, "the element count of array '%s'", key);
@@ -196,21 +244,23 @@ static int rd_array(rd *r, gguf_kv *kv, const char *key) {
     if (et != GGUF_STRING) {
         uint64_t sz = gguf_vtype_size((gguf_vtype)et);
         if (n > remain(r) / sz)
-            return fail(r, "array '%s' claims %" PRIu64 " elements of %" PRIu64 " bytes, past the end of the file (%" PRIu64
-                        " bytes remain)",
+            return fail(r,
+                        "array '%s' claims %" PRIu64 " elements of %" PRIu64
+                        " bytes, past the end of the file (%" PRIu64 " bytes remain)",
                         key, n, sz, remain(r));
         if (et == GGUF_BOOL) {
             for (uint64_t i = 0; i < n; i++)
                 if (r->p[r->pos + i] > 1)
-                    return fail(r, "array '%s' element %" PRIu64 " has BOOL value %u (must be 0 or 1)", key, i, r->p[r->pos + i]);
+                    return fail(r, "array '%s' element %" PRIu64 " has BOOL value %u (must be 0 or 1)", key, i,
+                                r->p[r->pos + i]);
         }
         r->pos += n * sz;
         return 0;
     }
     /* Each string takes at least its 8-byte length. */
     if (n > remain(r) / 8)
-        return fail(r, "array '%s' claims %" PRIu64 " strings, past the end of the file (%" PRIu64 " bytes remain)", key, n,
-                    remain(r));
+        return fail(r, "array '%s' claims %" PRIu64 " strings, past the end of the file (%" PRIu64 " bytes remain)",
+                    key, n, remain(r));
     if (n == 0) return 0;
     kv->v.arr.strs = malloc(n * sizeof(gguf_str));
     if (!kv->v.arr.strs) return fail(r, "out of memory for the %" PRIu64 " strings of array '%s'", n, key);
@@ -228,12 +278,14 @@ static int rd_kv(rd *r, uint64_t idx, gguf_kv *kv) {
     if (rd_str(r, &kv->key, what)) return -1;
     if (kv->key.len == 0) return fail(r, "kv #%" PRIu64 " has an empty key", idx);
     if (memchr(kv->key.ptr, 0, kv->key.len))
-        return fail(r, "the key of kv #%" PRIu64 " ('%s') contains a NUL byte", idx, show(key, kv->key.ptr, kv->key.len));
+        return fail(r, "the key of kv #%" PRIu64 " ('%s') contains a NUL byte", idx,
+                    show(key, kv->key.ptr, kv->key.len));
     show(key, kv->key.ptr, kv->key.len);
     snprintf(what, sizeof what, "the value type of key '%s'", key);
     uint32_t t;
     if (rd_u32(r, &t, what)) return -1;
-    if ((int32_t)t < 0 || t >= GGUF_VTYPE_COUNT) return fail(r, "key '%s' has unknown value type %" PRId32, key, (int32_t)t);
+    if ((int32_t)t < 0 || t >= GGUF_VTYPE_COUNT)
+        return fail(r, "key '%s' has unknown value type %" PRId32, key, (int32_t)t);
     kv->type = (gguf_vtype)t;
     if (t == GGUF_ARRAY) return rd_array(r, kv, key);
     if (t == GGUF_STRING) {
@@ -248,7 +300,10 @@ static int rd_kv(rd *r, uint64_t idx, gguf_kv *kv) {
  * index + 1 (0 = empty), at most half full. Used for the persistent tensor
  * index and, temporarily, to find duplicate keys. */
 
-typedef struct keyref { const char *ptr; size_t len; } keyref;
+typedef struct keyref {
+    const char *ptr;
+    size_t len;
+} keyref;
 typedef keyref (*key_at_fn)(const void *arr, uint32_t i);
 
 static keyref kv_key_at(const void *arr, uint32_t i) {
@@ -274,7 +329,8 @@ static uint32_t index_cap(uint64_t n) {
 }
 
 /* The slot holding key k, or the empty slot where it would go. */
-static uint32_t index_slot(const uint32_t *tab, uint32_t cap, const void *arr, key_at_fn key_at, const char *k, size_t len) {
+static uint32_t index_slot(const uint32_t *tab, uint32_t cap, const void *arr, key_at_fn key_at, const char *k,
+                           size_t len) {
     uint32_t s = (uint32_t)keyhash(k, len) & (cap - 1);
     for (;;) {
         if (tab[s] == 0) return s;
@@ -311,21 +367,24 @@ static int rd_tensor(rd *r, uint64_t idx, gguf_tensor *t) {
     if (s.len >= GGUF_MAX_NAME)
         return fail(r, "the name of tensor #%" PRIu64 " ('%s') is %" PRIu64 " bytes long (at most %d are allowed)",
                     idx, name, s.len, GGUF_MAX_NAME - 1);
-    if (memchr(s.ptr, 0, s.len)) return fail(r, "the name of tensor #%" PRIu64 " ('%s') contains a NUL byte", idx, name);
+    if (memchr(s.ptr, 0, s.len))
+        return fail(r, "the name of tensor #%" PRIu64 " ('%s') contains a NUL byte", idx, name);
     memcpy(t->name, s.ptr, s.len);
     t->name[s.len] = '\0';
 
     snprintf(what, sizeof what, "the dimension count of tensor '%s'", name);
     if (rd_u32(r, &t->n_dims, what)) return -1;
     if (t->n_dims > GGUF_MAX_DIMS)
-        return fail(r, "tensor '%s' has %" PRIu32 " dimensions (at most %d are allowed)", name, t->n_dims, GGUF_MAX_DIMS);
+        return fail(r, "tensor '%s' has %" PRIu32 " dimensions (at most %d are allowed)", name, t->n_dims,
+                    GGUF_MAX_DIMS);
     for (int j = 0; j < GGUF_MAX_DIMS; j++) t->ne[j] = 1;
     for (uint32_t j = 0; j < t->n_dims; j++) {
         uint64_t v;
         snprintf(what, sizeof what, "dimension %" PRIu32 " of tensor '%s'", j, name);
         if (rd_u64(r, &v, what)) return -1;
         t->ne[j] = (int64_t)v;
-        if (t->ne[j] < 0) return fail(r, "tensor '%s' has negative dimension %" PRIu32 " (%" PRId64 ")", name, j, t->ne[j]);
+        if (t->ne[j] < 0)
+            return fail(r, "tensor '%s' has negative dimension %" PRIu32 " (%" PRId64 ")", name, j, t->ne[j]);
     }
     uint32_t type;
     snprintf(what, sizeof what, "the type of tensor '%s'", name);
@@ -335,11 +394,12 @@ static int rd_tensor(rd *r, uint64_t idx, gguf_tensor *t) {
     if (rd_u64(r, &t->offset, what)) return -1;
 
     const type_info *ti = type_get(t->type);
-    if (!ti->known) return fail(r, "tensor '%s' has type %d (%s), which pinhole does not support", name, t->type, ti->name);
+    if (!ti->known)
+        return fail(r, "tensor '%s' has type %d (%s), which pinhole does not support", name, t->type, ti->name);
     const char *why;
     if (gguf_tensor_nbytes(t->type, t->n_dims, t->ne, &t->nbytes, &why))
-        return fail(r, "tensor '%s' (%s, ne [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]) %s", name, ti->name, t->ne[0],
-                    t->ne[1], t->ne[2], t->ne[3], why);
+        return fail(r, "tensor '%s' (%s, ne [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]) %s", name, ti->name,
+                    t->ne[0], t->ne[1], t->ne[2], t->ne[3], why);
     return 0;
 }
 
@@ -365,7 +425,9 @@ static int parse(gguf_file *f, const char *name, ph_err *err) {
     if (rd_u32(&r, &f->version, "the version")) return -1;
     if (f->version == 0 || f->version == 1 || f->version > 3) {
         if (f->version != 0 && (f->version & 0xffffu) == 0)
-            return fail(&r, "version field 0x%08" PRIx32 " suggests the wrong endianness (only little-endian files are supported)",
+            return fail(&r,
+                        "version field 0x%08" PRIx32
+                        " suggests the wrong endianness (only little-endian files are supported)",
                         f->version);
         return fail(&r, "unsupported version %" PRIu32 " (versions 2 and 3 are supported)", f->version);
     }
@@ -376,8 +438,9 @@ static int parse(gguf_file *f, const char *name, ph_err *err) {
     uint64_t rem = remain(&r);
     if (nk > GGUF_MAX_COUNT || nt > GGUF_MAX_COUNT || nk > rem / GGUF_MIN_KV_BYTES ||
         nt > (rem - nk * GGUF_MIN_KV_BYTES) / GGUF_MIN_TENSOR_BYTES)
-        return fail(&r, "the header's counts (%" PRIu64 " tensors, %" PRIu64 " key/value pairs) cannot fit in the %" PRIu64
-                    " bytes that follow",
+        return fail(&r,
+                    "the header's counts (%" PRIu64 " tensors, %" PRIu64
+                    " key/value pairs) cannot fit in the %" PRIu64 " bytes that follow",
                     nt, nk, rem);
 
     /* Allocations are bounded by the checks above (a few times the file size). */
@@ -385,7 +448,8 @@ static int parse(gguf_file *f, const char *name, ph_err *err) {
     f->kv = calloc(nk ? nk : 1, sizeof(gguf_kv));
     f->n_tensors = nt;
     f->tensors = calloc(nt ? nt : 1, sizeof(gguf_tensor));
-    if (!f->kv || !f->tensors) return fail(&r, "out of memory for %" PRIu64 " key/value pairs and %" PRIu64 " tensors", nk, nt);
+    if (!f->kv || !f->tensors)
+        return fail(&r, "out of memory for %" PRIu64 " key/value pairs and %" PRIu64 " tensors", nk, nt);
 
     for (uint64_t i = 0; i < nk; i++)
         if (rd_kv(&r, i, &f->kv[i])) return -1;
@@ -414,7 +478,8 @@ static int parse(gguf_file *f, const char *name, ph_err *err) {
 
     dup = index_build(&f->tindex, &f->tindex_cap, f->tensors, nt, tensor_key_at);
     if (dup < 0) return fail(&r, "out of memory for the tensor index");
-    if ((uint64_t)dup < nt) return fail(&r, "duplicate tensor name '%s' (tensor #%" PRId64 ")", f->tensors[dup].name, dup);
+    if ((uint64_t)dup < nt)
+        return fail(&r, "duplicate tensor name '%s' (tensor #%" PRId64 ")", f->tensors[dup].name, dup);
 
     /* The data section starts at the next multiple of the alignment (which may
      * lie past the end of a file without tensor data). Tensors are packed in
@@ -424,18 +489,20 @@ static int parse(gguf_file *f, const char *name, ph_err *err) {
     for (uint64_t i = 0; i < nt; i++) {
         gguf_tensor *t = &f->tensors[i];
         if (t->offset != expect)
-            return fail(&r, "tensor '%s' has offset %" PRIu64 ", expected %" PRIu64
+            return fail(&r,
+                        "tensor '%s' has offset %" PRIu64 ", expected %" PRIu64
                         " (tensors must be stored in order, each padded to %" PRIu32 " bytes)",
                         t->name, t->offset, expect, f->alignment);
         /* data_offset and offset are each at most size + alignment here, so
          * only adding nbytes can overflow. */
         uint64_t start = f->data_offset + t->offset, end;
         if (__builtin_add_overflow(start, t->nbytes, &end))
-            return fail(&r, "tensor '%s' data of %" PRIu64 " bytes at offset %" PRIu64 " lies outside the file (%zu bytes)",
-                        t->name, t->nbytes, start, f->size);
+            return fail(
+                &r, "tensor '%s' data of %" PRIu64 " bytes at offset %" PRIu64 " lies outside the file (%zu bytes)",
+                t->name, t->nbytes, start, f->size);
         if (end > f->size)
-            return fail(&r, "tensor '%s' data [%" PRIu64 ", %" PRIu64 ") lies outside the file (%zu bytes)", t->name, start,
-                        end, f->size);
+            return fail(&r, "tensor '%s' data [%" PRIu64 ", %" PRIu64 ") lies outside the file (%zu bytes)", t->name,
+                        start, end, f->size);
         t->data = f->base + start;
         /* end <= size, so padding it cannot overflow. */
         pad_to(t->offset + t->nbytes, f->alignment, &expect);
@@ -539,9 +606,7 @@ static int is_unsigned(gguf_vtype t) {
     return t == GGUF_UINT8 || t == GGUF_UINT16 || t == GGUF_UINT32 || t == GGUF_UINT64;
 }
 
-static int is_signed(gguf_vtype t) {
-    return t == GGUF_INT8 || t == GGUF_INT16 || t == GGUF_INT32 || t == GGUF_INT64;
-}
+static int is_signed(gguf_vtype t) { return t == GGUF_INT8 || t == GGUF_INT16 || t == GGUF_INT32 || t == GGUF_INT64; }
 
 int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
     const gguf_kv *kv = gguf_find_kv(f, key);
@@ -588,10 +653,30 @@ int gguf_arr_i64(const gguf_kv *kv, uint64_t i, int64_t *out) {
     switch (kv->v.arr.type) {
     case GGUF_UINT8: *out = p[0]; return 0;
     case GGUF_INT8: *out = (int8_t)p[0]; return 0;
-    case GGUF_UINT16: { uint16_t x; memcpy(&x, p, 2); *out = x; return 0; }
-    case GGUF_INT16: { int16_t x; memcpy(&x, p, 2); *out = x; return 0; }
-    case GGUF_UINT32: { uint32_t x; memcpy(&x, p, 4); *out = x; return 0; }
-    case GGUF_INT32: { int32_t x; memcpy(&x, p, 4); *out = x; return 0; }
+    case GGUF_UINT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        *out = x;
+        return 0;
+    }
+    case GGUF_INT16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        *out = x;
+        return 0;
+    }
+    case GGUF_UINT32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        *out = x;
+        return 0;
+    }
+    case GGUF_INT32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        *out = x;
+        return 0;
+    }
     case GGUF_INT64: memcpy(out, p, 8); return 0;
     case GGUF_UINT64: {
         uint64_t x;
@@ -626,8 +711,8 @@ int gguf_str_eq(gguf_str a, const char *s) {
 
 const char *gguf_vtype_name(gguf_vtype t) {
     static const char *const names[GGUF_VTYPE_COUNT] = {
-        "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
-        "BOOL", "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64",
+        "UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",   "FLOAT32",
+        "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64",  "FLOAT64",
     };
     return ((int)t >= 0 && (int)t < GGUF_VTYPE_COUNT) ? names[t] : "unknown";
 }

@@ -11,10 +11,20 @@
 #include "base/error.h"
 
 typedef enum gguf_vtype {
-    GGUF_UINT8 = 0, GGUF_INT8 = 1, GGUF_UINT16 = 2, GGUF_INT16 = 3,
-    GGUF_UINT32 = 4, GGUF_INT32 = 5, GGUF_FLOAT32 = 6, GGUF_BOOL = 7,
-    GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_UINT64 = 10, GGUF_INT64 = 11,
-    GGUF_FLOAT64 = 12, GGUF_VTYPE_COUNT = 13
+    GGUF_UINT8 = 0,
+    GGUF_INT8 = 1,
+    GGUF_UINT16 = 2,
+    GGUF_INT16 = 3,
+    GGUF_UINT32 = 4,
+    GGUF_INT32 = 5,
+    GGUF_FLOAT32 = 6,
+    GGUF_BOOL = 7,
+    GGUF_STRING = 8,
+    GGUF_ARRAY = 9,
+    GGUF_UINT64 = 10,
+    GGUF_INT64 = 11,
+    GGUF_FLOAT64 = 12,
+    GGUF_VTYPE_COUNT = 13
 } gguf_vtype;
 
 typedef struct gguf_str {
@@ -26,12 +36,12 @@ typedef struct gguf_kv {
     gguf_str key;
     gguf_vtype type;
     union {
-        uint64_t u;   /* UINT8..UINT64, BOOL */
-        int64_t i;    /* INT8..INT64 (sign-extended) */
-        double f;     /* FLOAT32, FLOAT64 */
-        gguf_str s;   /* STRING */
+        uint64_t u; /* UINT8..UINT64, BOOL */
+        int64_t i;  /* INT8..INT64 (sign-extended) */
+        double f;   /* FLOAT32, FLOAT64 */
+        gguf_str s; /* STRING */
         struct {
-            gguf_vtype type;     /* element type (never ARRAY) */
+            gguf_vtype type; /* element type (never ARRAY) */
             uint64_t n;
             const uint8_t *data; /* first element in the mapping */
             gguf_str *strs;      /* for STRING arrays: n entries (owned) */
@@ -40,13 +50,13 @@ typedef struct gguf_kv {
 } gguf_kv;
 
 typedef struct gguf_tensor {
-    char name[64];       /* NUL-terminated, < 64 bytes */
+    char name[64]; /* NUL-terminated, < 64 bytes */
     uint32_t n_dims;
-    int64_t ne[4];       /* missing dims are 1 */
-    int type;            /* tensor_type id */
-    uint64_t offset;     /* relative to the data section */
+    int64_t ne[4];   /* missing dims are 1 */
+    int type;        /* tensor_type id */
+    uint64_t offset; /* relative to the data section */
     uint64_t nbytes;
-    const void *data;    /* into the mapping */
+    const void *data; /* into the mapping */
 } gguf_tensor;
 
 typedef struct gguf_file {
@@ -58,7 +68,7 @@ typedef struct gguf_file {
     uint64_t data_offset;
     const uint8_t *base; /* the mapping (or the caller's buffer) */
     size_t size;
-    int mapped;          /* 1 if base is our mmap */
+    int mapped; /* 1 if base is our mmap */
     /* private: hash index of tensor names */
     uint32_t *tindex;
     uint32_t tindex_cap;

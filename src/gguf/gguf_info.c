@@ -36,9 +36,7 @@ static void print_scalar(FILE *out, gguf_vtype t, const gguf_kv *kv, uint64_t i)
         if (kv->type == GGUF_ARRAY) fputs(kv->v.arr.data[i] ? "true" : "false", out);
         else fputs(kv->v.u ? "true" : "false", out);
         break;
-    case GGUF_STRING:
-        print_str(out, kv->type == GGUF_ARRAY ? kv->v.arr.strs[i] : kv->v.s, 200);
-        break;
+    case GGUF_STRING: print_str(out, kv->type == GGUF_ARRAY ? kv->v.arr.strs[i] : kv->v.s, 200); break;
     case GGUF_INT8:
     case GGUF_INT16:
     case GGUF_INT32:
@@ -84,8 +82,9 @@ int ph_print_file_info(const char *path, FILE *out, bool verbose, ph_err *err) {
     if (!f) return -1;
     fprintf(out, "file: %s (", path);
     print_size(out, f->size);
-    fprintf(out, ")\nGGUF version %u, alignment %u, %" PRIu64 " metadata keys, %" PRIu64
-                 " tensors, data at offset %" PRIu64 "\n\nmetadata:\n",
+    fprintf(out,
+            ")\nGGUF version %u, alignment %u, %" PRIu64 " metadata keys, %" PRIu64
+            " tensors, data at offset %" PRIu64 "\n\nmetadata:\n",
             f->version, f->alignment, f->n_kv, f->n_tensors, f->data_offset);
     for (uint64_t k = 0; k < f->n_kv; k++) {
         const gguf_kv *kv = &f->kv[k];

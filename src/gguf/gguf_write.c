@@ -18,7 +18,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_internal.h"
 
-#define GGUF_WRITE_VERSION 3u
+#define GGUF_WRITE_VERSION     3u
 #define GGUF_DEFAULT_ALIGNMENT 32u
 
 static void put_u32(strbuf *b, uint32_t v) { strbuf_put(b, &v, 4); }
@@ -202,11 +202,28 @@ void gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv) {
     size_t kl = kv->key.ptr ? (size_t)kv->key.len : 0;
     strbuf b = {0};
     switch (kv->type) {
-    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: { uint8_t x = (uint8_t)kv->v.u; strbuf_put(&b, &x, 1); break; }
-    case GGUF_UINT16: case GGUF_INT16: { uint16_t x = (uint16_t)kv->v.u; strbuf_put(&b, &x, 2); break; }
-    case GGUF_UINT32: case GGUF_INT32: put_u32(&b, (uint32_t)kv->v.u); break;
-    case GGUF_UINT64: case GGUF_INT64: put_u64(&b, kv->v.u); break;
-    case GGUF_FLOAT32: { float x = (float)kv->v.f; strbuf_put(&b, &x, 4); break; }
+    case GGUF_UINT8:
+    case GGUF_INT8:
+    case GGUF_BOOL: {
+        uint8_t x = (uint8_t)kv->v.u;
+        strbuf_put(&b, &x, 1);
+        break;
+    }
+    case GGUF_UINT16:
+    case GGUF_INT16: {
+        uint16_t x = (uint16_t)kv->v.u;
+        strbuf_put(&b, &x, 2);
+        break;
+    }
+    case GGUF_UINT32:
+    case GGUF_INT32: put_u32(&b, (uint32_t)kv->v.u); break;
+    case GGUF_UINT64:
+    case GGUF_INT64: put_u64(&b, kv->v.u); break;
+    case GGUF_FLOAT32: {
+        float x = (float)kv->v.f;
+        strbuf_put(&b, &x, 4);
+        break;
+    }
     case GGUF_FLOAT64: strbuf_put(&b, &kv->v.f, 8); break;
     case GGUF_STRING: put_str(&b, kv->v.s.ptr, kv->v.s.len); break;
     case GGUF_ARRAY:
@@ -215,9 +232,7 @@ void gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv) {
             return;
         }
         break;
-    default:
-        wfail(w, "key '%.*s' has invalid value type %d", (int)(kl > 64 ? 64 : kl), key, (int)kv->type);
-        return;
+    default: wfail(w, "key '%.*s' has invalid value type %d", (int)(kl > 64 ? 64 : kl), key, (int)kv->type); return;
     }
     set_value(w, key, kl, kv->type, &b);
 }
@@ -300,7 +315,8 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
     uint64_t off = 0, max_bytes = 0;
     for (size_t i = 0; i < w->n_t; i++) {
         w->t[i].offset = off;
-        if (__builtin_add_overflow(off, w->t[i].nbytes, &off) || __builtin_add_overflow(off, pad_len(off, align), &off))
+        if (__builtin_add_overflow(off, w->t[i].nbytes, &off) ||
+            __builtin_add_overflow(off, pad_len(off, align), &off))
             return err_set(err, "gguf: %s: the tensor data is too large", path);
         if (w->t[i].nbytes > max_bytes) max_bytes = w->t[i].nbytes;
     }

@@ -36,17 +36,17 @@ int img_err(ph_err *err, const char *label, const char *fmt, ...) {
 }
 
 int img_check_size(const char *label, const char *format, uint64_t w, uint64_t h, const image_limits *lim,
-                      ph_err *err) {
+                   ph_err *err) {
     if (w == 0 || h == 0)
         return img_err(err, label, "%s has an empty size (%llux%llu)", format, (unsigned long long)w,
-                          (unsigned long long)h);
+                       (unsigned long long)h);
     if (w > (uint64_t)lim->max_side || h > (uint64_t)lim->max_side)
         return img_err(err, label, "%s is %llux%llu, more than the %d-pixel side limit", format,
-                          (unsigned long long)w, (unsigned long long)h, lim->max_side);
+                       (unsigned long long)w, (unsigned long long)h, lim->max_side);
     if (w * h > lim->max_pixels)
         return img_err(err, label, "%s is %llux%llu = %llu pixels, more than the %llu-pixel limit", format,
-                          (unsigned long long)w, (unsigned long long)h, (unsigned long long)(w * h),
-                          (unsigned long long)lim->max_pixels);
+                       (unsigned long long)w, (unsigned long long)h, (unsigned long long)(w * h),
+                       (unsigned long long)lim->max_pixels);
     return 0;
 }
 
@@ -56,8 +56,7 @@ uint8_t *img_alloc(const char *label, int w, int h, int channels, ph_err *err) {
     return p;
 }
 
-typedef int (*decode_fn)(const uint8_t *, size_t, const image_limits *, const char *, bool, img_decoded *,
-                         ph_err *);
+typedef int (*decode_fn)(const uint8_t *, size_t, const image_limits *, const char *, bool, img_decoded *, ph_err *);
 
 /* The decoder for the magic bytes at the start of d, or NULL with an error
  * that says what the file seems to be. */
@@ -106,7 +105,7 @@ int image_probe(const void *data, size_t len, const image_limits *lim, const cha
 }
 
 int image_decode(const void *data, size_t len, const image_limits *lim, const char *label, image_rgb *out,
-                    ph_err *err) {
+                 ph_err *err) {
     if (!label) label = "image";
     memset(out, 0, sizeof *out);
     img_decoded img;
@@ -143,7 +142,7 @@ int image_read_file(const char *path, const image_limits *lim, uint8_t **data, s
     if ((uint64_t)st.st_size > lim->max_file_bytes) {
         fclose(f);
         return img_err(err, path, "the file is %llu bytes, more than the %zu-byte limit",
-                          (unsigned long long)st.st_size, lim->max_file_bytes);
+                       (unsigned long long)st.st_size, lim->max_file_bytes);
     }
     size_t n = (size_t)st.st_size;
     uint8_t *buf = malloc(n ? n : 1);

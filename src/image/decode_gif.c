@@ -55,8 +55,8 @@ static void gif_colour(const ColorMapObject *map, unsigned idx, uint8_t *px) {
     }
 }
 
-int decode_gif(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
-                  img_decoded *out, ph_err *err) {
+int decode_gif(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels, img_decoded *out,
+               ph_err *err) {
     gif_src src = {d, n, 0};
     int errnum = 0, rc = -1;
     GifFileType *g = DGifOpen(&src, gif_read, &errnum);

@@ -22,7 +22,7 @@ static int jpeg_walk(const uint8_t *d, size_t n, const uint8_t **exif, size_t *e
         while (p < n && d[p] == 0xff) p++; /* fill bytes */
         if (p >= n) return 0;
         uint8_t m = d[p++];
-        if (m == 0xd9) return 1;                                    /* EOI */
+        if (m == 0xd9) return 1;                                          /* EOI */
         if (m == 0x00 || m == 0x01 || (m >= 0xd0 && m <= 0xd8)) continue; /* no length field */
         if (n - p < 2) return 0;
         size_t len = (size_t)d[p] << 8 | d[p + 1];
@@ -35,8 +35,8 @@ static int jpeg_walk(const uint8_t *d, size_t n, const uint8_t **exif, size_t *e
         if (m == 0xda) {
             /* Entropy-coded data runs to the next marker that is neither a
              * stuffed zero (FF 00) nor a restart marker (FF D0..D7). */
-            while (p + 1 < n && !(d[p] == 0xff && d[p + 1] != 0x00 && d[p + 1] != 0xff &&
-                                  (d[p + 1] < 0xd0 || d[p + 1] > 0xd7)))
+            while (p + 1 < n &&
+                   !(d[p] == 0xff && d[p + 1] != 0x00 && d[p + 1] != 0xff && (d[p + 1] < 0xd0 || d[p + 1] > 0xd7)))
                 p++;
             if (p + 1 >= n) return 0;
         }
@@ -53,8 +53,8 @@ static void cmyk_to_rgb(const uint8_t *cmyk, uint8_t *rgb, size_t npix) {
     }
 }
 
-int decode_jpeg(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
-                   img_decoded *out, ph_err *err) {
+int decode_jpeg(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels, img_decoded *out,
+                ph_err *err) {
     tjhandle tj = tjInitDecompress();
     if (!tj) return img_err(err, label, "out of memory decoding the JPEG");
     int w = 0, h = 0, subsamp, colorspace, rc = -1;

@@ -18,7 +18,8 @@ static uint32_t be32(const uint8_t *p) {
 }
 
 static int png_fail(const char *label, int r, ph_err *err) {
-    if (r == SPNG_IO_EOF || r == SPNG_EOF || r == SPNG_EIDAT_TOO_SHORT) return img_err(err, label, "PNG data is truncated");
+    if (r == SPNG_IO_EOF || r == SPNG_EOF || r == SPNG_EIDAT_TOO_SHORT)
+        return img_err(err, label, "PNG data is truncated");
     if (r == SPNG_EMEM) return img_err(err, label, "out of memory decoding the PNG");
     return img_err(err, label, "PNG is corrupt: %s", spng_strerror(r));
 }
@@ -37,8 +38,8 @@ static int png_orientation(const uint8_t *d, size_t n) {
     return 1;
 }
 
-int decode_png(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
-                  img_decoded *out, ph_err *err) {
+int decode_png(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels, img_decoded *out,
+               ph_err *err) {
     /* The size, read here first so that a huge declared size gets the
      * limit's message rather than spng's. IHDR must be the first chunk. */
     if (n >= 24 && !memcmp(d + 12, "IHDR", 4) &&

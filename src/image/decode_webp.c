@@ -33,8 +33,8 @@ static int webp_fail(const char *label, VP8StatusCode st, ph_err *err) {
     }
 }
 
-int decode_webp(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
-                   img_decoded *out, ph_err *err) {
+int decode_webp(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels, img_decoded *out,
+                ph_err *err) {
     WebPDecoderConfig cfg;
     if (!WebPInitDecoderConfig(&cfg)) return img_err(err, label, "libwebp version mismatch");
     VP8StatusCode st = WebPGetFeatures(d, n, &cfg.input);

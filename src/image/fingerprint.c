@@ -6,8 +6,8 @@
 
 int image_fingerprint(const void *data, size_t len, image_rgb *img) {
     const uint32_t w = (uint32_t)img->w, h = (uint32_t)img->h;
-    const uint8_t dims[8] = {(uint8_t)w,         (uint8_t)(w >> 8), (uint8_t)(w >> 16), (uint8_t)(w >> 24),
-                             (uint8_t)h,         (uint8_t)(h >> 8), (uint8_t)(h >> 16), (uint8_t)(h >> 24)};
+    const uint8_t dims[8] = {(uint8_t)w, (uint8_t)(w >> 8), (uint8_t)(w >> 16), (uint8_t)(w >> 24),
+                             (uint8_t)h, (uint8_t)(h >> 8), (uint8_t)(h >> 16), (uint8_t)(h >> 24)};
     /* Both through the incremental interface, so a libcrypto failure is
      * returned as -1 rather than fatal (see base/sha256.h). */
     sha256_ctx ctx;

@@ -10,25 +10,25 @@
 #include "base/error.h"
 
 typedef struct image_limits {
-    size_t max_file_bytes;  /* default 64 MiB */
-    int max_side;           /* default 16384 pixels */
-    uint64_t max_pixels;    /* default 64 megapixels */
+    size_t max_file_bytes; /* default 64 MiB */
+    int max_side;          /* default 16384 pixels */
+    uint64_t max_pixels;   /* default 64 megapixels */
 } image_limits;
 
 void image_limits_default(image_limits *l);
 
 typedef struct image_rgb {
     int w, h;
-    uint8_t *rgb;           /* w * h * 3, row-major, orientation applied, alpha dropped */
-    uint8_t bytes_id[32];   /* SHA-256 of the file bytes as received */
-    uint8_t image_id[32];   /* SHA-256 over width, height and the RGB8 pixels */
+    uint8_t *rgb;         /* w * h * 3, row-major, orientation applied, alpha dropped */
+    uint8_t bytes_id[32]; /* SHA-256 of the file bytes as received */
+    uint8_t image_id[32]; /* SHA-256 over width, height and the RGB8 pixels */
 } image_rgb;
 
 /* Decodes a picture from memory. The format is sniffed from magic bytes
  * only. `label` names the picture in errors ("image 2", a file name).
  * On failure nothing is allocated and e says why in one line. */
 int image_decode(const void *data, size_t len, const image_limits *lim, const char *label, image_rgb *out,
-                    ph_err *err);
+                 ph_err *err);
 /* What a decode would say of the file's header, without decoding the
  * pixels: the displayed size (EXIF orientation applied), after the same
  * checks (length, format, limits) and with the same error for a header
@@ -45,17 +45,17 @@ void image_free(image_rgb *img);
  * patch_size * n_merge within the token budget, Pillow-compatible bicubic
  * resampling, letterboxing, normalization to planar CHW float. */
 typedef struct prep_params {
-    int patch_size;         /* 16 */
-    int n_merge;            /* 2 */
-    int min_tokens;         /* merged tokens; default 8 */
-    int max_tokens;         /* default 4096 */
+    int patch_size; /* 16 */
+    int n_merge;    /* 2 */
+    int min_tokens; /* merged tokens; default 8 */
+    int max_tokens; /* default 4096 */
     float mean[3], std[3];
 } prep_params;
 
 typedef struct prep_image {
-    int w, h;               /* the encoder's input size */
-    int grid_x, grid_y;     /* merged tokens across and down: w / (patch * merge) ... */
-    float *pixels;          /* planar: [3][h][w], normalized */
+    int w, h;           /* the encoder's input size */
+    int grid_x, grid_y; /* merged tokens across and down: w / (patch * merge) ... */
+    float *pixels;      /* planar: [3][h][w], normalized */
 } prep_image;
 
 /* The encoder's input size for a w x h picture (no pixels needed); the

@@ -26,7 +26,7 @@ int img_err(ph_err *err, const char *label, const char *fmt, ...) PH_PRINTF(3, 4
 /* Checks a declared size against the limits, naming the format ("PNG") in
  * the error. Returns 0 when the picture may be decoded. */
 int img_check_size(const char *label, const char *format, uint64_t w, uint64_t h, const image_limits *lim,
-                      ph_err *err);
+                   ph_err *err);
 
 /* malloc of w * h * channels bytes, with an "out of memory" error. */
 uint8_t *img_alloc(const char *label, int w, int h, int channels, ph_err *err);
@@ -34,14 +34,14 @@ uint8_t *img_alloc(const char *label, int w, int h, int channels, ph_err *err);
 /* The decoders. Each reads the header (size, orientation) and checks it
  * against the limits, then decodes the pixels only when `pixels` is true:
  * a file refused from its header gets the same error either way. */
-int decode_png(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
-                  img_decoded *out, ph_err *err);
-int decode_jpeg(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
-                   img_decoded *out, ph_err *err);
-int decode_webp(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
-                   img_decoded *out, ph_err *err);
-int decode_gif(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels,
-                  img_decoded *out, ph_err *err);
+int decode_png(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels, img_decoded *out,
+               ph_err *err);
+int decode_jpeg(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels, img_decoded *out,
+                ph_err *err);
+int decode_webp(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels, img_decoded *out,
+                ph_err *err);
+int decode_gif(const uint8_t *d, size_t n, const image_limits *lim, const char *label, bool pixels, img_decoded *out,
+               ph_err *err);
 
 /* The Orientation tag (0x0112) of IFD0 in an EXIF block, which may start
  * with "Exif\0\0" or directly with the TIFF header. 1 when the block has

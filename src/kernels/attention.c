@@ -103,8 +103,8 @@ void attn_cells_with(const attn_kernels *kk, const attn_cells *x) { cells_with(k
 
 static void ref_cells(const attn_cells *x) { cells_with(&attn_kernels_ref, x); }
 
-const attn_kernels attn_kernels_ref = {ref_cells, ref_f16_to_f32, ref_dot, ref_scale_f16, ref_mad_f16,
-                                             ref_qk_tile, ref_softmax_tile, ref_pv_tile};
+const attn_kernels attn_kernels_ref = {ref_cells,   ref_f16_to_f32, ref_dot,          ref_scale_f16,
+                                       ref_mad_f16, ref_qk_tile,    ref_softmax_tile, ref_pv_tile};
 
 typedef struct {
     const attn_args *a;
@@ -140,8 +140,8 @@ static size_t attn_work_floats(int hd, int64_t nq) { return (size_t)(2 * hd + nq
  * (q1 - q0) * group), the running max M[jj], sum S[jj] and f16 sum of
  * p * v acc[jj]. With several heads, each cell's row is read once, in
  * order through memory. */
-static void cell_pass(const attn_args *a, const attn_kernels *kk, int g0, int g1, int64_t q0, int64_t q1,
-                      int64_t c0, int64_t c1, const attn_work *w) {
+static void cell_pass(const attn_args *a, const attn_kernels *kk, int g0, int g1, int64_t q0, int64_t q1, int64_t c0,
+                      int64_t c1, const attn_work *w) {
     const int hd = a->head_dim;
     const int group = a->n_head / a->n_head_kv;
     const int64_t nq = (q1 - q0) * group;
@@ -159,23 +159,23 @@ static void cell_pass(const attn_args *a, const attn_kernels *kk, int g0, int g1
     if (last > a->n_kv) last = a->n_kv;
     if (c1 > last) c1 = last;
     const attn_cells x = {.k = a->k + (int64_t)g0 * hd,
-                             .v = a->v + (int64_t)g0 * hd,
-                             .stride = a->kv_stride,
-                             .c0 = c0,
-                             .c1 = c1,
-                             .n_g = g1 - g0,
-                             .q = w->qf,
-                             .nq = (int)nq,
-                             .hd = hd,
-                             .group = group,
-                             .causal = a->causal,
-                             .last0 = a->first_cell + q0,
-                             .scale = a->scale,
-                             .M = w->M,
-                             .S = w->S,
-                             .acc = w->acc,
-                             .kf = w->kf,
-                             .vf = w->vf};
+                          .v = a->v + (int64_t)g0 * hd,
+                          .stride = a->kv_stride,
+                          .c0 = c0,
+                          .c1 = c1,
+                          .n_g = g1 - g0,
+                          .q = w->qf,
+                          .nq = (int)nq,
+                          .hd = hd,
+                          .group = group,
+                          .causal = a->causal,
+                          .last0 = a->first_cell + q0,
+                          .scale = a->scale,
+                          .M = w->M,
+                          .S = w->S,
+                          .acc = w->acc,
+                          .kf = w->kf,
+                          .vf = w->vf};
     if (c0 < c1) kk->cells(&x);
 }
 
@@ -235,13 +235,13 @@ static void attn_worker(void *ctx, int ith, int nth) {
  * the cells in use rounded up to ATTN_KV_PAD (cells past the last visible
  * one are masked), so the view, not the visible count, sets the chunks. */
 #define ATTN_SPLIT_MIN 512
-#define ATTN_KV_PAD 256
+#define ATTN_KV_PAD    256
 
 typedef struct split_job {
     const attn_args *a;
     const attn_kernels *k;
-    int64_t chunk;  /* cells per chunk */
-    float *part;    /* [chunk][n_head][M, S, acc[hd]] */
+    int64_t chunk; /* cells per chunk */
+    float *part;   /* [chunk][n_head][M, S, acc[hd]] */
 } split_job;
 
 static void split_worker(void *ctx, int ith, int nth) {
@@ -301,10 +301,10 @@ typedef struct tiled_job {
 
 /* Per-thread buffers of the tiled path. */
 typedef struct tiled_work {
-    float *kf, *vf;             /* [TK][d] a tile of keys / values as f32 */
-    float *st;                  /* [TK][TQ] scores, then probabilities */
-    float *qt[ATTN_GROUP];      /* [d][TQ] a query tile, transposed */
-    float *o[ATTN_GROUP];       /* [TQ][d] running sums of p * v */
+    float *kf, *vf;                                        /* [TK][d] a tile of keys / values as f32 */
+    float *st;                                             /* [TK][TQ] scores, then probabilities */
+    float *qt[ATTN_GROUP];                                 /* [d][TQ] a query tile, transposed */
+    float *o[ATTN_GROUP];                                  /* [TQ][d] running sums of p * v */
     float *M[ATTN_GROUP], *L[ATTN_GROUP], *ms[ATTN_GROUP]; /* [TQ] */
 } tiled_work;
 
@@ -389,9 +389,9 @@ static void tiled_worker(void *ctx, int ith, int nth) {
 }
 
 void attn_compute(tpool *pool, const attn_args *a) {
-    const attn_kernels *k = kernels_isa() >= PH_ISA_AVX512   ? &attn_kernels_avx512
-                               : kernels_isa() >= PH_ISA_AVX2 ? &attn_kernels_avx2
-                                                                 : &attn_kernels_ref;
+    const attn_kernels *k = kernels_isa() >= PH_ISA_AVX512 ? &attn_kernels_avx512
+                            : kernels_isa() >= PH_ISA_AVX2 ? &attn_kernels_avx2
+                                                           : &attn_kernels_ref;
     if (a->prompt || a->n_q >= PH_ATTN_TILE_Q) {
         tiled_job job = {.a = a, .k = k};
         job.n_groups = (a->n_q + ATTN_GROUP * PH_ATTN_TILE_Q - 1) / (ATTN_GROUP * PH_ATTN_TILE_Q);

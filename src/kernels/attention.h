@@ -22,26 +22,26 @@
 #include "kernels/types.h"
 
 typedef struct attn_args {
-    const float *q;        /* [n_q][q_stride], head h at h * head_dim */
+    const float *q; /* [n_q][q_stride], head h at h * head_dim */
     int64_t q_stride;
-    const f16_bits *k, *v;   /* [n_kv][kv_stride], KV head g at g * head_dim */
+    const f16_bits *k, *v; /* [n_kv][kv_stride], KV head g at g * head_dim */
     int64_t kv_stride;
     int64_t n_q;
-    int64_t n_kv;          /* cells available */
+    int64_t n_kv; /* cells available */
     /* causal: query i sees cells [0, first_cell + i]; otherwise all n_kv. */
     bool causal;
     int64_t first_cell;
     int n_head, n_head_kv, head_dim;
     float scale;
-    float *out;            /* [n_q][out_stride], head h at h * head_dim */
+    float *out; /* [n_q][out_stride], head h at h * head_dim */
     int64_t out_stride;
-    bool prompt;           /* rows of a prompt: the tiled path for any n_q */
+    bool prompt; /* rows of a prompt: the tiled path for any n_q */
 } attn_args;
 
 void attn_compute(tpool *pool, const attn_args *a);
 
 /* Query rows per tile of the tiled path, and KV cells per tile. */
-#define PH_ATTN_TILE_Q 64
+#define PH_ATTN_TILE_Q  64
 #define PH_ATTN_TILE_KV 64
 
 /* The per-cell pass of one KV head over cells [c0, c1), for nq queries
@@ -51,19 +51,19 @@ void attn_compute(tpool *pool, const attn_args *a);
  * M = s, w = 1; else w = exp(s - M); acc = f16(acc + v * w);
  * S = S * exp(M_old - M) + w. */
 typedef struct attn_cells {
-    const f16_bits *k, *v;   /* the first head's row of cell c at k + c * stride */
+    const f16_bits *k, *v; /* the first head's row of cell c at k + c * stride */
     int64_t stride;
     int64_t c0, c1;
-    int n_g;               /* KV heads done together, cell by cell: head g's row is at + g * hd, its
+    int n_g;        /* KV heads done together, cell by cell: head g's row is at + g * hd, its
                               queries and states are those of index g * nq + j (one pass over each
                               cell's row, in order through memory) */
-    const float *q;        /* [n_g][nq][hd] the queries rounded to f16 */
+    const float *q; /* [n_g][nq][hd] the queries rounded to f16 */
     int nq, hd, group;
-    bool causal;           /* query j sees cells c <= last0 + j / group */
+    bool causal; /* query j sees cells c <= last0 + j / group */
     int64_t last0;
     float scale;
-    float *M, *S, *acc;    /* [n_g][nq], [n_g][nq], [n_g][nq][hd] */
-    float *kf, *vf;        /* [hd] scratch */
+    float *M, *S, *acc; /* [n_g][nq], [n_g][nq], [n_g][nq][hd] */
+    float *kf, *vf;     /* [hd] scratch */
 } attn_cells;
 
 /* The primitives, exposed for the SIMD/reference comparison test. */

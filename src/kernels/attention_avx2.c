@@ -59,8 +59,8 @@ static inline float dot_f16row(const float *q, const f16_bits *k, int n) {
     int i = 0;
     for (; i + 16 <= n; i += 16) {
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8))),
-                             s1);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8))), s1);
     }
     for (; i + 8 <= n; i += 8)
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), s0);
@@ -74,14 +74,14 @@ static inline void mad_f16row(float *acc, const f16_bits *v, float b, int n) {
     const __m256 vb = _mm256_set1_ps(b);
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 y = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))), vb,
-                                   _mm256_loadu_ps(acc + i));
+        __m256 y =
+            _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))), vb, _mm256_loadu_ps(acc + i));
         _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT)));
     }
     for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(fmaf(_cvtsh_ss(v[i]), b, acc[i]), _MM_FROUND_TO_NEAREST_INT));
 }
 
-#define scale_f16row avx2_scale_f16
+#define scale_f16row    avx2_scale_f16
 #define ATTN_CELLS_NAME attn_cells_avx2
 #include "kernels/attention_cells.h"
 #undef scale_f16row
@@ -241,12 +241,11 @@ static void avx2_pv_tile(const float *p, int nk, const float *v, int d, const fl
     }
 }
 
-const attn_kernels attn_kernels_avx2 = {attn_cells_avx2,   avx2_f16_to_f32, avx2_dot,          avx2_scale_f16,
-                                              avx2_mad_f16, avx2_qk_tile,    avx2_softmax_tile, avx2_pv_tile};
+const attn_kernels attn_kernels_avx2 = {attn_cells_avx2, avx2_f16_to_f32, avx2_dot,          avx2_scale_f16,
+                                        avx2_mad_f16,    avx2_qk_tile,    avx2_softmax_tile, avx2_pv_tile};
 
 /* AVX-512: its own per-cell pass and tiles (attention_avx512.c, the AVX2
  * ones' results bit for bit), the AVX2 per-element primitives. */
-const attn_kernels attn_kernels_avx512 = {attn_cells_avx512,     avx2_f16_to_f32,
-                                                avx2_dot,                 avx2_scale_f16,
-                                                avx2_mad_f16,             attn_qk_tile_avx512,
-                                                attn_softmax_tile_avx512, attn_pv_tile_avx512};
+const attn_kernels attn_kernels_avx512 = {attn_cells_avx512,        avx2_f16_to_f32,    avx2_dot,
+                                          avx2_scale_f16,           avx2_mad_f16,       attn_qk_tile_avx512,
+                                          attn_softmax_tile_avx512, attn_pv_tile_avx512};

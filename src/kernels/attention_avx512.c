@@ -116,11 +116,21 @@ AI void qk_rows(const float *k, const float *qt, int d, float scale, float *st, 
         for (int c = 0; c < 4; c++) _mm512_storeu_ps(st + r * TQ + c * 16, _mm512_mul_ps(a[r][c], sc));
 }
 
-static void qk_rows6(const float *k, const float *qt, int d, float scale, float *st) { qk_rows(k, qt, d, scale, st, 6); }
-static void qk_rows4(const float *k, const float *qt, int d, float scale, float *st) { qk_rows(k, qt, d, scale, st, 4); }
-static void qk_rows3(const float *k, const float *qt, int d, float scale, float *st) { qk_rows(k, qt, d, scale, st, 3); }
-static void qk_rows2(const float *k, const float *qt, int d, float scale, float *st) { qk_rows(k, qt, d, scale, st, 2); }
-static void qk_rows1(const float *k, const float *qt, int d, float scale, float *st) { qk_rows(k, qt, d, scale, st, 1); }
+static void qk_rows6(const float *k, const float *qt, int d, float scale, float *st) {
+    qk_rows(k, qt, d, scale, st, 6);
+}
+static void qk_rows4(const float *k, const float *qt, int d, float scale, float *st) {
+    qk_rows(k, qt, d, scale, st, 4);
+}
+static void qk_rows3(const float *k, const float *qt, int d, float scale, float *st) {
+    qk_rows(k, qt, d, scale, st, 3);
+}
+static void qk_rows2(const float *k, const float *qt, int d, float scale, float *st) {
+    qk_rows(k, qt, d, scale, st, 2);
+}
+static void qk_rows1(const float *k, const float *qt, int d, float scale, float *st) {
+    qk_rows(k, qt, d, scale, st, 1);
+}
 
 void attn_qk_tile_avx512(const float *k, int nk, const float *qt, int d, float scale, float *st) {
     int j = 0;
@@ -212,10 +222,10 @@ AI void pv_block(const float *p, int nk, const float *v, int d, const float *ms,
 /* One chunk of head columns for all TQ query rows: 4 rows at a time, or 8
  * where the chunk is at most 2 zmm wide. */
 #define PV_CHUNK(NZ, TAIL)                                                                                           \
-    static void pv_chunk_##NZ##_##TAIL(const float *p, int nk, const float *v, int d, const float *ms, float *o,   \
-                                       __mmask16 tm) {                                                             \
-        enum { R = (NZ) + (TAIL) <= 2 ? 8 : 4 };                                                                   \
-        for (int i = 0; i < TQ; i += R) pv_block(p + i, nk, v, d, ms + i, o + i * d, R, NZ, TAIL, tm);           \
+    static void pv_chunk_##NZ##_##TAIL(const float *p, int nk, const float *v, int d, const float *ms, float *o,     \
+                                       __mmask16 tm) {                                                               \
+        enum { R = (NZ) + (TAIL) <= 2 ? 8 : 4 };                                                                     \
+        for (int i = 0; i < TQ; i += R) pv_block(p + i, nk, v, d, ms + i, o + i * d, R, NZ, TAIL, tm);               \
     }
 PV_CHUNK(1, 0)
 PV_CHUNK(2, 0)

@@ -42,7 +42,7 @@ f16_bits f32_to_fp16(float f) {
     uint32_t u = f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
     u &= 0x7fffffffu;
-    if (u > 0x7f800000u) return sign | 0x7e00; /* NaN (sign kept, as F16C does) */
+    if (u > 0x7f800000u) return sign | 0x7e00;  /* NaN (sign kept, as F16C does) */
     if (u >= 0x47800000u) return sign | 0x7c00; /* >= 65536 (or inf): inf */
     if (u >= 0x38800000u) {
         /* normal half: rebias the exponent, round the 13 dropped bits; a

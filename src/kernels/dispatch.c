@@ -184,12 +184,9 @@ static void detect(void) {
         int want = -1;
         for (int i = 0; i < 3; i++)
             if (strcmp(env, isa_name((isa_level)i)) == 0) want = i;
-        if (want < 0)
-            PH_WARN("PINHOLE_ISA=%s is not one of scalar, avx2, avx512; using %s", env, isa_name(isa));
-        else if (!cpu_has[want])
-            PH_WARN("PINHOLE_ISA=%s: this CPU cannot run it; using %s", env, isa_name(isa));
-        else
-            isa = (isa_level)want;
+        if (want < 0) PH_WARN("PINHOLE_ISA=%s is not one of scalar, avx2, avx512; using %s", env, isa_name(isa));
+        else if (!cpu_has[want]) PH_WARN("PINHOLE_ISA=%s: this CPU cannot run it; using %s", env, isa_name(isa));
+        else isa = (isa_level)want;
     }
     atomic_store(&current, &tables[isa]);
 }

@@ -43,22 +43,22 @@ INLINE __m256 ld_bf16(const bf16_bits *p) {
 }
 
 /* A dot of two float-like rows: four 8-lane f32 accumulators, tail in double. */
-#define FLOAT_DOT(name, TW, ldw, cw, TX, ldx, cx)                                                    \
-    static float name(int64_t n, const void *w, const void *x) {                                      \
-        const TW *a = w;                                                                              \
-        const TX *b = x;                                                                              \
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                   \
-        int64_t i = 0;                                                                                \
-        for (; i + 32 <= n; i += 32) {                                                                \
-            s0 = _mm256_fmadd_ps(ldw(a + i), ldx(b + i), s0);                                         \
-            s1 = _mm256_fmadd_ps(ldw(a + i + 8), ldx(b + i + 8), s1);                                 \
-            s2 = _mm256_fmadd_ps(ldw(a + i + 16), ldx(b + i + 16), s2);                               \
-            s3 = _mm256_fmadd_ps(ldw(a + i + 24), ldx(b + i + 24), s3);                               \
-        }                                                                                             \
-        for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(ldw(a + i), ldx(b + i), s0);                  \
-        double s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));              \
-        for (; i < n; i++) s += (double)(cw(a[i]) * cx(b[i]));                                        \
-        return (float)s;                                                                              \
+#define FLOAT_DOT(name, TW, ldw, cw, TX, ldx, cx)                                                                    \
+    static float name(int64_t n, const void *w, const void *x) {                                                     \
+        const TW *a = w;                                                                                             \
+        const TX *b = x;                                                                                             \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                                  \
+        int64_t i = 0;                                                                                               \
+        for (; i + 32 <= n; i += 32) {                                                                               \
+            s0 = _mm256_fmadd_ps(ldw(a + i), ldx(b + i), s0);                                                        \
+            s1 = _mm256_fmadd_ps(ldw(a + i + 8), ldx(b + i + 8), s1);                                                \
+            s2 = _mm256_fmadd_ps(ldw(a + i + 16), ldx(b + i + 16), s2);                                              \
+            s3 = _mm256_fmadd_ps(ldw(a + i + 24), ldx(b + i + 24), s3);                                              \
+        }                                                                                                            \
+        for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(ldw(a + i), ldx(b + i), s0);                                 \
+        double s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));                             \
+        for (; i < n; i++) s += (double)(cw(a[i]) * cx(b[i]));                                                       \
+        return (float)s;                                                                                             \
     }
 
 INLINE float id_f32(float f) { return f; }
@@ -71,32 +71,31 @@ FLOAT_DOT(dot_f16_f32, f16_bits, ld_f16, f16f, float, ld_f32, id_f32)
 
 /* 2 weight rows x 4 activation rows (f32, rounded to f16 for F16 weights):
  * eight accumulators, each weight vector converted once and used 4 times. */
-#define FLOAT_TILE(name, TW, ldw, cw)                                                                 \
-    static void name(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y,        \
-                     size_t ldy) {                                                                    \
-        const TW *w0 = w, *w1 = (const TW *)((const char *)w + wb);                                   \
-        const float *xr[4];                                                                           \
-        for (int r = 0; r < 4; r++) xr[r] = (const float *)((const char *)x + r * xb);                \
-        __m256 acc[2][4];                                                                             \
-        UNROLL for (int r = 0; r < 4; r++) acc[0][r] = acc[1][r] = _mm256_setzero_ps();               \
-        int64_t i = 0;                                                                                \
-        for (; i + 8 <= n; i += 8) {                                                                  \
-            __m256 a0 = ldw(w0 + i), a1 = ldw(w1 + i);                                                \
-            UNROLL for (int r = 0; r < 4; r++) {                                                      \
-                __m256 b = _mm256_loadu_ps(xr[r] + i);                                                \
-                acc[0][r] = _mm256_fmadd_ps(a0, b, acc[0][r]);                                        \
-                acc[1][r] = _mm256_fmadd_ps(a1, b, acc[1][r]);                                        \
-            }                                                                                         \
-        }                                                                                             \
-        UNROLL for (int r = 0; r < 4; r++) {                                                          \
-            double s0 = hsum256(acc[0][r]), s1 = hsum256(acc[1][r]);                                  \
-            for (int64_t k = i; k < n; k++) {                                                         \
-                s0 += (double)(cw(w0[k]) * xr[r][k]);                                                 \
-                s1 += (double)(cw(w1[k]) * xr[r][k]);                                                 \
-            }                                                                                         \
-            y[r * ldy] = (float)s0;                                                                   \
-            y[r * ldy + 1] = (float)s1;                                                               \
-        }                                                                                             \
+#define FLOAT_TILE(name, TW, ldw, cw)                                                                                \
+    static void name(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y, size_t ldy) {          \
+        const TW *w0 = w, *w1 = (const TW *)((const char *)w + wb);                                                  \
+        const float *xr[4];                                                                                          \
+        for (int r = 0; r < 4; r++) xr[r] = (const float *)((const char *)x + r * xb);                               \
+        __m256 acc[2][4];                                                                                            \
+        UNROLL for (int r = 0; r < 4; r++) acc[0][r] = acc[1][r] = _mm256_setzero_ps();                              \
+        int64_t i = 0;                                                                                               \
+        for (; i + 8 <= n; i += 8) {                                                                                 \
+            __m256 a0 = ldw(w0 + i), a1 = ldw(w1 + i);                                                               \
+            UNROLL for (int r = 0; r < 4; r++) {                                                                     \
+                __m256 b = _mm256_loadu_ps(xr[r] + i);                                                               \
+                acc[0][r] = _mm256_fmadd_ps(a0, b, acc[0][r]);                                                       \
+                acc[1][r] = _mm256_fmadd_ps(a1, b, acc[1][r]);                                                       \
+            }                                                                                                        \
+        }                                                                                                            \
+        UNROLL for (int r = 0; r < 4; r++) {                                                                         \
+            double s0 = hsum256(acc[0][r]), s1 = hsum256(acc[1][r]);                                                 \
+            for (int64_t k = i; k < n; k++) {                                                                        \
+                s0 += (double)(cw(w0[k]) * xr[r][k]);                                                                \
+                s1 += (double)(cw(w1[k]) * xr[r][k]);                                                                \
+            }                                                                                                        \
+            y[r * ldy] = (float)s0;                                                                                  \
+            y[r * ldy + 1] = (float)s1;                                                                              \
+        }                                                                                                            \
     }
 
 FLOAT_TILE(tile_f32, float, ld_f32, id_f32)
@@ -116,9 +115,9 @@ INLINE __m128i k4_scales_mins(const uint8_t *s) {
     memcpy(w, s, 12);
     /* built in registers: four 32-bit stores read back as one 128-bit load
      * would defeat store forwarding */
-    return _mm_setr_epi32((int)(w[0] & 0x3f3f3f3fu),                                              /* sc 0..3 */
-                          (int)((w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)),       /* sc 4..7 */
-                          (int)(w[1] & 0x3f3f3f3fu),                                              /* mn 0..3 */
+    return _mm_setr_epi32((int)(w[0] & 0x3f3f3f3fu),                                                /* sc 0..3 */
+                          (int)((w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)),         /* sc 4..7 */
+                          (int)(w[1] & 0x3f3f3f3fu),                                                /* mn 0..3 */
                           (int)(((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4))); /* mn 4..7 */
 }
 
@@ -209,26 +208,28 @@ INLINE void q6_K_rows(int64_t n, const void *w, const void *x, size_t xb, float 
             __m256i qh = loadu256(b->qh + 32 * h);
             /* the 8 scales of this half as int16 in both 128-bit lanes; the 32
              * elements of group g use scale 2g (low lane) and 2g+1 (high lane) */
-            __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(b->scales + 8 * h))));
+            __m256i sch =
+                _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(b->scales + 8 * h))));
             UNROLL for (int g = 0; g < 4; g++) {
                 /* group g: the low (g < 2) or high nibbles of ql0 (g even) or
                  * ql1 (g odd), with qh bits 2g, 2g+1 moved to bits 4, 5 */
                 __m256i l = g & 1 ? ql1 : ql0;
                 l = g < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-                __m256i hh = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2)
-                           : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+                __m256i hh = g == 0   ? _mm256_slli_epi16(qh, 4)
+                             : g == 1 ? _mm256_slli_epi16(qh, 2)
+                             : g == 2 ? qh
+                                      : _mm256_srli_epi16(qh, 2);
                 __m256i q = _mm256_or_si256(l, _mm256_and_si256(hh, m30));
-                __m256i s = _mm256_shuffle_epi8(
-                    sch, _mm256_set_m128i(_mm_set1_epi16((short)(0x0302 + 0x0404 * g)),
-                                          _mm_set1_epi16((short)(0x0100 + 0x0404 * g))));
+                __m256i s = _mm256_shuffle_epi8(sch, _mm256_set_m128i(_mm_set1_epi16((short)(0x0302 + 0x0404 * g)),
+                                                                      _mm_set1_epi16((short)(0x0100 + 0x0404 * g))));
                 UNROLL for (int r = 0; r < nr; r++) {
                     __m256i p = _mm256_maddubs_epi16(q, loadu256(xr[r][i].qs + 128 * h + 32 * g));
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, s));
                 }
             }
         }
-        UNROLL for (int r = 0; r < nr; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * xr[r][i].d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        UNROLL for (int r = 0; r < nr; r++) acc[r] =
+            _mm256_fmadd_ps(_mm256_set1_ps(d * xr[r][i].d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
     }
     UNROLL for (int r = 0; r < nr; r++) y[r * ldy] = hsum256(acc[r]);
 }
@@ -289,7 +290,8 @@ static void act_q8_K(const float *src, void *dst, int64_t n) {
         const __m256 am = _mm256_set1_ps(amax);
         int idx = 0;
         for (int k = 0; k < PH_QK_K; k += 8) {
-            int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(src + k)), am, _CMP_EQ_OQ));
+            int mask =
+                _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(src + k)), am, _CMP_EQ_OQ));
             if (mask) {
                 idx = k + __builtin_ctz((unsigned)mask);
                 break;
@@ -330,22 +332,22 @@ static void act_f16_as_f32(const float *src, void *dst, int64_t n) {
     float *d = dst;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT)));
+        _mm256_storeu_ps(d + i,
+                         _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT)));
     for (; i < n; i++) d[i] = fp16_to_f32(f32_to_fp16(src[i]));
 }
 
 /* ---- table ---------------------------------------------------------------------- */
 
-#define ROW_WRAPPERS(T, call)                                                                         \
-    static float dot_##T(int64_t n, const void *w, const void *x) {                                   \
-        float y;                                                                                      \
-        call(n, w, x, 0, &y, 0, 1);                                                                   \
-        return y;                                                                                     \
-    }                                                                                                 \
-    static void tile_##T(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y,    \
-                         size_t ldy) {                                                                \
-        (void)wb;                                                                                     \
-        call(n, w, x, xb, y, ldy, 4);                                                                 \
+#define ROW_WRAPPERS(T, call)                                                                                        \
+    static float dot_##T(int64_t n, const void *w, const void *x) {                                                  \
+        float y;                                                                                                     \
+        call(n, w, x, 0, &y, 0, 1);                                                                                  \
+        return y;                                                                                                    \
+    }                                                                                                                \
+    static void tile_##T(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y, size_t ldy) {      \
+        (void)wb;                                                                                                    \
+        call(n, w, x, xb, y, ldy, 4);                                                                                \
     }
 
 INLINE void q4_K_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr) {

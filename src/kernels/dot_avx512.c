@@ -35,54 +35,53 @@ INLINE __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm51
 INLINE __m512 ld_f32(const float *p) { return _mm512_loadu_ps(p); }
 INLINE __m512 ld_f16(const f16_bits *p) { return _mm512_cvtph_ps(loadu256(p)); }
 
-#define FLOAT_DOT(name, TW, ldw, cw, TX, ldx, cx)                                                    \
-    static float name(int64_t n, const void *w, const void *x) {                                      \
-        const TW *a = w;                                                                              \
-        const TX *b = x;                                                                              \
-        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                   \
-        int64_t i = 0;                                                                                \
-        for (; i + 64 <= n; i += 64) {                                                                \
-            s0 = _mm512_fmadd_ps(ldw(a + i), ldx(b + i), s0);                                         \
-            s1 = _mm512_fmadd_ps(ldw(a + i + 16), ldx(b + i + 16), s1);                               \
-            s2 = _mm512_fmadd_ps(ldw(a + i + 32), ldx(b + i + 32), s2);                               \
-            s3 = _mm512_fmadd_ps(ldw(a + i + 48), ldx(b + i + 48), s3);                               \
-        }                                                                                             \
-        for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(ldw(a + i), ldx(b + i), s0);                \
-        double s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3))); \
-        for (; i < n; i++) s += (double)(cw(a[i]) * cx(b[i]));                                        \
-        return (float)s;                                                                              \
+#define FLOAT_DOT(name, TW, ldw, cw, TX, ldx, cx)                                                                    \
+    static float name(int64_t n, const void *w, const void *x) {                                                     \
+        const TW *a = w;                                                                                             \
+        const TX *b = x;                                                                                             \
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                                  \
+        int64_t i = 0;                                                                                               \
+        for (; i + 64 <= n; i += 64) {                                                                               \
+            s0 = _mm512_fmadd_ps(ldw(a + i), ldx(b + i), s0);                                                        \
+            s1 = _mm512_fmadd_ps(ldw(a + i + 16), ldx(b + i + 16), s1);                                              \
+            s2 = _mm512_fmadd_ps(ldw(a + i + 32), ldx(b + i + 32), s2);                                              \
+            s3 = _mm512_fmadd_ps(ldw(a + i + 48), ldx(b + i + 48), s3);                                              \
+        }                                                                                                            \
+        for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(ldw(a + i), ldx(b + i), s0);                               \
+        double s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));                \
+        for (; i < n; i++) s += (double)(cw(a[i]) * cx(b[i]));                                                       \
+        return (float)s;                                                                                             \
     }
 
 FLOAT_DOT(dot_f32, float, ld_f32, id_f32, float, ld_f32, id_f32)
 FLOAT_DOT(dot_f16, f16_bits, ld_f16, f16f, f16_bits, ld_f16, f16f)
 FLOAT_DOT(dot_f16_f32, f16_bits, ld_f16, f16f, float, ld_f32, id_f32)
 
-#define FLOAT_TILE(name, TW, ldw, cw)                                                                 \
-    static void name(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y,        \
-                     size_t ldy) {                                                                    \
-        const TW *w0 = w, *w1 = (const TW *)((const char *)w + wb);                                   \
-        const float *xr[4];                                                                           \
-        for (int r = 0; r < 4; r++) xr[r] = (const float *)((const char *)x + r * xb);                \
-        __m512 acc[2][4];                                                                             \
-        UNROLL for (int r = 0; r < 4; r++) acc[0][r] = acc[1][r] = _mm512_setzero_ps();               \
-        int64_t i = 0;                                                                                \
-        for (; i + 16 <= n; i += 16) {                                                                \
-            __m512 a0 = ldw(w0 + i), a1 = ldw(w1 + i);                                                \
-            UNROLL for (int r = 0; r < 4; r++) {                                                      \
-                __m512 b = _mm512_loadu_ps(xr[r] + i);                                                \
-                acc[0][r] = _mm512_fmadd_ps(a0, b, acc[0][r]);                                        \
-                acc[1][r] = _mm512_fmadd_ps(a1, b, acc[1][r]);                                        \
-            }                                                                                         \
-        }                                                                                             \
-        UNROLL for (int r = 0; r < 4; r++) {                                                          \
-            double s0 = _mm512_reduce_add_ps(acc[0][r]), s1 = _mm512_reduce_add_ps(acc[1][r]);        \
-            for (int64_t k = i; k < n; k++) {                                                         \
-                s0 += (double)(cw(w0[k]) * xr[r][k]);                                                 \
-                s1 += (double)(cw(w1[k]) * xr[r][k]);                                                 \
-            }                                                                                         \
-            y[r * ldy] = (float)s0;                                                                   \
-            y[r * ldy + 1] = (float)s1;                                                               \
-        }                                                                                             \
+#define FLOAT_TILE(name, TW, ldw, cw)                                                                                \
+    static void name(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y, size_t ldy) {          \
+        const TW *w0 = w, *w1 = (const TW *)((const char *)w + wb);                                                  \
+        const float *xr[4];                                                                                          \
+        for (int r = 0; r < 4; r++) xr[r] = (const float *)((const char *)x + r * xb);                               \
+        __m512 acc[2][4];                                                                                            \
+        UNROLL for (int r = 0; r < 4; r++) acc[0][r] = acc[1][r] = _mm512_setzero_ps();                              \
+        int64_t i = 0;                                                                                               \
+        for (; i + 16 <= n; i += 16) {                                                                               \
+            __m512 a0 = ldw(w0 + i), a1 = ldw(w1 + i);                                                               \
+            UNROLL for (int r = 0; r < 4; r++) {                                                                     \
+                __m512 b = _mm512_loadu_ps(xr[r] + i);                                                               \
+                acc[0][r] = _mm512_fmadd_ps(a0, b, acc[0][r]);                                                       \
+                acc[1][r] = _mm512_fmadd_ps(a1, b, acc[1][r]);                                                       \
+            }                                                                                                        \
+        }                                                                                                            \
+        UNROLL for (int r = 0; r < 4; r++) {                                                                         \
+            double s0 = _mm512_reduce_add_ps(acc[0][r]), s1 = _mm512_reduce_add_ps(acc[1][r]);                       \
+            for (int64_t k = i; k < n; k++) {                                                                        \
+                s0 += (double)(cw(w0[k]) * xr[r][k]);                                                                \
+                s1 += (double)(cw(w1[k]) * xr[r][k]);                                                                \
+            }                                                                                                        \
+            y[r * ldy] = (float)s0;                                                                                  \
+            y[r * ldy + 1] = (float)s1;                                                                              \
+        }                                                                                                            \
     }
 
 FLOAT_TILE(tile_f32, float, ld_f32, id_f32)
@@ -105,9 +104,9 @@ INLINE __m128i k4_scales_mins(const uint8_t *s) {
     memcpy(w, s, 12);
     /* built in registers: four 32-bit stores read back as one 128-bit load
      * would defeat store forwarding */
-    return _mm_setr_epi32((int)(w[0] & 0x3f3f3f3fu),                                              /* sc 0..3 */
-                          (int)((w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)),       /* sc 4..7 */
-                          (int)(w[1] & 0x3f3f3f3fu),                                              /* mn 0..3 */
+    return _mm_setr_epi32((int)(w[0] & 0x3f3f3f3fu),                                                /* sc 0..3 */
+                          (int)((w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)),         /* sc 4..7 */
+                          (int)(w[1] & 0x3f3f3f3fu),                                                /* mn 0..3 */
                           (int)(((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4))); /* mn 4..7 */
 }
 
@@ -193,15 +192,15 @@ INLINE void q6_K_rows(int64_t n, const void *w, const void *x, size_t xb, float 
         __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales));
         __m512i sc512 = _mm512_castsi256_si512(sc16);
         __m512i sumi[4];
-        UNROLL for (int r = 0; r < nr; r++)
-            sumi[r] = _mm512_castsi256_si512(_mm256_sub_epi32(
-                _mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(xr[r][i].bsums)), 5)));
+        UNROLL for (int r = 0; r < nr; r++) sumi[r] = _mm512_castsi256_si512(_mm256_sub_epi32(
+            _mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(xr[r][i].bsums)), 5)));
         UNROLL for (int r = 0; r < nr; r++) /* clear the upper half left undefined by the cast */
             sumi[r] = _mm512_maskz_mov_epi32(0x00ff, sumi[r]);
         UNROLL for (int h = 0; h < 2; h++) {
             __m512i ql = loadu512(b->ql + 64 * h);
             __m512i qh = _mm512_broadcast_i64x4(loadu256(b->qh + 32 * h));
-            __m512i qa = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl_a), m30));
+            __m512i qa =
+                _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl_a), m30));
             __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
                                          _mm512_and_si512(_mm512_srlv_epi16(qh, shr_b), m30));
             /* lane k of A: scale 8h+k; of B: 8h+4+k */
@@ -218,24 +217,23 @@ INLINE void q6_K_rows(int64_t n, const void *w, const void *x, size_t xb, float 
                 sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(qb, loadu512(xq + 64)), sb);
             }
         }
-        UNROLL for (int r = 0; r < nr; r++)
-            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * xr[r][i].d), _mm512_cvtepi32_ps(sumi[r]), acc[r]);
+        UNROLL for (int r = 0; r < nr; r++) acc[r] =
+            _mm512_fmadd_ps(_mm512_set1_ps(d * xr[r][i].d), _mm512_cvtepi32_ps(sumi[r]), acc[r]);
     }
     UNROLL for (int r = 0; r < nr; r++) y[r * ldy] = _mm512_reduce_add_ps(acc[r]);
 }
 
 /* ---- table ------------------------------------------------------------------------------- */
 
-#define ROW_WRAPPERS(T, call)                                                                         \
-    static float dot_##T(int64_t n, const void *w, const void *x) {                                   \
-        float y;                                                                                      \
-        call(n, w, x, 0, &y, 0, 1);                                                                   \
-        return y;                                                                                     \
-    }                                                                                                 \
-    static void tile_##T(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y,    \
-                         size_t ldy) {                                                                \
-        (void)wb;                                                                                     \
-        call(n, w, x, xb, y, ldy, 4);                                                                 \
+#define ROW_WRAPPERS(T, call)                                                                                        \
+    static float dot_##T(int64_t n, const void *w, const void *x) {                                                  \
+        float y;                                                                                                     \
+        call(n, w, x, 0, &y, 0, 1);                                                                                  \
+        return y;                                                                                                    \
+    }                                                                                                                \
+    static void tile_##T(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y, size_t ldy) {      \
+        (void)wb;                                                                                                    \
+        call(n, w, x, xb, y, ldy, 4);                                                                                \
     }
 
 INLINE void q4_K_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr) {

@@ -41,7 +41,5 @@ const gdn_kernels gdn_kernels_ref = {ref_conv, ref_step};
 
 const gdn_kernels *gdn_kernels_get(void) {
     const isa_level isa = kernels_isa();
-    return isa >= PH_ISA_AVX512 ? &gdn_kernels_avx512
-           : isa >= PH_ISA_AVX2 ? &gdn_kernels_avx2
-                                : &gdn_kernels_ref;
+    return isa >= PH_ISA_AVX512 ? &gdn_kernels_avx512 : isa >= PH_ISA_AVX2 ? &gdn_kernels_avx2 : &gdn_kernels_ref;
 }

@@ -11,8 +11,8 @@ static void avx2_conv(float *st, const float *w, const float *x, float *u, int n
         const __m256 xc = _mm256_loadu_ps(x + c);
         __m256 s = _mm256_setzero_ps();
         for (int i = 0; i < kc - 1; i++)
-            s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_loadu_ps(st + (size_t)i * ld + c),
-                                               _mm256_loadu_ps(w + (size_t)i * ld + c)));
+            s = _mm256_add_ps(
+                s, _mm256_mul_ps(_mm256_loadu_ps(st + (size_t)i * ld + c), _mm256_loadu_ps(w + (size_t)i * ld + c)));
         s = _mm256_add_ps(s, _mm256_mul_ps(xc, _mm256_loadu_ps(w + (size_t)(kc - 1) * ld + c)));
         for (int i = 0; i + 1 < kc - 1; i++)
             _mm256_storeu_ps(st + (size_t)i * ld + c, _mm256_loadu_ps(st + (size_t)(i + 1) * ld + c));

@@ -16,8 +16,8 @@ typedef enum { PH_ISA_SCALAR = 0, PH_ISA_AVX2 = 1, PH_ISA_AVX512 = 2 } isa_level
 /* Detects the CPU (or honours PINHOLE_ISA=scalar|avx2|avx512 when the CPU
  * has it) and installs the kernels. Idempotent, thread-safe. */
 void kernels_init(void);
-isa_level kernels_isa(void);          /* what was chosen */
-int kernels_cpu_has(isa_level isa);           /* what the CPU supports */
+isa_level kernels_isa(void);        /* what was chosen */
+int kernels_cpu_has(isa_level isa); /* what the CPU supports */
 const char *isa_name(isa_level isa);
 /* Forces an ISA (tests use it to compare versions). Returns -1 if the CPU
  * lacks it. */
@@ -25,9 +25,9 @@ int kernels_force(isa_level isa);
 
 /* ---- scalar conversions (docs/numerics.md, F16 and BF16) ----------------- */
 float fp16_to_f32(f16_bits h);
-f16_bits f32_to_fp16(float f);        /* RNE, overflow to inf, NaN -> 0x7E00 */
+f16_bits f32_to_fp16(float f); /* RNE, overflow to inf, NaN -> 0x7E00 */
 float bfp16_to_f32(bf16_bits h);
-bf16_bits f32_to_bfp16(float f);      /* RNE, NaN forced quiet */
+bf16_bits f32_to_bfp16(float f); /* RNE, NaN forced quiet */
 
 /* ---- rows ------------------------------------------------------------------ */
 /* Dequantizes n elements (multiple of the block size) of `type`. */

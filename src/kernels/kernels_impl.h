@@ -21,11 +21,11 @@ typedef void (*act_fn)(const float *src, void *dst, int64_t n);
  * the AVX2 F16 plan stores x rounded to f16 but widened back to f32, so its
  * inner loop converts only the weights. */
 typedef struct mm_plan {
-    act_fn act;     /* NULL: use the F32 rows as they are */
-    int act_type;      /* storage type of converted rows (for row sizes) */
-    dot_fn dot;     /* one weight row . one converted row */
-    tile_fn tile;   /* NULL: dot only */
-    int mw, mx;        /* tile shape */
+    act_fn act;   /* NULL: use the F32 rows as they are */
+    int act_type; /* storage type of converted rows (for row sizes) */
+    dot_fn dot;   /* one weight row . one converted row */
+    tile_fn tile; /* NULL: dot only */
+    int mw, mx;   /* tile shape */
 } mm_plan;
 
 /* Packed weights (pack.c): groups of PH_PK_ROWS output rows; per block of
@@ -72,20 +72,19 @@ void pk_act_extras(int type, void *row, int64_t n);
  * weight rows at wg (no <= the plan's mw; groups are n-dependent bytes apart,
  * contiguous): y[r*ldy + o] for o < no. The quantized ones are the reference
  * dot bit for bit. */
-typedef void (*pk_tile_fn)(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy,
-                              int no);
+typedef void (*pk_tile_fn)(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy, int no);
 typedef struct pk_plan {
     pk_tile_fn tile; /* NULL: no packed kernel for this type */
-    int mx, mw;         /* activation rows, weight rows (a multiple of 16) per call */
+    int mx, mw;      /* activation rows, weight rows (a multiple of 16) per call */
     act_fn act;      /* activation rows; NULL: the dot type's, then pk_act_extras */
 } pk_plan;
 
 typedef struct kernel_table {
     isa_level isa;
-    dot_fn dot[PH_TYPE_COUNT];   /* public vec_dot, by weight type */
-    act_fn act[PH_TYPE_COUNT];   /* public quantize_act_row, by dot type */
-    mm_plan mm[PH_TYPE_COUNT];   /* by weight type */
-    pk_plan pk[PH_TYPE_COUNT];   /* by weight type, for packed matrices */
+    dot_fn dot[PH_TYPE_COUNT]; /* public vec_dot, by weight type */
+    act_fn act[PH_TYPE_COUNT]; /* public quantize_act_row, by dot type */
+    mm_plan mm[PH_TYPE_COUNT]; /* by weight type */
+    pk_plan pk[PH_TYPE_COUNT]; /* by weight type, for packed matrices */
 } kernel_table;
 
 /* The table in use (installed by kernels_init / kernels_force). */

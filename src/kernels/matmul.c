@@ -19,14 +19,14 @@
 
 #include "kernels/kernels_impl.h"
 
-#define PH_MM_W_TILE_BYTES (128 * 1024) /* weight rows per tile: about this many bytes */
-#define PH_MM_X_TILE_ROWS 256           /* activation rows per tile (at most) */
-#define PH_MM_CHUNKS_PER_THREAD 16      /* decode: chunks per thread, for balance */
+#define PH_MM_W_TILE_BYTES      (128 * 1024) /* weight rows per tile: about this many bytes */
+#define PH_MM_X_TILE_ROWS       256          /* activation rows per tile (at most) */
+#define PH_MM_CHUNKS_PER_THREAD 16           /* decode: chunks per thread, for balance */
 
 typedef struct mm_ctx {
     const mm_plan *p;
     const pk_plan *pk; /* packed matrix: its plan (p is then unused) */
-    size_t gb;            /* packed: bytes of one group of 16 weight rows */
+    size_t gb;         /* packed: bytes of one group of 16 weight rows */
     const wmat *w;
     const float *x;
     int64_t n_rows;
@@ -34,10 +34,10 @@ typedef struct mm_ctx {
     const uint8_t *xq; /* the rows the dots read: xbuf or x */
     size_t xb;
     float *y;
-    int64_t chunk;       /* decode: rows per chunk */
+    int64_t chunk;        /* decode: rows per chunk */
     int64_t bo, bx, n_ob; /* prefill: tile shape, tiles along the outputs */
-    int64_t n_items;     /* chunks or tiles */
-    atomic_long next;    /* next item to take (a late thread's share goes to the others) */
+    int64_t n_items;      /* chunks or tiles */
+    atomic_long next;     /* next item to take (a late thread's share goes to the others) */
 } mm_ctx;
 
 static void convert_row(const mm_ctx *c, int64_t r) {
@@ -142,8 +142,8 @@ void mat_mul(tpool *pool, const wmat *w, const float *x, int64_t n_rows, float *
 
     if (c.pk || c.p->act) {
         void *buf;
-        c.xb = round_up(c.pk ? (int64_t)pk_act_bytes(w->type, w->n_in)
-                             : (int64_t)type_row_bytes(c.p->act_type, w->n_in), 64);
+        c.xb = round_up(
+            c.pk ? (int64_t)pk_act_bytes(w->type, w->n_in) : (int64_t)type_row_bytes(c.p->act_type, w->n_in), 64);
         if (posix_memalign(&buf, 64, c.xb * (size_t)n_rows) != 0) {
             fprintf(stderr, "pinhole: mat_mul: out of memory for %lld activation rows\n", (long long)n_rows);
             abort();

@@ -18,7 +18,10 @@ size_t pk_block_bytes(int type) {
     }
 }
 
-typedef struct { float d; int32_t c128; } pk_q8_0_extra;
+typedef struct {
+    float d;
+    int32_t c128;
+} pk_q8_0_extra;
 
 size_t pk_act_bytes(int type, int64_t n) {
     if (type == PH_TYPE_F16) return (size_t)n * sizeof(float);

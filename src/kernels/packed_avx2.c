@@ -180,16 +180,16 @@ INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                     UNROLL for (int v = 2 * c; v < 2 * c + 2; v++) {
                         __m256i q = ld(qj + 64 * v + 32 * h);
                         __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), bit_to4(hb, 2 * v));
-                        __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                                     bit_to4(hb, 2 * v + 1));
+                        __m256i hi =
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit_to4(hb, 2 * v + 1));
                         UNROLL for (int r = 0; r < NR; r++) {
                             const int8_t *xq = xr[r][i].qs + 32 * j + 8 * v;
                             __m256i t = _mm256_add_epi16(mub(lo, bc32(xq)), mub(hi, bc32(xq + 4)));
                             p[r] = chain(_mm256_add_epi16(p[r], t));
                         }
                     }
-                    UNROLL for (int r = 0; r < NR; r++)
-                        sumi[r] = chain(_mm256_add_epi32(sumi[r], _mm256_madd_epi16(p[r], scj)));
+                    UNROLL for (int r = 0; r < NR; r++) sumi[r] =
+                        chain(_mm256_add_epi32(sumi[r], _mm256_madd_epi16(p[r], scj)));
                 }
             }
             kq_mins(summ, mn, h, ex, i, NR);
@@ -242,12 +242,12 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                         const int8_t *xq = xr[r][i].qs + 16 * k;
                         __m256i a = _mm256_add_epi16(mub(u[0], bc32(xq)), mub(u[1], bc32(xq + 4)));
                         __m256i b = _mm256_add_epi16(mub(u[2], bc32(xq + 8)), mub(u[3], bc32(xq + 12)));
-                        sumi[r] = chain(_mm256_add_epi32(sumi[r], _mm256_add_epi32(_mm256_madd_epi16(a, sk[hh]),
-                                                                                   _mm256_madd_epi16(b, sk[hh]))));
+                        sumi[r] = chain(_mm256_add_epi32(
+                            sumi[r], _mm256_add_epi32(_mm256_madd_epi16(a, sk[hh]), _mm256_madd_epi16(b, sk[hh]))));
                     }
                 }
-                UNROLL for (int r = 0; r < NR; r++)
-                    corr[r] = _mm256_add_epi32(corr[r], _mm256_madd_epi16(sp, bc32(xr[r][i].bsums + 2 * m)));
+                UNROLL for (int r = 0; r < NR; r++) corr[r] =
+                    _mm256_add_epi32(corr[r], _mm256_madd_epi16(sp, bc32(xr[r][i].bsums + 2 * m)));
             }
             __m256 d = ld_f16x8(wg + 16 * h);
             UNROLL for (int r = 0; r < NR; r++) {
@@ -306,16 +306,16 @@ INLINE void f16_tile(int64_t n, const uint8_t *wg, const float *x, size_t xb, fl
  * registers); more rows, one group at a time (both groups at once spilled
  * accumulators: 6 rows 35 -> 54 GMAC/s, 3 rows 37 -> 40 with F16_G2 3 over 2). */
 #define F16_G2 3
-#define F16_CASE(NR)                                                                                             \
-    case NR:                                                                                                     \
-        if (no > PH_PK_ROWS && NR <= F16_G2) {                                                                   \
-            f16_tile(n, wg, x, xb, y, ldy, no, NR, 2);                                                           \
-        } else {                                                                                                 \
-            f16_tile(n, wg, x, xb, y, ldy, no < PH_PK_ROWS ? no : PH_PK_ROWS, NR, 1);                            \
-            if (no > PH_PK_ROWS)                                                                                 \
-                f16_tile(n, (const uint8_t *)wg + (size_t)n * PH_PK_ROWS * sizeof(f16_bits), x, xb, y + PH_PK_ROWS, \
-                         ldy, no - PH_PK_ROWS, NR, 1);                                                           \
-        }                                                                                                        \
+#define F16_CASE(NR)                                                                                                 \
+    case NR:                                                                                                         \
+        if (no > PH_PK_ROWS && NR <= F16_G2) {                                                                       \
+            f16_tile(n, wg, x, xb, y, ldy, no, NR, 2);                                                               \
+        } else {                                                                                                     \
+            f16_tile(n, wg, x, xb, y, ldy, no < PH_PK_ROWS ? no : PH_PK_ROWS, NR, 1);                                \
+            if (no > PH_PK_ROWS)                                                                                     \
+                f16_tile(n, (const uint8_t *)wg + (size_t)n * PH_PK_ROWS * sizeof(f16_bits), x, xb, y + PH_PK_ROWS,  \
+                         ldy, no - PH_PK_ROWS, NR, 1);                                                               \
+        }                                                                                                            \
         break;
 
 static void tile_f16(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy, int no) {

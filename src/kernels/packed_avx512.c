@@ -16,12 +16,12 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
-#define MX 6 /* activation rows per prefill call */
+#define MX     6 /* activation rows per prefill call */
 /* Software prefetch distance, a few blocks ahead: with one activation row
  * (decode) the hardware prefetcher alone leaves a single thread short of
  * the memory's bandwidth on the K-quants. */
-#define PF_K (4 * PH_PK_Q5_K_BYTES)
-#define PF_0 (16 * PH_PK_Q8_0_BYTES)
+#define PF_K   (4 * PH_PK_Q5_K_BYTES)
+#define PF_0   (16 * PH_PK_Q8_0_BYTES)
 
 INLINE __m512i ld(const void *p) { return _mm512_loadu_si512(p); }
 INLINE __m512i bc32(const void *p) {
@@ -38,7 +38,10 @@ INLINE void store(float *y, __m512 v, int no) {
 
 /* ---- Q8_0 / Q4_0 ------------------------------------------------------------------- */
 
-typedef struct { float d; int32_t c128; } q8_0_extra;
+typedef struct {
+    float d;
+    int32_t c128;
+} q8_0_extra;
 
 /* Q8_0 (Q4 = 0: the bytes are w + 128) or Q4_0 (Q4 = 1: nibbles q = w + 8);
  * the offset comes off through the activation block's sum. */
@@ -128,7 +131,8 @@ INLINE void k4_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, f
         }
         UNROLL for (int m = 0; m < 4; m++) {
             __m512i mp = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(mn + 32 * m)));
-            UNROLL for (int r = 0; r < NR; r++) summ[r] = _mm512_dpwssd_epi32(summ[r], mp, bc32(ex[r] + 8 * i + 2 * m));
+            UNROLL for (int r = 0; r < NR; r++) summ[r] =
+                _mm512_dpwssd_epi32(summ[r], mp, bc32(ex[r] + 8 * i + 2 * m));
         }
         __m512 d = ld_f16x16(wg), dmin = ld_f16x16(wg + 32);
         UNROLL for (int r = 0; r < NR; r++) {
@@ -185,7 +189,8 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                     sumi[r] = _mm512_add_epi32(sumi[r], _mm512_mullo_epi32(s, sk[h]));
                 }
             }
-            UNROLL for (int r = 0; r < NR; r++) corr[r] = _mm512_dpwssd_epi32(corr[r], sp, bc32(xr[r][i].bsums + 2 * m));
+            UNROLL for (int r = 0; r < NR; r++) corr[r] =
+                _mm512_dpwssd_epi32(corr[r], sp, bc32(xr[r][i].bsums + 2 * m));
         }
         __m512 d = ld_f16x16(wg);
         UNROLL for (int r = 0; r < NR; r++) {
@@ -227,10 +232,10 @@ INLINE void f16_tile(int64_t n, const uint8_t *wg, const float *x, size_t xb, fl
     }
 }
 
-#define F16_CASE(NR)                                                                                             \
-    case NR:                                                                                                     \
-        if (no > PH_PK_ROWS) f16_tile(n, wg, x, xb, y, ldy, no, NR, 2);                                          \
-        else f16_tile(n, wg, x, xb, y, ldy, no, NR, 1);                                                          \
+#define F16_CASE(NR)                                                                                                 \
+    case NR:                                                                                                         \
+        if (no > PH_PK_ROWS) f16_tile(n, wg, x, xb, y, ldy, no, NR, 2);                                              \
+        else f16_tile(n, wg, x, xb, y, ldy, no, NR, 1);                                                              \
         break;
 
 static void tile_f16(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy, int no) {
@@ -246,17 +251,17 @@ static void tile_f16(int64_t n, const void *wg, const void *x, size_t xb, int nr
 
 /* ---- table ---------------------------------------------------------------------------- */
 
-#define TILE(T)                                                                                                  \
-    static void tile_##T(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy,     \
-                         int no) {                                                                               \
-        switch (nr) {                                                                                            \
-        case 1: T##_tile(n, wg, x, xb, y, ldy, no, 1); break;                                                    \
-        case 2: T##_tile(n, wg, x, xb, y, ldy, no, 2); break;                                                    \
-        case 3: T##_tile(n, wg, x, xb, y, ldy, no, 3); break;                                                    \
-        case 4: T##_tile(n, wg, x, xb, y, ldy, no, 4); break;                                                    \
-        case 5: T##_tile(n, wg, x, xb, y, ldy, no, 5); break;                                                    \
-        default: T##_tile(n, wg, x, xb, y, ldy, no, MX); break;                                                  \
-        }                                                                                                        \
+#define TILE(T)                                                                                                      \
+    static void tile_##T(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy,          \
+                         int no) {                                                                                   \
+        switch (nr) {                                                                                                \
+        case 1: T##_tile(n, wg, x, xb, y, ldy, no, 1); break;                                                        \
+        case 2: T##_tile(n, wg, x, xb, y, ldy, no, 2); break;                                                        \
+        case 3: T##_tile(n, wg, x, xb, y, ldy, no, 3); break;                                                        \
+        case 4: T##_tile(n, wg, x, xb, y, ldy, no, 4); break;                                                        \
+        case 5: T##_tile(n, wg, x, xb, y, ldy, no, 5); break;                                                        \
+        default: T##_tile(n, wg, x, xb, y, ldy, no, MX); break;                                                      \
+        }                                                                                                            \
     }
 
 INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,

@@ -118,7 +118,8 @@ INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                     }
                 }
                 __m256i scj = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j + 8 * h)));
-                UNROLL for (int r = 0; r < NR; r++) sumi[r] = _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(s[r], scj));
+                UNROLL for (int r = 0; r < NR; r++) sumi[r] =
+                    _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(s[r], scj));
             }
             kq_mins(summ, mn, h, ex, i, NR);
             kq_accumulate(acc, h, wg, xr, i, sumi, summ, NR);
@@ -153,8 +154,8 @@ INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                 UNROLL for (int v = 0; v < 4; v++) {
                     __m256i q = ld(qj + 64 * v + 32 * h);
                     __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), bit_to4(hb, 2 * v));
-                    __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                                 bit_to4(hb, 2 * v + 1));
+                    __m256i hi =
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit_to4(hb, 2 * v + 1));
                     UNROLL for (int r = 0; r < NR; r++) {
                         const int8_t *xq = xr[r][i].qs + 32 * j + 8 * v;
                         s[r] = dpbusd(s[r], lo, bc32(xq));
@@ -162,7 +163,8 @@ INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                     }
                 }
                 __m256i scj = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 16 * j + 8 * h)));
-                UNROLL for (int r = 0; r < NR; r++) sumi[r] = _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(s[r], scj));
+                UNROLL for (int r = 0; r < NR; r++) sumi[r] =
+                    _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(s[r], scj));
             }
             kq_mins(summ, mn, h, ex, i, NR);
             kq_accumulate(acc, h, wg, xr, i, sumi, summ, NR);
@@ -218,8 +220,7 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                         sumi[r] = dpwssd(dpwssd(sumi[r], a, sk[hh]), b, sk[hh]);
                     }
                 }
-                UNROLL for (int r = 0; r < NR; r++)
-                    corr[r] = dpwssd(corr[r], sp, bc32(xr[r][i].bsums + 2 * m));
+                UNROLL for (int r = 0; r < NR; r++) corr[r] = dpwssd(corr[r], sp, bc32(xr[r][i].bsums + 2 * m));
             }
             __m256 d = ld_f16x8(wg + 16 * h);
             UNROLL for (int r = 0; r < NR; r++) {

@@ -15,13 +15,13 @@
 
 #include "kernels/kernels_impl.h"
 
-#define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-#define MX 6 /* activation rows per prefill call (measured: 6 > 4 > 2) */
+#define INLINE      static inline __attribute__((always_inline))
+#define UNROLL      _Pragma("GCC unroll 8")
+#define MX          6 /* activation rows per prefill call (measured: 6 > 4 > 2) */
 /* Software prefetch distance (see packed_avx512.c), issued in the first
  * half's pass over each 64-byte line. */
-#define PF_K (4 * PH_PK_Q5_K_BYTES)
-#define PF_0 (16 * PH_PK_Q8_0_BYTES)
+#define PF_K        (4 * PH_PK_Q5_K_BYTES)
+#define PF_0        (16 * PH_PK_Q8_0_BYTES)
 #define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 INLINE __m256i ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
@@ -47,7 +47,10 @@ INLINE void store(float *y, const __m256 *acc, int no) {
     }
 }
 
-typedef struct { float d; int32_t c128; } q8_0_extra;
+typedef struct {
+    float d;
+    int32_t c128;
+} q8_0_extra;
 
 /* ---- Q4_K and Q5_K --------------------------------------------------------------- */
 
@@ -92,17 +95,17 @@ INLINE __m256i bit_to4(__m256i h, const int bit) {
 
 /* ---- the table's entry points ------------------------------------------------------ */
 
-#define TILE(T)                                                                                                  \
-    static void tile_##T(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy,     \
-                         int no) {                                                                               \
-        switch (nr) {                                                                                            \
-        case 1: T##_tile(n, wg, x, xb, y, ldy, no, 1); break;                                                    \
-        case 2: T##_tile(n, wg, x, xb, y, ldy, no, 2); break;                                                    \
-        case 3: T##_tile(n, wg, x, xb, y, ldy, no, 3); break;                                                    \
-        case 4: T##_tile(n, wg, x, xb, y, ldy, no, 4); break;                                                    \
-        case 5: T##_tile(n, wg, x, xb, y, ldy, no, 5); break;                                                    \
-        default: T##_tile(n, wg, x, xb, y, ldy, no, MX); break;                                                  \
-        }                                                                                                        \
+#define TILE(T)                                                                                                      \
+    static void tile_##T(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy,          \
+                         int no) {                                                                                   \
+        switch (nr) {                                                                                                \
+        case 1: T##_tile(n, wg, x, xb, y, ldy, no, 1); break;                                                        \
+        case 2: T##_tile(n, wg, x, xb, y, ldy, no, 2); break;                                                        \
+        case 3: T##_tile(n, wg, x, xb, y, ldy, no, 3); break;                                                        \
+        case 4: T##_tile(n, wg, x, xb, y, ldy, no, 4); break;                                                        \
+        case 5: T##_tile(n, wg, x, xb, y, ldy, no, 5); break;                                                        \
+        default: T##_tile(n, wg, x, xb, y, ldy, no, MX); break;                                                      \
+        }                                                                                                            \
     }
 
 #endif

@@ -6,16 +6,16 @@
 #include <stdint.h>
 
 typedef enum {
-    PH_ROPE_NEOX = 2,   /* one position per token */
+    PH_ROPE_NEOX = 2,    /* one position per token */
     PH_ROPE_IMROPE = 40, /* interleaved M-RoPE: 4 components (t, h, w, e) */
     PH_ROPE_VISION = 24  /* 2D vision rope: (row, col) */
 } rope_mode;
 
 typedef struct rope_params {
     rope_mode mode;
-    int n_dims;          /* rotated dims of a head (pairs = n_dims / 2) */
+    int n_dims; /* rotated dims of a head (pairs = n_dims / 2) */
     float freq_base;
-    int sections[4];     /* IMROPE / VISION */
+    int sections[4]; /* IMROPE / VISION */
 } rope_params;
 
 /* Fills cs[i * n_dims + 2p] = cos, [.. + 2p + 1] = sin for pair p of token i.

@@ -3,7 +3,7 @@
  * types whose block layout is known, and known == 1 only for what pinhole computes with. */
 #include "kernels/types.h"
 
-#define T(id_, name_, known_, be_, bb_, dot_) \
+#define T(id_, name_, known_, be_, bb_, dot_)                                                                        \
     [id_] = {.name = name_, .known = known_, .block_elems = be_, .block_bytes = bb_, .dot_type = dot_}
 
 static const type_info type_table[PH_TYPE_COUNT] = {
@@ -42,8 +42,8 @@ static const type_info type_table[PH_TYPE_COUNT] = {
     T(39, "mxfp4", 0, 0, 0, PH_TYPE_F32),
 };
 
-static const type_info unknown_type = {.name = "unknown", .known = 0, .block_elems = 0, .block_bytes = 0,
-                                          .dot_type = PH_TYPE_F32};
+static const type_info unknown_type = {
+    .name = "unknown", .known = 0, .block_elems = 0, .block_bytes = 0, .dot_type = PH_TYPE_F32};
 
 const type_info *type_get(int type) {
     if (type < 0 || type >= PH_TYPE_COUNT || !type_table[type].name) return &unknown_type;

@@ -22,43 +22,49 @@ typedef enum tensor_type {
 typedef uint16_t f16_bits;
 typedef uint16_t bf16_bits;
 
-#define PH_QK8_0 32
-#define PH_QK4_0 32
-#define PH_QK_K 256
+#define PH_QK8_0        32
+#define PH_QK4_0        32
+#define PH_QK_K         256
 #define PH_K_SCALE_SIZE 12
 
-typedef struct { f16_bits d; int8_t qs[PH_QK8_0]; } block_q8_0;          /* 34 bytes */
-typedef struct { f16_bits d; uint8_t qs[PH_QK4_0 / 2]; } block_q4_0;     /* 18 bytes */
+typedef struct {
+    f16_bits d;
+    int8_t qs[PH_QK8_0];
+} block_q8_0; /* 34 bytes */
+typedef struct {
+    f16_bits d;
+    uint8_t qs[PH_QK4_0 / 2];
+} block_q4_0; /* 18 bytes */
 typedef struct {
     f16_bits d, dmin;
     uint8_t scales[PH_K_SCALE_SIZE];
     uint8_t qs[PH_QK_K / 2];
-} ph_block_q4_K;                                                          /* 144 bytes */
+} ph_block_q4_K; /* 144 bytes */
 typedef struct {
     f16_bits d, dmin;
     uint8_t scales[PH_K_SCALE_SIZE];
     uint8_t qh[PH_QK_K / 8];
     uint8_t qs[PH_QK_K / 2];
-} ph_block_q5_K;                                                          /* 176 bytes */
+} ph_block_q5_K; /* 176 bytes */
 typedef struct {
     uint8_t ql[PH_QK_K / 2];
     uint8_t qh[PH_QK_K / 4];
     int8_t scales[PH_QK_K / 16];
     f16_bits d;
-} ph_block_q6_K;                                                          /* 210 bytes */
+} ph_block_q6_K; /* 210 bytes */
 typedef struct {
     float d;
     int8_t qs[PH_QK_K];
     int16_t bsums[PH_QK_K / 16];
-} ph_block_q8_K;                                                          /* 292 bytes */
+} ph_block_q8_K; /* 292 bytes */
 
 /* Facts about a type; known == 0 for ids this build does not support. */
 typedef struct type_info {
-    const char *name;   /* "q4_K", as llama.cpp prints it */
-    int known;          /* 1 if pinhole can load tensors of this type */
+    const char *name; /* "q4_K", as llama.cpp prints it */
+    int known;        /* 1 if pinhole can load tensors of this type */
     int block_elems;
     int block_bytes;
-    tensor_type dot_type;   /* what activations are converted to before a product */
+    tensor_type dot_type; /* what activations are converted to before a product */
 } type_info;
 
 const type_info *type_get(int type); /* never NULL; .known tells */

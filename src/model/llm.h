@@ -23,8 +23,8 @@ typedef struct llm_hparams {
     int32_t n_deepstack, n_embd_inp;
     float rms_eps;
     rope_params rope;
-    bool gated_attn;          /* qwen35: a gate head beside each query head (docs/numerics.md, Gated attention) */
-    int32_t n_attn_layer;     /* layers with a KV cache */
+    bool gated_attn;      /* qwen35: a gate head beside each query head (docs/numerics.md, Gated attention) */
+    int32_t n_attn_layer; /* layers with a KV cache */
     /* qwen35's gated delta net layers (docs/numerics.md, Qwen3.5 layers): n_rec_layer of them, conv_k
      * taps, hk key heads and hv value heads of ssm_d (= key head size) */
     int32_t n_rec_layer, conv_k, ssm_hk, ssm_hv, ssm_d, conv_dim;
@@ -33,7 +33,7 @@ typedef struct llm_hparams {
 /* A gated delta net layer's own weights (docs/numerics.md, Qwen3.5 tensors). */
 typedef struct llm_gdn {
     wmat qkv, z, beta, alpha, out;
-    const float *conv;        /* [conv_k][conv_dim], tap-major (the file's transposed) */
+    const float *conv; /* [conv_k][conv_dim], tap-major (the file's transposed) */
     const float *dt_bias, *a, *norm;
 } llm_gdn;
 
@@ -41,8 +41,8 @@ typedef struct llm_layer {
     const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* ffn_norm: qwen35's post_attention_norm */
     wmat wq, wk, wv, wo, gate, up, down;
     bool recurrent;
-    int32_t slot;             /* index among the layers of its kind (KV cells, or recurrent state) */
-    llm_gdn gdn;              /* when recurrent (then wq .. wo are unused) */
+    int32_t slot; /* index among the layers of its kind (KV cells, or recurrent state) */
+    llm_gdn gdn;  /* when recurrent (then wq .. wo are unused) */
 } llm_layer;
 
 struct ph_model {
@@ -78,10 +78,10 @@ typedef struct llm_kv {
 typedef struct llm_scratch {
     int32_t cap;
     float *x, *h, *q, *kx, *vx, *att, *ga, *up, *rope_cs;
-    float *gate;       /* qwen35: attention gates [cap][n_head * head_dim]; the delta net's
+    float *gate;   /* qwen35: attention gates [cap][n_head * head_dim]; the delta net's
                           beta, then alpha, logits ([n][ssm_hv] each) */
-    int32_t *pos;      /* [4][cap] positions for one chunk */
-    float *logits;     /* n_vocab */
+    int32_t *pos;  /* [4][cap] positions for one chunk */
+    float *logits; /* n_vocab */
 } llm_scratch;
 
 int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *err);

@@ -18,8 +18,7 @@ const char *llm_chat_template(const ph_model *m, size_t *len) {
 
 /* ---- loading ------------------------------------------------------------ */
 
-int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required,
-                ph_err *err) {
+int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required, ph_err *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (gguf_get_u32(f, key, out) == 0) return 0;
@@ -28,8 +27,7 @@ int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32
     return err_set(err, "metadata key '%s' is missing", key);
 }
 
-static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, bool required,
-                   ph_err *err) {
+static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, bool required, ph_err *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (gguf_get_f32(f, key, out) == 0) return 0;
@@ -201,8 +199,8 @@ static void fill_info(ph_model *m) {
     for (int l = 0; l < hp->n_layer; l++) {
         const llm_layer *L = &m->layers[l];
         const llm_gdn *g = &L->gdn; /* the matrices a layer does not have are empty */
-        const wmat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
-                                &g->qkv, &g->z, &g->beta, &g->alpha, &g->out};
+        const wmat *mats[] = {&L->wq,   &L->wk,  &L->wv, &L->wo,   &L->gate,  &L->up,
+                              &L->down, &g->qkv, &g->z,  &g->beta, &g->alpha, &g->out};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) db += mat_bytes(mats[i]);
     }
     in->decode_bytes = db;
@@ -237,7 +235,7 @@ static ph_model *model_open(const char *path, bool weights, int n_threads, ph_er
         goto fail;
     } else {
         err_set(err, "%s: architecture '%s' is not supported (pinhole runs qwen3, qwen3vl and qwen35)", path,
-                   m->arch_name);
+                m->arch_name);
         goto fail;
     }
     if (gguf_get_str(m->gguf, "general.name", &s) == 0)
@@ -264,7 +262,9 @@ fail:
     return NULL;
 }
 
-ph_model *ph_model_load(const char *path, int n_threads, ph_err *err) { return model_open(path, true, n_threads, err); }
+ph_model *ph_model_load(const char *path, int n_threads, ph_err *err) {
+    return model_open(path, true, n_threads, err);
+}
 
 ph_model *llm_probe(const char *path, ph_err *err) { return model_open(path, false, 0, err); }
 
@@ -371,10 +371,22 @@ static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scr
         quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, kv->v[c] + (kv->n_rows + i) * nkv, nkv);
     }
     attn_args aa = {
-        .q = s->q, .q_stride = nq, .k = kv->k[c], .v = kv->v[c], .kv_stride = nkv,
-        .n_q = n, .n_kv = kv->n_rows + n, .causal = true, .first_cell = kv->n_rows,
-        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = (int)hd,
-        .scale = 1.0f / sqrtf((float)hd), .out = s->att, .out_stride = nq, .prompt = prompt,
+        .q = s->q,
+        .q_stride = nq,
+        .k = kv->k[c],
+        .v = kv->v[c],
+        .kv_stride = nkv,
+        .n_q = n,
+        .n_kv = kv->n_rows + n,
+        .causal = true,
+        .first_cell = kv->n_rows,
+        .n_head = hp->n_head,
+        .n_head_kv = hp->n_head_kv,
+        .head_dim = (int)hd,
+        .scale = 1.0f / sqrtf((float)hd),
+        .out = s->att,
+        .out_stride = nq,
+        .prompt = prompt,
     };
     attn_compute(m->pool, &aa);
     if (hp->gated_attn)
@@ -389,14 +401,15 @@ int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *to
     if (n <= 0 || n > s->cap) return err_set(err, "internal: batch of %lld rows", (long long)n);
     if (kv->n_rows + n > kv->n_ctx)
         return err_set(err, "the context is full (%d of %d rows used, %lld more needed)", kv->n_rows, kv->n_ctx,
-                          (long long)n);
+                       (long long)n);
 
     for (int64_t i = 0; i < n; i++) {
         if (tokens) {
             if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
                 return err_set(err, "token id %d is outside the vocabulary (%d)", tokens[i], hp->n_vocab);
-            dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
-                           s->x + i * E, E);
+            dequant_row(m->tok_embd.type,
+                        (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes, s->x + i * E,
+                        E);
         } else {
             memcpy(s->x + i * E, embd + i * hp->n_embd_inp, (size_t)E * sizeof(float));
         }

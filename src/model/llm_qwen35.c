@@ -14,13 +14,17 @@ int llm_qwen35_hparams(ph_model *m, ph_err *err) {
     llm_hparams *hp = &m->hp;
     uint32_t kc, inner, d, hv, hk, interval = 4;
     const char *a = m->arch_name;
-    if (llm_get_u32(f, a, "ssm.conv_kernel", &kc, true, err) || llm_get_u32(f, a, "ssm.inner_size", &inner, true, err) ||
-        llm_get_u32(f, a, "ssm.state_size", &d, true, err) || llm_get_u32(f, a, "ssm.time_step_rank", &hv, true, err) ||
+    if (llm_get_u32(f, a, "ssm.conv_kernel", &kc, true, err) ||
+        llm_get_u32(f, a, "ssm.inner_size", &inner, true, err) ||
+        llm_get_u32(f, a, "ssm.state_size", &d, true, err) ||
+        llm_get_u32(f, a, "ssm.time_step_rank", &hv, true, err) ||
         llm_get_u32(f, a, "ssm.group_count", &hk, true, err))
         return -1;
     if (kc < 1 || kc > 64 || d == 0 || d > 1024 || hv == 0 || hv > 1024 || hk == 0 || hv % hk || inner != hv * d)
-        return err_set(err, "the delta net's settings (conv %u, inner %u, state %u, heads %u/%u) are not usable "
-                             "(the value head size must equal the key head size)", kc, inner, d, hv, hk);
+        return err_set(err,
+                       "the delta net's settings (conv %u, inner %u, state %u, heads %u/%u) are not usable "
+                       "(the value head size must equal the key head size)",
+                       kc, inner, d, hv, hk);
     hp->conv_k = (int32_t)kc;
     hp->ssm_d = (int32_t)d;
     hp->ssm_hv = (int32_t)hv;
@@ -91,7 +95,7 @@ typedef struct gdn_job {
     const llm_hparams *hp;
     const llm_gdn *g;
     const gdn_kernels *kk;
-    float *S;                       /* the layer's state */
+    float *S; /* the layer's state */
     const float *mix, *z, *beta, *alpha;
     float *o;
     int64_t n;
@@ -136,7 +140,7 @@ void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scrat
     for (int64_t i = 0; i < n; i++) {
         float *u = s->q + i * C;
         jb.kk->conv(conv, g->conv, u, u, C, C, hp->conv_k);
-        for (int c = 0; c < C; c++) u[c] = u[c] / (1.0f + expf(-u[c])); /* silu */
+        for (int c = 0; c < C; c++) u[c] = u[c] / (1.0f + expf(-u[c]));     /* silu */
         for (int j = 0; j < 2 * hk; j++) l2norm(u + j * d, d, hp->rms_eps); /* q heads, then k heads */
     }
     tpool_run(m->pool, gdn_heads, &jb);

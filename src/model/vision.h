@@ -16,8 +16,8 @@ typedef struct vis_tower vis_tower;
 typedef struct vision_info {
     int n_embd, n_layer, n_head, n_ff, patch_size, n_merge;
     int n_deepstack;
-    int proj_dim;           /* LLM width P */
-    int out_width;          /* P * (1 + n_deepstack) */
+    int proj_dim;  /* LLM width P */
+    int out_width; /* P * (1 + n_deepstack) */
     float eps;
 } vision_info;
 

@@ -42,9 +42,9 @@ struct vis_tower {
     tpool *pool;
     vision_info info;
     int head_dim;
-    int pos_side;          /* the learned position table is pos_side x pos_side */
+    int pos_side; /* the learned position table is pos_side x pos_side */
     float mean[3], std[3];
-    wmat patch[2];       /* the two temporal kernels as [3*ps*ps -> C] */
+    wmat patch[2]; /* the two temporal kernels as [3*ps*ps -> C] */
     const float *patch_b;
     const float *pos_embd; /* [pos_side * pos_side][C] */
     vis_layer *layers;
@@ -90,8 +90,7 @@ static int load_hparams(vis_tower *v, ph_err *err) {
     vision_info *in = &v->info;
     gguf_str s;
     if (gguf_get_str(f, "general.architecture", &s) == 0 && !gguf_str_eq(s, "clip"))
-        return err_set(err, "architecture '%.*s' is not an mmproj ('clip')", (int)(s.len > 64 ? 64 : s.len),
-                          s.ptr);
+        return err_set(err, "architecture '%.*s' is not an mmproj ('clip')", (int)(s.len > 64 ? 64 : s.len), s.ptr);
     bool has_vision = false;
     if (gguf_get_bool(f, "clip.has_vision_encoder", &has_vision) || !has_vision)
         return err_set(err, "the file has no vision encoder (clip.has_vision_encoder is not true)");
@@ -99,7 +98,7 @@ static int load_hparams(vis_tower *v, ph_err *err) {
         return err_set(err, "metadata key 'clip.projector_type' is missing");
     if (!gguf_str_eq(s, "qwen3vl_merger"))
         return err_set(err, "projector type '%.*s' is not supported (only qwen3vl_merger)",
-                          (int)(s.len > 64 ? 64 : s.len), s.ptr);
+                       (int)(s.len > 64 ? 64 : s.len), s.ptr);
 
     uint32_t C, n_head, n_ff, n_layer, ps, merge = 2, u = 0;
     if (get_u32(f, "clip.vision.embedding_length", &C, true, err) ||
@@ -118,8 +117,10 @@ static int load_hparams(vis_tower *v, ph_err *err) {
 
     if (C == 0 || C > 65536 || n_head == 0 || C % n_head || n_ff == 0 || n_ff > (1u << 18) || n_layer == 0 ||
         n_layer > 1024 || ps == 0 || ps > 64)
-        return err_set(err, "the vision tower's dimensions are not usable (width %u, %u heads, ff %u, %u layers, "
-                          "patch %u)", C, n_head, n_ff, n_layer, ps);
+        return err_set(err,
+                       "the vision tower's dimensions are not usable (width %u, %u heads, ff %u, %u layers, "
+                       "patch %u)",
+                       C, n_head, n_ff, n_layer, ps);
     const uint32_t d = C / n_head;
     /* The 2D rope rotates the whole head in quarters (docs/numerics.md, Vision rope). */
     if (d % 4 || d > 512) return err_set(err, "vision head size %u is not supported", d);
@@ -200,7 +201,7 @@ static int load_weights(vis_tower *v, ph_err *err) {
             v->patch[k] = (wmat){PH_TYPE_F16, K, C, h, type_row_bytes(PH_TYPE_F16, K), NULL};
         } else {
             return err_set(err, "tensor '%s' has type %s; patch kernels must be f32, f16 or bf16", pn,
-                              type_get(t->type)->name);
+                           type_get(t->type)->name);
         }
     }
     if (weights_vec(&v->w, "v.patch_embd.bias", C, &v->patch_b, err)) return -1;
@@ -213,9 +214,10 @@ static int load_weights(vis_tower *v, ph_err *err) {
     while ((int64_t)(side + 1) * (side + 1) <= n_pos) side++;
     if (n_pos <= 0 || (int64_t)side * side != n_pos || n_pos > (1 << 20))
         return err_set(err, "tensor 'v.position_embd.weight' has %lld positions, not a square grid",
-                          (long long)n_pos);
+                       (long long)n_pos);
     const int64_t posne[4] = {C, n_pos, 1, 1};
-    if (!weights_find(&v->w, "v.position_embd.weight", posne, err) || !(v->pos_embd = weights_f32(&v->w, pos, C * n_pos, err)))
+    if (!weights_find(&v->w, "v.position_embd.weight", posne, err) ||
+        !(v->pos_embd = weights_f32(&v->w, pos, C * n_pos, err)))
         return -1;
     v->pos_side = side;
 
@@ -256,13 +258,15 @@ static int load_weights(vis_tower *v, ph_err *err) {
         }
     }
 #undef NAME
-    if (load_merger(v, &v->merger, "v.post_ln.weight", "v.post_ln.bias", C, "mm.0.weight", "mm.0.bias",
-                    "mm.2.weight", "mm.2.bias", err))
+    if (load_merger(v, &v->merger, "v.post_ln.weight", "v.post_ln.bias", C, "mm.0.weight", "mm.0.bias", "mm.2.weight",
+                    "mm.2.bias", err))
         return -1;
 
     /* every matrix is read only through its wmat from here on */
-    if (weights_pack(&v->w, v->pool, &v->patch[0], true, err) || weights_pack(&v->w, v->pool, &v->patch[1], true, err) ||
-        weights_pack(&v->w, v->pool, &v->merger.fc1, true, err) || weights_pack(&v->w, v->pool, &v->merger.fc2, true, err))
+    if (weights_pack(&v->w, v->pool, &v->patch[0], true, err) ||
+        weights_pack(&v->w, v->pool, &v->patch[1], true, err) ||
+        weights_pack(&v->w, v->pool, &v->merger.fc1, true, err) ||
+        weights_pack(&v->w, v->pool, &v->merger.fc2, true, err))
         return -1;
     for (int l = 0; l < in->n_layer; l++) {
         vis_layer *L = &v->layers[l];
@@ -308,7 +312,7 @@ vis_tower *vision_probe(const char *path, ph_err *err) { return vision_open(path
 int vision_check_width(const vision_info *vi, const char *path, int32_t llm_width, ph_err *err) {
     if (vi->out_width == llm_width) return 0;
     return err_set(err, "%s produces rows of %d floats but the LLM takes %d: they are not a pair", path,
-                      vi->out_width, llm_width);
+                   vi->out_width, llm_width);
 }
 
 void vision_free(vis_tower *v) {
@@ -469,12 +473,12 @@ static void out_rows(const rows_job *j, int64_t r0, int64_t r1) {
 /* ---- encoding --------------------------------------------------------------- */
 
 typedef struct vis_bufs {
-    float *x;      /* [N][C] the residual stream */
-    float *h;      /* [N][C] normed rows, projections */
-    float *a;      /* [N][C] attention output, merger hidden rows */
-    float *big;    /* [N][max(3C, 3 ps^2)]: QKV rows; im2col rows */
-    float *ffn;    /* [min(N, VIS_FFN_ROWS)][n_ff] */
-    float *proj;   /* [N/4][P] */
+    float *x;    /* [N][C] the residual stream */
+    float *h;    /* [N][C] normed rows, projections */
+    float *a;    /* [N][C] attention output, merger hidden rows */
+    float *big;  /* [N][max(3C, 3 ps^2)]: QKV rows; im2col rows */
+    float *ffn;  /* [min(N, VIS_FFN_ROWS)][n_ff] */
+    float *proj; /* [N/4][P] */
     float *rope_cs;
     int32_t *pos;
     f16_bits *k16, *v16;
@@ -485,15 +489,28 @@ typedef struct vis_bufs {
 static void run_merger(const vis_tower *v, const vis_merger *m, const vis_bufs *b, int64_t N, float *rows,
                        int64_t col) {
     const int64_t C = v->info.n_embd, M = N / 4, C4 = 4 * C, P = v->info.proj_dim;
-    rows_job j = {.fn = norm_rows, .n_rows = N * C / m->norm_n, .v = v, .y = b->h, .x = b->x,
-                  .w = m->norm_w, .b = m->norm_b, .width = m->norm_n};
+    rows_job j = {.fn = norm_rows,
+                  .n_rows = N * C / m->norm_n,
+                  .v = v,
+                  .y = b->h,
+                  .x = b->x,
+                  .w = m->norm_w,
+                  .b = m->norm_b,
+                  .width = m->norm_n};
     run_rows(v->pool, &j);
     mat_mul(v->pool, &m->fc1, b->h, M, b->a);
     j = (rows_job){.fn = bias_gelu_rows, .n_rows = M, .v = v, .y = b->a, .b = m->fc1_b, .width = C4};
     run_rows(v->pool, &j);
     mat_mul(v->pool, &m->fc2, b->a, M, b->proj);
-    j = (rows_job){.fn = out_rows, .n_rows = M, .v = v, .y = rows, .x = b->proj, .b = m->fc2_b, .width = P,
-                   .col = col * P, .stride = v->info.out_width};
+    j = (rows_job){.fn = out_rows,
+                   .n_rows = M,
+                   .v = v,
+                   .y = rows,
+                   .x = b->proj,
+                   .b = m->fc2_b,
+                   .width = P,
+                   .col = col * P,
+                   .stride = v->info.out_width};
     run_rows(v->pool, &j);
 }
 
@@ -501,25 +518,42 @@ static void run_layer(const vis_tower *v, const vis_layer *L, const vis_bufs *b,
     const int64_t C = v->info.n_embd, F = v->info.n_ff, d = v->head_dim;
     tpool *pool = v->pool;
 
-    rows_job j = {.fn = norm_rows, .n_rows = N, .v = v, .y = b->h, .x = b->x, .w = L->ln1_w, .b = L->ln1_b,
-                  .width = C};
+    rows_job j = {
+        .fn = norm_rows, .n_rows = N, .v = v, .y = b->h, .x = b->x, .w = L->ln1_w, .b = L->ln1_b, .width = C};
     run_rows(pool, &j);
     mat_mul(pool, &L->qkv, b->h, N, b->big);
-    j = (rows_job){.fn = qkv_rows, .n_rows = N, .v = v, .y = b->big, .b = L->qkv_b, .rope_cs = b->rope_cs,
-                   .k16 = b->k16, .v16 = b->v16};
+    j = (rows_job){.fn = qkv_rows,
+                   .n_rows = N,
+                   .v = v,
+                   .y = b->big,
+                   .b = L->qkv_b,
+                   .rope_cs = b->rope_cs,
+                   .k16 = b->k16,
+                   .v16 = b->v16};
     run_rows(pool, &j);
     attn_args aa = {
-        .q = b->big, .q_stride = 3 * C, .k = b->k16, .v = b->v16, .kv_stride = C, .n_q = N, .n_kv = N,
-        .causal = false, .n_head = v->info.n_head, .n_head_kv = v->info.n_head, .head_dim = (int)d,
-        .scale = 1.0f / sqrtf((float)d), .out = b->a, .out_stride = C,
+        .q = b->big,
+        .q_stride = 3 * C,
+        .k = b->k16,
+        .v = b->v16,
+        .kv_stride = C,
+        .n_q = N,
+        .n_kv = N,
+        .causal = false,
+        .n_head = v->info.n_head,
+        .n_head_kv = v->info.n_head,
+        .head_dim = (int)d,
+        .scale = 1.0f / sqrtf((float)d),
+        .out = b->a,
+        .out_stride = C,
     };
     attn_compute(pool, &aa);
     mat_mul(pool, &L->out, b->a, N, b->h);
     j = (rows_job){.fn = residual_rows, .n_rows = N, .v = v, .y = b->x, .x = b->h, .b = L->out_b, .width = C};
     run_rows(pool, &j);
 
-    j = (rows_job){.fn = norm_rows, .n_rows = N, .v = v, .y = b->h, .x = b->x, .w = L->ln2_w, .b = L->ln2_b,
-                   .width = C};
+    j = (rows_job){
+        .fn = norm_rows, .n_rows = N, .v = v, .y = b->h, .x = b->x, .w = L->ln2_w, .b = L->ln2_b, .width = C};
     run_rows(pool, &j);
     for (int64_t r0 = 0; r0 < N; r0 += VIS_FFN_ROWS) {
         const int64_t n = N - r0 < VIS_FFN_ROWS ? N - r0 : VIS_FFN_ROWS;
@@ -543,11 +577,11 @@ int vision_encode(vis_tower *v, const prep_image *img, float *rows, const vision
     const vision_info *in = &v->info;
     const int ps = in->patch_size, f = ps * in->n_merge;
     if (!img->pixels || img->w <= 0 || img->h <= 0 || img->w % f || img->h % f)
-        return err_set(err, "the picture is %dx%d; the vision tower needs a non-empty multiple of %d", img->w,
-                          img->h, f);
+        return err_set(err, "the picture is %dx%d; the vision tower needs a non-empty multiple of %d", img->w, img->h,
+                       f);
     if (img->grid_x != img->w / f || img->grid_y != img->h / f)
         return err_set(err, "the picture's grid %dx%d does not match its size %dx%d", img->grid_x, img->grid_y,
-                          img->w, img->h);
+                       img->w, img->h);
     const int pw = img->w / ps, ph = img->h / ps;
     const int64_t N = (int64_t)pw * ph, C = in->n_embd, K = 3 * (int64_t)ps * ps;
     if (N > (1 << 22)) return err_set(err, "the picture is too large (%lld patches)", (long long)N);
@@ -586,8 +620,10 @@ int vision_encode(vis_tower *v, const prep_image *img, float *rows, const vision
         b.pos[k] = b.pos[2 * N + k] = py;
         b.pos[N + k] = b.pos[3 * N + k] = px;
     }
-    const rope_params rope = {.mode = PH_ROPE_VISION, .n_dims = v->head_dim, .freq_base = 10000.0f,
-                          .sections = {v->head_dim / 4, v->head_dim / 4, v->head_dim / 4, v->head_dim / 4}};
+    const rope_params rope = {.mode = PH_ROPE_VISION,
+                              .n_dims = v->head_dim,
+                              .freq_base = 10000.0f,
+                              .sections = {v->head_dim / 4, v->head_dim / 4, v->head_dim / 4, v->head_dim / 4}};
     rope_table(&rope, b.pos, N, b.rope_cs);
 
     const int steps = in->n_layer + 1;

@@ -22,15 +22,14 @@ const gguf_tensor *weights_find(weight_set *w, const char *name, const int64_t n
     if (t->ne[0] != ne[0] || t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != ne[3]) {
         char got[96];
         err_set(err, "tensor '%s' has shape %s, expected [%lld, %lld, %lld, %lld]", name,
-                   shape_str(t, got, sizeof got), (long long)ne[0], (long long)ne[1], (long long)ne[2],
-                   (long long)ne[3]);
+                shape_str(t, got, sizeof got), (long long)ne[0], (long long)ne[1], (long long)ne[2],
+                (long long)ne[3]);
         return NULL;
     }
     return t;
 }
 
-int weights_mat(weight_set *w, const char *name, int64_t n_in, int64_t n_out, bool required, wmat *out,
-                   ph_err *err) {
+int weights_mat(weight_set *w, const char *name, int64_t n_in, int64_t n_out, bool required, wmat *out, ph_err *err) {
     if (!required && !gguf_find_tensor(w->f, name)) return 1;
     const int64_t ne[4] = {n_in, n_out, 1, 1};
     const gguf_tensor *t = weights_find(w, name, ne, err);
@@ -68,7 +67,8 @@ int weights_pack(weight_set *w, tpool *pool, wmat *m, bool drop_original, ph_err
     if (!p) return -1;
     mat_pack(pool, m, p);
     const uint8_t *d = m->data;
-    if (drop_original && w->f->mapped && d >= w->f->base && d + m->row_bytes * (size_t)m->n_out <= w->f->base + w->f->size) {
+    if (drop_original && w->f->mapped && d >= w->f->base &&
+        d + m->row_bytes * (size_t)m->n_out <= w->f->base + w->f->size) {
         /* the mapping's pages of this matrix are no longer read: give them back
          * (the file stays mapped; a later read would fault them in again) */
         uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)m->data;

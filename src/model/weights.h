@@ -24,8 +24,7 @@ typedef struct weight_set {
 const gguf_tensor *weights_find(weight_set *w, const char *name, const int64_t ne[4], ph_err *err);
 /* A matrix of n_out rows of n_in elements for mat_mul. Returns 0, -1 on
  * error, or 1 when it is absent and not required. */
-int weights_mat(weight_set *w, const char *name, int64_t n_in, int64_t n_out, bool required, wmat *out,
-                   ph_err *err);
+int weights_mat(weight_set *w, const char *name, int64_t n_in, int64_t n_out, bool required, wmat *out, ph_err *err);
 /* Repacks m for the kernels in use when they have a packed form of its type
  * (see mat_pack; on the pool's threads) into memory owned here; drop_original releases the
  * mapping's pages of the matrix (for matrices read only through m). */

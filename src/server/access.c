@@ -150,9 +150,11 @@ int access_key_index(const char *x_api_key, const char *authorization, const cha
 const char *access_key_problem(const char *key) {
     if (!key || !*key) return "the key is empty";
     for (const char *p = key; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) return "the key has a control character (a tab or a second line?)";
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return "the key has a control character (a tab or a second line?)";
     size_t n = strlen(key);
-    if (key[0] == ' ' || key[n - 1] == ' ') return "the key starts or ends with a space (HTTP drops those from headers)";
+    if (key[0] == ' ' || key[n - 1] == ' ')
+        return "the key starts or ends with a space (HTTP drops those from headers)";
     return NULL;
 }
 

@@ -20,14 +20,14 @@ static int add_block(job *j, json_t *b, const char *where, size_t mi, size_t bi,
         const char *st = json_string_value(json_object_get(src, "type"));
         if (!json_is_object(src) || !st)
             return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].source must be an object with a 'type'", where,
-                               mi, bi);
+                            mi, bi);
         char at[96];
         snprintf(at, sizeof at, "%s[%zu].content[%zu].source", where, mi, bi);
         if (!strcmp(st, "base64")) {
             const char *data = json_string_value(json_object_get(src, "data"));
             if (!data)
                 return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].source.data must be a string", where, mi,
-                                   bi);
+                                bi);
             return job_add_image_b64(j, json_string_value(json_object_get(src, "media_type")), data, at, err);
         }
         if (!strcmp(st, "url")) {
@@ -35,11 +35,15 @@ static int add_block(job *j, json_t *b, const char *where, size_t mi, size_t bi,
             strncat(at, ".url", sizeof at - strlen(at) - 1);
             return job_add_image_url(j, url ? url : "", at, err);
         }
-        return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu]: image source type '%s' is not supported; only "
-                                              "data: URIs and base64 sources are accepted", where, mi, bi, st);
+        return err_setc(err, PH_ERR_INPUT,
+                        "%s[%zu].content[%zu]: image source type '%s' is not supported; only "
+                        "data: URIs and base64 sources are accepted",
+                        where, mi, bi, st);
     }
-    return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu]: block type '%s' is not supported here (text, image, "
-                                          "and in turns thinking, tool_use, tool_result)", where, mi, bi, type);
+    return err_setc(err, PH_ERR_INPUT,
+                    "%s[%zu].content[%zu]: block type '%s' is not supported here (text, image, "
+                    "and in turns thinking, tool_use, tool_result)",
+                    where, mi, bi, type);
 }
 
 static int add_content(job *j, json_t *c, const char *where, size_t mi, ph_err *err) {
@@ -74,8 +78,8 @@ static int add_assistant(job *j, json_t *c, size_t mi, ph_err *err) {
             if (!json_is_object(input)) return err_setc(err, PH_ERR_INPUT, "%s.input must be an object", where);
             char *args = job_own(j, json_dumps(input, JSON_COMPACT));
             if (!args) return err_set(err, "out of memory");
-            if (job_add_call(j, json_string_value(json_object_get(b, "id")), json_string_value(json_object_get(b, "name")),
-                             args, strlen(args), where, err))
+            if (job_add_call(j, json_string_value(json_object_get(b, "id")),
+                             json_string_value(json_object_get(b, "name")), args, strlen(args), where, err))
                 return -1;
         } else if (add_block(j, b, "messages", mi, bi, err)) {
             return -1;
@@ -87,7 +91,8 @@ static int add_assistant(job *j, json_t *c, size_t mi, ph_err *err) {
 /* A user turn: its tool_result blocks become tool messages (in their order,
  * first), the rest of its blocks a user message after them. */
 static int add_user(job *j, json_t *c, size_t mi, ph_err *err) {
-    if (!json_is_array(c)) return job_begin_msg(j, PH_ROLE_USER, err) || add_content(j, c, "messages", mi, err) ? -1 : 0;
+    if (!json_is_array(c))
+        return job_begin_msg(j, PH_ROLE_USER, err) || add_content(j, c, "messages", mi, err) ? -1 : 0;
     size_t bi, n_other = 0;
     json_t *b;
     json_array_foreach(c, bi, b) {
@@ -167,7 +172,8 @@ static int parse_tools(job *j, json_t *root, ph_err *err) {
     if (!strcmp(type, "none")) return job_set_tool_choice(j, PH_TOOL_NONE, NULL, "tool_choice", err);
     if (!strcmp(type, "any")) return job_set_tool_choice(j, PH_TOOL_REQUIRED, NULL, "tool_choice", err);
     if (!strcmp(type, "tool"))
-        return job_set_tool_choice(j, PH_TOOL_NAMED, json_string_value(json_object_get(tc, "name")), "tool_choice", err);
+        return job_set_tool_choice(j, PH_TOOL_NAMED, json_string_value(json_object_get(tc, "name")), "tool_choice",
+                                   err);
     return err_setc(err, PH_ERR_INPUT, "'tool_choice.type' must be auto, any, tool or none, not '%s'", type);
 }
 
@@ -177,7 +183,8 @@ static int parse_thinking(job *j, json_t *root, ph_err *err) {
     if (!t || json_is_null(t)) return 0;
     const char *type = json_string_value(json_object_get(t, "type"));
     if (!json_is_object(t) || !type)
-        return err_setc(err, PH_ERR_INPUT, "'thinking' must be an object with a 'type' (enabled, disabled, adaptive)");
+        return err_setc(err, PH_ERR_INPUT,
+                        "'thinking' must be an object with a 'type' (enabled, disabled, adaptive)");
     if (!strcmp(type, "enabled")) j->gen.thinking = 1;
     else if (!strcmp(type, "disabled")) j->gen.thinking = 0;
     else if (!strcmp(type, "adaptive")) j->gen.thinking = -1; /* the model's own default */
@@ -196,31 +203,32 @@ static int parse_output_config(job *j, json_t *root, ph_err *err) {
         if (i == 0) {
             const char *k;
             json_t *v;
-            json_object_foreach(oc, k, v) if (strcmp(k, "format") && strcmp(k, "effort"))
-                return err_setc(err, PH_ERR_INPUT, "'output_config.%.32s' is not supported (effort, format are)", k);
+            json_object_foreach(oc, k, v) if (strcmp(k, "format") && strcmp(k, "effort")) return err_setc(
+                err, PH_ERR_INPUT, "'output_config.%.32s' is not supported (effort, format are)", k);
             json_t *effort = json_object_get(oc, "effort");
             if (effort && !json_is_null(effort) && !json_is_string(effort))
                 return err_setc(err, PH_ERR_INPUT, "'output_config.effort' must be a string");
         }
         if (f && !json_is_null(f)) {
             if (!json_is_object(f)) return err_setc(err, PH_ERR_INPUT, "the output format must be an object");
-            if (job_set_format(j, json_string_value(json_object_get(f, "type")), json_object_get(f, "schema"), keys[i],
-                               err))
+            if (job_set_format(j, json_string_value(json_object_get(f, "type")), json_object_get(f, "schema"),
+                               keys[i], err))
                 return -1;
         }
     }
     return 0;
 }
 
+/* this API's own fields; api_check_fields also takes the ones all three share */
 static const field_rule FIELDS[] = {
-    {"model", F_USE, NULL}, {"messages", F_USE, NULL}, {"system", F_USE, NULL}, {"max_tokens", F_USE, NULL},
-    {"stream", F_USE, NULL}, {"temperature", F_USE, NULL}, {"top_p", F_USE, NULL}, {"top_k", F_USE, NULL},
-    {"min_p", F_USE, NULL}, {"seed", F_USE, NULL}, {"presence_penalty", F_USE, NULL},
-    {"frequency_penalty", F_USE, NULL}, {"repetition_penalty", F_USE, NULL}, {"logit_bias", F_USE, NULL},
-    {"stop_sequences", F_USE, NULL}, {"tools", F_USE, NULL}, {"tool_choice", F_USE, NULL},
-    {"thinking", F_USE, NULL}, {"output_config", F_USE, NULL}, {"output_format", F_USE, NULL},
-    {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL}, {"cache_salt", F_USE, NULL},
-    {"metadata", F_IGNORE, NULL}, {"service_tier", F_IGNORE, NULL}, {"context_management", F_IGNORE, NULL},
+    {"messages", F_USE, NULL},
+    {"system", F_USE, NULL},
+    {"max_tokens", F_USE, NULL},
+    {"stop_sequences", F_USE, NULL},
+    {"thinking", F_USE, NULL},
+    {"output_config", F_USE, NULL},
+    {"output_format", F_USE, NULL},
+    {"context_management", F_IGNORE, NULL},
     {"inference_geo", F_IGNORE, NULL},
     {"container", F_REFUSE, "this server runs no code containers"},
     {"mcp_servers", F_REFUSE, "this server connects to no MCP servers; declare the tools in 'tools'"},
@@ -246,7 +254,7 @@ static int parse(job *j, ph_err *err) {
             if (add_assistant(j, c, mi, err)) return -1;
         } else {
             return err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (user, assistant, system)",
-                               mi, role);
+                            mi, role);
         }
     }
     if (job_finish_msgs(j, err)) return -1;
@@ -254,7 +262,8 @@ static int parse(job *j, ph_err *err) {
     if (!mt && !j->count_only) return err_setc(err, PH_ERR_INPUT, "'max_tokens' is required");
     int64_t max_tokens = j->gen.max_tokens;
     if (job_sampling(j, 1, err) || api_get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
-        api_get_bool(root, "stream", &j->stream, err) || parse_thinking(j, root, err) || parse_output_config(j, root, err) ||
+        api_get_bool(root, "stream", &j->stream, err) || parse_thinking(j, root, err) ||
+        parse_output_config(j, root, err) ||
         job_set_stop(j, json_object_get(root, "stop_sequences"), "stop_sequences", err))
         return -1;
     json_t *ss = json_object_get(root, "stop_sequences");
@@ -286,8 +295,8 @@ static json_t *stop_seq(const job *j) {
 }
 
 static json_t *message(const job *j, json_t *content, bool start) {
-    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o}", "id", j->id, "type", "message", "role", "assistant", "model",
-                     j->model_name, "content", content, "stop_reason", start ? json_null() : stop_reason(j),
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o}", "id", j->id, "type", "message", "role", "assistant",
+                     "model", j->model_name, "content", content, "stop_reason", start ? json_null() : stop_reason(j),
                      "stop_sequence", start ? json_null() : stop_seq(j), "usage", usage(j, start));
 }
 
@@ -299,8 +308,9 @@ static void ev(job *j, const char *type, json_t *body) {
 static void close_block(job *j) {
     if (j->open_kind < 0) return;
     if (j->open_kind == (int)PH_DELTA_REASONING)
-        ev(j, "content_block_delta", json_pack("{s:i,s:{s:s,s:s}}", "index", j->n_blocks - 1, "delta", "type",
-                                               "signature_delta", "signature", ""));
+        ev(j, "content_block_delta",
+           json_pack("{s:i,s:{s:s,s:s}}", "index", j->n_blocks - 1, "delta", "type", "signature_delta", "signature",
+                     ""));
     ev(j, "content_block_stop", json_pack("{s:i}", "index", j->n_blocks - 1));
     j->open_kind = -1;
 }
@@ -358,8 +368,9 @@ static void stream_end(job *j) {
         open_block(j, PH_DELTA_CONTENT, -1);
     }
     close_block(j);
-    ev(j, "message_delta", json_pack("{s:{s:o,s:o},s:o}", "delta", "stop_reason", stop_reason(j), "stop_sequence",
-                                     stop_seq(j), "usage", usage(j, false)));
+    ev(j, "message_delta",
+       json_pack("{s:{s:o,s:o},s:o}", "delta", "stop_reason", stop_reason(j), "stop_sequence", stop_seq(j), "usage",
+                 usage(j, false)));
     ev(j, "message_stop", json_object());
 }
 
@@ -381,8 +392,9 @@ static json_t *result(job *j) {
             json_decref(input);
             input = json_object();
         }
-        json_array_append_new(content, json_pack("{s:s,s:s,s:o,s:o}", "type", "tool_use", "id", oc->id, "name",
-                                                 api_utf8_string(oc->name.p ? oc->name.p : "", oc->name.n), "input", input));
+        json_array_append_new(content,
+                              json_pack("{s:s,s:s,s:o,s:o}", "type", "tool_use", "id", oc->id, "name",
+                                        api_utf8_string(oc->name.p ? oc->name.p : "", oc->name.n), "input", input));
     }
     return message(j, content, false);
 }

@@ -27,14 +27,14 @@ typedef struct req_ident {
 
 /* A tool call in the answer: its ids in the API's shape, name, arguments. */
 typedef struct out_call {
-    char id[40];                  /* call_... / toolu_... / fc_... */
-    char call_id[40];             /* responses: call_... */
+    char id[40];      /* call_... / toolu_... / fc_... */
+    char call_id[40]; /* responses: call_... */
     strbuf name, args;
 } out_call;
 
 typedef struct api_kind {
-    const char *endpoint;  /* metrics label: chat_completions, responses, messages */
-    bool anthropic;        /* error shape */
+    const char *endpoint;    /* metrics label: chat_completions, responses, messages */
+    bool anthropic;          /* error shape */
     const char *call_prefix; /* the ids of tool calls in the answer: call_, toolu_, fc_ */
     /* Fills the job from j->root; on failure err says why (code PH_ERR_INPUT). */
     int (*parse)(job *j, ph_err *err);
@@ -53,63 +53,63 @@ typedef struct api_kind {
 extern const api_kind api_openai_chat, api_openai_responses, api_anthropic_messages;
 
 struct job {
-    srv *s;                       /* the server's own (server.c) */
+    srv *s; /* the server's own (server.c) */
     ph_engine *e;
-    bool allow_forced;            /* --allow-forced-output: the body field "forced_output" is accepted */
+    bool allow_forced; /* --allow-forced-output: the body field "forced_output" is accepted */
     const api_kind *api;
-    json_t *root;                 /* the request body; message texts point into it */
+    json_t *root; /* the request body; message texts point into it */
     const char *model_name;
     /* the conversation */
     ph_chat_msg *msgs;
     size_t n_msgs, cap_msgs;
     ph_chat_part *parts;
     size_t n_parts, cap_parts;
-    size_t *msg_first;            /* first part of each message */
-    size_t *msg_calls;            /* first tool call (calls) of each message */
+    size_t *msg_first; /* first part of each message */
+    size_t *msg_calls; /* first tool call (calls) of each message */
     ph_picture **images;
     size_t n_images, cap_images;
     int max_images;
-    uint64_t pixels;              /* its pictures' pixels and rows, from their headers (0 for a count */
-    int64_t picture_rows;         /* or without an encoder: nothing is decoded) */
+    uint64_t pixels;      /* its pictures' pixels and rows, from their headers (0 for a count */
+    int64_t picture_rows; /* or without an encoder: nothing is decoded) */
     ph_gen_params gen;
     /* tools (the schema texts are owned) and the calls of history turns */
     ph_tool *tools;
     size_t n_tools, cap_tools;
     ph_tool_call *calls;
     size_t n_calls, cap_calls;
-    char **owned;                 /* strings made while parsing, freed with the job */
+    char **owned; /* strings made while parsing, freed with the job */
     size_t n_owned, cap_owned;
-    bool count_only;              /* POST /v1/messages/count_tokens: render and count, no turn */
+    bool count_only; /* POST /v1/messages/count_tokens: render and count, no turn */
     const char **stop;
     bool stream, include_usage, logprobs;
     char id[40], item_id[40];
     int64_t created;
     /* the answer (written by the worker) */
     strbuf content, reasoning;
-    out_call *out_calls;          /* the calls in the answer */
+    out_call *out_calls; /* the calls in the answer */
     size_t n_out_calls;
-    int32_t n_counted;            /* count_only: the prompt's rows */
-    json_t *lp;                   /* logprobs entries (chat completions) */
+    int32_t n_counted; /* count_only: the prompt's rows */
+    json_t *lp;        /* logprobs entries (chat completions) */
     ph_turn_report rep;
     ph_err err;
     bool failed;
     /* adapter streaming state */
-    int seq;                      /* responses: sequence_number */
-    int n_blocks;                 /* blocks/items opened so far */
-    int open_kind;                /* -1 none, else ph_delta_kind of the open block */
-    int32_t open_call;            /* the call of an open PH_DELTA_TOOL_CALL block */
+    int seq;           /* responses: sequence_number */
+    int n_blocks;      /* blocks/items opened so far */
+    int open_kind;     /* -1 none, else ph_delta_kind of the open block */
+    int32_t open_call; /* the call of an open PH_DELTA_TOOL_CALL block */
     /* the channel between the worker and the connection (all under mu):
      * while the connection waits for the job (its answer, or more stream
      * bytes), it is suspended, and whatever it waits for resumes it */
     pthread_mutex_t mu;
-    strbuf out;                   /* stream bytes not yet sent */
+    strbuf out; /* stream bytes not yet sent */
     bool done, cancelled;
-    bool timed_out;               /* past --request-timeout-s (cancelled too) */
-    struct MHD_Connection *conn;  /* the client's connection */
-    int fd;                       /* its socket (looked at while suspended) */
-    bool suspended;               /* conn is suspended, waiting for the job */
-    bool streaming;               /* the stream's response has begun */
-    bool ping;                    /* the stream owes the client a keep-alive comment */
+    bool timed_out;              /* past --request-timeout-s (cancelled too) */
+    struct MHD_Connection *conn; /* the client's connection */
+    int fd;                      /* its socket (looked at while suspended) */
+    bool suspended;              /* conn is suspended, waiting for the job */
+    bool streaming;              /* the stream's response has begun */
+    bool ping;                   /* the stream owes the client a keep-alive comment */
     double t_suspended;
     int refs;
     double t_queued;
@@ -180,8 +180,10 @@ typedef enum field_how { F_USE, F_IGNORE, F_REFUSE } field_how;
 typedef struct field_rule {
     const char *name;
     field_how how;
-    const char *why;              /* F_REFUSE: the reason shown */
+    const char *why; /* F_REFUSE: the reason shown */
 } field_rule;
+/* Checks root's fields against an API's own rules and the ones all three
+ * APIs share (api_fields.c: model, stream, sampling, tools, cache_salt, ...). */
 int api_check_fields(json_t *root, const field_rule *rules, size_t n, const char *where, ph_err *err);
 
 /* Collecting the answer's calls (server.c's event handler). */

@@ -39,7 +39,7 @@ int job_add_call(job *j, const char *id, const char *name, const char *args, siz
     json_decref(v);
     if (!obj)
         return err_setc(err, PH_ERR_INPUT, "%s: the call's arguments must be the JSON text of an object%s%s", where,
-                           v ? "" : ": ", v ? "" : je.text);
+                        v ? "" : ": ", v ? "" : je.text);
     ph_tool_call *c = grow_array(j->calls, &j->cap_calls, j->n_calls, sizeof *c, 8);
     if (!c) return err_set(err, "out of memory");
     j->calls = c;
@@ -55,7 +55,7 @@ int job_add_tool(job *j, json_t *name, json_t *description, json_t *parameters, 
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
               *p == '-' || *p == '.'))
             return err_setc(err, PH_ERR_INPUT, "%s.name '%.64s' may only contain letters, digits, '_', '-' and '.'",
-                               where, n);
+                            where, n);
     for (size_t i = 0; i < j->n_tools; i++)
         if (!strcmp(j->tools[i].name, n))
             return err_setc(err, PH_ERR_INPUT, "%s: the tool '%.64s' is declared twice", where, n);
@@ -70,7 +70,8 @@ int job_add_tool(job *j, json_t *name, json_t *description, json_t *parameters, 
     ph_tool *t = grow_array(j->tools, &j->cap_tools, j->n_tools, sizeof *t, 8);
     if (!t) return err_set(err, "out of memory");
     j->tools = t;
-    j->tools[j->n_tools++] = (ph_tool){.name = n, .description = json_string_value(description), .parameters = params};
+    j->tools[j->n_tools++] =
+        (ph_tool){.name = n, .description = json_string_value(description), .parameters = params};
     j->gen.tools = j->tools;
     j->gen.n_tools = j->n_tools;
     return 0;
@@ -87,13 +88,14 @@ int job_parse_tools(job *j, json_t *root, const tool_shape *shape, ph_err *err) 
         json_t *decl = shape->holder ? json_object_get(t, shape->holder) : t;
         if ((type ? strcmp(type, shape->type) != 0 : !shape->type_optional) || !json_is_object(decl))
             return err_setc(err, PH_ERR_INPUT,
-                               "tools[%zu]: only tools of type '%s'%s%s%s are supported (this server has no built-in "
-                               "tools), not %s%s%s",
-                               i, shape->type, shape->holder ? " with a '" : "", shape->holder ? shape->holder : "",
-                               shape->holder ? "' object" : "", type ? "'" : "a tool without a type", type ? type : "",
-                               type ? "'" : "");
+                            "tools[%zu]: only tools of type '%s'%s%s%s are supported (this server has no built-in "
+                            "tools), not %s%s%s",
+                            i, shape->type, shape->holder ? " with a '" : "", shape->holder ? shape->holder : "",
+                            shape->holder ? "' object" : "", type ? "'" : "a tool without a type", type ? type : "",
+                            type ? "'" : "");
         char where[96];
-        snprintf(where, sizeof where, "tools[%zu]%s%s", i, shape->holder ? "." : "", shape->holder ? shape->holder : "");
+        snprintf(where, sizeof where, "tools[%zu]%s%s", i, shape->holder ? "." : "",
+                 shape->holder ? shape->holder : "");
         if (job_add_tool(j, json_object_get(decl, "name"), json_object_get(decl, "description"),
                          json_object_get(decl, shape->schema), where, err))
             return -1;
@@ -112,9 +114,10 @@ int job_parse_openai_tool_choice(job *j, json_t *root, const char *holder, ph_er
     const char *name = json_string_value(json_object_get(holder ? json_object_get(tc, holder) : tc, "name"));
     if (type && !strcmp(type, "function") && name)
         return job_set_tool_choice(j, PH_TOOL_NAMED, name, "tool_choice", err);
-    return err_setc(err, PH_ERR_INPUT,
-                       "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", %s%s%s\"name\": ...%s}",
-                       holder ? "\"" : "", holder ? holder : "", holder ? "\": {" : "", holder ? "}" : "");
+    return err_setc(
+        err, PH_ERR_INPUT,
+        "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", %s%s%s\"name\": ...%s}",
+        holder ? "\"" : "", holder ? holder : "", holder ? "\": {" : "", holder ? "}" : "");
 }
 
 int job_set_tool_choice(job *j, ph_tool_choice choice, const char *name, const char *where, ph_err *err) {
@@ -125,7 +128,7 @@ int job_set_tool_choice(job *j, ph_tool_choice choice, const char *name, const c
         while (i < j->n_tools && strcmp(j->tools[i].name, name ? name : "")) i++;
         if (i == j->n_tools)
             return err_setc(err, PH_ERR_INPUT, "'%s' names the tool '%.64s', which the request does not declare",
-                               where, name ? name : "");
+                            where, name ? name : "");
         j->gen.tool_name = j->tools[i].name;
     }
     j->gen.tool_choice = choice;
@@ -143,15 +146,14 @@ int job_set_format(job *j, const char *type, json_t *schema, const char *where, 
         return 0;
     }
     if (strcmp(type, "json_schema") != 0)
-        return err_setc(err, PH_ERR_INPUT, "'%s': type '%s' is not supported (text, json_object, json_schema)",
-                           where, type);
+        return err_setc(err, PH_ERR_INPUT, "'%s': type '%s' is not supported (text, json_object, json_schema)", where,
+                        type);
     if (!json_is_object(schema) && !json_is_true(schema))
         return err_setc(err, PH_ERR_INPUT, "'%s' of type json_schema needs a schema object", where);
     char *text = job_own(j, json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY));
     if (!text) return err_set(err, "out of memory");
     ph_err se = {0};
-    if (ph_schema_check(text, strlen(text), &se))
-        return err_setc(err, PH_ERR_INPUT, "'%s': %s", where, se.msg);
+    if (ph_schema_check(text, strlen(text), &se)) return err_setc(err, PH_ERR_INPUT, "'%s': %s", where, se.msg);
     j->gen.format = PH_FORMAT_JSON_SCHEMA;
     j->gen.response_schema = text;
     return 0;
@@ -190,11 +192,11 @@ static int logit_bias(job *j, json_t *v, ph_err *err) {
         char *end;
         long id = strtol(key, &end, 10);
         if (!*key || *end || id < 0 || id >= n_vocab)
-            return err_setc(err, PH_ERR_INPUT, "'logit_bias': '%.32s' is not a token id of this model (0 to %d)",
-                               key, n_vocab - 1);
+            return err_setc(err, PH_ERR_INPUT, "'logit_bias': '%.32s' is not a token id of this model (0 to %d)", key,
+                            n_vocab - 1);
         if (!json_is_number(val) || !(json_number_value(val) >= -100 && json_number_value(val) <= 100))
-            return err_setc(err, PH_ERR_INPUT, "'logit_bias': the bias of token %ld must be a number from -100 to 100",
-                               id);
+            return err_setc(err, PH_ERR_INPUT,
+                            "'logit_bias': the bias of token %ld must be a number from -100 to 100", id);
         double d = json_number_value(val);
         b[k++] = (ph_logit_bias){.id = (int32_t)id, .bias = d <= -100 ? -INFINITY : (float)d};
     }
@@ -208,12 +210,14 @@ int job_sampling(job *j, double temp_max, ph_err *err) {
     double temp = j->gen.sampler.temperature, top_p = j->gen.sampler.top_p; /* the server's defaults */
     double min_p = j->gen.sampler.min_p, pres = 0, freq = 0, rep = 1;
     int64_t top_k = j->gen.sampler.top_k, seed = -1;
-    if (api_get_number(root, "temperature", 0, temp_max, &temp, err) || api_get_number(root, "top_p", 0, 1, &top_p, err) ||
-        api_get_int(root, "top_k", 0, INT32_MAX, &top_k, err) || api_get_number(root, "min_p", 0, 1, &min_p, err) ||
+    if (api_get_number(root, "temperature", 0, temp_max, &temp, err) ||
+        api_get_number(root, "top_p", 0, 1, &top_p, err) || api_get_int(root, "top_k", 0, INT32_MAX, &top_k, err) ||
+        api_get_number(root, "min_p", 0, 1, &min_p, err) ||
         api_get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err) ||
         api_get_number(root, "presence_penalty", -2, 2, &pres, err) ||
         api_get_number(root, "frequency_penalty", -2, 2, &freq, err) ||
-        api_get_number(root, "repetition_penalty", 0.01, 10, &rep, err) || logit_bias(j, json_object_get(root, "logit_bias"), err))
+        api_get_number(root, "repetition_penalty", 0.01, 10, &rep, err) ||
+        logit_bias(j, json_object_get(root, "logit_bias"), err))
         return -1;
     j->gen.sampler.temperature = (float)temp;
     j->gen.sampler.top_p = (float)top_p;
@@ -226,8 +230,9 @@ int job_sampling(job *j, double temp_max, ph_err *err) {
     json_t *fo = json_object_get(root, "forced_output");
     if (fo && !json_is_null(fo)) {
         if (!j->allow_forced)
-            return err_setc(err, PH_ERR_INPUT, "'forced_output' is a test switch: start the server with "
-                                                  "--allow-forced-output to use it");
+            return err_setc(err, PH_ERR_INPUT,
+                            "'forced_output' is a test switch: start the server with "
+                            "--allow-forced-output to use it");
         if (!json_is_string(fo)) return err_setc(err, PH_ERR_INPUT, "'forced_output' must be a string");
         j->gen.forced_output = json_string_value(fo);
         j->gen.forced_len = json_string_length(fo);
@@ -241,18 +246,45 @@ static bool asks_nothing(json_t *v) {
            (json_is_object(v) && json_object_size(v) == 0);
 }
 
+/* The fields all three APIs take alike: the model, streaming, sampling, tools,
+ * pinhole's own (cache_salt, auxiliary, forced_output) and what they ignore. */
+static const field_rule COMMON_FIELDS[] = {
+    {"auxiliary", F_USE, NULL},
+    {"cache_salt", F_USE, NULL},
+    {"forced_output", F_USE, NULL},
+    {"frequency_penalty", F_USE, NULL},
+    {"logit_bias", F_USE, NULL},
+    {"metadata", F_IGNORE, NULL},
+    {"min_p", F_USE, NULL},
+    {"model", F_USE, NULL},
+    {"presence_penalty", F_USE, NULL},
+    {"repetition_penalty", F_USE, NULL},
+    {"seed", F_USE, NULL},
+    {"service_tier", F_IGNORE, NULL},
+    {"stream", F_USE, NULL},
+    {"temperature", F_USE, NULL},
+    {"tool_choice", F_USE, NULL},
+    {"tools", F_USE, NULL},
+    {"top_k", F_USE, NULL},
+    {"top_p", F_USE, NULL},
+};
+
 int api_check_fields(json_t *root, const field_rule *rules, size_t n, const char *where, ph_err *err) {
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
-        size_t i = 0;
-        while (i < n && strcmp(rules[i].name, key)) i++;
-        if (i == n)
-            return err_setc(err, PH_ERR_INPUT, "the field '%.64s' is not supported by %s (pinhole never ignores a "
-                                                  "field silently; see the README for the fields it takes)",
-                               key, where);
-        if (rules[i].how == F_REFUSE && !asks_nothing(v))
-            return err_setc(err, PH_ERR_INPUT, "the field '%s' is not supported: %s", key, rules[i].why);
+        const field_rule *r = NULL;
+        for (size_t i = 0; !r && i < n; i++)
+            if (!strcmp(rules[i].name, key)) r = &rules[i];
+        for (size_t i = 0; !r && i < sizeof COMMON_FIELDS / sizeof *COMMON_FIELDS; i++)
+            if (!strcmp(COMMON_FIELDS[i].name, key)) r = &COMMON_FIELDS[i];
+        if (!r)
+            return err_setc(err, PH_ERR_INPUT,
+                            "the field '%.64s' is not supported by %s (pinhole never ignores a "
+                            "field silently; see the README for the fields it takes)",
+                            key, where);
+        if (r->how == F_REFUSE && !asks_nothing(v))
+            return err_setc(err, PH_ERR_INPUT, "the field '%s' is not supported: %s", key, r->why);
     }
     return 0;
 }

@@ -59,8 +59,7 @@ int job_add_text(job *j, const char *text, size_t len, ph_err *err) {
 static int add_image_bytes(job *j, void *bytes, size_t len, ph_err *err) {
     if ((int)j->n_images >= j->max_images) {
         free(bytes);
-        return err_setc(err, PH_ERR_INPUT, "too many pictures: at most %d per request (--max-images)",
-                           j->max_images);
+        return err_setc(err, PH_ERR_INPUT, "too many pictures: at most %d per request (--max-images)", j->max_images);
     }
     if (grow((void **)&j->images, &j->cap_images, j->n_images + 1, sizeof *j->images)) {
         free(bytes);
@@ -150,9 +149,9 @@ int job_add_image_url(job *j, const char *url, const char *where, ph_err *err) {
         char shown[64];
         snprintf(shown, sizeof shown, "%.48s%s", url, strlen(url) > 48 ? "..." : "");
         return err_setc(err, PH_ERR_INPUT,
-                           "%s: picture '%s' is not a data: URI; only data: URIs are accepted (this server does not "
-                           "fetch URLs or read files)",
-                           where, shown);
+                        "%s: picture '%s' is not a data: URI; only data: URIs are accepted (this server does not "
+                        "fetch URLs or read files)",
+                        where, shown);
     }
     const char *comma = strchr(url, ',');
     if (!comma) return err_setc(err, PH_ERR_INPUT, "%s: the picture's data: URI has no ',' before its data", where);
@@ -163,15 +162,15 @@ int job_add_image_url(job *j, const char *url, const char *where, ph_err *err) {
     const size_t n_type = semi ? (size_t)(semi - meta) : n_meta;
     if (!image_media_type(meta, n_type))
         return err_setc(err, PH_ERR_INPUT,
-                           "%s: the data: URI's media type '%.*s' is not a picture type this server decodes (%s)",
-                           where, (int)(n_type > 64 ? 64 : n_type), meta, IMAGE_TYPES);
+                        "%s: the data: URI's media type '%.*s' is not a picture type this server decodes (%s)", where,
+                        (int)(n_type > 64 ? 64 : n_type), meta, IMAGE_TYPES);
     const char *last = meta + n_meta;
     while (last > meta && last[-1] != ';') last--;
     if (!semi || (size_t)(comma - last) != 6 || strncasecmp(last, "base64", 6) != 0)
         return err_setc(err, PH_ERR_INPUT,
-                           "%s: the data: URI is not base64; only base64 data: URIs are accepted "
-                           "(data:image/png;base64,...)",
-                           where);
+                        "%s: the data: URI is not base64; only base64 data: URIs are accepted "
+                        "(data:image/png;base64,...)",
+                        where);
     void *bytes;
     size_t len;
     if (b64_decode(comma + 1, strlen(comma + 1), &bytes, &len, err)) return err_prefix(err, "%s", where);
@@ -181,7 +180,7 @@ int job_add_image_url(job *j, const char *url, const char *where, ph_err *err) {
 int job_add_image_b64(job *j, const char *media_type, const char *b64, const char *where, ph_err *err) {
     if (!media_type || !image_media_type(media_type, strlen(media_type)))
         return err_setc(err, PH_ERR_INPUT, "%s.media_type: '%.64s' is not a picture type this server decodes (%s)",
-                           where, media_type ? media_type : "", IMAGE_TYPES);
+                        where, media_type ? media_type : "", IMAGE_TYPES);
     void *bytes;
     size_t len;
     if (b64_decode(b64, strlen(b64), &bytes, &len, err)) return err_prefix(err, "%s.data", where);
@@ -211,8 +210,7 @@ int job_set_stop(job *j, json_t *v, const char *field, ph_err *err) {
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_is_string(v) ? v : json_array_get(v, i);
         if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > 256)
-            return err_setc(err, PH_ERR_INPUT, "'%s' entries must be non-empty strings of at most 256 bytes",
-                               field);
+            return err_setc(err, PH_ERR_INPUT, "'%s' entries must be non-empty strings of at most 256 bytes", field);
         j->stop[i] = json_string_value(s);
     }
     j->gen.stop = j->stop;

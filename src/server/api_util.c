@@ -76,7 +76,11 @@ int api_status_for(const ph_err *err) {
 
 static const char *openai_type(int status) {
     switch (status) {
-    case 400: case 404: case 405: case 413: case 415: return "invalid_request_error";
+    case 400:
+    case 404:
+    case 405:
+    case 413:
+    case 415: return "invalid_request_error";
     case 401: return "authentication_error";
     case 403: return "permission_error";
     case 503: return "server_error";
@@ -84,9 +88,7 @@ static const char *openai_type(int status) {
     }
 }
 
-json_t *openai_error_body(int status, const char *msg) {
-    return openai_error_body_code(status, msg, NULL, NULL);
-}
+json_t *openai_error_body(int status, const char *msg) { return openai_error_body_code(status, msg, NULL, NULL); }
 
 json_t *openai_error_body_code(int status, const char *msg, const char *param, const char *code) {
     return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", openai_type(status), "param",
@@ -95,12 +97,12 @@ json_t *openai_error_body_code(int status, const char *msg, const char *param, c
 
 json_t *anthropic_error_body(int status, const char *msg) {
     const char *type = status == 400 || status == 415 ? "invalid_request_error"
-                       : status == 401 ? "authentication_error"
-                       : status == 403 ? "permission_error"
-                       : status == 404 ? "not_found_error"
-                       : status == 413 ? "request_too_large"
-                       : status == 503 ? "overloaded_error"
-                                       : "api_error";
+                       : status == 401                ? "authentication_error"
+                       : status == 403                ? "permission_error"
+                       : status == 404                ? "not_found_error"
+                       : status == 413                ? "request_too_large"
+                       : status == 503                ? "overloaded_error"
+                                                      : "api_error";
     return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg);
 }
 

@@ -88,7 +88,8 @@ bool conns_admit(conns *t, const struct sockaddr *addr, double now) {
     pthread_mutex_unlock(&t->mu);
     if (say)
         PH_INFO("refused a connection: every connection in its scope is busy (--max-connections, "
-                "--max-connections-per-ip; %llu refused so far)", (unsigned long long)refused);
+                "--max-connections-per-ip; %llu refused so far)",
+                (unsigned long long)refused);
     return ok;
 }
 

@@ -33,20 +33,20 @@ typedef enum conn_phase {
 typedef struct conn_rec {
     struct conn_rec *prev, *next;
     int fd;
-    uint8_t addr[16];   /* the peer's address (IPv4 mapped into IPv6) */
+    uint8_t addr[16]; /* the peer's address (IPv4 mapped into IPv6) */
     conn_phase phase;
-    double since;       /* when the phase began */
-    bool closing;       /* shut down by a deadline or a limit: no longer counted */
+    double since; /* when the phase began */
+    bool closing; /* shut down by a deadline or a limit: no longer counted */
 } conn_rec;
 
 typedef struct conns {
     pthread_mutex_t mu;
-    conn_rec *head;     /* in no particular order: the oldest is found by `since` */
-    int n;              /* records not closing */
+    conn_rec *head; /* in no particular order: the oldest is found by `since` */
+    int n;          /* records not closing */
     int max_total, max_per_ip;
     double header_s, body_s;
     uint64_t closed_deadline, closed_limit, refused; /* counters for /metrics */
-    double last_said;   /* when a refusal was last logged */
+    double last_said;                                /* when a refusal was last logged */
 } conns;
 
 void conns_init(conns *t, int max_total, int max_per_ip, double header_s, double body_s);

@@ -85,8 +85,7 @@ static void refuse(door *d, waiting *w) {
     const log_ctx lc = {.id = id, .client = client, .status = 400};
     log_line(LOG_INFO, &lc, "answered 400 to a connection whose request line is not HTTP");
     char sink[4096]; /* what was sent is read, so that closing does not reset the answer away */
-    while (recv(w->fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
-    }
+    while (recv(w->fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {}
     if (send(w->fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) PH_DEBUG("door: %s", strerror(errno));
     shutdown(w->fd, SHUT_WR);
     if (d->hooks.refused) d->hooks.refused(d->hooks.ud);
@@ -190,7 +189,7 @@ door *door_open(const char *host, int port, conns *table, const door_hooks *hook
         epoll_ctl(d->ep, EPOLL_CTL_ADD, d->wake, &ew)) {
         const int why = errno;
         err_set(err, "cannot listen on %s:%d: %s%s", host, port, strerror(why),
-                   why == EADDRINUSE ? " (another program listens there: stop it or give another --port)" : "");
+                why == EADDRINUSE ? " (another program listens there: stop it or give another --port)" : "");
         goto fail;
     }
     if (pthread_create(&d->thread, NULL, door_main, d) != 0) {

@@ -82,7 +82,8 @@ typedef struct engine_metric {
     bool gauge;
 } engine_metric;
 
-#define EM(name, help, field, gauge) {name, help, offsetof(ph_engine_stats, field), gauge}
+#define EM(name, help, field, gauge)                                                                                 \
+    { name, help, offsetof(ph_engine_stats, field), gauge }
 static const engine_metric engine_metrics[] = {
     EM("pinhole_prompt_tokens_reused_total", "Prompt rows kept from the live state, a RAM checkpoint or a file.",
        prompt_tokens_reused, false),
@@ -149,16 +150,17 @@ char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns 
     fprintf(f, "# HELP pinhole_requests_total HTTP requests by endpoint and status.\n"
                "# TYPE pinhole_requests_total counter\n");
     for (int i = 0; i < m->n_req; i++)
-        fprintf(f, "pinhole_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->req[i].endpoint, m->req[i].status,
-                (unsigned long long)m->req[i].n);
+        fprintf(f, "pinhole_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->req[i].endpoint,
+                m->req[i].status, (unsigned long long)m->req[i].n);
     counter(f, "pinhole_prompt_tokens_total", "Prompt tokens (text and picture rows) of finished turns.",
             m->prompt_tokens);
     counter(f, "pinhole_generated_tokens_total", "Tokens generated.", m->generated_tokens);
     counter(f, "pinhole_requests_queued_total", "Inference requests accepted into the worker's queue.", m->enqueued);
     counter(f, "pinhole_requests_cancelled_total", "Requests stopped because the client went away.", m->cancelled);
     counter(f, "pinhole_requests_timed_out_total", "Requests stopped by --request-timeout-s.", m->timed_out);
-    fprintf(f, "# HELP pinhole_queue_length Requests waiting for the inference worker.\n"
-               "# TYPE pinhole_queue_length gauge\npinhole_queue_length %lld\n",
+    fprintf(f,
+            "# HELP pinhole_queue_length Requests waiting for the inference worker.\n"
+            "# TYPE pinhole_queue_length gauge\npinhole_queue_length %lld\n",
             (long long)m->queue);
     fprintf(f, "# HELP pinhole_time_to_first_token_seconds From the start of a turn to its first token.\n"
                "# TYPE pinhole_time_to_first_token_seconds histogram\n");
@@ -175,19 +177,21 @@ char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns 
                *(const uint64_t *)(const void *)((const char *)st + em->offset));
     }
     gauge(f, "pinhole_connections", "Open HTTP connections.", (uint64_t)(cs->open > 0 ? cs->open : 0));
-    counter(f, "pinhole_connections_deadline_closed_total",
-           "Connections closed for not sending a request head or body in time (--header-timeout-s, --body-timeout-s).",
-           cs->closed_deadline);
+    counter(
+        f, "pinhole_connections_deadline_closed_total",
+        "Connections closed for not sending a request head or body in time (--header-timeout-s, --body-timeout-s).",
+        cs->closed_deadline);
     counter(f, "pinhole_connections_limit_closed_total",
-           "Idle connections closed to make room for a new one (--max-connections, --max-connections-per-ip).",
-           cs->closed_limit);
+            "Idle connections closed to make room for a new one (--max-connections, --max-connections-per-ip).",
+            cs->closed_limit);
     counter(f, "pinhole_connections_refused_total",
-           "New connections refused: every connection in their scope was busy.", cs->refused);
+            "New connections refused: every connection in their scope was busy.", cs->refused);
     gauge(f, "pinhole_encoder_loaded", "Whether the vision encoder is in memory.", st->encoder_loaded ? 1 : 0);
-    fprintf(f, "# HELP pinhole_disk_cache_write_seconds_total Time the writer thread spent writing checkpoint files.\n"
-               "# TYPE pinhole_disk_cache_write_seconds_total counter\npinhole_disk_cache_write_seconds_total %.6f\n"
-               "# HELP pinhole_disk_cache_read_seconds_total Time spent reading checkpoint files into the KV.\n"
-               "# TYPE pinhole_disk_cache_read_seconds_total counter\npinhole_disk_cache_read_seconds_total %.6f\n",
+    fprintf(f,
+            "# HELP pinhole_disk_cache_write_seconds_total Time the writer thread spent writing checkpoint files.\n"
+            "# TYPE pinhole_disk_cache_write_seconds_total counter\npinhole_disk_cache_write_seconds_total %.6f\n"
+            "# HELP pinhole_disk_cache_read_seconds_total Time spent reading checkpoint files into the KV.\n"
+            "# TYPE pinhole_disk_cache_read_seconds_total counter\npinhole_disk_cache_read_seconds_total %.6f\n",
             st->disk_cache_write_s, st->disk_cache_read_s);
     if (fclose(f) != 0) {
         free(out);

@@ -9,7 +9,7 @@
 #include "pinhole.h"
 
 #define METRICS_MAX_SERIES 64
-#define METRICS_N_BUCKETS 12
+#define METRICS_N_BUCKETS  12
 
 typedef struct metrics {
     pthread_mutex_t mu;

@@ -32,10 +32,11 @@ static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
             if (job_add_text(j, json_string_value(t), json_string_length(t), err)) return -1;
         } else if (!strcmp(type, "image_url")) {
             json_t *iu = json_object_get(part, "image_url");
-            const char *url = json_is_string(iu) ? json_string_value(iu) : json_string_value(json_object_get(iu, "url"));
+            const char *url =
+                json_is_string(iu) ? json_string_value(iu) : json_string_value(json_object_get(iu, "url"));
             if (!url)
                 return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].image_url.url must be a string", mi,
-                                   pi);
+                                pi);
             char where[96];
             snprintf(where, sizeof where, "messages[%zu].content[%zu].image_url%s", mi, pi,
                      json_is_string(iu) ? "" : ".url");
@@ -46,8 +47,10 @@ static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
                 return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].refusal must be a string", mi, pi);
             if (job_add_text(j, json_string_value(t), json_string_length(t), err)) return -1;
         } else {
-            return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu]: part type '%s' is not supported "
-                                                  "(text, image_url, refusal are)", mi, pi, type);
+            return err_setc(err, PH_ERR_INPUT,
+                            "messages[%zu].content[%zu]: part type '%s' is not supported "
+                            "(text, image_url, refusal are)",
+                            mi, pi, type);
         }
     }
     return 0;
@@ -78,8 +81,8 @@ static int parse_calls(job *j, json_t *calls, size_t mi, ph_err *err) {
         } else {
             return err_setc(err, PH_ERR_INPUT, "%s.function.arguments must be a JSON string", where);
         }
-        if (job_add_call(j, json_string_value(json_object_get(c, "id")), json_string_value(json_object_get(fn, "name")),
-                         text, len, where, err))
+        if (job_add_call(j, json_string_value(json_object_get(c, "id")),
+                         json_string_value(json_object_get(fn, "name")), text, len, where, err))
             return -1;
     }
     return 0;
@@ -100,17 +103,23 @@ static int parse_format(job *j, json_t *root, ph_err *err) {
                           "response_format", err);
 }
 
+/* this API's own fields; api_check_fields also takes the ones all three share */
 static const field_rule FIELDS[] = {
-    {"model", F_USE, NULL}, {"messages", F_USE, NULL}, {"stream", F_USE, NULL}, {"stream_options", F_USE, NULL},
-    {"temperature", F_USE, NULL}, {"top_p", F_USE, NULL}, {"top_k", F_USE, NULL}, {"min_p", F_USE, NULL},
-    {"seed", F_USE, NULL}, {"presence_penalty", F_USE, NULL}, {"frequency_penalty", F_USE, NULL},
-    {"repetition_penalty", F_USE, NULL}, {"logit_bias", F_USE, NULL}, {"max_tokens", F_USE, NULL},
-    {"max_completion_tokens", F_USE, NULL}, {"stop", F_USE, NULL}, {"n", F_USE, NULL}, {"logprobs", F_USE, NULL},
-    {"top_logprobs", F_USE, NULL}, {"tools", F_USE, NULL}, {"tool_choice", F_USE, NULL},
-    {"parallel_tool_calls", F_USE, NULL}, {"response_format", F_USE, NULL}, {"reasoning_effort", F_USE, NULL},
-    {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL}, {"cache_salt", F_USE, NULL},
-    {"user", F_IGNORE, NULL}, {"metadata", F_IGNORE, NULL}, {"safety_identifier", F_IGNORE, NULL},
-    {"prompt_cache_key", F_IGNORE, NULL}, {"service_tier", F_IGNORE, NULL}, {"verbosity", F_IGNORE, NULL},
+    {"messages", F_USE, NULL},
+    {"stream_options", F_USE, NULL},
+    {"max_tokens", F_USE, NULL},
+    {"max_completion_tokens", F_USE, NULL},
+    {"stop", F_USE, NULL},
+    {"n", F_USE, NULL},
+    {"logprobs", F_USE, NULL},
+    {"top_logprobs", F_USE, NULL},
+    {"parallel_tool_calls", F_USE, NULL},
+    {"response_format", F_USE, NULL},
+    {"reasoning_effort", F_USE, NULL},
+    {"user", F_IGNORE, NULL},
+    {"safety_identifier", F_IGNORE, NULL},
+    {"prompt_cache_key", F_IGNORE, NULL},
+    {"verbosity", F_IGNORE, NULL},
     {"store", F_REFUSE, "nothing is stored: completions cannot be retrieved later"},
     {"modalities", F_USE, NULL},
     {"audio", F_REFUSE, "this server answers with text only"},
@@ -129,7 +138,8 @@ static int parse(job *j, ph_err *err) {
         size_t i;
         json_t *x;
         json_array_foreach(mod, i, x) ok &= json_is_string(x) && !strcmp(json_string_value(x), "text");
-        if (!ok) return err_setc(err, PH_ERR_INPUT, "'modalities' may only be [\"text\"]: this server answers with text");
+        if (!ok)
+            return err_setc(err, PH_ERR_INPUT, "'modalities' may only be [\"text\"]: this server answers with text");
     }
     if (parse_tools(j, root, err)) return -1;
     json_t *msgs = json_object_get(root, "messages");
@@ -142,8 +152,10 @@ static int parse(job *j, ph_err *err) {
         if (!json_is_object(m) || !role)
             return err_setc(err, PH_ERR_INPUT, "messages[%zu] must be an object with a 'role'", mi);
         if (role_of(role, &r))
-            return err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (system, developer, "
-                                                  "user, assistant, tool)", mi, role);
+            return err_setc(err, PH_ERR_INPUT,
+                            "messages[%zu].role '%s' is not supported (system, developer, "
+                            "user, assistant, tool)",
+                            mi, role);
         json_t *content = json_object_get(m, "content");
         if (r != PH_ROLE_ASSISTANT && !json_is_string(content) && !json_is_array(content))
             return err_setc(err, PH_ERR_INPUT, "messages[%zu].content must be a string or an array of parts", mi);
@@ -170,8 +182,9 @@ static int parse(job *j, ph_err *err) {
         if (!json_is_object(so)) return err_setc(err, PH_ERR_INPUT, "'stream_options' must be an object");
         const char *k;
         json_t *v;
-        json_object_foreach(so, k, v) if (strcmp(k, "include_usage") && strcmp(k, "include_obfuscation"))
-            return err_setc(err, PH_ERR_INPUT, "'stream_options.%.32s' is not supported (include_usage is)", k);
+        json_object_foreach(so, k, v) if (strcmp(k, "include_usage") && strcmp(k, "include_"
+                                                                                  "obfuscation")) return err_setc(
+            err, PH_ERR_INPUT, "'stream_options.%.32s' is not supported (include_usage is)", k);
         if (api_get_bool(so, "include_usage", &j->include_usage, err)) return -1;
     }
     json_t *n = json_object_get(root, "n");
@@ -209,11 +222,11 @@ static const char *finish_reason(const job *j) {
 }
 
 static json_t *chunk(const job *j, json_t *delta, json_t *logprobs, const char *finish) {
-    json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[{s:i,s:o,s:o,s:o}]}", "id", j->id, "object",
-                          "chat.completion.chunk", "created", (json_int_t)j->created, "model", j->model_name,
-                          "system_fingerprint", "pinhole-" PINHOLE_VERSION, "choices", "index", 0, "delta", delta,
-                          "logprobs", logprobs ? logprobs : json_null(), "finish_reason",
-                          finish ? json_string(finish) : json_null());
+    json_t *c =
+        json_pack("{s:s,s:s,s:I,s:s,s:s,s:[{s:i,s:o,s:o,s:o}]}", "id", j->id, "object", "chat.completion.chunk",
+                  "created", (json_int_t)j->created, "model", j->model_name, "system_fingerprint",
+                  "pinhole-" PINHOLE_VERSION, "choices", "index", 0, "delta", delta, "logprobs",
+                  logprobs ? logprobs : json_null(), "finish_reason", finish ? json_string(finish) : json_null());
     if (j->include_usage) json_object_set_new(c, "usage", json_null());
     return c;
 }
@@ -232,7 +245,8 @@ static json_t *lp_token(job *j, int32_t id, float lp) {
 static json_t *lp_entry(job *j, const ph_gen_event *ev) {
     json_t *e = lp_token(j, ev->token, ev->logprob);
     json_t *top = json_array();
-    for (int32_t i = 0; i < ev->n_top; i++) json_array_append_new(top, lp_token(j, ev->top_ids[i], ev->top_logprobs[i]));
+    for (int32_t i = 0; i < ev->n_top; i++)
+        json_array_append_new(top, lp_token(j, ev->top_ids[i], ev->top_logprobs[i]));
     json_object_set_new(e, "top_logprobs", top);
     return e;
 }
@@ -246,8 +260,8 @@ static void stream_start(job *j) {
 static json_t *call_delta(job *j, const ph_gen_event *ev) {
     const out_call *oc = &j->out_calls[ev->call_index];
     json_t *c = ev->kind == PH_DELTA_TOOL_CALL
-                    ? json_pack("{s:i,s:s,s:s,s:{s:s%,s:s}}", "index", ev->call_index, "id", oc->id, "type", "function",
-                                "function", "name", ev->text, ev->len, "arguments", "")
+                    ? json_pack("{s:i,s:s,s:s,s:{s:s%,s:s}}", "index", ev->call_index, "id", oc->id, "type",
+                                "function", "function", "name", ev->text, ev->len, "arguments", "")
                     : json_pack("{s:i,s:{s:o}}", "index", ev->call_index, "function", "arguments",
                                 api_utf8_string(ev->text, ev->len));
     return json_pack("{s:[o]}", "tool_calls", c);
@@ -258,13 +272,11 @@ static void stream_event(job *j, const ph_gen_event *ev) {
     if (j->logprobs && ev->token >= 0) lp = json_pack("{s:[o]}", "content", lp_entry(j, ev));
     if (!ev->len && !lp && ev->kind != PH_DELTA_TOOL_CALL) return;
     json_t *delta;
-    if (ev->kind == PH_DELTA_TOOL_CALL || (ev->kind == PH_DELTA_TOOL_ARGS && ev->len))
-        delta = call_delta(j, ev);
+    if (ev->kind == PH_DELTA_TOOL_CALL || (ev->kind == PH_DELTA_TOOL_ARGS && ev->len)) delta = call_delta(j, ev);
     else if (ev->len && ev->kind != PH_DELTA_TOOL_ARGS)
         delta = json_pack("{s:o}", ev->kind == PH_DELTA_REASONING ? "reasoning_content" : "content",
                           api_utf8_string(ev->text, ev->len));
-    else
-        delta = json_object();
+    else delta = json_object();
     job_sse(j, NULL, chunk(j, delta, lp, NULL));
 }
 
@@ -291,18 +303,21 @@ static void collect_logprobs(job *j, const ph_gen_event *ev) {
 
 static json_t *result(job *j) {
     /* content is null for an answer made only of calls */
-    json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content",
-                            j->n_out_calls && !j->content.n ? json_null() : api_utf8_string(j->content.p ? j->content.p : "",
-                                                                                    j->content.n),
-                            "refusal");
-    if (j->reasoning.n) json_object_set_new(msg, "reasoning_content", api_utf8_string(j->reasoning.p, j->reasoning.n));
+    json_t *msg =
+        json_pack("{s:s,s:o,s:n}", "role", "assistant", "content",
+                  j->n_out_calls && !j->content.n ? json_null()
+                                                  : api_utf8_string(j->content.p ? j->content.p : "", j->content.n),
+                  "refusal");
+    if (j->reasoning.n)
+        json_object_set_new(msg, "reasoning_content", api_utf8_string(j->reasoning.p, j->reasoning.n));
     if (j->n_out_calls) {
         json_t *calls = json_array();
         for (size_t i = 0; i < j->n_out_calls; i++) {
             const out_call *oc = &j->out_calls[i];
-            json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", oc->id, "type", "function",
-                                                   "function", "name", api_utf8_string(oc->name.p ? oc->name.p : "", oc->name.n),
-                                                   "arguments", api_utf8_string(oc->args.p ? oc->args.p : "", oc->args.n)));
+            json_array_append_new(calls,
+                                  json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", oc->id, "type", "function", "function",
+                                            "name", api_utf8_string(oc->name.p ? oc->name.p : "", oc->name.n),
+                                            "arguments", api_utf8_string(oc->args.p ? oc->args.p : "", oc->args.n)));
         }
         json_object_set_new(msg, "tool_calls", calls);
     }

@@ -20,8 +20,10 @@ static int add_part(job *j, json_t *part, const char *where, size_t mi, size_t p
         if (json_is_object(u)) u = json_object_get(u, "url");
         if (!json_is_string(u)) {
             if (json_object_get(part, "file_id"))
-                return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu]: file_id pictures are not supported; "
-                                                      "only data: URIs are accepted", mi, where, pi);
+                return err_setc(err, PH_ERR_INPUT,
+                                "input[%zu].%s[%zu]: file_id pictures are not supported; "
+                                "only data: URIs are accepted",
+                                mi, where, pi);
             return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].image_url must be a string", mi, where, pi);
         }
         char at[96];
@@ -35,8 +37,10 @@ static int add_part(job *j, json_t *part, const char *where, size_t mi, size_t p
             return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].refusal must be a string", mi, where, pi);
         return job_add_text(j, json_string_value(t), json_string_length(t), err);
     }
-    return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu]: type '%s' is not supported (input_text, "
-                                          "input_image, output_text, refusal are)", mi, where, pi, type);
+    return err_setc(err, PH_ERR_INPUT,
+                    "input[%zu].%s[%zu]: type '%s' is not supported (input_text, "
+                    "input_image, output_text, refusal are)",
+                    mi, where, pi, type);
 }
 
 static int add_parts(job *j, json_t *content, const char *where, size_t mi, ph_err *err) {
@@ -50,8 +54,8 @@ static int add_parts(job *j, json_t *content, const char *where, size_t mi, ph_e
 }
 
 typedef struct input_state {
-    bool open;             /* the last message is an assistant turn that function calls join */
-    json_t *reasoning;     /* a reasoning item's text waiting for its assistant turn */
+    bool open;         /* the last message is an assistant turn that function calls join */
+    json_t *reasoning; /* a reasoning item's text waiting for its assistant turn */
 } input_state;
 
 /* Opens an assistant turn (taking the reasoning that came before it). */
@@ -96,7 +100,8 @@ static int parse_input(job *j, json_t *input, ph_err *err) {
                              json_string_length(args), where, err))
                 return -1;
         } else if (!strcmp(type, "function_call_output")) {
-            if (job_begin_msg(j, PH_ROLE_TOOL, err) || add_parts(j, json_object_get(item, "output"), "output", mi, err))
+            if (job_begin_msg(j, PH_ROLE_TOOL, err) ||
+                add_parts(j, json_object_get(item, "output"), "output", mi, err))
                 return -1;
             st.open = false;
         } else if (!strcmp(type, "reasoning")) {
@@ -107,8 +112,10 @@ static int parse_input(job *j, json_t *input, ph_err *err) {
             st.reasoning = json_is_string(t) ? t : NULL;
             st.open = false;
         } else {
-            return err_setc(err, PH_ERR_INPUT, "input[%zu]: item type '%s' is not supported (message, "
-                                                  "function_call, function_call_output, reasoning are)", mi, type);
+            return err_setc(err, PH_ERR_INPUT,
+                            "input[%zu]: item type '%s' is not supported (message, "
+                            "function_call, function_call_output, reasoning are)",
+                            mi, type);
         }
     }
     return 0;
@@ -126,8 +133,8 @@ static int parse_text(job *j, json_t *root, ph_err *err) {
     if (!json_is_object(text)) return err_setc(err, PH_ERR_INPUT, "'text' must be an object");
     const char *k;
     json_t *v;
-    json_object_foreach(text, k, v) if (strcmp(k, "format") && strcmp(k, "verbosity"))
-        return err_setc(err, PH_ERR_INPUT, "'text.%.32s' is not supported (format, verbosity are)", k);
+    json_object_foreach(text, k, v) if (strcmp(k, "format") && strcmp(k, "verbosity")) return err_setc(
+        err, PH_ERR_INPUT, "'text.%.32s' is not supported (format, verbosity are)", k);
     json_t *f = json_object_get(text, "format");
     if (!f || json_is_null(f)) return 0;
     if (!json_is_object(f)) return err_setc(err, PH_ERR_INPUT, "'text.format' must be an object");
@@ -135,19 +142,24 @@ static int parse_text(job *j, json_t *root, ph_err *err) {
                           "text.format", err);
 }
 
+/* this API's own fields; api_check_fields also takes the ones all three share */
 static const field_rule FIELDS[] = {
-    {"model", F_USE, NULL}, {"input", F_USE, NULL}, {"instructions", F_USE, NULL}, {"stream", F_USE, NULL},
-    {"temperature", F_USE, NULL}, {"top_p", F_USE, NULL}, {"top_k", F_USE, NULL}, {"min_p", F_USE, NULL},
-    {"seed", F_USE, NULL}, {"presence_penalty", F_USE, NULL}, {"frequency_penalty", F_USE, NULL},
-    {"repetition_penalty", F_USE, NULL}, {"logit_bias", F_USE, NULL}, {"max_output_tokens", F_USE, NULL},
-    {"tools", F_USE, NULL}, {"tool_choice", F_USE, NULL}, {"parallel_tool_calls", F_USE, NULL},
-    {"text", F_USE, NULL}, {"reasoning", F_USE, NULL}, {"auxiliary", F_USE, NULL}, {"forced_output", F_USE, NULL},
-    {"cache_salt", F_USE, NULL},
-    {"user", F_IGNORE, NULL}, {"metadata", F_IGNORE, NULL}, {"safety_identifier", F_IGNORE, NULL},
-    {"prompt_cache_key", F_IGNORE, NULL}, {"service_tier", F_IGNORE, NULL}, {"store", F_IGNORE, NULL},
-    {"truncation", F_USE, NULL}, {"stream_options", F_IGNORE, NULL}, {"include", F_USE, NULL},
-    {"previous_response_id", F_REFUSE, "send the whole conversation in 'input' (nothing is stored; pinhole "
-                                       "reuses its state on its own)"},
+    {"input", F_USE, NULL},
+    {"instructions", F_USE, NULL},
+    {"max_output_tokens", F_USE, NULL},
+    {"parallel_tool_calls", F_USE, NULL},
+    {"text", F_USE, NULL},
+    {"reasoning", F_USE, NULL},
+    {"user", F_IGNORE, NULL},
+    {"safety_identifier", F_IGNORE, NULL},
+    {"prompt_cache_key", F_IGNORE, NULL},
+    {"store", F_IGNORE, NULL},
+    {"truncation", F_USE, NULL},
+    {"stream_options", F_IGNORE, NULL},
+    {"include", F_USE, NULL},
+    {"previous_response_id", F_REFUSE,
+     "send the whole conversation in 'input' (nothing is stored; pinhole "
+     "reuses its state on its own)"},
     {"conversation", F_REFUSE, "send the whole conversation in 'input' (nothing is stored)"},
     {"background", F_REFUSE, "background responses are not supported"},
     {"prompt", F_REFUSE, "stored prompts are not supported"},
@@ -160,8 +172,9 @@ static int parse(job *j, ph_err *err) {
     if (api_check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Responses API", err)) return -1;
     json_t *tr = json_object_get(root, "truncation");
     if (tr && !json_is_null(tr) && !(json_is_string(tr) && !strcmp(json_string_value(tr), "disabled")))
-        return err_setc(err, PH_ERR_INPUT, "'truncation' may only be \"disabled\": a conversation that does not "
-                                              "fit is refused, never cut");
+        return err_setc(err, PH_ERR_INPUT,
+                        "'truncation' may only be \"disabled\": a conversation that does not "
+                        "fit is refused, never cut");
     json_t *inc = json_object_get(root, "include");
     if (inc && !json_is_null(inc) && !(json_is_array(inc) && json_array_size(inc) == 0))
         return err_setc(err, PH_ERR_INPUT, "'include' is not supported: the output already has everything there is");
@@ -219,12 +232,12 @@ static json_t *item(const job *j, ph_delta_kind kind, int idx, int32_t call, boo
     const strbuf *b = kind == PH_DELTA_REASONING ? &j->reasoning : &j->content;
     json_t *content = json_array();
     if (done)
-        json_array_append_new(content, kind == PH_DELTA_REASONING
-                                           ? json_pack("{s:s,s:o}", "type", "reasoning_text", "text",
-                                                       api_utf8_string(b->p ? b->p : "", b->n))
-                                           : json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text",
-                                                       api_utf8_string(b->p ? b->p : "", b->n), "annotations",
-                                                       "logprobs"));
+        json_array_append_new(
+            content,
+            kind == PH_DELTA_REASONING
+                ? json_pack("{s:s,s:o}", "type", "reasoning_text", "text", api_utf8_string(b->p ? b->p : "", b->n))
+                : json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text",
+                            api_utf8_string(b->p ? b->p : "", b->n), "annotations", "logprobs"));
     if (kind == PH_DELTA_REASONING)
         return json_pack("{s:s,s:s,s:[],s:o,s:s}", "type", "reasoning", "id", id, "summary", "content", content,
                          "status", done ? "completed" : "in_progress");
@@ -253,14 +266,13 @@ static json_t *response(job *j, const char *status) {
     json_t *text = json_pack("{s:{s:s}}", "format", "type", "text");
     json_t *fmt = json_object_get(json_object_get(j->root, "text"), "format");
     if (json_is_object(fmt)) json_object_set(text, "format", fmt);
-    json_t *r = json_pack("{s:s,s:s,s:I,s:s,s:n,s:n,s:s,s:o,s:b,s:n,s:f,s:f,s:o,s:o,s:o,s:s,s:{},s:o}",
-                          "id", j->id, "object", "response", "created_at", (json_int_t)j->created, "status", status,
-                          "error", "incomplete_details", "model", j->model_name, "output", out,
-                          "parallel_tool_calls", j->gen.parallel_tool_calls, "previous_response_id", "temperature",
-                          (double)j->gen.sampler.temperature, "top_p", (double)j->gen.sampler.top_p, "text", text,
-                          "tool_choice", echo(j, "tool_choice", json_string("auto")), "tools",
-                          echo(j, "tools", json_array()), "truncation", "disabled", "metadata", "usage",
-                          final ? usage(j) : json_null());
+    json_t *r = json_pack(
+        "{s:s,s:s,s:I,s:s,s:n,s:n,s:s,s:o,s:b,s:n,s:f,s:f,s:o,s:o,s:o,s:s,s:{},s:o}", "id", j->id, "object",
+        "response", "created_at", (json_int_t)j->created, "status", status, "error", "incomplete_details", "model",
+        j->model_name, "output", out, "parallel_tool_calls", j->gen.parallel_tool_calls, "previous_response_id",
+        "temperature", (double)j->gen.sampler.temperature, "top_p", (double)j->gen.sampler.top_p, "text", text,
+        "tool_choice", echo(j, "tool_choice", json_string("auto")), "tools", echo(j, "tools", json_array()),
+        "truncation", "disabled", "metadata", "usage", final ? usage(j) : json_null());
     if (!strcmp(status, "incomplete"))
         json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
     json_object_set_new(r, "max_output_tokens",
@@ -268,7 +280,9 @@ static json_t *response(job *j, const char *status) {
     return r;
 }
 
-static const char *final_status(const job *j) { return j->rep.finish == PH_FINISH_LENGTH ? "incomplete" : "completed"; }
+static const char *final_status(const job *j) {
+    return j->rep.finish == PH_FINISH_LENGTH ? "incomplete" : "completed";
+}
 
 static void event(job *j, const char *type, json_t *body) {
     json_object_set_new(body, "type", json_string(type));
@@ -299,8 +313,9 @@ static void close_item(job *j) {
     snprintf(id, sizeof id, "%s_%d", j->item_id, idx);
     if (kind == PH_DELTA_CONTENT) {
         json_t *text = api_utf8_string(j->content.p ? j->content.p : "", j->content.n);
-        event(j, "response.output_text.done", json_pack("{s:s,s:i,s:i,s:O,s:[]}", "item_id", id, "output_index", idx,
-                                                        "content_index", 0, "text", text, "logprobs"));
+        event(j, "response.output_text.done",
+              json_pack("{s:s,s:i,s:i,s:O,s:[]}", "item_id", id, "output_index", idx, "content_index", 0, "text",
+                        text, "logprobs"));
         event(j, "response.content_part.done",
               json_pack("{s:s,s:i,s:i,s:{s:s,s:o,s:[],s:[]}}", "item_id", id, "output_index", idx, "content_index", 0,
                         "part", "type", "output_text", "text", text, "annotations", "logprobs"));
@@ -349,12 +364,13 @@ static void stream_event(job *j, const ph_gen_event *ev) {
     char id[64];
     snprintf(id, sizeof id, "%s_%d", j->item_id, idx);
     if (ev->kind == PH_DELTA_CONTENT)
-        event(j, "response.output_text.delta", json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", id, "output_index", idx,
-                                                         "content_index", 0, "delta", api_utf8_string(ev->text, ev->len),
-                                                         "logprobs"));
+        event(j, "response.output_text.delta",
+              json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", id, "output_index", idx, "content_index", 0, "delta",
+                        api_utf8_string(ev->text, ev->len), "logprobs"));
     else
-        event(j, "response.reasoning_text.delta", json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", idx,
-                                                            "content_index", 0, "delta", api_utf8_string(ev->text, ev->len)));
+        event(j, "response.reasoning_text.delta",
+              json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", idx, "content_index", 0, "delta",
+                        api_utf8_string(ev->text, ev->len)));
 }
 
 static void stream_end(job *j) {

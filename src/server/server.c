@@ -60,7 +60,7 @@ struct srv {
     /* the HTTP library: HTTP_THREADS daemons of one epoll thread each, fed
      * by the door, which listens and checks each request line (door.h) */
     struct MHD_Daemon *d[HTTP_THREADS];
-    unsigned next_d;           /* the door's round robin (its thread only) */
+    unsigned next_d; /* the door's round robin (its thread only) */
     door *door;
     metrics met;
     /* the queue */
@@ -71,17 +71,17 @@ struct srv {
     job *running;
     uint64_t pixels_in_flight; /* the pictures of the queued and running jobs (--max-pixels-in-flight) */
     bool stopping;
-    int n_streams;             /* streamed responses not yet finished (under mu) */
-    ph_engine_stats snap;      /* the engine's counters, as of the last job or tick */
+    int n_streams;        /* streamed responses not yet finished (under mu) */
+    ph_engine_stats snap; /* the engine's counters, as of the last job or tick */
     pthread_t worker;
     /* the connections and the watcher */
     conns conns;
     pthread_t watcher;
-    bool watcher_stop;         /* under mu */
+    bool watcher_stop; /* under mu */
     bool watcher_started;
     int port;                   /* the port bound */
     uint8_t (*key_domains)[32]; /* per API key its isolation domain (NULL: keys are not isolated) */
-    web_page page;             /* the web chat page (GET /) */
+    web_page page;              /* the web chat page (GET /) */
     /* loading: the port is bound before the model is loaded; until e is
      * set (server_run) only GET /health is answered, with load_fraction */
     atomic_bool ready;
@@ -217,16 +217,16 @@ static int check_pictures(const srv *s, const job *j, ph_err *err) {
         const int32_t n = ph_engine_picture_rows(s->e, j->images[i]);
         if ((rows += n) + 1 > n_ctx)
             return err_setc(err, PH_ERR_TOO_LONG,
-                               "picture %zu (%d tokens) does not fit: the prompt through it is at least %lld tokens "
-                               "long (its pictures alone) but the context holds %d (and needs room for the answer)",
-                               i + 1, n, (long long)rows, n_ctx);
+                            "picture %zu (%d tokens) does not fit: the prompt through it is at least %lld tokens "
+                            "long (its pictures alone) but the context holds %d (and needs room for the answer)",
+                            i + 1, n, (long long)rows, n_ctx);
     }
     const uint64_t most = s->cfg.max_pixels_in_flight;
     if (most && j->pixels > most)
         return err_setc(err, PH_ERR_INPUT,
-                           "the request's pictures are %llu pixels in all, more than the %llu the server takes in at "
-                           "once (--max-pixels-in-flight)",
-                           (unsigned long long)j->pixels, (unsigned long long)most);
+                        "the request's pictures are %llu pixels in all, more than the %llu the server takes in at "
+                        "once (--max-pixels-in-flight)",
+                        (unsigned long long)j->pixels, (unsigned long long)most);
     return 0;
 }
 
@@ -350,7 +350,7 @@ static void run_job(srv *s, job *j) {
         if (stopping) err_set(&j->err, "the server is shutting down: the answer was cut short");
         else if (job_timed_out(j))
             err_set(&j->err, "the request did not finish within %g s (--request-timeout-s)",
-                       s->cfg.request_timeout_s);
+                    s->cfg.request_timeout_s);
         j->failed = stopping || job_timed_out(j);
     }
     if (rc || j->failed) {
@@ -366,8 +366,7 @@ static void run_job(srv *s, job *j) {
     if (r->n_from_ram)
         snprintf(from, sizeof from, " from %s in %.0f ms",
                  r->from_parked ? "the parked conversation" : "a RAM checkpoint", r->checkpoint_s * 1e3);
-    else if (r->n_from_disk)
-        snprintf(from, sizeof from, " from a checkpoint file in %.0f ms", r->checkpoint_s * 1e3);
+    else if (r->n_from_disk) snprintf(from, sizeof from, " from a checkpoint file in %.0f ms", r->checkpoint_s * 1e3);
     const char *aux = !j->gen.auxiliary ? "" : r->parked ? " (auxiliary; the conversation parked)" : " (auxiliary)";
     log_line(LOG_INFO, &lc,
              "%s%s %s: prompt %d (reused %d%s, prefilled %d), pictures %d (kv %d, cache %d, encoded %d%s), "
@@ -438,7 +437,7 @@ static void *worker_main(void *arg) {
         ph_engine_stats st;
         ph_engine_get_stats(s->e, &st);
         pthread_mutex_lock(&s->mu);
-        s->snap = st; /* before the answer is released, so a client sees its own turn counted */
+        s->snap = st;         /* before the answer is released, so a client sees its own turn counted */
         pixels_release(s, j); /* and finds its pictures counted out */
         pthread_mutex_unlock(&s->mu);
         job_finish(j);
@@ -456,16 +455,16 @@ static void *worker_main(void *arg) {
 
 typedef struct conn {
     strbuf body;
-    int refused;       /* the status to answer with once the upload is over (0: none) */
+    int refused; /* the status to answer with once the upload is over (0: none) */
     char why[200];
-    bool answered;     /* refused at the door: the answer is queued, the body is never read */
-    int key;           /* the index of the API key the request carries (-1: none needed) */
-    job *j;            /* the request's job while the connection waits for it (a reference) */
-    conn_rec *rec;     /* the connection's entry in s->conns (NULL: untracked) */
-    req_ident req;     /* its id, client, method and path, for X-Request-Id and the log */
-    log_level lv;      /* of its start and end lines (debug for /health and /metrics) */
-    int status;        /* the answer's, once queued */
-    job *answered_j;   /* the job answered (a reference): its figures go in the end line */
+    bool answered;   /* refused at the door: the answer is queued, the body is never read */
+    int key;         /* the index of the API key the request carries (-1: none needed) */
+    job *j;          /* the request's job while the connection waits for it (a reference) */
+    conn_rec *rec;   /* the connection's entry in s->conns (NULL: untracked) */
+    req_ident req;   /* its id, client, method and path, for X-Request-Id and the log */
+    log_level lv;    /* of its start and end lines (debug for /health and /metrics) */
+    int status;      /* the answer's, once queued */
+    job *answered_j; /* the job answered (a reference): its figures go in the end line */
 } conn;
 
 /* The request whose callback the thread is in: on_request sets it, and
@@ -514,7 +513,8 @@ static enum MHD_Result send_bytes_ex(srv *s, struct MHD_Connection *c, int statu
     return queue_answer(c, (unsigned)status, r);
 }
 
-static enum MHD_Result send_bytes(srv *s, struct MHD_Connection *c, int status, const char *type, char *data, size_t n) {
+static enum MHD_Result send_bytes(srv *s, struct MHD_Connection *c, int status, const char *type, char *data,
+                                  size_t n) {
     return send_bytes_ex(s, c, status, type, data, n, false, NULL, NULL);
 }
 
@@ -586,13 +586,15 @@ static enum MHD_Result check_model(srv *s, struct MHD_Connection *c, const api_k
         for (size_t i = 1; i < s->cfg.n_aliases && n > 0 && (size_t)n < sizeof msg; i++)
             n += snprintf(msg + n, sizeof msg - (size_t)n, "%s'%.60s'", i == 1 ? " (or its alias " : ", ",
                           s->cfg.aliases[i]);
-        if (s->cfg.n_aliases > 1 && n > 0 && (size_t)n < sizeof msg) n += snprintf(msg + n, sizeof msg - (size_t)n, ")");
+        if (s->cfg.n_aliases > 1 && n > 0 && (size_t)n < sizeof msg)
+            n += snprintf(msg + n, sizeof msg - (size_t)n, ")");
         if (n > 0 && (size_t)n < sizeof msg)
             snprintf(msg + n, sizeof msg - (size_t)n, "; start it with --any-model to accept any name");
     }
     metrics_request(&s->met, api->endpoint, status);
     if (api->anthropic) return send_json(s, c, status, anthropic_error_body(status, msg));
-    return send_json(s, c, status, openai_error_body_code(status, msg, "model", status == 404 ? "model_not_found" : NULL));
+    return send_json(s, c, status,
+                     openai_error_body_code(status, msg, "model", status == 404 ? "model_not_found" : NULL));
 }
 
 /* Streams a job's SSE bytes as the worker writes them; with none yet, the
@@ -660,7 +662,7 @@ static int parse_domain(srv *s, job *j, int key, ph_err *err) {
     const bool salted = v && !json_is_null(v);
     if (salted && (!json_is_string(v) || json_string_length(v) < 1 || json_string_length(v) > CACHE_SALT_MAX))
         return err_setc(err, PH_ERR_INPUT, "'cache_salt' must be a non-empty string of at most %d bytes",
-                           CACHE_SALT_MAX);
+                        CACHE_SALT_MAX);
     access_domain(s->key_domains && key >= 0 ? s->key_domains[key] : NULL, salted ? json_string_value(v) : NULL,
                   salted ? json_string_length(v) : 0, j->gen.domain);
     return 0;
@@ -691,8 +693,8 @@ static bool client_gone(int fd) {
 /* 503 with Retry-After: the queue is full, or the pictures in flight. */
 static enum MHD_Result send_busy(srv *s, struct MHD_Connection *c, const api_kind *api, const char *msg) {
     metrics_request(&s->met, api->endpoint, 503);
-    return send_json_ex(s, c, 503, api->anthropic ? anthropic_error_body(503, msg) : openai_error_body(503, msg), false,
-                        "Retry-After", "1");
+    return send_json_ex(s, c, 503, api->anthropic ? anthropic_error_body(503, msg) : openai_error_body(503, msg),
+                        false, "Retry-After", "1");
 }
 
 /* The answer to a queued request, once its job is ready: done, or for a
@@ -718,7 +720,8 @@ static enum MHD_Result answer_or_wait(srv *s, struct MHD_Connection *c, conn *cn
         pthread_mutex_lock(&s->mu);
         s->n_streams++; /* stream_free counts it off */
         pthread_mutex_unlock(&s->mu);
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
         if (!r) {
             stream_free(j); /* as MHD would have: cancels the job, drops its reference and the count */
             return MHD_NO;
@@ -746,7 +749,9 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     json_t *root = json_loadb(cn->body.p ? cn->body.p : "", cn->body.n, JSON_REJECT_DUPLICATES, &je);
     if (!root || !json_is_object(root)) {
         char msg[300];
-        if (!root) snprintf(msg, sizeof msg, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+        if (!root)
+            snprintf(msg, sizeof msg, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+                     je.column);
         else snprintf(msg, sizeof msg, "the body must be a JSON object");
         json_decref(root);
         return send_error(s, c, api->endpoint, api->anthropic, 400, msg);
@@ -851,8 +856,8 @@ static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *
         return send_bytes(s, c, 200, "text/plain; version=0.0.4", text, strlen(text));
     }
     if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) {
-        json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->cfg.model_name, "object", "model", "created", (json_int_t)0,
-                              "owned_by", "pinhole");
+        json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->cfg.model_name, "object", "model", "created",
+                              (json_int_t)0, "owned_by", "pinhole");
         if (url[10] == '/' && !model_served(s, url + 11)) {
             json_decref(m);
             return send_error(s, c, "models", false, 404, "no such model");
@@ -899,11 +904,13 @@ static enum MHD_Result handle_options(srv *s, struct MHD_Connection *c, conn *cn
     if (origin && method && !access_origin_allowed(origin, s->cfg.cors_origins, s->cfg.n_cors_origins)) {
         char msg[400];
         if (s->cfg.n_cors_origins)
-            snprintf(msg, sizeof msg, "cross-origin requests from '%.200s' are not allowed (not in --cors-origin)", origin);
+            snprintf(msg, sizeof msg, "cross-origin requests from '%.200s' are not allowed (not in --cors-origin)",
+                     origin);
         else
             snprintf(msg, sizeof msg,
                      "cross-origin requests are not allowed: start the server with --cors-origin %.200s to allow "
-                     "this origin", origin);
+                     "this origin",
+                     origin);
         return refuse_now(s, c, cn, label, api && api->anthropic, 403, msg);
     }
     struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(0, NULL, NULL);
@@ -926,10 +933,10 @@ static enum MHD_Result handle_options(srv *s, struct MHD_Connection *c, conn *cn
 /* The body's framing headers: a request whose length two parties could
  * read differently (request smuggling through a proxy) is refused. */
 typedef struct framing {
-    int n_length;          /* Content-Length headers */
-    const char *length;    /* the first one's value */
+    int n_length;       /* Content-Length headers */
+    const char *length; /* the first one's value */
     bool lengths_differ;
-    bool chunked;          /* a Transfer-Encoding header */
+    bool chunked; /* a Transfer-Encoding header */
 } framing;
 
 static enum MHD_Result note_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
@@ -1004,8 +1011,13 @@ static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, c
     if (!strcmp(method, "POST") && api) {
         const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
         if (!access_is_json(ct)) {
-            if (ct) snprintf(msg, sizeof msg, "the body must be JSON sent as Content-Type: application/json, not '%.200s'", ct);
-            else snprintf(msg, sizeof msg, "the body must be JSON sent as Content-Type: application/json (the request has no Content-Type)");
+            if (ct)
+                snprintf(msg, sizeof msg,
+                         "the body must be JSON sent as Content-Type: application/json, not '%.200s'", ct);
+            else
+                snprintf(
+                    msg, sizeof msg,
+                    "the body must be JSON sent as Content-Type: application/json (the request has no Content-Type)");
             return refuse_now(s, c, cn, label, anth, 415, msg);
         }
     }
@@ -1104,14 +1116,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     conn *cn = *con_cls;
     tl_conn = cn;
     if (cn->j) return answer_or_wait(s, c, cn); /* resumed: its job is ready */
-    if (cn->answered) { /* refused at the door: nothing more is read */
+    if (cn->answered) {                         /* refused at the door: nothing more is read */
         *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size) {
         if (!cn->refused && cn->body.n + *upload_size > s->cfg.max_body) {
             cn->refused = 413;
-            snprintf(cn->why, sizeof cn->why, "the request body is over %zu MiB (--max-body-mb)", s->cfg.max_body >> 20);
+            snprintf(cn->why, sizeof cn->why, "the request body is over %zu MiB (--max-body-mb)",
+                     s->cfg.max_body >> 20);
             strbuf_free(&cn->body);
         }
         if (!cn->refused) strbuf_put(&cn->body, upload, *upload_size);
@@ -1119,7 +1132,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     conns_set_phase(&s->conns, cn->rec, CONN_BUSY, time_now_s()); /* the whole body is in */
-    if (cn->refused) return send_error(s, c, api ? api->endpoint : "other", api && api->anthropic, cn->refused, cn->why);
+    if (cn->refused)
+        return send_error(s, c, api ? api->endpoint : "other", api && api->anthropic, cn->refused, cn->why);
     if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) return handle_get(s, c, url, method);
     if (!strcmp(method, "POST") && api) {
         if (cn->body.oom) return send_error(s, c, api->endpoint, api->anthropic, 500, "out of memory");
@@ -1316,12 +1330,13 @@ srv *server_open(const srv_config *cfg, ph_err *err) {
     }
     s->watcher_started = true;
     for (int i = 0; i < HTTP_THREADS; i++) {
-        s->d[i] = MHD_start_daemon(
-            MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
-            NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->cfg.max_connections + CONN_SLACK),
-            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
-            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+        s->d[i] = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET |
+                                       MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
+                                   0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT,
+                                   (unsigned)(s->cfg.max_connections + CONN_SLACK), MHD_OPTION_NOTIFY_COMPLETED,
+                                   on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                                   (size_t)256 * 1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
         if (!s->d[i]) {
             err_set(err, "cannot start the HTTP threads: %s", strerror(errno));
             goto fail;

@@ -13,11 +13,11 @@
 #include "pinhole.h"
 
 typedef struct srv_config {
-    const char *host;          /* default 127.0.0.1 */
-    int port;                  /* 0: any free port */
-    int max_images;            /* per request */
-    int max_queue;             /* requests waiting for the worker; past it 503 (0: no bound) */
-    double request_timeout_s;  /* a request unfinished this long after it arrived is stopped (0: none) */
+    const char *host;         /* default 127.0.0.1 */
+    int port;                 /* 0: any free port */
+    int max_images;           /* per request */
+    int max_queue;            /* requests waiting for the worker; past it 503 (0: no bound) */
+    double request_timeout_s; /* a request unfinished this long after it arrived is stopped (0: none) */
     /* connections (issue 13): at most max_connections, max_connections_per_ip
      * from one address (a new one past a limit closes the oldest idle one);
      * a request head must arrive within header_timeout_s, its body within
@@ -28,7 +28,7 @@ typedef struct srv_config {
     double body_timeout_s;
     uint64_t max_pixels_in_flight; /* the pictures of the queued and running requests, in pixels
                                     * (their headers' sizes); past it 503 (0: no bound) */
-    size_t max_body;           /* bytes */
+    size_t max_body;               /* bytes */
     /* the API keys (none: no key needed); else every request but GET
      * /health, the web page (GET /) and CORS preflights must carry one of them. With more than
      * one, each key is an isolation domain of its own: its requests reuse
@@ -43,19 +43,19 @@ typedef struct srv_config {
      * the bound address ("*": any) */
     const char *const *allow_hosts;
     size_t n_allow_hosts;
-    const char *model_name;    /* the id in /v1/models and responses */
+    const char *model_name; /* the id in /v1/models and responses */
     /* the names a request's "model" may give: model_name and these (the
      * --alias names; model_name is the first of them when there are any) */
     const char *const *aliases;
     size_t n_aliases;
-    bool any_model;            /* --any-model: accept any "model" */
-    bool allow_forced_output;  /* --allow-forced-output: a test switch (see README) */
+    bool any_model;           /* --any-model: accept any "model" */
+    bool allow_forced_output; /* --allow-forced-output: a test switch (see README) */
     /* sampling defaults for requests that leave these fields out (--temp,
      * --top-p, --top-k, --max-tokens); a field in the request always wins */
-    double temperature;        /* >= 0; 0: greedy */
-    double top_p;              /* (0, 1] */
-    int top_k;                 /* 0: off */
-    int max_tokens;            /* 0: until the context is full */
+    double temperature; /* >= 0; 0: greedy */
+    double top_p;       /* (0, 1] */
+    int top_k;          /* 0: off */
+    int max_tokens;     /* 0: until the context is full */
 } srv_config;
 
 typedef struct srv srv;

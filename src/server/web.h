@@ -12,10 +12,10 @@
 #include "base/error.h"
 
 typedef struct web_page {
-    const char *body;  /* the page's bytes (NUL-ended) */
+    const char *body; /* the page's bytes (NUL-ended) */
     size_t len;
-    char csp[1024];    /* the Content-Security-Policy header's value */
-    char etag[24];     /* "\"" + 16 hex digits of the page's SHA-256 + "\"" */
+    char csp[1024]; /* the Content-Security-Policy header's value */
+    char etag[24];  /* "\"" + 16 hex digits of the page's SHA-256 + "\"" */
 } web_page;
 
 /* Fills p for the compiled-in page. Fails (PH_ERR_INTERNAL) only for a

@@ -23,28 +23,28 @@
 #include "base/timeutil.h"
 #include "state/domain.h"
 
-#define HDR_V1 256 /* version 1: the default domain */
-#define HDR_V2 288 /* version 2: the domain in the header */
-#define HDR_V3 320 /* version 3: the domain and the recurrent states' rows */
-#define HDR_MAX HDR_V3
-#define DOMAIN_AT 248
-#define REC_AT 280
-#define REC_MAX (KV_SNAPSHOTS + 1)
+#define HDR_V1         256 /* version 1: the default domain */
+#define HDR_V2         288 /* version 2: the domain in the header */
+#define HDR_V3         320 /* version 3: the domain and the recurrent states' rows */
+#define HDR_MAX        HDR_V3
+#define DOMAIN_AT      248
+#define REC_AT         280
+#define REC_MAX        (KV_SNAPSHOTS + 1)
 #define MAX_REC_FLOATS ((uint32_t)1 << 28)
-#define MAGIC "PHKVCK01"
-#define SPAN_REC (5 * 4 + 3 * 32)
-#define SUFFIX ".phkv"
+#define MAGIC          "PHKVCK01"
+#define SPAN_REC       (5 * 4 + 3 * 32)
+#define SUFFIX         ".phkv"
 #define MAX_CANDIDATES 4
 
 typedef struct job {
-    seq_state seq;           /* provenance of its rows (seq.n_rows = n) */
-    const kv_cache *kv;      /* the live cells it reads */
-    float *rec;              /* with recurrent layers, copies of their states after rec_rows (taken when queued) */
+    seq_state seq;      /* provenance of its rows (seq.n_rows = n) */
+    const kv_cache *kv; /* the live cells it reads */
+    float *rec;         /* with recurrent layers, copies of their states after rec_rows (taken when queued) */
     int32_t rec_rows[REC_MAX];
     int n_rec;
-    uint32_t rec_floats;     /* floats of one state */
-    bool reading;            /* taken by the writer, KV not yet read */
-    double due;              /* not written before this (time_now_s); 0: at once */
+    uint32_t rec_floats; /* floats of one state */
+    bool reading;        /* taken by the writer, KV not yet read */
+    double due;          /* not written before this (time_now_s); 0: at once */
     struct job *next;
 } job;
 
@@ -60,22 +60,22 @@ struct disk_tier {
     char *dir;
     uint64_t budget;
     sqlite3 *db;
-    pthread_mutex_t db_lock;   /* the connection, the reading set, the stats */
-    pthread_mutex_t q_lock;    /* the queue */
+    pthread_mutex_t db_lock; /* the connection, the reading set, the stats */
+    pthread_mutex_t q_lock;  /* the queue */
     pthread_cond_t q_cv;
-    job *head;                 /* queued checkpoints, oldest first; head may be in flight */
-    job *busy;                 /* the one being written */
+    job *head; /* queued checkpoints, oldest first; head may be in flight */
+    job *busy; /* the one being written */
     bool stop, started;
     pthread_t thread;
     char (*reading)[DISK_NAME_LEN]; /* files open for a load: never evicted */
     int n_reading, cap_reading;
     unsigned counter;
-    seq_state last;            /* the writer's last file (its provenance), named last_name */
+    seq_state last; /* the writer's last file (its provenance), named last_name */
     char last_name[DISK_NAME_LEN];
     fault fault;
-    int enospc_at;             /* a test's: the checkpoint (1: the first written) whose first try fails */
-    int n_writes;              /* checkpoints the writer has tried */
-    bool warned_full;          /* a shortage of space is logged once until a write succeeds */
+    int enospc_at;    /* a test's: the checkpoint (1: the first written) whose first try fails */
+    int n_writes;     /* checkpoints the writer has tried */
+    bool warned_full; /* a shortage of space is logged once until a write succeeds */
     disk_tier_stats st;
 };
 
@@ -573,7 +573,8 @@ static bool is_reading(const disk_tier *t, const char *name) {
 /* Removes a file and its index rows (db_lock held). */
 static void remove_file(disk_tier *t, const char *name) {
     char *path = path_of(t, name);
-    if (path && unlink(path) != 0 && errno != ENOENT) PH_WARN("disk cache: cannot remove %s: %s", path, strerror(errno));
+    if (path && unlink(path) != 0 && errno != ENOENT)
+        PH_WARN("disk cache: cannot remove %s: %s", path, strerror(errno));
     free(path);
     index_delete(t, name);
 }
@@ -795,7 +796,8 @@ static void write_job(disk_tier *t, job *j) {
             if (!t->warned_full)
                 PH_WARN("disk cache: %s: the file system is short of space (the cache keeps max(256 MiB, 5%%) of it "
                         "free) and removing the cache's own files would not make room; checkpoints are not "
-                        "written until there is room", t->dir);
+                        "written until there is room",
+                        t->dir);
             t->warned_full = true;
         }
         if (skip) t->st.skipped++;
@@ -1070,7 +1072,7 @@ static bool indexed(disk_tier *t, const char *name) {
 static void recover(disk_tier *t) {
     /* index rows whose file is gone */
     sqlite3_stmt *s = prep(t, "SELECT name FROM files");
-    char (*gone)[DISK_NAME_LEN] = NULL;
+    char(*gone)[DISK_NAME_LEN] = NULL;
     size_t n_gone = 0, cap = 0;
     while (s && sqlite3_step(s) == SQLITE_ROW) {
         const char *nm = (const char *)sqlite3_column_text(s, 0);
@@ -1164,7 +1166,7 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *err) {
     if (full && *full) t->enospc_at = atoi(full);
     const char *f = getenv("PINHOLE_TEST_DISK_KILL"); /* set by tests only */
     if (f && *f) {
-        t->fault = !strcmp(f, "before-fsync")   ? FAULT_BEFORE_FSYNC
+        t->fault = !strcmp(f, "before-fsync")    ? FAULT_BEFORE_FSYNC
                    : !strcmp(f, "before-rename") ? FAULT_BEFORE_RENAME
                    : !strcmp(f, "before-index")  ? FAULT_BEFORE_INDEX
                    : !strcmp(f, "in-index")      ? FAULT_IN_INDEX
@@ -1176,12 +1178,13 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *err) {
      * that exists keeps its mode. */
     int ifd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
     if (ifd >= 0) close(ifd);
-    int rc = path ? sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                                    NULL)
-                  : SQLITE_NOMEM;
+    int rc =
+        path ? sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL)
+             : SQLITE_NOMEM;
     free(path);
     if (rc != SQLITE_OK) {
-        err_set(err, "%s: cannot open the checkpoint index: %s", dir, t->db ? sqlite3_errmsg(t->db) : "out of memory");
+        err_set(err, "%s: cannot open the checkpoint index: %s", dir,
+                t->db ? sqlite3_errmsg(t->db) : "out of memory");
         disk_tier_close(t);
         return NULL;
     }
@@ -1287,7 +1290,8 @@ int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match
     opened bestf = {.fd = -1};
     const int32_t floor = beat > 0 ? beat : 0;
     int32_t best_prefix = floor;
-    if (nk > nat) pick(t, want, c, candidates(t, k[nk - 1].h, false, c, MAX_CANDIDATES), &bestf, &best_prefix, m->name);
+    if (nk > nat)
+        pick(t, want, c, candidates(t, k[nk - 1].h, false, c, MAX_CANDIDATES), &bestf, &best_prefix, m->name);
     if (best_prefix == floor) {
         int32_t lo = 0, hi = nat - 1, best = -1;
         while (lo <= hi) {
@@ -1345,8 +1349,7 @@ int disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n, ph_err 
     int rc = 0;
     if (kv->recurrent ? !m->n_rec || m->rec_floats != kv->recurrent_floats : m->n_rec != 0)
         rc = fail(why, sizeof why, "its recurrent states do not match the model's");
-    else
-        rc = read_kv(m->fd, &h, kv, &rec, &secs, why, sizeof why);
+    else rc = read_kv(m->fd, &h, kv, &rec, &secs, why, sizeof why);
     pthread_mutex_lock(&t->db_lock);
     t->st.read_s += secs;
     if (rc == 0) {
@@ -1436,8 +1439,8 @@ static int collect(void *ud, const disk_entry *f) {
     return 0;
 }
 
-int disk_tier_verify(disk_tier *t, void (*bad)(void *ud, const char *name, const char *why), void *ud,
-                     uint64_t *n_ok, uint64_t *n_bad, ph_err *err) {
+int disk_tier_verify(disk_tier *t, void (*bad)(void *ud, const char *name, const char *why), void *ud, uint64_t *n_ok,
+                     uint64_t *n_bad, ph_err *err) {
     names ns = {0};
     if (disk_tier_list(t, collect, &ns, err)) return -1;
     *n_ok = *n_bad = 0;

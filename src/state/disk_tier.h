@@ -121,20 +121,20 @@
 #include "state/seq_state.h"
 
 #define DISK_KEY_STRIDE 64
-#define DISK_NAME_LEN 70 /* 64 hex + ".phkv" + NUL */
+#define DISK_NAME_LEN   70 /* 64 hex + ".phkv" + NUL */
 
 typedef struct disk_tier disk_tier;
 
 typedef struct disk_tier_stats {
-    uint64_t hits;          /* lookups that restored rows */
-    uint64_t misses;        /* lookups that found nothing usable */
-    uint64_t saves;         /* files written */
-    uint64_t skipped;       /* checkpoints not written: held already, larger than the budget, or no room */
-    uint64_t no_space;      /* of those, not written for want of room above the file system's free-space floor */
-    uint64_t evictions;     /* files removed for space or as prefixes of newer ones */
-    uint64_t rejected;      /* files that failed a check (removed) */
-    uint64_t entries, bytes;/* files in the index now (all processes) */
-    uint64_t queued;        /* checkpoints waiting for the writer (or being written) */
+    uint64_t hits;           /* lookups that restored rows */
+    uint64_t misses;         /* lookups that found nothing usable */
+    uint64_t saves;          /* files written */
+    uint64_t skipped;        /* checkpoints not written: held already, larger than the budget, or no room */
+    uint64_t no_space;       /* of those, not written for want of room above the file system's free-space floor */
+    uint64_t evictions;      /* files removed for space or as prefixes of newer ones */
+    uint64_t rejected;       /* files that failed a check (removed) */
+    uint64_t entries, bytes; /* files in the index now (all processes) */
+    uint64_t queued;         /* checkpoints waiting for the writer (or being written) */
     uint64_t bytes_written, bytes_read;
     double write_s, read_s; /* time spent writing (writer thread) and reading */
 } disk_tier_stats;
@@ -163,12 +163,12 @@ void disk_tier_flush(disk_tier *t);
 typedef struct disk_match {
     char name[DISK_NAME_LEN];
     int fd;
-    seq_state seq;          /* its provenance (seq.n_rows: its rows) */
-    int32_t prefix;         /* rows it shares with the request */
+    seq_state seq;  /* its provenance (seq.n_rows: its rows) */
+    int32_t prefix; /* rows it shares with the request */
     uint64_t kv_bytes, kv_sum;
     int32_t n_layer;
     uint32_t row_bytes;
-    uint32_t hdr_bytes;     /* where its provenance starts */
+    uint32_t hdr_bytes;                 /* where its provenance starts */
     int32_t rec_rows[KV_SNAPSHOTS + 1]; /* with recurrent layers, the rows after which it holds their state */
     int n_rec;
     uint32_t rec_floats;
@@ -211,8 +211,8 @@ typedef struct disk_entry {
 int disk_tier_list(disk_tier *t, int (*cb)(void *ud, const disk_entry *f), void *ud, ph_err *err);
 /* Checks every file in full; bad ones are reported through bad (may be
  * NULL), removed and counted. */
-int disk_tier_verify(disk_tier *t, void (*bad)(void *ud, const char *name, const char *why), void *ud,
-                     uint64_t *n_ok, uint64_t *n_bad, ph_err *err);
+int disk_tier_verify(disk_tier *t, void (*bad)(void *ud, const char *name, const char *why), void *ud, uint64_t *n_ok,
+                     uint64_t *n_bad, ph_err *err);
 /* Removes the least recently used files until at most max_bytes remain. */
 int disk_tier_prune(disk_tier *t, uint64_t max_bytes, uint64_t *n_removed, uint64_t *bytes_removed, ph_err *err);
 

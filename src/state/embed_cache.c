@@ -18,19 +18,19 @@
 #include "base/log.h"
 #include "base/sha256.h"
 
-#define EMBD_MAGIC "PHEMBD01"
-#define EMBD_VERSION 1u
-#define EMBD_HEADER 168
+#define EMBD_MAGIC         "PHEMBD01"
+#define EMBD_VERSION       1u
+#define EMBD_HEADER        168
 #define EMBD_HEADER_HASHED 136 /* the header checksum covers bytes 0 .. 135 */
-#define EMBD_SUFFIX ".embd"
+#define EMBD_SUFFIX        ".embd"
 
 /* The public part first, so a const embed_entry * converts back to its entry. */
 typedef struct entry {
     embed_entry pub;
-    int refs;              /* references held by callers */
-    bool cached;           /* in the LRU list */
+    int refs;    /* references held by callers */
+    bool cached; /* in the LRU list */
     struct entry *newer, *older;
-    size_t bytes;          /* what it counts against max_bytes */
+    size_t bytes; /* what it counts against max_bytes */
 } entry;
 
 /* A file of dir, as far as this process knows: its key, size and when it
@@ -45,14 +45,14 @@ typedef struct disk_file {
 struct embed_store {
     int max_entries; /* <= 0: nothing kept in memory */
     size_t max_bytes;
-    char *dir;       /* NULL: memory only */
-    uint64_t disk_max;       /* bytes of files kept in dir */
-    disk_file *files;        /* the index of dir's entry files */
+    char *dir;         /* NULL: memory only */
+    uint64_t disk_max; /* bytes of files kept in dir */
+    disk_file *files;  /* the index of dir's entry files */
     size_t n_files, cap_files;
     uint64_t disk_bytes;
     entry *newest, *oldest;
     size_t n, bytes;
-    bool warned_full;        /* a shortage of space is logged once until a write succeeds */
+    bool warned_full;     /* a shortage of space is logged once until a write succeeds */
     embed_write_fn write; /* file_write_atomic, or a test's */
     embed_cache_stats st; /* counters; entries and bytes are filled in by get_stats */
 };
@@ -297,7 +297,8 @@ static void disk_scan(embed_store *c) {
         const char *name = de->d_name;
         struct stat st;
         if (stale_temp(name)) {
-            if (unlinkat(dirfd(d), name, 0) == 0) PH_INFO("embedding cache: removed %s, left by a write that died", name);
+            if (unlinkat(dirfd(d), name, 0) == 0)
+                PH_INFO("embedding cache: removed %s, left by a write that died", name);
             continue;
         }
         uint8_t key[32];
@@ -422,7 +423,8 @@ static entry *disk_load(embed_store *c, const uint8_t key[32]) {
     else if (memcmp(h + 16, key, 32) != 0) why = "its key differs from its name";
     else if (!dims_ok(gx, gy, w)) why = "insane dimensions";
     else if (payload != payload_bytes(gx, gy, w)) why = "a payload size that disagrees with its dimensions";
-    else if ((uint64_t)st.st_size != EMBD_HEADER + payload) why = "a length that disagrees with its header (truncated?)";
+    else if ((uint64_t)st.st_size != EMBD_HEADER + payload)
+        why = "a length that disagrees with its header (truncated?)";
     else if (payload > SIZE_MAX) why = "too large for memory";
     if (why) goto out;
     rows = malloc((size_t)payload);
@@ -538,8 +540,8 @@ void embed_cache_release(embed_store *c, const embed_entry *pub) {
     if (--en->refs == 0 && !en->cached) entry_free(en);
 }
 
-int embed_cache_put(embed_store *c, const uint8_t key[32], int32_t grid_x, int32_t grid_y, int32_t width,
-                       float *rows, const uint8_t cond_hash[32], const embed_entry **out, ph_err *err) {
+int embed_cache_put(embed_store *c, const uint8_t key[32], int32_t grid_x, int32_t grid_y, int32_t width, float *rows,
+                    const uint8_t cond_hash[32], const embed_entry **out, ph_err *err) {
     if (out) *out = NULL;
     if (!rows) return err_set(err, "embedding cache: no rows given");
     if (!dims_ok(grid_x, grid_y, width)) {

@@ -54,8 +54,8 @@
 
 #include "base/error.h"
 
-#define PH_EMBED_MAX_GRID 4096    /* grid_x, grid_y: 1 .. this */
-#define PH_EMBED_MAX_WIDTH 65536  /* floats per row: 1 .. this */
+#define PH_EMBED_MAX_GRID  4096  /* grid_x, grid_y: 1 .. this */
+#define PH_EMBED_MAX_WIDTH 65536 /* floats per row: 1 .. this */
 
 typedef struct embed_entry {
     uint8_t key[32];        /* embed_key */
@@ -74,11 +74,12 @@ typedef struct embed_cache_stats {
     uint64_t disk_hits;    /* hits served from dir */
     uint64_t disk_writes;  /* files written */
     uint64_t disk_rejects; /* files found bad, removed and not used */
-    uint64_t disk_evictions; /* files removed to keep the folder within its budget or the free space above its floor */
-    uint64_t disk_full;      /* entries not saved for want of space on the file system */
+    uint64_t
+        disk_evictions; /* files removed to keep the folder within its budget or the free space above its floor */
+    uint64_t disk_full; /* entries not saved for want of space on the file system */
     uint64_t disk_files, disk_bytes; /* entry files in the folder now, as far as it knows */
-    uint64_t entries;      /* entries in memory now */
-    uint64_t bytes;        /* their bytes now (rows plus bookkeeping) */
+    uint64_t entries;                /* entries in memory now */
+    uint64_t bytes;                  /* their bytes now (rows plus bookkeeping) */
 } embed_cache_stats;
 
 /* A cache of at most max_entries entries and max_bytes bytes in memory
@@ -112,8 +113,8 @@ void embed_cache_release(embed_store *c, const embed_entry *en);
  * memory). On success returns 0 and, if out is not NULL, a referenced entry
  * in *out (usable even when nothing is kept in memory). Returns -1 with e
  * set for bad dims, a wrong cond_hash or no memory. */
-int embed_cache_put(embed_store *c, const uint8_t key[32], int32_t grid_x, int32_t grid_y, int32_t width,
-                       float *rows, const uint8_t cond_hash[32], const embed_entry **out, ph_err *err);
+int embed_cache_put(embed_store *c, const uint8_t key[32], int32_t grid_x, int32_t grid_y, int32_t width, float *rows,
+                    const uint8_t cond_hash[32], const embed_entry **out, ph_err *err);
 
 void embed_cache_get_stats(const embed_store *c, embed_cache_stats *st);
 
@@ -121,7 +122,7 @@ void embed_cache_get_stats(const embed_store *c, embed_cache_stats *st);
  * file_write_atomic for the cache's files (it must set errno on
  * failure, as that does); NULL restores it. */
 typedef int (*embed_write_fn)(const char *path, const void *const *parts, const size_t *lens, size_t n_parts,
-                                 ph_err *err);
+                              ph_err *err);
 void embed_cache_set_write_hook(embed_store *c, embed_write_fn write);
 
 /* cond_hash of embedding rows: SHA-256 of their bytes as stored in memory

@@ -38,7 +38,8 @@ int encoder_open(vis_encoder *enc, const char *path, const ph_model *m, double i
 }
 
 int encoder_set_budget(vis_encoder *enc, int min_tokens, int max_tokens, ph_err *err) {
-    const int lo = min_tokens ? min_tokens : enc->prep.min_tokens, hi = max_tokens ? max_tokens : enc->prep.max_tokens;
+    const int lo = min_tokens ? min_tokens : enc->prep.min_tokens,
+              hi = max_tokens ? max_tokens : enc->prep.max_tokens;
     if (lo < 1 || hi < lo || hi > 65536) return err_set(err, "picture token budget %d..%d is not usable", lo, hi);
     enc->prep.min_tokens = lo;
     enc->prep.max_tokens = hi;

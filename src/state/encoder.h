@@ -16,11 +16,11 @@
 typedef struct vis_encoder {
     char *path;
     tpool *pool;
-    vis_tower *tower;        /* NULL while unloaded */
+    vis_tower *tower; /* NULL while unloaded */
     prep_params prep;
     int32_t out_width;
     uint8_t encoder_id[32];
-    double idle_s;           /* > 0: elastic */
+    double idle_s; /* > 0: elastic */
     double last_used;
     uint64_t loads, unloads; /* on-demand loads and idle releases */
 } vis_encoder;

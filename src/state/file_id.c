@@ -14,10 +14,10 @@
 #include "base/log.h"
 #include "base/sha256.h"
 
-#define MEMO_NAME "file-ids"
+#define MEMO_NAME      "file-ids"
 #define MEMO_MAX_BYTES (1u << 20) /* a larger memo is not ours: ignored, then replaced */
-#define HASH_CHUNK (4u << 20)
-#define RACY_NS 2000000000LL /* 2 s: FAT's timestamp step; ext4 and tmpfs are far finer */
+#define HASH_CHUNK     (4u << 20)
+#define RACY_NS        2000000000LL /* 2 s: FAT's timestamp step; ext4 and tmpfs are far finer */
 
 typedef struct memo_entry {
     uint64_t dev, ino, size;
@@ -227,7 +227,8 @@ int file_id_of(const char *path, const char *memo_dir, uint8_t id[32], bool *fro
     if (!stable) PH_WARN("file ids: %s changed while it was read; its id is not remembered", path);
     /* ctime moves with every change of the file (and cannot be set back),
      * so it bounds when the bytes last changed. */
-    bool racy = me.csec * 1000000000LL + me.cnsec + RACY_NS > (int64_t)started.tv_sec * 1000000000LL + started.tv_nsec;
+    bool racy =
+        me.csec * 1000000000LL + me.cnsec + RACY_NS > (int64_t)started.tv_sec * 1000000000LL + started.tv_nsec;
     if (memo_dir && stable && !racy) memo_store(memo_dir, memo_path, &me, old, n_old);
     free(old);
     return 0;

@@ -46,7 +46,9 @@ static int init_recurrent(kv_cache *c, const llm_hparams *hp) {
 }
 
 /* One K (or V) cell of a layer. */
-static size_t cell_bytes(const llm_hparams *hp) { return (size_t)hp->n_head_kv * (size_t)hp->head_dim * sizeof(f16_bits); }
+static size_t cell_bytes(const llm_hparams *hp) {
+    return (size_t)hp->n_head_kv * (size_t)hp->head_dim * sizeof(f16_bits);
+}
 
 size_t kv_cache_row_bytes(const llm_hparams *hp) { return 2 * (size_t)hp->n_attn_layer * cell_bytes(hp); }
 
@@ -109,8 +111,7 @@ void kv_cache_truncate(kv_cache *c, int32_t n) {
         return;
     }
     while (c->n_snap && c->snap_rows[c->n_snap - 1] > n) c->n_snap--;
-    if (c->recurrent && c->n_snap)
-        memcpy(c->recurrent, c->snap[c->n_snap - 1], c->recurrent_floats * sizeof(float));
+    if (c->recurrent && c->n_snap) memcpy(c->recurrent, c->snap[c->n_snap - 1], c->recurrent_floats * sizeof(float));
 }
 
 int32_t kv_rows_at_most(const int32_t *rows, int n, int32_t x) {

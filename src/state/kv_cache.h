@@ -37,14 +37,14 @@
 #define KV_SNAPSHOTS 4
 
 typedef struct kv_cache {
-    llm_kv rows;        /* the cells and how many are in use (pointers into map) */
+    llm_kv rows; /* the cells and how many are in use (pointers into map) */
     int32_t n_layer;
-    size_t row_bytes;   /* one K (or V) cell: n_head_kv * head_dim F16 values */
-    void *map;          /* the cells: a checkpoint of n_ctx cells */
+    size_t row_bytes; /* one K (or V) cell: n_head_kv * head_dim F16 values */
+    void *map;        /* the cells: a checkpoint of n_ctx cells */
     size_t map_bytes;
-    float *recurrent;   /* the recurrent layers' states (rows.conv, rows.ssm point into it), or NULL */
+    float *recurrent; /* the recurrent layers' states (rows.conv, rows.ssm point into it), or NULL */
     size_t recurrent_floats;
-    float *snap[KV_SNAPSHOTS]; /* copies of the recurrent state (allocated when first needed) */
+    float *snap[KV_SNAPSHOTS];       /* copies of the recurrent state (allocated when first needed) */
     int32_t snap_rows[KV_SNAPSHOTS]; /* the rows each was taken after, increasing, all <= rows.n_rows */
     int n_snap;
 } kv_cache;

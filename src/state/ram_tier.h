@@ -34,28 +34,28 @@
 #include "state/seq_state.h"
 
 typedef struct ram_ckpt {
-    seq_state seq;     /* provenance of its rows; seq.n_rows is its frontier */
-    float *rec;        /* with recurrent layers, their states after rec_rows (kv_cache_save_recurrent), or NULL */
+    seq_state seq; /* provenance of its rows; seq.n_rows is its frontier */
+    float *rec;    /* with recurrent layers, their states after rec_rows (kv_cache_save_recurrent), or NULL */
     int32_t rec_rows[KV_SNAPSHOTS + 1];
     int n_rec;
-    void *kv;          /* its KV cells, as the session wrote them (a big_alloc of map_bytes) */
-    int32_t kv_rows;   /* cells per part of kv's layout: seq.n_rows for a copy, the context
+    void *kv;        /* its KV cells, as the session wrote them (a big_alloc of map_bytes) */
+    int32_t kv_rows; /* cells per part of kv's layout: seq.n_rows for a copy, the context
                           size for a session's own mapping (kv_cache_swap_map) */
-    size_t kv_bytes;   /* what the cells of its rows take */
+    size_t kv_bytes; /* what the cells of its rows take */
     size_t map_bytes;
-    size_t bytes;      /* KV bytes plus bookkeeping */
-    uint64_t used;     /* LRU clock */
+    size_t bytes;  /* KV bytes plus bookkeeping */
+    uint64_t used; /* LRU clock */
 } ram_ckpt;
 
 typedef struct ram_tier {
     size_t budget, bytes;
-    int64_t floor;     /* memory to leave to the rest of the machine */
+    int64_t floor; /* memory to leave to the rest of the machine */
     ram_ckpt *v;
     int32_t n;
     size_t cap;
     uint64_t clock;
     uint64_t saves, hits, evictions;
-    uint64_t refused;  /* not taken: memory below the floor, or out of memory */
+    uint64_t refused; /* not taken: memory below the floor, or out of memory */
 } ram_tier;
 
 #define RAM_TIER_FLOOR ((int64_t)1 << 30)

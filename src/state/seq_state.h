@@ -18,25 +18,25 @@
 #include "state/domain.h"
 
 typedef struct seq_span {
-    int32_t start;            /* first row */
-    int32_t n_tokens;         /* rows: grid_x * grid_y */
+    int32_t start;    /* first row */
+    int32_t n_tokens; /* rows: grid_x * grid_y */
     int32_t grid_x, grid_y;
-    int32_t n_pos;            /* positions it advances */
+    int32_t n_pos; /* positions it advances */
     uint8_t image_id[32];
     uint8_t embed_key[32];
     uint8_t cond_hash[32];
-    bool has_cond;            /* cond_hash is known */
+    bool has_cond; /* cond_hash is known */
 } seq_span;
 
 #define SEQ_ROW_PICTURE (-1)
 
 typedef struct seq_state {
     uint8_t model_id[32];
-    char format[128];         /* state-format tag: what the KV bytes depend on */
+    char format[128];           /* state-format tag: what the KV bytes depend on */
     uint8_t domain[DOMAIN_LEN]; /* the isolation domain that made it (all zero: the default) */
     int32_t n_rows, cap;
-    int32_t *tok;             /* per row: token id, or SEQ_ROW_PICTURE */
-    int32_t *pos_after;       /* per row: the next position after it */
+    int32_t *tok;       /* per row: token id, or SEQ_ROW_PICTURE */
+    int32_t *pos_after; /* per row: the next position after it */
     seq_span *spans;
     int32_t n_spans, spans_cap;
 } seq_state;

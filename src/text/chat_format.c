@@ -109,11 +109,11 @@ const char *chat_format_opener(const chat_fmt *f, const chat_render_opts *o) {
 typedef struct chat_render {
     const chat_fmt *f;
     const chat_family *fam;
-    const bpe_vocab *v;  /* NULL: text only */
+    const bpe_vocab *v; /* NULL: text only */
     ph_prompt *out;
     ph_picture **pics;
     size_t n_pics;
-    strbuf buf;            /* the text since the last picture (all of it when text only) */
+    strbuf buf;               /* the text since the last picture (all of it when text only) */
     const char *picture_text; /* text only: what a picture is written as */
     ph_err *err;
 } chat_render;
@@ -170,11 +170,12 @@ static size_t ws_front(const char *s, size_t n) {
     if (u[0] == ' ' || (u[0] >= 0x09 && u[0] <= 0x0d) || (u[0] >= 0x1c && u[0] <= 0x1f)) return 1;
     if (n >= 2 && u[0] == 0xc2 && (u[1] == 0x85 || u[1] == 0xa0)) return 2;
     if (n < 3) return 0;
-    if (u[0] == 0xe1 && u[1] == 0x9a && u[2] == 0x80) return 3;                  /* U+1680 */
-    if (u[0] == 0xe2 && u[1] == 0x80 && ((u[2] >= 0x80 && u[2] <= 0x8a) || u[2] == 0xa8 || u[2] == 0xa9 || u[2] == 0xaf))
-        return 3;                                                                /* U+2000-200A, 2028, 2029, 202F */
-    if (u[0] == 0xe2 && u[1] == 0x81 && u[2] == 0x9f) return 3;                  /* U+205F */
-    if (u[0] == 0xe3 && u[1] == 0x80 && u[2] == 0x80) return 3;                  /* U+3000 */
+    if (u[0] == 0xe1 && u[1] == 0x9a && u[2] == 0x80) return 3; /* U+1680 */
+    if (u[0] == 0xe2 && u[1] == 0x80 &&
+        ((u[2] >= 0x80 && u[2] <= 0x8a) || u[2] == 0xa8 || u[2] == 0xa9 || u[2] == 0xaf))
+        return 3;                                               /* U+2000-200A, 2028, 2029, 202F */
+    if (u[0] == 0xe2 && u[1] == 0x81 && u[2] == 0x9f) return 3; /* U+205F */
+    if (u[0] == 0xe3 && u[1] == 0x80 && u[2] == 0x80) return 3; /* U+3000 */
     return 0;
 }
 
@@ -222,8 +223,8 @@ static int content_text(chat_render *r, const ph_chat_msg *m, size_t idx, strbuf
     for (size_t j = 0; j < m->n_parts; j++) {
         if (m->parts[j].picture)
             return err_setc(r->err, PH_ERR_INPUT,
-                               "pictures are only accepted in user and tool messages (message %zu is %s)", idx + 1,
-                               role_name(m->role));
+                            "pictures are only accepted in user and tool messages (message %zu is %s)", idx + 1,
+                            role_name(m->role));
         strbuf_put(out, m->parts[j].text, m->parts[j].len);
     }
     if (out->oom) return oom(r);
@@ -358,8 +359,8 @@ static int render_all(chat_render *r, const ph_chat_msg *msgs, size_t n_msgs, co
             for (size_t j = 0; j < m->n_parts; j++)
                 if (m->parts[j].picture)
                     return err_setc(r->err, PH_ERR_INPUT,
-                                       "pictures are only accepted in user and tool messages (message %zu is %s)",
-                                       i + 1, role_name(m->role));
+                                    "pictures are only accepted in user and tool messages (message %zu is %s)", i + 1,
+                                    role_name(m->role));
             if (fam->assistant(r, m, i > last_query, i + 1 == n_msgs)) return -1;
             break;
         case PH_ROLE_TOOL:

@@ -27,13 +27,13 @@ struct chat_fmt;
 /* A tool family: what the template looks like, how it renders the parts
  * that differ, how calls in the answer are parsed. */
 typedef struct chat_family {
-    const char *name;                /* "hermes", "xml" */
-    const char *markers[4];          /* the template has all of these (NULL-terminated) */
-    const char *archs[4];            /* else: the architectures that use it (NULL-terminated) */
+    const char *name;       /* "hermes", "xml" */
+    const char *markers[4]; /* the template has all of these (NULL-terminated) */
+    const char *archs[4];   /* else: the architectures that use it (NULL-terminated) */
     chat_call_syntax calls;
-    bool reasoning_ends_at_call;     /* a <tool_call> inside reasoning ends it (else it stays reasoning text) */
-    const char *call_sep;            /* what the template writes between an assistant's text and its first call */
-    bool trim;                       /* message contents are trimmed (Jinja |trim) */
+    bool reasoning_ends_at_call; /* a <tool_call> inside reasoning ends it (else it stays reasoning text) */
+    const char *call_sep;        /* what the template writes between an assistant's text and its first call */
+    bool trim;                   /* message contents are trimmed (Jinja |trim) */
     /* the system turn with the tools, given the first message if it is a system one */
     int (*system_with_tools)(struct chat_render *r, const ph_chat_msg *sys, const ph_tool *tools, size_t n_tools);
     /* an assistant turn; after_query: it comes after the last real user message */
@@ -71,9 +71,10 @@ bool chat_format_opens_think(const chat_fmt *f, const chat_render_opts *o);
 const char *chat_format_opener(const chat_fmt *f, const chat_render_opts *o);
 
 /* Renders messages, tools (may be 0) and the generation prompt into a
- * prompt stream tokenized with v (BOS first where v adds one): runs of tokens and pictures. The i-th picture item refers
- * to the i-th picture part in message order (user and tool messages);
- * *pictures (malloc'd) lists them. o may be NULL (defaults). Errors are
+ * prompt stream tokenized with v (BOS first where v adds one): runs of
+ * tokens and pictures. The i-th picture item refers to the i-th picture
+ * part in message order (user and tool messages); *pictures (malloc'd)
+ * lists them. o may be NULL (defaults). Errors are
  * PH_ERR_INPUT (an empty conversation, a picture in a system or assistant
  * turn, a tool without a name or with parameters that are not JSON). */
 int chat_format_render(const chat_fmt *f, const bpe_vocab *v, const ph_chat_msg *msgs, size_t n_msgs,

@@ -114,7 +114,7 @@ typedef struct memo_ent {
 
 typedef struct pend_lit { /* a K_LIT node's values before filtering */
     uint32_t node;
-    json_t *values; /* array, owned */
+    json_t *values;  /* array, owned */
     uint32_t filter; /* node the values must satisfy, or JC_NONE */
 } pend_lit;
 
@@ -217,15 +217,47 @@ static int add_lit(cc *c, uint32_t node, json_t *values, uint32_t filter) {
 /* ---- keywords -------------------------------------------------------------- */
 /* Annotations (title, description, default, format...) and keywords that
  * are not JSON Schema vocabulary are ignored: ignoring them only narrows. */
-static const char *const REFUSED[] = {
-    "pattern", "patternProperties", "not", "if", "then", "else", "multipleOf", "uniqueItems", "minProperties",
-    "maxProperties", "dependentRequired", "dependentSchemas", "dependencies", "propertyNames", "contains",
-    "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "additionalItems", "$dynamicRef",
-    "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", NULL};
+static const char *const REFUSED[] = {"pattern",
+                                      "patternProperties",
+                                      "not",
+                                      "if",
+                                      "then",
+                                      "else",
+                                      "multipleOf",
+                                      "uniqueItems",
+                                      "minProperties",
+                                      "maxProperties",
+                                      "dependentRequired",
+                                      "dependentSchemas",
+                                      "dependencies",
+                                      "propertyNames",
+                                      "contains",
+                                      "minContains",
+                                      "maxContains",
+                                      "unevaluatedProperties",
+                                      "unevaluatedItems",
+                                      "additionalItems",
+                                      "$dynamicRef",
+                                      "$dynamicAnchor",
+                                      "$recursiveRef",
+                                      "$recursiveAnchor",
+                                      NULL};
 /* supported keywords that constrain a value (not the combinators) */
-static const char *const TYPED[] = {
-    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
-    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+static const char *const TYPED[] = {"type",
+                                    "properties",
+                                    "required",
+                                    "additionalProperties",
+                                    "items",
+                                    "prefixItems",
+                                    "minItems",
+                                    "maxItems",
+                                    "minLength",
+                                    "maxLength",
+                                    "minimum",
+                                    "maximum",
+                                    "exclusiveMinimum",
+                                    "exclusiveMaximum",
+                                    NULL};
 static const char *const OBJ_KW[] = {"properties", "required", "additionalProperties", NULL};
 static const char *const ARR_KW[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
 static const char *const STR_KW[] = {"minLength", "maxLength", NULL};
@@ -270,9 +302,7 @@ static jc_i128 pow10i(int k) {
     return r;
 }
 
-static jc_i128 num_maxmag(bool integer) {
-    return integer ? (pow10i(16) - 1) * JC_SCALE : pow10i(32) - 1;
-}
+static jc_i128 num_maxmag(bool integer) { return integer ? (pow10i(16) - 1) * JC_SCALE : pow10i(32) - 1; }
 
 /* v scaled by 1e16, rounded up (round_up) or down, clamped to what a
  * number can be. */
@@ -331,7 +361,8 @@ static int compile_number(cc *c, const json_t *js, const char *path, uint32_t id
         const json_t *v = json_object_get(js, NUM_KW[k]);
         if (!v) continue;
         if (!json_is_number(v))
-            return refuse(c, "'%s' at %s must be a number (the draft-4 boolean form is not supported by the constraint)",
+            return refuse(c,
+                          "'%s' at %s must be a number (the draft-4 boolean form is not supported by the constraint)",
                           NUM_KW[k], path);
         const bool is_min = k == 0 || k == 2, excl = k >= 2;
         jc_i128 x = scaled(v, is_min, integer);
@@ -712,7 +743,8 @@ static uint32_t compile(cc *c, json_t *js, const char *path) {
         char sub[PATH_CAP];
         if (rc == 0 && !strcmp(comb, "$ref")) {
             char tpath[PATH_CAP];
-            json_t *target = json_is_string(list) ? resolve_ref(c, json_string_value(list), tpath, sizeof tpath) : NULL;
+            json_t *target =
+                json_is_string(list) ? resolve_ref(c, json_string_value(list), tpath, sizeof tpath) : NULL;
             if (!json_is_string(list) || json_string_value(list)[0] != '#')
                 rc = refuse(c, "'$ref' at %s: only local references (#/...) are supported by the constraint", path);
             else if (!target)
@@ -1150,7 +1182,7 @@ jc_schema *jc_schema_compile(const char *json, size_t len, ph_err *err) {
     json_t *doc = json_loadb(json, len, JSON_DECODE_ANY, &je);
     if (!doc) {
         err_setc(err, PH_ERR_INPUT, "the schema is not valid JSON: %s (line %d, column %d)", je.text, je.line,
-                    je.column);
+                 je.column);
         return NULL;
     }
     cc c = {0};
@@ -1173,8 +1205,9 @@ jc_schema *jc_schema_compile(const char *json, size_t len, ph_err *err) {
     if (rc == 0) {
         prune(&c);
         if (c.s->nodes[c.s->root].mind >= JC_INF)
-            rc = refuse(&c, "no value of the schema at $ can be written: it is unsatisfiable, or recursive without "
-                            "end, or nests deeper than %d",
+            rc = refuse(&c,
+                        "no value of the schema at $ can be written: it is unsatisfiable, or recursive without "
+                        "end, or nests deeper than %d",
                         JC_MAX_DEPTH);
     }
     if (rc == 0) rc = build_tries(&c);

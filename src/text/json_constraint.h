@@ -69,14 +69,14 @@
 
 enum { JC_MAX_DEPTH = 32, JC_MAX_THREADS = 256 };
 
-typedef struct jc_schema jc_schema;   /* compiled schema, immutable, shareable */
+typedef struct jc_schema jc_schema; /* compiled schema, immutable, shareable */
 /* Compiles JSON schema text. Refuses (PH_ERR_INPUT, message names the
  * keyword and its JSON path, e.g. "'pattern' at $.properties.zip is not
  * supported by the constraint") anything outside the subset. */
 jc_schema *jc_schema_compile(const char *json, size_t len, ph_err *err);
 void jc_schema_free(jc_schema *s);
 
-typedef struct jc_vocab jc_vocab;     /* per-model precompute over the vocabulary, built once */
+typedef struct jc_vocab jc_vocab; /* per-model precompute over the vocabulary, built once */
 /* text(ud, id, buf, cap) returns the token's bytes as the detokenizer would
  * output them (may exceed cap: then call again bigger); a token with no text
  * (length 0) is never allowed under a constraint. */

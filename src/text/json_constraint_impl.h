@@ -7,7 +7,7 @@
 #include "text/json_constraint.h"
 
 #define JC_NONE UINT32_MAX
-#define JC_INF 0x3fffffff /* min depth of a node with no finite value */
+#define JC_INF  0x3fffffff /* min depth of a node with no finite value */
 
 /* Number bounds are integers in units of 1e-16 (JC_SCALE); the largest
  * magnitude a number can have is 1e16 - 1e-16. */
@@ -22,16 +22,16 @@ enum { K_NEVER, K_ALT, K_OBJ, K_ARR, K_STR, K_NUM, K_LIT };
 
 typedef struct jc_node {
     uint8_t kind;
-    uint8_t integer; /* K_NUM: integers only */
-    uint8_t bounded; /* K_NUM: lo/hi apply (and no exponent) */
-    int32_t mind;    /* containers needed to complete a value (0 for scalars), JC_INF: none */
-    uint32_t off, n; /* K_ALT: alts[off..off+n); K_OBJ: props[off..off+n); K_ARR: prefix items in alts[] */
-    uint32_t nreq;   /* K_OBJ: props[off..off+nreq) are required */
-    uint32_t extra;  /* K_OBJ: additionalProperties node; K_ARR: items node (JC_NONE: none) */
-    uint32_t trie;   /* K_OBJ: key trie root (JC_NONE: no props); K_LIT: literal trie root */
-    uint32_t min, max;       /* K_ARR: items; K_STR: characters (max JC_NONE: unbounded) */
-    int32_t max_opt_mind;    /* K_OBJ: largest mind of an optional property (0 if none) */
-    jc_i128 lo, hi;          /* K_NUM bounded: scaled bounds */
+    uint8_t integer;      /* K_NUM: integers only */
+    uint8_t bounded;      /* K_NUM: lo/hi apply (and no exponent) */
+    int32_t mind;         /* containers needed to complete a value (0 for scalars), JC_INF: none */
+    uint32_t off, n;      /* K_ALT: alts[off..off+n); K_OBJ: props[off..off+n); K_ARR: prefix items in alts[] */
+    uint32_t nreq;        /* K_OBJ: props[off..off+nreq) are required */
+    uint32_t extra;       /* K_OBJ: additionalProperties node; K_ARR: items node (JC_NONE: none) */
+    uint32_t trie;        /* K_OBJ: key trie root (JC_NONE: no props); K_LIT: literal trie root */
+    uint32_t min, max;    /* K_ARR: items; K_STR: characters (max JC_NONE: unbounded) */
+    int32_t max_opt_mind; /* K_OBJ: largest mind of an optional property (0 if none) */
+    jc_i128 lo, hi;       /* K_NUM bounded: scaled bounds */
 } jc_node;
 
 typedef struct jc_prop {

@@ -30,7 +30,20 @@ static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\
 
 /* ---- JSON scanning ---------------------------------------------------------- */
 
-enum { JS_VALUE, JS_STR, JS_STR_ESC, JS_STR_U, JS_NUM, JS_LIT, JS_AFTER, JS_KEY0, JS_KEYC, JS_COLON, JS_ARR0, JS_DONE };
+enum {
+    JS_VALUE,
+    JS_STR,
+    JS_STR_ESC,
+    JS_STR_U,
+    JS_NUM,
+    JS_LIT,
+    JS_AFTER,
+    JS_KEY0,
+    JS_KEYC,
+    JS_COLON,
+    JS_ARR0,
+    JS_DONE
+};
 enum { JR_MORE, JR_END, JR_END_BEFORE, JR_ERR };
 enum { N_MINUS = 1, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 
@@ -102,7 +115,10 @@ static int jscan_byte(jscan *s, char ch) {
             s->st = JS_STR;
             s->in_key = false;
             return JR_MORE;
-        case '-': s->num = N_MINUS; s->st = JS_NUM; return JR_MORE;
+        case '-':
+            s->num = N_MINUS;
+            s->st = JS_NUM;
+            return JR_MORE;
         case 't': s->lit = "true"; break;
         case 'f': s->lit = "false"; break;
         case 'n': s->lit = "null"; break;
@@ -699,7 +715,8 @@ broken:
 /* The answer ended inside a call whose name came out: it keeps what it has. */
 static void call_cut(out_parser *p) {
     if (p->syntax == CHAT_CALLS_JSON) {
-        if (p->cst == J_ARGS && p->args_string) emit(p, OUT_ARGS, p->body.p + p->args_start, p->body.n - p->args_start);
+        if (p->cst == J_ARGS && p->args_string)
+            emit(p, OUT_ARGS, p->body.p + p->args_start, p->body.n - p->args_start);
         send_end(p);
         /* what follows the arguments, unless it is only whitespace or the
          * closing tag's beginning */
@@ -923,7 +940,7 @@ void out_parser_finish(out_parser *p, out_fn fn, void *ud) {
         }
     }
     switch (p->st) {
-    case P_START: /* fall through */
+    case P_START:                                     /* fall through */
     case P_CONTENT: emit_txt(p, OUT_CONTENT, &p->ws); /* fall through */
     case P_AFTER_CALL: emit_hold(p, OUT_CONTENT); break;
     case P_REASON: emit_hold(p, OUT_REASONING); break;

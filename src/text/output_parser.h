@@ -68,10 +68,10 @@ typedef enum out_kind {
 typedef void (*out_fn)(void *ud, out_kind kind, int32_t call, const char *text, size_t len);
 
 typedef struct out_parser_cfg {
-    const chat_fmt *fmt; /* the tool family (call syntax, reasoning rules) */
-    bool in_reasoning;         /* the generation prompt opened <think> (chat_format_opens_think) */
-    bool parse_calls;          /* false: no call is parsed (tool_choice none) */
-    const ph_tool *tools;      /* the tools a call may name; must outlive the parser */
+    const chat_fmt *fmt;  /* the tool family (call syntax, reasoning rules) */
+    bool in_reasoning;    /* the generation prompt opened <think> (chat_format_opens_think) */
+    bool parse_calls;     /* false: no call is parsed (tool_choice none) */
+    const ph_tool *tools; /* the tools a call may name; must outlive the parser */
     size_t n_tools;
 } out_parser_cfg;
 
@@ -88,18 +88,18 @@ typedef struct out_parser {
     /* configuration */
     chat_call_syntax syntax;
     bool ends_at_call, calls;
-    const char *sep;         /* the family's separator between text and a first call */
+    const char *sep; /* the family's separator between text and a first call */
     const ph_tool *tools;
     size_t n_tools;
-    json_t **schemas;        /* xml: each tool's parameters (NULL if none) */
+    json_t **schemas; /* xml: each tool's parameters (NULL if none) */
     /* where the text is */
-    int st;                  /* P_* */
-    bool skip_ws;            /* drop whitespace (after </think>) */
-    char hold[16];           /* a partial tag held back */
+    int st;        /* P_* */
+    bool skip_ws;  /* drop whitespace (after </think>) */
+    char hold[16]; /* a partial tag held back */
     int n_hold;
-    strbuf ws;                  /* leading whitespace held (before a possible <think>) */
+    strbuf ws; /* leading whitespace held (before a possible <think>) */
     /* the call being read */
-    strbuf body;                /* its text from <tool_call> on */
+    strbuf body;             /* its text from <tool_call> on */
     int cst;                 /* the call's own state (J_* or X_*) */
     bool header_sent;        /* OUT_CALL came out */
     bool call_in_reasoning;  /* it began inside reasoning (xml) */
@@ -111,18 +111,18 @@ typedef struct out_parser {
     bool have_name, have_args, args_string, closed;
     size_t args_start, args_end;
     jscan js;
-    int n_params;            /* xml */
-    bool p_string;           /* xml: the parameter's value is a JSON string */
-    size_t v_sent;           /* xml: value bytes passed on */
+    int n_params;  /* xml */
+    bool p_string; /* xml: the parameter's value is a JSON string */
+    size_t v_sent; /* xml: value bytes passed on */
     /* the pieces of the current feed, merged by kind */
     strbuf run;
     out_kind run_kind;
     int32_t run_call;
     strbuf tmp;
-    strbuf back;                /* text the current step gives back to be read again */
-    strbuf pb;                  /* text given back, read before the rest */
+    strbuf back; /* text the current step gives back to be read again */
+    strbuf pb;   /* text given back, read before the rest */
     size_t pb_pos;
-    out_fn fn;               /* during a feed */
+    out_fn fn; /* during a feed */
     void *ud;
 } out_parser;
 

@@ -57,7 +57,7 @@ struct bpe_vocab {
     int32_t byte_tok[256];    /* id of the one-byte token with that value (-1: none) */
     uint8_t map_utf8[256][2]; /* each byte's mapped character, UTF-8 */
     uint8_t map_len[256];
-    int16_t unmap[0x144];     /* mapped code point -> byte, -1 if none */
+    int16_t unmap[0x144]; /* mapped code point -> byte, -1 if none */
 
     int32_t *special_id; /* the special-token candidates, longest first */
     uint32_t *special_len;
@@ -277,10 +277,13 @@ static void build_byte_map(bpe_vocab *v) {
 
 /* Tokens that llama.cpp recognizes by their text. They count as control
  * tokens whatever their type in the file. */
-static const char *const EOG_TEXTS[] = { /* they also end generation */
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "</s>", "<eos>", "<turn|>", "<|tool_response>",
+static const char *const EOG_TEXTS[] = {
+    /* they also end generation */
+    "<|eot_id|>",    "<|im_end|>", "<|end|>",         "<|return|>",
+    "<|call|>",      "<|flush|>",  "<|calls|>",       "<end_of_turn>",
+    "<|endoftext|>", "<|eom_id|>", "<EOT>",           "_<EOT>",
+    "[EOT]",         "[EOS]",      "<|end_of_text|>", "<end_of_utterance>",
+    "</s>",          "<eos>",      "<turn|>",         "<|tool_response>",
 };
 
 /* Fill-in-the-middle markers, by kind. A kind whose id the file gives under
@@ -293,14 +296,22 @@ typedef struct fim_kind {
 } fim_kind;
 
 static const fim_kind FIM_KINDS[] = {
-    {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id", false,
+    {"tokenizer.ggml.fim_pre_token_id",
+     "tokenizer.ggml.prefix_token_id",
+     false,
      {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "<|code_prefix|>", "<|prefix|>"}},
-    {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id", false,
+    {"tokenizer.ggml.fim_suf_token_id",
+     "tokenizer.ggml.suffix_token_id",
+     false,
      {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "<|code_suffix|>", "<|suffix|>"}},
-    {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id", false,
+    {"tokenizer.ggml.fim_mid_token_id",
+     "tokenizer.ggml.middle_token_id",
+     false,
      {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "<|code_middle|>", "<|middle|>"}},
     {"tokenizer.ggml.fim_pad_token_id", NULL, true, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
-    {"tokenizer.ggml.fim_rep_token_id", NULL, true,
+    {"tokenizer.ggml.fim_rep_token_id",
+     NULL,
+     true,
      {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
     {"tokenizer.ggml.fim_sep_token_id", NULL, true, {"<|file_sep|>"}},
 };
@@ -417,9 +428,10 @@ static int load_tokens(bpe_vocab *v, const gguf_kv *tokens, const gguf_kv *types
         int64_t t = PH_TOK_NORMAL;
         if (types && gguf_arr_i64(types, (uint64_t)i, &t)) return err_set(err, "tokenizer: bad token_type array");
         v->type[i] = t >= 0 && t <= 255 ? (uint8_t)t : 0;
-        v->flags[i] = (uint8_t)(t == PH_TOK_CONTROL ? F_CONTROL
+        v->flags[i] = (uint8_t)(t == PH_TOK_CONTROL        ? F_CONTROL
                                 : t == PH_TOK_USER_DEFINED ? F_USER
-                                : t == PH_TOK_UNKNOWN ? F_UNKNOWN : 0);
+                                : t == PH_TOK_UNKNOWN      ? F_UNKNOWN
+                                                           : 0);
         if (s.len > v->max_len) v->max_len = s.len;
         str_append(v, s.ptr, s.len); /* cannot fail: space reserved above */
         /* An empty token cannot be looked up; a repeated text maps to its last id. */
@@ -454,8 +466,8 @@ static void mark_control_and_eog(bpe_vocab *v, const gguf_file *f) {
         for (size_t i = 0; i < sizeof fk->texts / sizeof fk->texts[0] && fk->texts[i]; i++)
             mark_text(v, fk->texts[i], fk->eog ? F_EOG : 0);
     }
-    static const char *const EOG_KEYS[] = {
-        "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"};
+    static const char *const EOG_KEYS[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                           "tokenizer.ggml.eom_token_id"};
     for (size_t i = 0; i < sizeof EOG_KEYS / sizeof EOG_KEYS[0]; i++) {
         const int32_t id = key_id(f, EOG_KEYS[i], v->n_vocab);
         if (id >= 0) v->flags[id] |= F_EOG;
@@ -467,12 +479,12 @@ bpe_vocab *vocab_load(const gguf_file *f, ph_err *err) {
     unsigned word_class = 0;
     if (gguf_get_str(f, "tokenizer.ggml.model", &model) || !gguf_str_eq(model, "gpt2")) {
         err_set(err, "tokenizer: tokenizer.ggml.model is '%.*s'; only 'gpt2' (byte-level BPE) is supported",
-                   (int)(model.len > 64 ? 64 : model.len), model.ptr ? model.ptr : "");
+                (int)(model.len > 64 ? 64 : model.len), model.ptr ? model.ptr : "");
         return NULL;
     }
     if (gguf_get_str(f, "tokenizer.ggml.pre", &pre) || !pre_word_class(pre, &word_class)) {
         err_set(err, "tokenizer: pre-tokenizer '%.*s' is not supported (supported: qwen2 and its aliases, qwen35)",
-                   (int)(pre.len > 64 ? 64 : pre.len), pre.ptr ? pre.ptr : "");
+                (int)(pre.len > 64 ? 64 : pre.len), pre.ptr ? pre.ptr : "");
         return NULL;
     }
     const gguf_kv *tokens = string_array(f, "tokenizer.ggml.tokens");
@@ -539,18 +551,14 @@ int32_t vocab_find(const bpe_vocab *v, const char *text, size_t len) {
     return id < v->n_vocab ? id : -1;
 }
 
-int vocab_token_type(const bpe_vocab *v, int32_t id) {
-    return id >= 0 && id < v->n_vocab ? v->type[id] : -1;
-}
+int vocab_token_type(const bpe_vocab *v, int32_t id) { return id >= 0 && id < v->n_vocab ? v->type[id] : -1; }
 
 int32_t vocab_bos(const bpe_vocab *v) { return v->bos; }
 int32_t vocab_eos(const bpe_vocab *v) { return v->eos; }
 bool vocab_add_bos(const bpe_vocab *v) { return v->add_bos; }
 size_t vocab_max_token_len(const bpe_vocab *v) { return v->max_len; }
 
-bool vocab_is_eog(const bpe_vocab *v, int32_t id) {
-    return id >= 0 && id < v->n_vocab && (v->flags[id] & F_EOG);
-}
+bool vocab_is_eog(const bpe_vocab *v, int32_t id) { return id >= 0 && id < v->n_vocab && (v->flags[id] & F_EOG); }
 
 /* ---- token lists -------------------------------------------------------- */
 
@@ -616,15 +624,15 @@ static size_t pretok_next(const uint32_t *c, size_t n, size_t p, unsigned word) 
         end++;
     }
     if (after_last_newline) return after_last_newline; /* \s*[\r\n]+ */
-    if (end - p > 1 && end < n) return end - 1;         /* \s+(?!\S) */
-    if (end > p) return end;                            /* \s+ */
-    return p + 1;                                       /* 8. anything else */
+    if (end - p > 1 && end < n) return end - 1;        /* \s+(?!\S) */
+    if (end > p) return end;                           /* \s+ */
+    return p + 1;                                      /* 8. anything else */
 }
 
 /* ---- BPE (docs/numerics.md, BPE merges) --------------------------------- */
 
 typedef struct bpe_sym {
-    int32_t id;        /* string id, -1 if the text is unknown */
+    int32_t id;          /* string id, -1 if the text is unknown */
     uint32_t start, len; /* bytes of the word; len 0 once merged into its left neighbour */
     int32_t prev, next;
 } bpe_sym;
@@ -800,8 +808,8 @@ static int cmp_hit_pos(const void *pa, const void *pb) {
 }
 
 /* Fills *hits with the accepted occurrences in text order. */
-static int find_specials(const bpe_vocab *v, const uint8_t *s, size_t len, bool parse_special,
-                         special_hit **hits, size_t *n_hits) {
+static int find_specials(const bpe_vocab *v, const uint8_t *s, size_t len, bool parse_special, special_hit **hits,
+                         size_t *n_hits) {
     special_hit *h = NULL;
     size_t n = 0, cap = 0;
     *hits = NULL;
@@ -846,12 +854,11 @@ static int find_specials(const bpe_vocab *v, const uint8_t *s, size_t len, bool 
 }
 
 int vocab_tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_special, ph_tokens *out,
-                      ph_err *err) {
+                   ph_err *err) {
     const uint8_t *s = (const uint8_t *)text;
     special_hit *hits;
     size_t n_hits;
-    if (find_specials(v, s, len, parse_special, &hits, &n_hits))
-        return err_set(err, "tokenizer: out of memory");
+    if (find_specials(v, s, len, parse_special, &hits, &n_hits)) return err_set(err, "tokenizer: out of memory");
     tok_work w = {.v = v, .out = out};
     int rc = 0;
     size_t pos = 0;
@@ -874,7 +881,10 @@ int vocab_tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_
 /* ---- token text (docs/numerics.md, Byte map: detokenization) ------------ */
 
 static int hex_digit(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                  : -1;
 }
 
 int token_bytes(const bpe_vocab *v, int32_t id, char *buf, size_t cap) {
@@ -907,10 +917,7 @@ int token_bytes(const bpe_vocab *v, int32_t id, char *buf, size_t cap) {
         return 0;
     case PH_TOK_CONTROL:
     case PH_TOK_USER_DEFINED:
-    case PH_TOK_UNKNOWN:
-        memcpy(buf, s, n < cap ? n : cap);
-        return (int)n;
-    default: /* unused or undefined: nothing */
-        return 0;
+    case PH_TOK_UNKNOWN: memcpy(buf, s, n < cap ? n : cap); return (int)n;
+    default: /* unused or undefined: nothing */ return 0;
     }
 }

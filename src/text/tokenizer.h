@@ -19,8 +19,12 @@ typedef struct bpe_vocab bpe_vocab;
 
 /* Token attributes (from tokenizer.ggml.token_type). */
 enum {
-    PH_TOK_NORMAL = 1, PH_TOK_UNKNOWN = 2, PH_TOK_CONTROL = 3,
-    PH_TOK_USER_DEFINED = 4, PH_TOK_UNUSED = 5, PH_TOK_BYTE = 6
+    PH_TOK_NORMAL = 1,
+    PH_TOK_UNKNOWN = 2,
+    PH_TOK_CONTROL = 3,
+    PH_TOK_USER_DEFINED = 4,
+    PH_TOK_UNUSED = 5,
+    PH_TOK_BYTE = 6
 };
 
 /* Reads the vocabulary, merges and special ids. Refuses files whose
@@ -33,8 +37,8 @@ int32_t vocab_size(const bpe_vocab *v);
 /* Exact lookup of a token's text; -1 if absent. */
 int32_t vocab_find(const bpe_vocab *v, const char *text, size_t len);
 int vocab_token_type(const bpe_vocab *v, int32_t id);
-int32_t vocab_bos(const bpe_vocab *v);     /* -1 if none */
-int32_t vocab_eos(const bpe_vocab *v);     /* -1 if none */
+int32_t vocab_bos(const bpe_vocab *v); /* -1 if none */
+int32_t vocab_eos(const bpe_vocab *v); /* -1 if none */
 bool vocab_add_bos(const bpe_vocab *v);
 /* Length of the longest token text: token_bytes never returns more. */
 size_t vocab_max_token_len(const bpe_vocab *v);
@@ -44,8 +48,7 @@ bool vocab_is_eog(const bpe_vocab *v, int32_t id);
 /* Appends the tokens of text[0..len) to out. parse_special: control tokens
  * written in the text become their ids (user-defined ones always do).
  * No BOS/EOS is added. Returns 0 or -1 (out of memory, e set). */
-int vocab_tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_special, ph_tokens *out,
-                      ph_err *err);
+int vocab_tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_special, ph_tokens *out, ph_err *err);
 
 /* The bytes a token stands for (byte map undone; special tokens as their
  * text). Writes up to cap bytes, returns the full length, or -1 for an id

@@ -54,7 +54,10 @@ void tojson_string(strbuf *out, const char *s, size_t n) {
  * for whole numbers), otherwise d[.ddd]e[+-]XX. */
 void tojson_float(strbuf *out, double v) {
     if (isnan(v) || isinf(v) || v == 0) {
-        strbuf_puts(out, isnan(v) ? "NaN" : isinf(v) ? (v < 0 ? "-Infinity" : "Infinity") : signbit(v) ? "-0.0" : "0.0");
+        strbuf_puts(out, isnan(v)     ? "NaN"
+                         : isinf(v)   ? (v < 0 ? "-Infinity" : "Infinity")
+                         : signbit(v) ? "-0.0"
+                                      : "0.0");
         return;
     }
     char buf[40];

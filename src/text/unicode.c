@@ -44,7 +44,7 @@ invalid:
 
 int utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
     const uint8_t b = s[0];
-    int need;                  /* continuation bytes */
+    int need;                     /* continuation bytes */
     uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the first continuation byte */
     uint32_t v;
     if (b < 0x80) {

@@ -27,9 +27,7 @@ static inline unsigned cp_flags(uint32_t cp) {
 /* Lowercases ASCII letters only. That is exact for the contraction rule
  * ('s 't 're 've 'm 'll 'd): the generator checks that no other code point
  * lowercases to one of those letters. */
-static inline uint32_t cp_lower_ascii(uint32_t cp) {
-    return cp >= 'A' && cp <= 'Z' ? cp + ('a' - 'A') : cp;
-}
+static inline uint32_t cp_lower_ascii(uint32_t cp) { return cp >= 'A' && cp <= 'Z' ? cp + ('a' - 'A') : cp; }
 
 /* Decodes one code point from s[0..n), n >= 1, as llama.cpp does before
  * pre-tokenizing: only the byte structure is checked (a lead byte and enough

@@ -29,8 +29,9 @@ static uint64_t touch_kv(const gguf_file *f, const gguf_kv *kv) {
         float x;
         bool b;
         gguf_str s;
-        h += (uint64_t)gguf_get_u32(f, key, &u) + (uint64_t)gguf_get_i64(f, key, &i) + (uint64_t)gguf_get_f32(f, key, &x) +
-             (uint64_t)gguf_get_bool(f, key, &b) + (uint64_t)gguf_get_str(f, key, &s);
+        h += (uint64_t)gguf_get_u32(f, key, &u) + (uint64_t)gguf_get_i64(f, key, &i) +
+             (uint64_t)gguf_get_f32(f, key, &x) + (uint64_t)gguf_get_bool(f, key, &b) +
+             (uint64_t)gguf_get_str(f, key, &s);
         free(key);
     }
     switch (kv->type) {

@@ -14,8 +14,8 @@
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
+#include "synth/synth.h"
 #include "text/unicode.h"
-#include "pinhole.h"
 
 typedef struct synth_shape {
     const char *arch, *name;
@@ -33,17 +33,17 @@ typedef struct synth_shape {
 } synth_shape;
 
 static const synth_shape shapes[] = {
-    {"qwen3vl", "tiny", 256, 4, 4, 2, 64, 768, 4096, {12, 10, 10, 0}, 5e6f, false, 0, 0, 0, 0, 0, 0,
-     128, 4, 4, 256, 16, 576, 2, {1, 2}},
-    {"qwen3vl", "2b", 2048, 28, 16, 8, 128, 6144, 262144, {24, 20, 20, 0}, 5e6f, true, 0, 0, 0, 0, 0, 0,
-     1024, 24, 16, 4096, 16, 2304, 3, {5, 11, 17}},
+    {"qwen3vl", "tiny", 256, 4, 4, 2,   64, 768, 4096, {12, 10, 10, 0}, 5e6f, false, 0, 0, 0, 0,
+     0,         0,      128, 4, 4, 256, 16, 576, 2,    {1, 2}},
+    {"qwen3vl", "2b", 2048, 28, 16, 8,    128, 6144, 262144, {24, 20, 20, 0}, 5e6f, true, 0, 0, 0, 0,
+     0,         0,    1024, 24, 16, 4096, 16,  2304, 3,      {5, 11, 17}},
     /* more value heads than key heads (the tiled mapping); every matrix's
      * input a multiple of 256, so the K-quants apply everywhere */
-    {"qwen35", "tiny", 256, 8, 4, 2, 64, 768, 4096, {3, 3, 2, 0}, 1e7f, true, 16, 4, 2, 4, 64, 4,
-     128, 4, 4, 256, 16, 576, 0, {0}},
+    {"qwen35", "tiny", 256, 8,  4, 2,   64, 768, 4096, {3, 3, 2, 0}, 1e7f, true, 16,
+     4,        2,      4,   64, 4, 128, 4,  4,   256,  16,           576,  0,    {0}},
     /* Qwen3.5-2B's sizes */
-    {"qwen35", "2b", 2048, 24, 8, 2, 256, 6144, 262144, {11, 11, 10, 0}, 1e7f, true, 64, 4, 16, 16, 128, 4,
-     1024, 24, 16, 4096, 16, 2304, 0, {0}},
+    {"qwen35", "2b", 2048, 24, 8,    2,  256,  6144, 262144, {11, 11, 10, 0}, 1e7f, true, 64, 4, 16, 16, 128,
+     4,        1024, 24,   16, 4096, 16, 2304, 0,    {0}},
 };
 
 static bool is_qwen35(const synth_shape *s) { return !strcmp(s->arch, "qwen35"); }
@@ -54,13 +54,13 @@ static bool recurrent(const synth_shape *s, int i) { return is_qwen35(s) && (i +
 /* llama.cpp's general.file_type numbers for the mixes we write */
 typedef struct synth_type {
     const char *name;
-    int base;      /* type of most matrices */
+    int base; /* type of most matrices */
     int file_type;
 } synth_type;
 
 static const synth_type types[] = {
-    {"f32", PH_TYPE_F32, 0},   {"f16", PH_TYPE_F16, 1},    {"bf16", PH_TYPE_BF16, 32},
-    {"q8_0", PH_TYPE_Q8_0, 7}, {"q4_0", PH_TYPE_Q4_0, 2},  {"q4_k", PH_TYPE_Q4_K, 14},
+    {"f32", PH_TYPE_F32, 0},    {"f16", PH_TYPE_F16, 1},    {"bf16", PH_TYPE_BF16, 32},
+    {"q8_0", PH_TYPE_Q8_0, 7},  {"q4_0", PH_TYPE_Q4_0, 2},  {"q4_k", PH_TYPE_Q4_K, 14},
     {"q5_k", PH_TYPE_Q5_K, 16}, {"q6_k", PH_TYPE_Q6_K, 18}, {"q4_k_m", PH_TYPE_Q4_K, 15},
 };
 
@@ -74,7 +74,7 @@ typedef struct synth_tensor {
     uint32_t n_dims;
     int64_t ne[4];
     fill_kind fill;
-    float scale;   /* uniform in [-scale, scale] */
+    float scale; /* uniform in [-scale, scale] */
 } synth_tensor;
 
 typedef struct synth_list {
@@ -213,36 +213,48 @@ enum { SV_N_TOKENS = 1024, SV_MAX_WORD = 24, SV_MAX_MERGES = 2 * SV_N_TOKENS, SV
 /* Common English words (and some for pictures), most common first: the
  * learner weighs each by its rank. */
 static const char *const SV_WORDS[] = {
-    "the", "of", "and", "to", "a", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are", "as",
-    "with", "his", "they", "I", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but",
-    "not", "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which",
-    "she", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these",
-    "so", "some", "her", "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write",
-    "go", "see", "number", "no", "way", "could", "people", "my", "than", "first", "water", "been", "call",
-    "who", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may", "part", "image",
-    "user", "assistant", "system", "hello", "describe", "please", "thank", "picture", "photo", "shows", "color",
-    "red", "green", "blue", "white", "black", "yellow", "small", "large", "left", "right", "top", "bottom",
-    "center", "background", "front", "here", "over", "under", "new", "sound", "take", "only", "little", "work",
-    "know", "place", "year", "live", "me", "back", "give", "most", "very", "after", "thing", "our", "just",
-    "name", "good", "sentence", "man", "think", "say", "great", "where", "help", "through", "much", "before",
-    "line", "too", "mean", "old", "any", "same", "tell", "boy", "follow", "came", "want", "show", "also",
-    "around", "form", "three", "set", "put", "end", "does", "another", "well", "must", "big", "even", "such",
-    "because", "turn", "why", "ask", "went", "men", "read", "need", "land", "different", "home", "us", "move",
-    "try", "kind", "hand", "again", "change", "off", "play", "spell", "air", "away", "animal", "house", "point",
-    "page", "letter", "mother", "answer", "found", "study", "still", "learn", "should", "world", "high",
-    "every", "near", "add", "food", "between", "own", "below", "country", "plant", "last", "school", "father",
-    "keep", "tree", "never", "start", "city", "earth", "eye", "light", "thought", "head", "story", "saw", "far",
-    "sea", "draw", "late", "run", "while", "press", "close", "night", "real", "life", "few", "north", "open",
-    "seem", "together", "next", "begin", "got", "walk", "example", "ease", "paper", "group", "always", "music",
-    "those", "both", "mark", "often", "until", "mile", "river", "car", "feet", "care", "second", "book",
-    "carry", "took", "science", "eat", "room", "friend", "began", "idea", "fish", "mountain", "stop", "once",
-    "base", "hear", "horse", "cut", "sure", "watch", "face", "wood", "main", "enough", "plain", "girl", "usual",
-    "young", "ready", "above", "ever", "list", "though", "feel", "talk", "bird", "soon", "body", "dog", "cat",
-    "family", "direct", "pose", "leave", "song", "measure", "door", "product", "short", "table", "question",
-    "happen", "complete", "ship", "area", "half", "rock", "order", "fire", "south", "problem", "piece", "told",
-    "knew", "pass", "since", "whole", "king", "street", "inch", "nothing", "course", "stay", "wheel", "full",
-    "force", "object", "person", "text", "yes", "sky", "grass", "road", "window", "building", "wall", "sign",
-    "letters", "information", "something", "model",
+    "the",      "of",       "and",         "to",        "a",       "in",       "is",        "you",        "that",
+    "it",       "he",       "was",         "for",       "on",      "are",      "as",        "with",       "his",
+    "they",     "I",        "at",          "be",        "this",    "have",     "from",      "or",         "one",
+    "had",      "by",       "word",        "but",       "not",     "what",     "all",       "were",       "we",
+    "when",     "your",     "can",         "said",      "there",   "use",      "an",        "each",       "which",
+    "she",      "do",       "how",         "their",     "if",      "will",     "up",        "other",      "about",
+    "out",      "many",     "then",        "them",      "these",   "so",       "some",      "her",        "would",
+    "make",     "like",     "him",         "into",      "time",    "has",      "look",      "two",        "more",
+    "write",    "go",       "see",         "number",    "no",      "way",      "could",     "people",     "my",
+    "than",     "first",    "water",       "been",      "call",    "who",      "its",       "now",        "find",
+    "long",     "down",     "day",         "did",       "get",     "come",     "made",      "may",        "part",
+    "image",    "user",     "assistant",   "system",    "hello",   "describe", "please",    "thank",      "picture",
+    "photo",    "shows",    "color",       "red",       "green",   "blue",     "white",     "black",      "yellow",
+    "small",    "large",    "left",        "right",     "top",     "bottom",   "center",    "background", "front",
+    "here",     "over",     "under",       "new",       "sound",   "take",     "only",      "little",     "work",
+    "know",     "place",    "year",        "live",      "me",      "back",     "give",      "most",       "very",
+    "after",    "thing",    "our",         "just",      "name",    "good",     "sentence",  "man",        "think",
+    "say",      "great",    "where",       "help",      "through", "much",     "before",    "line",       "too",
+    "mean",     "old",      "any",         "same",      "tell",    "boy",      "follow",    "came",       "want",
+    "show",     "also",     "around",      "form",      "three",   "set",      "put",       "end",        "does",
+    "another",  "well",     "must",        "big",       "even",    "such",     "because",   "turn",       "why",
+    "ask",      "went",     "men",         "read",      "need",    "land",     "different", "home",       "us",
+    "move",     "try",      "kind",        "hand",      "again",   "change",   "off",       "play",       "spell",
+    "air",      "away",     "animal",      "house",     "point",   "page",     "letter",    "mother",     "answer",
+    "found",    "study",    "still",       "learn",     "should",  "world",    "high",      "every",      "near",
+    "add",      "food",     "between",     "own",       "below",   "country",  "plant",     "last",       "school",
+    "father",   "keep",     "tree",        "never",     "start",   "city",     "earth",     "eye",        "light",
+    "thought",  "head",     "story",       "saw",       "far",     "sea",      "draw",      "late",       "run",
+    "while",    "press",    "close",       "night",     "real",    "life",     "few",       "north",      "open",
+    "seem",     "together", "next",        "begin",     "got",     "walk",     "example",   "ease",       "paper",
+    "group",    "always",   "music",       "those",     "both",    "mark",     "often",     "until",      "mile",
+    "river",    "car",      "feet",        "care",      "second",  "book",     "carry",     "took",       "science",
+    "eat",      "room",     "friend",      "began",     "idea",    "fish",     "mountain",  "stop",       "once",
+    "base",     "hear",     "horse",       "cut",       "sure",    "watch",    "face",      "wood",       "main",
+    "enough",   "plain",    "girl",        "usual",     "young",   "ready",    "above",     "ever",       "list",
+    "though",   "feel",     "talk",        "bird",      "soon",    "body",     "dog",       "cat",        "family",
+    "direct",   "pose",     "leave",       "song",      "measure", "door",     "product",   "short",      "table",
+    "question", "happen",   "complete",    "ship",      "area",    "half",     "rock",      "order",      "fire",
+    "south",    "problem",  "piece",       "told",      "knew",    "pass",     "since",     "whole",      "king",
+    "street",   "inch",     "nothing",     "course",    "stay",    "wheel",    "full",      "force",      "object",
+    "person",   "text",     "yes",         "sky",       "grass",   "road",     "window",    "building",   "wall",
+    "sign",     "letters",  "information", "something", "model",
 };
 
 /* Pre-tokens that are not a word after a space: ChatML's roles (which
@@ -257,11 +269,12 @@ static const struct {
 /* Added tokens of Qwen3-VL, in its order: control tokens first, then those
  * its converter marks user-defined. */
 static const char *const SV_ADDED[] = {
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
-    "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+    "<|endoftext|>",  "<|im_start|>",   "<|im_end|>",      "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>",  "<|box_end|>",    "<|quad_start|>",  "<|quad_end|>",         "<|vision_start|>",
+    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",   "<|video_pad|>",        "<tool_call>",
+    "</tool_call>",   "<|fim_prefix|>", "<|fim_middle|>",  "<|fim_suffix|>",       "<|fim_pad|>",
+    "<|repo_name|>",  "<|file_sep|>",   "<tool_response>", "</tool_response>",     "<think>",
+    "</think>",
 };
 enum { SV_N_ADDED = sizeof SV_ADDED / sizeof SV_ADDED[0], SV_N_CONTROL = 14 };
 enum { SV_TYPE_NORMAL = 1, SV_TYPE_CONTROL = 3, SV_TYPE_USER = 4 }; /* tokenizer.ggml.token_type */
@@ -571,7 +584,8 @@ static int fill_tensor(void *ctx, uint64_t i, void *buf, uint64_t nbytes) {
 }
 
 static int write_file(const char *path, gguf_writer *w, synth_list *l, fill_ctx *fc, ph_err *err) {
-    for (size_t i = 0; i < l->n; i++) gguf_writer_add_tensor(w, l->t[i].name, l->t[i].type, l->t[i].n_dims, l->t[i].ne);
+    for (size_t i = 0; i < l->n; i++)
+        gguf_writer_add_tensor(w, l->t[i].name, l->t[i].type, l->t[i].n_dims, l->t[i].ne);
     fc->list = l;
     return gguf_writer_write(w, path, fill_tensor, fc, err);
 }
@@ -627,15 +641,15 @@ static void llm_metadata(gguf_writer *w, const synth_shape *s, const synth_type 
         return;
     }
     const u32_key q35[] = {
-        {"rope.dimension_count", s->n_rot}, {"full_attention_interval", s->fa_interval},
-        {"ssm.conv_kernel", s->conv_k},     {"ssm.state_size", s->ssm_d},
-        {"ssm.group_count", s->ssm_hk},     {"ssm.time_step_rank", s->ssm_hv},
+        {"rope.dimension_count", s->n_rot},       {"full_attention_interval", s->fa_interval},
+        {"ssm.conv_kernel", s->conv_k},           {"ssm.state_size", s->ssm_d},
+        {"ssm.group_count", s->ssm_hk},           {"ssm.time_step_rank", s->ssm_hv},
         {"ssm.inner_size", s->ssm_hv * s->ssm_d},
     };
     set_u32s(w, s, q35, sizeof q35 / sizeof *q35);
 }
 
-int ph_synth(const ph_synth_params *p, ph_err *err) {
+int synth_write(const synth_params *p, ph_err *err) {
     kernels_init();
     const char *arch = p->arch ? p->arch : "qwen3vl";
     const synth_shape *s = NULL;
@@ -664,7 +678,7 @@ int ph_synth(const ph_synth_params *p, ph_err *err) {
         if (len == 0 || strlen(tmpl_file) != len) {
             free(tmpl_file);
             return err_set(err, "%s: a chat template must be text, not empty and without NUL bytes",
-                              p->chat_template);
+                           p->chat_template);
         }
         tmpl = tmpl_file;
     }
