@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int arg_int(const char *flag, const char *s, long lo, long hi, long *out) {
     char *end;
@@ -48,4 +49,24 @@ const char *arg_value(int argc, char **argv, int *i) {
         return NULL;
     }
     return argv[++*i];
+}
+
+int arg_engine(const char *flag, const char *v, ph_engine_params *ep) {
+    long l;
+    if (!strcmp(flag, "-c") || !strcmp(flag, "--ctx-size")) {
+        if (arg_int(flag, v, 16, 1 << 22, &l)) return -1;
+        ep->n_ctx = (int32_t)l;
+    } else if (!strcmp(flag, "-t") || !strcmp(flag, "--threads")) {
+        if (arg_int(flag, v, 1, 1024, &l)) return -1;
+        ep->n_threads = (int)l;
+    } else if (!strcmp(flag, "--image-min-tokens")) {
+        if (arg_int(flag, v, 1, 65536, &l)) return -1;
+        ep->picture_min_tokens = (int)l;
+    } else if (!strcmp(flag, "--image-max-tokens")) {
+        if (arg_int(flag, v, 1, 65536, &l)) return -1;
+        ep->picture_max_tokens = (int)l;
+    } else {
+        return 0;
+    }
+    return 1;
 }

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pinhole.h"
+
 /* Each returns 0, or prints "pinhole: FLAG: ..." and returns -1. */
 int arg_int(const char *flag, const char *s, long lo, long hi, long *out);
 int arg_float(const char *flag, const char *s, double lo, double hi, double *out);
@@ -13,6 +15,10 @@ int arg_u64(const char *flag, const char *s, uint64_t *out);
 /* The value after a flag: argv[*i + 1], advancing *i; NULL (with a message)
  * when missing. */
 const char *arg_value(int argc, char **argv, int *i);
+/* The engine's flags that chat and serve share (-c, -t, --image-min-tokens,
+ * --image-max-tokens) into ep: 1 when flag is one of them, 0 when not, -1
+ * (with a message) when its value is bad. */
+int arg_engine(const char *flag, const char *v, ph_engine_params *ep);
 
 int cmd_info(int argc, char **argv);
 int cmd_run(int argc, char **argv);

@@ -245,6 +245,9 @@ int cmd_chat(int argc, char **argv) {
             continue;
         }
         if (!(v = arg_value(argc, argv, &i))) return 2;
+        const int engine_flag = arg_engine(a, v, &ep);
+        if (engine_flag < 0) return 2;
+        if (engine_flag) continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
         else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
         else if (!strcmp(a, "--system")) c.system = v;
@@ -269,18 +272,6 @@ int cmd_chat(int argc, char **argv) {
             sp->min_p = (float)d;
         } else if (!strcmp(a, "--seed")) {
             if (arg_u64(a, v, &sp->seed)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (arg_int(a, v, 1, 1024, &l)) return 2;
-            ep.n_threads = (int)l;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (arg_int(a, v, 16, 1 << 22, &l)) return 2;
-            ep.n_ctx = (int32_t)l;
-        } else if (!strcmp(a, "--image-min-tokens")) {
-            if (arg_int(a, v, 1, 65536, &l)) return 2;
-            ep.picture_min_tokens = (int)l;
-        } else if (!strcmp(a, "--image-max-tokens")) {
-            if (arg_int(a, v, 1, 65536, &l)) return 2;
-            ep.picture_max_tokens = (int)l;
         } else {
             fprintf(stderr, "pinhole chat: unknown option '%s' (see pinhole chat --help)\n", a);
             return 2;

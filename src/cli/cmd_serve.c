@@ -255,6 +255,9 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
             continue;
         }
         if (!(v = arg_value(argc, argv, &i))) return 2;
+        const int engine_flag = arg_engine(a, v, &ep);
+        if (engine_flag < 0) return 2;
+        if (engine_flag) continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
         else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
         else if (!strcmp(a, "--host")) cfg.host = v;
@@ -266,12 +269,6 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         } else if (!strcmp(a, "--port")) {
             if (arg_int(a, v, 0, 65535, &l)) return 2;
             cfg.port = (int)l;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (arg_int(a, v, 16, 1 << 22, &l)) return 2;
-            ep.n_ctx = (int32_t)l;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (arg_int(a, v, 1, 1024, &l)) return 2;
-            ep.n_threads = (int)l;
         } else if (!strcmp(a, "--max-images")) {
             if (arg_int(a, v, 0, 4096, &l)) return 2;
             cfg.max_images = (int)l;
@@ -339,12 +336,6 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         } else if (!strcmp(a, "--max-tokens")) {
             if (arg_int(a, v, 0, INT32_MAX, &l)) return 2;
             cfg.max_tokens = (int)l;
-        } else if (!strcmp(a, "--image-min-tokens")) {
-            if (arg_int(a, v, 1, 65536, &l)) return 2;
-            ep.picture_min_tokens = (int)l;
-        } else if (!strcmp(a, "--image-max-tokens")) {
-            if (arg_int(a, v, 1, 65536, &l)) return 2;
-            ep.picture_max_tokens = (int)l;
         } else if (!strcmp(a, "--image-cache-entries")) {
             if (arg_int(a, v, 0, 1 << 20, &l)) return 2;
             ep.picture_cache_entries = (int)l;
