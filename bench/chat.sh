@@ -14,7 +14,8 @@
 # default a temporary one]. Prints a table (bench/chat_table.mjs over JSONL);
 # with RECORD=1 writes it between the chat markers of bench/RESULTS.md.
 # ARCH [qwen3vl; qwen35: the synthetic Qwen3.5 2B pair synth35-2b-q4_k_m, its
-# table between the chat35 markers].
+# table between the chat35 markers], ISA [none: PINHOLE_ISA for pinhole, e.g.
+# avx2-novnni; the table between markers with the suffix -ISA].
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -29,6 +30,7 @@ qwen3vl) MODEL=bench/models/synth-2b-q4_k_m; MARK=chat ;;
 qwen35) MODEL=bench/models/synth35-2b-q4_k_m; MARK=chat35 ;;
 *) echo "chat.sh: ARCH is qwen3vl or qwen35, not '$ARCH'" >&2; exit 1 ;;
 esac
+if [ -n "${ISA:-}" ]; then export PINHOLE_ISA=$ISA; MARK=$MARK-$ISA; fi
 [ -f "$MODEL.gguf" ] || { echo "chat.sh: run ARCH=$ARCH bench/run.sh first (it synthesizes $MODEL.gguf)" >&2; exit 1; }
 TMP=$(mktemp -d /tmp/pinhole-chat.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

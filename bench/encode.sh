@@ -10,8 +10,10 @@
 # SIZES ["448x448 1024x768"], THREADS [2], ROUNDS [2] (interleaved rounds:
 # pinhole, llama-server, pinhole, ...), REPS [2] (pictures per server start),
 # PEER [llama-peer.sh's bin folder], PEER_NOTE [none], ARCH [qwen3vl; qwen35:
-# the synthetic Qwen3.5 2B pair, synth35-2b-q4_k_m]. Writes the section
-# between the encode markers (encode35 for qwen35) of bench/RESULTS.md.
+# the synthetic Qwen3.5 2B pair, synth35-2b-q4_k_m], ISA [none: PINHOLE_ISA
+# for pinhole, e.g. avx2-novnni against PEER=$(bash bench/peer-noamx.sh avx2)].
+# Writes the section between the encode markers (encode35 for qwen35, a
+# suffix -ISA with ISA set) of bench/RESULTS.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -26,6 +28,10 @@ qwen3vl) MODEL=bench/models/synth-2b-q4_k_m; MARK=encode; TITLE=""; REPRO="bash 
 qwen35) MODEL=bench/models/synth35-2b-q4_k_m; MARK=encode35; TITLE="Qwen3.5: "; REPRO="ARCH=qwen35 bash bench/encode.sh" ;;
 *) echo "encode.sh: ARCH is qwen3vl or qwen35, not '$ARCH'" >&2; exit 1 ;;
 esac
+if [ -n "${ISA:-}" ]; then
+    export PINHOLE_ISA=$ISA
+    MARK=$MARK-$ISA; TITLE="${TITLE}pinhole's $ISA kernels: "; REPRO="ISA=$ISA $REPRO"
+fi
 die() { echo "encode.sh: $*" >&2; exit 1; }
 [ -f "$MODEL.gguf" ] || die "run ARCH=$ARCH bench/run.sh first (it synthesizes $MODEL.gguf)"
 if [ -z "${PEER:-}" ]; then
@@ -70,7 +76,7 @@ section=$(cat <<MD
 <!-- $MARK:begin -->
 ## ${TITLE}Pictures: a cold picture turn through the servers (synthetic 2B mmproj, F16; LLM q4_k_m)
 
-$(date -u +%Y-%m-%d), $(lscpu | sed -n 's/^Model name: *//p'), ISA flags: ${isa}, $THREADS threads.
+$(date -u +%Y-%m-%d), $(lscpu | sed -n 's/^Model name: *//p'), ISA flags: ${isa}, pinhole's kernels: $("$PINHOLE" --version | sed 's/.*(\(.*\))/\1/'), $THREADS threads.
 Reproduce: \`$REPRO\`. Each sample is one chat request with a picture the server has not
 seen and \`max_tokens: 1\`, timed by the client from sending to the answer (picture decode and encode, the
 prompt's prefill, one token): \`pinhole serve\` against the native \`llama-server\` ($PEER${PEER_NOTE:+; $PEER_NOTE}), the

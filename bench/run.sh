@@ -14,7 +14,10 @@
 #   ROUNDS  [3]              interleaved rounds: pinhole, llama.cpp, pinhole, llama.cpp, ...
 #   REPS    [1]              repetitions inside each engine invocation (-r / --reps)
 #   VOCAB   [../shared/oracle/models/tiny-f16.gguf]  tokenizer source for `pinhole synth`
-#   OUT     [bench/RESULTS.md; with ARCH=qwen35 bench/results/qwen35-speed.md]
+#   ISA     [none]           PINHOLE_ISA for pinhole (e.g. avx2-novnni: its kernels as on an AVX2-only CPU, run
+#                            against a peer built the same way, `PEER=$(bash bench/peer-noamx.sh avx2)`)
+#   OUT     [bench/RESULTS.md; with ARCH=qwen35 bench/results/qwen35-speed.md; with ISA set
+#            bench/results/ARCH-ISA-speed.md]
 #   PEER    [the llama.cpp bin folder that llama-peer.sh prints]
 #   PEER_NOTE [none]         a remark on the peer build printed in the report (e.g. why AMX is off:
 #                            see bench/peer-noamx.sh)
@@ -38,6 +41,11 @@ qwen3vl) PREFIX=synth-2b; SYNTH_ARCH=(); DEFAULT_OUT=bench/RESULTS.md ;;
 qwen35) PREFIX=synth35-2b; SYNTH_ARCH=(--arch qwen35); DEFAULT_OUT=bench/results/qwen35-speed.md ;;
 *) echo "run.sh: ARCH is qwen3vl or qwen35, not '$ARCH'" >&2; exit 1 ;;
 esac
+ISA=${ISA:-}
+if [ -n "$ISA" ]; then
+    export PINHOLE_ISA=$ISA
+    DEFAULT_OUT=bench/results/$ARCH-$ISA-speed.md
+fi
 OUT=${OUT:-$DEFAULT_OUT}
 MODELS=bench/models
 
@@ -117,9 +125,9 @@ membw | tee "$LOGDIR/membw-after.json"
 # --- report -------------------------------------------------------------------
 CMD="bash bench/run.sh"
 [ "$PINHOLE" = build/pinhole ] || CMD="$CMD $PINHOLE"
-for v in ARCH TYPES THREADS PP TG ROUNDS REPS; do
+for v in ARCH ISA TYPES THREADS PP TG ROUNDS REPS; do
     case "$v=${!v}" in
-    ARCH=qwen3vl | "TYPES=q4_k_m q8_0" | THREADS=2 | PP=512 | TG=128 | ROUNDS=3 | REPS=1) ;;
+    ARCH=qwen3vl | ISA= | "TYPES=q4_k_m q8_0" | THREADS=2 | PP=512 | TG=128 | ROUNDS=3 | REPS=1) ;;
     *) CMD="$v=\"${!v}\" $CMD" ;;
     esac
 done

@@ -675,11 +675,34 @@ static void test_dispatch(const char *self) {
         out[strcspn(out, "\n")] = 0;
         CHECKF(strcmp(out, isa_name((isa_level)isa)) == 0, "PINHOLE_ISA=%s gave %s", isa_name((isa_level)isa), out);
     }
+    if (kernels_cpu_has(PH_ISA_AVX2)) {
+        char cmd[4200], out[64] = "";
+        snprintf(cmd, sizeof cmd, "PINHOLE_ISA=avx2-novnni '%s' --print-isa", self);
+        FILE *f = popen(cmd, "r");
+        CHECK(f != NULL);
+        if (f) {
+            if (!fgets(out, sizeof out, f)) out[0] = 0;
+            pclose(f);
+        }
+        /* the child checked that its table has no avx-vnni kernel */
+        CHECKF(strcmp(out, "avx2-novnni plain\n") == 0, "PINHOLE_ISA=avx2-novnni gave %s", out);
+    }
 }
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--print-isa") == 0) {
-        printf("%s\n", isa_name(kernels_isa()));
+        const kernel_table *t = kern_table();
+        if (strcmp(kernels_name(), "avx2-novnni") != 0) {
+            printf("%s\n", isa_name(kernels_isa()));
+            return 0;
+        }
+        /* the installed table must be packed_avx2.c's for every quantized type */
+        static kernel_table plain;
+        plain = *t;
+        fill_packed_avx2(&plain);
+        int same = t->isa == PH_ISA_AVX2;
+        for (int w = 0; w < PH_TYPE_COUNT; w++) same &= t->pk[w].tile == plain.pk[w].tile;
+        printf("%s %s\n", kernels_name(), same ? "plain" : "has avx-vnni kernels");
         return 0;
     }
     kernels_init();

@@ -22,8 +22,7 @@ size_t ph_detok_token(ph_detok *d, const ph_model *m, int32_t id, char *out, siz
 size_t ph_detok_finish(ph_detok *d, char *out, size_t cap) { return detok_flush(d, out, cap); }
 
 const char *ph_cpu_isa(void) {
-    kernels_init();
-    return isa_name(kernels_isa());
+    return kernels_name();
 }
 
 int ph_cpu_threads(void) { return cpus_threads(); }

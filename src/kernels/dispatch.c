@@ -18,9 +18,16 @@ static const int weight_types[] = {PH_TYPE_F32,  PH_TYPE_F16,  PH_TYPE_BF16, PH_
 #define N_WEIGHT_TYPES (int)(sizeof weight_types / sizeof weight_types[0])
 
 static kernel_table tables[3];
+/* The AVX2 table without packed_avxvnni.c's kernels, installed by
+ * PINHOLE_ISA=avx2-novnni: what a CPU with AVX2 but no AVX-VNNI runs, so that
+ * its path can be tested and measured on a CPU that has more. Where the CPU
+ * has no AVX-VNNI it equals tables[PH_ISA_AVX2]. */
+static kernel_table avx2_novnni;
 static int cpu_has[3];
 static _Atomic(const kernel_table *) current;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+#define AVX2_NOVNNI "avx2-novnni"
 
 const char *isa_name(isa_level isa) {
     switch (isa) {
@@ -158,13 +165,14 @@ static void detect(void) {
     if (cpu_has[PH_ISA_AVX2]) {
         tables[PH_ISA_AVX2] = tables[PH_ISA_SCALAR];
         fill_avx2(&tables[PH_ISA_AVX2]);
+        avx2_novnni = tables[PH_ISA_AVX2];
         if (has_avxvnni()) {
             kernel_table t = tables[PH_ISA_AVX2];
             fill_packed_avxvnni(&t);
             if (table_ok(&t, &tables[PH_ISA_SCALAR])) tables[PH_ISA_AVX2] = t;
             else PH_WARN("kernels: the avx-vnni packed kernels failed their self-test; using avx2's");
         }
-        if (!table_ok(&tables[PH_ISA_AVX2], &tables[PH_ISA_SCALAR])) {
+        if (!table_ok(&tables[PH_ISA_AVX2], &tables[PH_ISA_SCALAR]) || !table_ok(&avx2_novnni, &tables[PH_ISA_SCALAR])) {
             PH_WARN("kernels: the avx2 kernels failed their self-test; using scalar code");
             cpu_has[PH_ISA_AVX2] = cpu_has[PH_ISA_AVX512] = 0;
         }
@@ -184,9 +192,14 @@ static void detect(void) {
         int want = -1;
         for (int i = 0; i < 3; i++)
             if (strcmp(env, isa_name((isa_level)i)) == 0) want = i;
-        if (want < 0) PH_WARN("PINHOLE_ISA=%s is not one of scalar, avx2, avx512; using %s", env, isa_name(isa));
+        if (strcmp(env, AVX2_NOVNNI) == 0) want = PH_ISA_AVX2;
+        if (want < 0)
+            PH_WARN("PINHOLE_ISA=%s is not one of scalar, avx2, " AVX2_NOVNNI ", avx512; using %s", env, isa_name(isa));
         else if (!cpu_has[want]) PH_WARN("PINHOLE_ISA=%s: this CPU cannot run it; using %s", env, isa_name(isa));
-        else isa = (isa_level)want;
+        else if (want == PH_ISA_AVX2 && strcmp(env, AVX2_NOVNNI) == 0) {
+            atomic_store(&current, &avx2_novnni);
+            return;
+        } else isa = (isa_level)want;
     }
     atomic_store(&current, &tables[isa]);
 }
@@ -203,6 +216,11 @@ const kernel_table *kern_table(void) {
 }
 
 isa_level kernels_isa(void) { return kern_table()->isa; }
+
+const char *kernels_name(void) {
+    const kernel_table *t = kern_table();
+    return t == &avx2_novnni ? AVX2_NOVNNI : isa_name(t->isa);
+}
 
 int kernels_cpu_has(isa_level isa) {
     kernels_init();

@@ -13,10 +13,13 @@
 /* ---- CPU features and dispatch ------------------------------------------ */
 typedef enum { PH_ISA_SCALAR = 0, PH_ISA_AVX2 = 1, PH_ISA_AVX512 = 2 } isa_level;
 
-/* Detects the CPU (or honours PINHOLE_ISA=scalar|avx2|avx512 when the CPU
- * has it) and installs the kernels. Idempotent, thread-safe. */
+/* Detects the CPU (or honours PINHOLE_ISA=scalar|avx2|avx2-novnni|avx512
+ * when the CPU has it) and installs the kernels. avx2-novnni is the AVX2
+ * level without the AVX-VNNI kernels, as on a CPU without AVX-VNNI.
+ * Idempotent, thread-safe. */
 void kernels_init(void);
 isa_level kernels_isa(void);        /* what was chosen */
+const char *kernels_name(void);     /* its name: isa_name's, or "avx2-novnni" */
 int kernels_cpu_has(isa_level isa); /* what the CPU supports */
 const char *isa_name(isa_level isa);
 /* Forces an ISA (tests use it to compare versions). Returns -1 if the CPU
