@@ -24,13 +24,6 @@
 #define PK_MADD_ACC(s, a, b) _mm256_add_epi32((s), _mm256_madd_epi16((a), (b)))
 #include "kernels/packed_x86_256.h"
 
-/* An accumulator GCC keeps as a chain (it would otherwise reassociate the
- * unrolled integer sums into trees whose many live terms spill). */
-INLINE __m256i chain(__m256i v) {
-    __asm__("" : "+x"(v));
-    return v;
-}
-
 /* ---- Q8_0 --------------------------------------------------------------------- */
 
 INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
@@ -39,11 +32,7 @@ INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     const block_q8_0 *xr[MX];
     const q8_0_extra *ex[MX];
     __m256 acc[MX][2];
-    UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const block_q8_0 *)(x + r * xb);
-        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(block_q8_0)));
-        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    }
+    q8_rows(x, xb, nb, xr, ex, acc, NR);
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q8_0_BYTES) {
         UNROLL for (int h = 0; h < 2; h++) {
@@ -57,12 +46,7 @@ INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                     s[r] = chain(_mm256_add_epi32(s[r], _mm256_madd_epi16(p, ones)));
                 }
             }
-            __m256 dw = ld_f16x8(wg + 16 * h);
-            UNROLL for (int r = 0; r < NR; r++) {
-                /* reference: s += sumi * (dw * dx) */
-                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(s[r]), _mm256_mul_ps(dw, _mm256_set1_ps(ex[r][i].d)));
-                acc[r][h] = _mm256_add_ps(acc[r][h], t);
-            }
+            q8_accumulate(acc, h, wg, ex, i, s, -1, NR);
         }
     }
     UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
@@ -77,11 +61,7 @@ INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     const block_q8_0 *xr[MX];
     const q8_0_extra *ex[MX];
     __m256 acc[MX][2];
-    UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const block_q8_0 *)(x + r * xb);
-        ex[r] = (const q8_0_extra *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(block_q8_0)));
-        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    }
+    q8_rows(x, xb, nb, xr, ex, acc, NR);
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q4_0_BYTES) {
         UNROLL for (int h = 0; h < 2; h++) {
@@ -97,13 +77,8 @@ INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                     p[r] = chain(_mm256_add_epi16(p[r], t));
                 }
             }
-            __m256 dw = ld_f16x8(wg + 16 * h);
-            UNROLL for (int r = 0; r < NR; r++) {
-                /* reference: s += sumi * (dw * dx) */
-                __m256i sumi = _mm256_sub_epi32(_mm256_madd_epi16(p[r], ones), _mm256_set1_epi32(ex[r][i].c128 >> 4));
-                __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(dw, _mm256_set1_ps(ex[r][i].d)));
-                acc[r][h] = _mm256_add_ps(acc[r][h], t);
-            }
+            UNROLL for (int r = 0; r < NR; r++) p[r] = _mm256_madd_epi16(p[r], ones);
+            q8_accumulate(acc, h, wg, ex, i, p, 4, NR);
         }
     }
     UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
@@ -194,68 +169,6 @@ INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
             }
             kq_mins(summ, mn, h, ex, i, NR);
             kq_accumulate(acc, h, wg, xr, i, sumi, summ, NR);
-        }
-    }
-    UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
-}
-
-/* ---- Q6_K ---------------------------------------------------------------------- */
-
-INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
-                      const int NR) {
-    int64_t nb = n / PH_QK_K;
-    const ph_block_q8_K *xr[MX];
-    __m256 acc[MX][2];
-    UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_K *)(x + r * xb);
-        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    }
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
-    for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q6_K_BYTES) {
-        const uint8_t *sc = wg + 32, *ql = wg + 288, *qh = wg + 288 + 128;
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i sumi[MX], corr[MX];
-            UNROLL for (int r = 0; r < NR; r++) sumi[r] = corr[r] = _mm256_setzero_si256();
-            for (int m = 0; m < 8; m++) {
-                /* scales 2m and 2m+1 of each row as int16 pairs, and each in both int16 of the lane */
-                __m256i sp = _mm256_cvtepi8_epi16(ld128(sc + 32 * m + 16 * h));
-                __m256i sk[2] = {_mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sp, 0xA0), 0xA0),
-                                 _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sp, 0xF5), 0xF5)};
-                UNROLL for (int hh = 0; hh < 2; hh++) {
-                    int k = 2 * m + hh;
-                    if (h == 0) {
-                        PREFETCH(ql + 192 * k + PF_K);
-                        PREFETCH(ql + 192 * k + 64 + PF_K);
-                        PREFETCH(ql + 192 * k + 128 + PF_K);
-                    }
-                    __m256i l0 = ld(ql + 192 * k + 32 * h), l1 = ld(ql + 192 * k + 64 + 32 * h),
-                            hb = ld(qh + 192 * k + 32 * h);
-                    __m256i u[4] = {
-                        _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                        _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
-                        _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(hb, m30)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                        _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
-                    };
-                    UNROLL for (int r = 0; r < NR; r++) {
-                        const int8_t *xq = xr[r][i].qs + 16 * k;
-                        __m256i a = _mm256_add_epi16(mub(u[0], bc32(xq)), mub(u[1], bc32(xq + 4)));
-                        __m256i b = _mm256_add_epi16(mub(u[2], bc32(xq + 8)), mub(u[3], bc32(xq + 12)));
-                        sumi[r] = chain(_mm256_add_epi32(
-                            sumi[r], _mm256_add_epi32(_mm256_madd_epi16(a, sk[hh]), _mm256_madd_epi16(b, sk[hh]))));
-                    }
-                }
-                UNROLL for (int r = 0; r < NR; r++) corr[r] =
-                    _mm256_add_epi32(corr[r], _mm256_madd_epi16(sp, bc32(xr[r][i].bsums + 2 * m)));
-            }
-            __m256 d = ld_f16x8(wg + 16 * h);
-            UNROLL for (int r = 0; r < NR; r++) {
-                /* Σ sc·(q - 32)·x = Σ sc·q·x - 32·Σ sc·bsum; reference: s += d * xd * sumi */
-                __m256i t = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(corr[r], 5));
-                __m256 a = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(xr[r][i].d)), _mm256_cvtepi32_ps(t));
-                acc[r][h] = _mm256_add_ps(acc[r][h], a);
-            }
         }
     }
     UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
