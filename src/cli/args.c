@@ -70,3 +70,26 @@ int arg_engine(const char *flag, const char *v, ph_engine_params *ep) {
     }
     return 1;
 }
+
+bool arg_sampler_flag(const char *flag) {
+    static const char *const flags[] = {"--temp", "--top-k", "--top-p", "--min-p", "--seed"};
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
+        if (!strcmp(flag, flags[i])) return true;
+    return false;
+}
+
+int arg_sampler(const char *flag, const char *v, ph_sampler_params *sp) {
+    double d;
+    long l;
+    if (!strcmp(flag, "--seed")) return arg_u64(flag, v, &sp->seed);
+    if (!strcmp(flag, "--top-k")) {
+        if (arg_int(flag, v, 0, 1 << 30, &l)) return -1;
+        sp->top_k = (int32_t)l;
+        return 0;
+    }
+    if (arg_float(flag, v, 0, !strcmp(flag, "--temp") ? 100 : 1, &d)) return -1;
+    if (!strcmp(flag, "--temp")) sp->temperature = (float)d;
+    else if (!strcmp(flag, "--top-p")) sp->top_p = (float)d;
+    else sp->min_p = (float)d;
+    return 0;
+}

@@ -19,6 +19,11 @@ const char *arg_value(int argc, char **argv, int *i);
  * --image-max-tokens) into ep: 1 when flag is one of them, 0 when not, -1
  * (with a message) when its value is bad. */
 int arg_engine(const char *flag, const char *v, ph_engine_params *ep);
+/* The sampling flags of run and chat (--temp, --top-k, --top-p, --min-p,
+ * --seed): whether flag is one, and its value into sp (0, or -1 with a
+ * message when bad). */
+bool arg_sampler_flag(const char *flag);
+int arg_sampler(const char *flag, const char *v, ph_sampler_params *sp);
 
 int cmd_info(int argc, char **argv);
 int cmd_run(int argc, char **argv);

@@ -232,10 +232,8 @@ int cmd_chat(int argc, char **argv) {
     chat c = {0};
     ph_gen_params_default(&c.gen);
     c.gen.max_tokens = 1024;
-    ph_sampler_params *sp = &c.gen.sampler;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        double d;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             chat_usage(stdout);
             return 0;
@@ -258,20 +256,8 @@ int cmd_chat(int argc, char **argv) {
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (arg_int(a, v, 1, 1 << 24, &l)) return 2;
             c.gen.max_tokens = (int32_t)l;
-        } else if (!strcmp(a, "--temp")) {
-            if (arg_float(a, v, 0, 100, &d)) return 2;
-            sp->temperature = (float)d;
-        } else if (!strcmp(a, "--top-k")) {
-            if (arg_int(a, v, 0, 1 << 30, &l)) return 2;
-            sp->top_k = (int32_t)l;
-        } else if (!strcmp(a, "--top-p")) {
-            if (arg_float(a, v, 0, 1, &d)) return 2;
-            sp->top_p = (float)d;
-        } else if (!strcmp(a, "--min-p")) {
-            if (arg_float(a, v, 0, 1, &d)) return 2;
-            sp->min_p = (float)d;
-        } else if (!strcmp(a, "--seed")) {
-            if (arg_u64(a, v, &sp->seed)) return 2;
+        } else if (arg_sampler_flag(a)) {
+            if (arg_sampler(a, v, &c.gen.sampler)) return 2;
         } else {
             fprintf(stderr, "pinhole chat: unknown option '%s' (see pinhole chat --help)\n", a);
             return 2;

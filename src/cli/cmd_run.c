@@ -96,8 +96,6 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
     o->sp = ph_sampler_defaults();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        double d;
-        long l;
 #define VAL()                                                                                                        \
     if (!(v = arg_value(argc, argv, &i))) return -1
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -148,25 +146,9 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             VAL();
             if (arg_int(a, v, 0, 1 << 24, &o->n_predict)) return -1;
-        } else if (!strcmp(a, "--temp")) {
+        } else if (arg_sampler_flag(a)) {
             VAL();
-            if (arg_float(a, v, 0, 100, &d)) return -1;
-            o->sp.temperature = (float)d;
-        } else if (!strcmp(a, "--top-k")) {
-            VAL();
-            if (arg_int(a, v, 0, 1 << 30, &l)) return -1;
-            o->sp.top_k = (int32_t)l;
-        } else if (!strcmp(a, "--top-p")) {
-            VAL();
-            if (arg_float(a, v, 0, 1, &d)) return -1;
-            o->sp.top_p = (float)d;
-        } else if (!strcmp(a, "--min-p")) {
-            VAL();
-            if (arg_float(a, v, 0, 1, &d)) return -1;
-            o->sp.min_p = (float)d;
-        } else if (!strcmp(a, "--seed")) {
-            VAL();
-            if (arg_u64(a, v, &o->sp.seed)) return -1;
+            if (arg_sampler(a, v, &o->sp)) return -1;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VAL();
             if (arg_int(a, v, 1, 1024, &o->threads)) return -1;

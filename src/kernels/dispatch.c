@@ -172,7 +172,8 @@ static void detect(void) {
             if (table_ok(&t, &tables[PH_ISA_SCALAR])) tables[PH_ISA_AVX2] = t;
             else PH_WARN("kernels: the avx-vnni packed kernels failed their self-test; using avx2's");
         }
-        if (!table_ok(&tables[PH_ISA_AVX2], &tables[PH_ISA_SCALAR]) || !table_ok(&avx2_novnni, &tables[PH_ISA_SCALAR])) {
+        if (!table_ok(&tables[PH_ISA_AVX2], &tables[PH_ISA_SCALAR]) ||
+            !table_ok(&avx2_novnni, &tables[PH_ISA_SCALAR])) {
             PH_WARN("kernels: the avx2 kernels failed their self-test; using scalar code");
             cpu_has[PH_ISA_AVX2] = cpu_has[PH_ISA_AVX512] = 0;
         }
@@ -194,7 +195,8 @@ static void detect(void) {
             if (strcmp(env, isa_name((isa_level)i)) == 0) want = i;
         if (strcmp(env, AVX2_NOVNNI) == 0) want = PH_ISA_AVX2;
         if (want < 0)
-            PH_WARN("PINHOLE_ISA=%s is not one of scalar, avx2, " AVX2_NOVNNI ", avx512; using %s", env, isa_name(isa));
+            PH_WARN("PINHOLE_ISA=%s is not one of scalar, avx2, " AVX2_NOVNNI ", avx512; using %s", env,
+                    isa_name(isa));
         else if (!cpu_has[want]) PH_WARN("PINHOLE_ISA=%s: this CPU cannot run it; using %s", env, isa_name(isa));
         else if (want == PH_ISA_AVX2 && strcmp(env, AVX2_NOVNNI) == 0) {
             atomic_store(&current, &avx2_novnni);

@@ -5,29 +5,18 @@
 #include "base/error.h"
 #include "server/api.h"
 
-static int add_block(job *j, json_t *b, const char *where, size_t mi, size_t bi, ph_err *err) {
-    const char *type = json_string_value(json_object_get(b, "type"));
-    if (!json_is_object(b) || !type)
-        return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu] must be an object with a 'type'", where, mi, bi);
-    if (!strcmp(type, "text")) {
-        json_t *t = json_object_get(b, "text");
-        if (!json_is_string(t))
-            return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].text must be a string", where, mi, bi);
-        return job_add_text(j, json_string_value(t), json_string_length(t), err);
-    }
+/* A content block of a message (or of a tool result): text or a picture. */
+static int add_block(job *j, json_t *b, const char *type, const char *path, ph_err *err) {
+    if (!strcmp(type, "text")) return job_add_text_field(j, b, "text", path, err);
     if (!strcmp(type, "image")) {
         json_t *src = json_object_get(b, "source");
         const char *st = json_string_value(json_object_get(src, "type"));
-        if (!json_is_object(src) || !st)
-            return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].source must be an object with a 'type'", where,
-                            mi, bi);
-        char at[96];
-        snprintf(at, sizeof at, "%s[%zu].content[%zu].source", where, mi, bi);
+        char at[160];
+        snprintf(at, sizeof at, "%s.source", path);
+        if (!json_is_object(src) || !st) return err_setc(err, PH_ERR_INPUT, "%s must be an object with a 'type'", at);
         if (!strcmp(st, "base64")) {
             const char *data = json_string_value(json_object_get(src, "data"));
-            if (!data)
-                return err_setc(err, PH_ERR_INPUT, "%s[%zu].content[%zu].source.data must be a string", where, mi,
-                                bi);
+            if (!data) return err_setc(err, PH_ERR_INPUT, "%s.data must be a string", at);
             return job_add_image_b64(j, json_string_value(json_object_get(src, "media_type")), data, at, err);
         }
         if (!strcmp(st, "url")) {
@@ -35,98 +24,65 @@ static int add_block(job *j, json_t *b, const char *where, size_t mi, size_t bi,
             strncat(at, ".url", sizeof at - strlen(at) - 1);
             return job_add_image_url(j, url ? url : "", at, err);
         }
-        return err_setc(err, PH_ERR_INPUT,
-                        "%s[%zu].content[%zu]: image source type '%s' is not supported; only "
-                        "data: URIs and base64 sources are accepted",
-                        where, mi, bi, st);
+        return err_setc(
+            err, PH_ERR_INPUT,
+            "%s: image source type '%s' is not supported; only data: URIs and base64 sources are accepted", path, st);
     }
     return err_setc(err, PH_ERR_INPUT,
-                    "%s[%zu].content[%zu]: block type '%s' is not supported here (text, image, "
-                    "and in turns thinking, tool_use, tool_result)",
-                    where, mi, bi, type);
+                    "%s: block type '%s' is not supported here (text, image, and in turns thinking, tool_use, "
+                    "tool_result)",
+                    path, type);
 }
 
-static int add_content(job *j, json_t *c, const char *where, size_t mi, ph_err *err) {
-    if (json_is_string(c)) return job_add_text(j, json_string_value(c), json_string_length(c), err);
-    if (!json_is_array(c))
-        return err_setc(err, PH_ERR_INPUT, "%s[%zu].content must be a string or an array of blocks", where, mi);
-    size_t bi;
-    json_t *b;
-    json_array_foreach(c, bi, b) if (add_block(j, b, where, mi, bi, err)) return -1;
-    return 0;
+/* A block of an assistant turn: thinking (its reasoning), tool_use (a call), or text. */
+static int add_assistant_block(job *j, json_t *b, const char *type, const char *path, ph_err *err) {
+    if (!strcmp(type, "thinking")) {
+        json_t *t = json_object_get(b, "thinking");
+        if (json_is_string(t)) job_set_reasoning(j, json_string_value(t), json_string_length(t));
+        return 0;
+    }
+    if (!strcmp(type, "redacted_thinking")) return 0; /* opaque: nothing to render */
+    if (!strcmp(type, "tool_use")) {
+        json_t *input = json_object_get(b, "input");
+        if (!json_is_object(input)) return err_setc(err, PH_ERR_INPUT, "%s.input must be an object", path);
+        char *args = job_own(j, json_dumps(input, JSON_COMPACT));
+        if (!args) return err_set(err, "out of memory");
+        return job_add_call(j, json_string_value(json_object_get(b, "id")),
+                            json_string_value(json_object_get(b, "name")), args, strlen(args), path, err);
+    }
+    return add_block(j, b, type, path, err);
+}
+
+/* A block of a user turn other than its tool results (added before it). */
+static int add_user_block(job *j, json_t *b, const char *type, const char *path, ph_err *err) {
+    return strcmp(type, "tool_result") ? add_block(j, b, type, path, err) : 0;
 }
 
 static const char *block_type(json_t *b) { return json_string_value(json_object_get(b, "type")); }
 
-/* An assistant turn: thinking (its reasoning), text, tool_use (its calls). */
-static int add_assistant(job *j, json_t *c, size_t mi, ph_err *err) {
-    if (job_begin_msg(j, PH_ROLE_ASSISTANT, err)) return -1;
-    if (!json_is_array(c)) return add_content(j, c, "messages", mi, err);
-    size_t bi;
-    json_t *b;
-    json_array_foreach(c, bi, b) {
-        const char *type = block_type(b);
-        if (type && !strcmp(type, "thinking")) {
-            json_t *t = json_object_get(b, "thinking");
-            if (json_is_string(t)) job_set_reasoning(j, json_string_value(t), json_string_length(t));
-        } else if (type && !strcmp(type, "redacted_thinking")) {
-            /* opaque: nothing to render */
-        } else if (type && !strcmp(type, "tool_use")) {
-            char where[96];
-            snprintf(where, sizeof where, "messages[%zu].content[%zu]", mi, bi);
-            json_t *input = json_object_get(b, "input");
-            if (!json_is_object(input)) return err_setc(err, PH_ERR_INPUT, "%s.input must be an object", where);
-            char *args = job_own(j, json_dumps(input, JSON_COMPACT));
-            if (!args) return err_set(err, "out of memory");
-            if (job_add_call(j, json_string_value(json_object_get(b, "id")),
-                             json_string_value(json_object_get(b, "name")), args, strlen(args), where, err))
-                return -1;
-        } else if (add_block(j, b, "messages", mi, bi, err)) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* A user turn: its tool_result blocks become tool messages (in their order,
  * first), the rest of its blocks a user message after them. */
-static int add_user(job *j, json_t *c, size_t mi, ph_err *err) {
-    if (!json_is_array(c))
-        return job_begin_msg(j, PH_ROLE_USER, err) || add_content(j, c, "messages", mi, err) ? -1 : 0;
+static int add_user(job *j, json_t *c, const char *path, ph_err *err) {
     size_t bi, n_other = 0;
     json_t *b;
-    json_array_foreach(c, bi, b) {
-        const char *type = block_type(b);
-        if (!type || strcmp(type, "tool_result")) {
-            n_other++;
-            continue;
-        }
-        if (job_begin_msg(j, PH_ROLE_TOOL, err)) return -1;
-        json_t *is_err = json_object_get(b, "is_error");
-        if (json_is_true(is_err) && job_add_text(j, "Error: ", 7, err)) return -1;
-        json_t *rc = json_object_get(b, "content");
-        if (rc && !json_is_null(rc)) {
-            char where[96];
-            snprintf(where, sizeof where, "messages[%zu].content[%zu].content", mi, bi);
-            if (json_is_string(rc)) {
-                if (job_add_text(j, json_string_value(rc), json_string_length(rc), err)) return -1;
-            } else if (json_is_array(rc)) {
-                size_t k;
-                json_t *x;
-                json_array_foreach(rc, k, x) if (add_block(j, x, where, 0, k, err)) return -1;
-            } else {
-                return err_setc(err, PH_ERR_INPUT, "%s must be a string or an array of blocks", where);
+    if (json_is_array(c)) {
+        json_array_foreach(c, bi, b) {
+            const char *type = block_type(b);
+            if (!type || strcmp(type, "tool_result")) {
+                n_other++;
+                continue;
             }
+            if (job_begin_msg(j, PH_ROLE_TOOL, err)) return -1;
+            if (json_is_true(json_object_get(b, "is_error")) && job_add_text(j, "Error: ", 7, err)) return -1;
+            json_t *rc = json_object_get(b, "content");
+            char at[128];
+            snprintf(at, sizeof at, "%s[%zu].content", path, bi);
+            if (rc && !json_is_null(rc) && job_add_content(j, rc, at, "blocks", add_block, err)) return -1;
         }
+        if (!n_other) return 0;
     }
-    if (!n_other) return 0;
     if (job_begin_msg(j, PH_ROLE_USER, err)) return -1;
-    json_array_foreach(c, bi, b) {
-        const char *type = block_type(b);
-        if (type && !strcmp(type, "tool_result")) continue;
-        if (add_block(j, b, "messages", mi, bi, err)) return -1;
-    }
-    return 0;
+    return job_add_content(j, c, path, "blocks", add_user_block, err);
 }
 
 /* The system text: the 'system' field, then every role "system" entry of
@@ -144,14 +100,16 @@ static int add_system(job *j, json_t *root, json_t *msgs, ph_err *err) {
     if (job_begin_msg(j, PH_ROLE_SYSTEM, err)) return -1;
     bool first = true;
     if (sys && !json_is_null(sys)) {
-        if (add_content(j, sys, "system", 0, err)) return -1;
+        if (job_add_content(j, sys, "system", "text blocks", add_block, err)) return -1;
         first = false;
     }
     json_array_foreach(msgs, mi, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!json_is_object(m) || !role || strcmp(role, "system")) continue;
         if (!first && job_add_text(j, "\n\n", 2, err)) return -1;
-        if (add_content(j, json_object_get(m, "content"), "messages", mi, err)) return -1;
+        char path[64];
+        snprintf(path, sizeof path, "messages[%zu].content", mi);
+        if (job_add_content(j, json_object_get(m, "content"), path, "blocks", add_block, err)) return -1;
         first = false;
     }
     return 0;
@@ -247,11 +205,15 @@ static int parse(job *j, ph_err *err) {
         if (!json_is_object(m) || !role)
             return err_setc(err, PH_ERR_INPUT, "messages[%zu] must be an object with a 'role'", mi);
         json_t *c = json_object_get(m, "content");
+        char path[64];
+        snprintf(path, sizeof path, "messages[%zu].content", mi);
         if (!strcmp(role, "system")) continue; /* in the system message */
         if (!strcmp(role, "user")) {
-            if (add_user(j, c, mi, err)) return -1;
+            if (add_user(j, c, path, err)) return -1;
         } else if (!strcmp(role, "assistant")) {
-            if (add_assistant(j, c, mi, err)) return -1;
+            if (job_begin_msg(j, PH_ROLE_ASSISTANT, err) ||
+                job_add_content(j, c, path, "blocks", add_assistant_block, err))
+                return -1;
         } else {
             return err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (user, assistant, system)",
                             mi, role);

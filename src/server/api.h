@@ -124,6 +124,16 @@ void job_sse(job *j, const char *name, json_t *v);
 /* Building the conversation (parsers). */
 int job_begin_msg(job *j, ph_role role, ph_err *err);
 int job_add_text(job *j, const char *text, size_t len, ph_err *err);
+/* The string field key of a content part added as text (refused unless a
+ * string, naming path.key). */
+int job_add_text_field(job *j, json_t *part, const char *key, const char *path, ph_err *err);
+/* One part of a message's content: an object whose 'type' is type; path
+ * names it in error messages ("messages[0].content[1]"). */
+typedef int (*job_part_fn)(job *j, json_t *part, const char *type, const char *path, ph_err *err);
+/* A message's content (the field at path): a string is its text, an array
+ * holds parts, each an object with a 'type' given to add_part; anything
+ * else is refused ("PATH must be a string or an array of PARTS"). */
+int job_add_content(job *j, json_t *content, const char *path, const char *parts, job_part_fn add_part, ph_err *err);
 /* A picture given as a URL string: only base64 data: URIs of a picture
  * type the decoders read (image/png, image/jpeg, image/webp, image/gif;
  * case-insensitive, parameters allowed) are accepted. where names the field

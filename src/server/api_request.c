@@ -56,6 +56,29 @@ int job_add_text(job *j, const char *text, size_t len, ph_err *err) {
     return 0;
 }
 
+int job_add_text_field(job *j, json_t *part, const char *key, const char *path, ph_err *err) {
+    json_t *t = json_object_get(part, key);
+    if (!json_is_string(t)) return err_setc(err, PH_ERR_INPUT, "%s.%s must be a string", path, key);
+    return job_add_text(j, json_string_value(t), json_string_length(t), err);
+}
+
+int job_add_content(job *j, json_t *content, const char *path, const char *parts, job_part_fn add_part, ph_err *err) {
+    if (json_is_string(content)) return job_add_text(j, json_string_value(content), json_string_length(content), err);
+    if (!json_is_array(content))
+        return err_setc(err, PH_ERR_INPUT, "%s must be a string or an array of %s", path, parts);
+    size_t i;
+    json_t *part;
+    json_array_foreach(content, i, part) {
+        char at[128];
+        snprintf(at, sizeof at, "%s[%zu]", path, i);
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!json_is_object(part) || !type)
+            return err_setc(err, PH_ERR_INPUT, "%s must be an object with a 'type'", at);
+        if (add_part(j, part, type, at, err)) return -1;
+    }
+    return 0;
+}
+
 static int add_image_bytes(job *j, void *bytes, size_t len, ph_err *err) {
     if ((int)j->n_images >= j->max_images) {
         free(bytes);

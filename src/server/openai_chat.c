@@ -14,46 +14,26 @@ static int role_of(const char *r, ph_role *out) {
     return 0;
 }
 
-static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
-    if (json_is_string(content)) return job_add_text(j, json_string_value(content), json_string_length(content), err);
-    if (json_is_null(content) || !content) return 0; /* an assistant turn with only tool calls */
-    if (!json_is_array(content))
-        return err_setc(err, PH_ERR_INPUT, "messages[%zu].content must be a string or an array of parts", mi);
-    size_t pi;
-    json_t *part;
-    json_array_foreach(content, pi, part) {
-        const char *type = json_string_value(json_object_get(part, "type"));
-        if (!json_is_object(part) || !type)
-            return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu] must be an object with a 'type'", mi, pi);
-        if (!strcmp(type, "text")) {
-            json_t *t = json_object_get(part, "text");
-            if (!json_is_string(t))
-                return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].text must be a string", mi, pi);
-            if (job_add_text(j, json_string_value(t), json_string_length(t), err)) return -1;
-        } else if (!strcmp(type, "image_url")) {
-            json_t *iu = json_object_get(part, "image_url");
-            const char *url =
-                json_is_string(iu) ? json_string_value(iu) : json_string_value(json_object_get(iu, "url"));
-            if (!url)
-                return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].image_url.url must be a string", mi,
-                                pi);
-            char where[96];
-            snprintf(where, sizeof where, "messages[%zu].content[%zu].image_url%s", mi, pi,
-                     json_is_string(iu) ? "" : ".url");
-            if (job_add_image_url(j, url, where, err)) return -1;
-        } else if (!strcmp(type, "refusal")) {
-            json_t *t = json_object_get(part, "refusal");
-            if (!json_is_string(t))
-                return err_setc(err, PH_ERR_INPUT, "messages[%zu].content[%zu].refusal must be a string", mi, pi);
-            if (job_add_text(j, json_string_value(t), json_string_length(t), err)) return -1;
-        } else {
-            return err_setc(err, PH_ERR_INPUT,
-                            "messages[%zu].content[%zu]: part type '%s' is not supported "
-                            "(text, image_url, refusal are)",
-                            mi, pi, type);
-        }
+static int add_part(job *j, json_t *part, const char *type, const char *path, ph_err *err) {
+    if (!strcmp(type, "text")) return job_add_text_field(j, part, "text", path, err);
+    if (!strcmp(type, "refusal")) return job_add_text_field(j, part, "refusal", path, err);
+    if (!strcmp(type, "image_url")) {
+        json_t *iu = json_object_get(part, "image_url");
+        const char *url = json_is_string(iu) ? json_string_value(iu) : json_string_value(json_object_get(iu, "url"));
+        if (!url) return err_setc(err, PH_ERR_INPUT, "%s.image_url.url must be a string", path);
+        char at[160];
+        snprintf(at, sizeof at, "%s.image_url%s", path, json_is_string(iu) ? "" : ".url");
+        return job_add_image_url(j, url, at, err);
     }
-    return 0;
+    return err_setc(err, PH_ERR_INPUT, "%s: part type '%s' is not supported (text, image_url, refusal are)", path,
+                    type);
+}
+
+static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
+    if (!content || json_is_null(content)) return 0; /* an assistant turn with only tool calls */
+    char path[64];
+    snprintf(path, sizeof path, "messages[%zu].content", mi);
+    return job_add_content(j, content, path, "parts", add_part, err);
 }
 
 /* An assistant turn's tool_calls: [{id, type: "function", function: {name, arguments: "<json>"}}]. */
@@ -182,9 +162,15 @@ static int parse(job *j, ph_err *err) {
         if (!json_is_object(so)) return err_setc(err, PH_ERR_INPUT, "'stream_options' must be an object");
         const char *k;
         json_t *v;
-        json_object_foreach(so, k, v) if (strcmp(k, "include_usage") && strcmp(k, "include_"
-                                                                                  "obfuscation")) return err_setc(
-            err, PH_ERR_INPUT, "'stream_options.%.32s' is not supported (include_usage is)", k);
+        json_object_foreach(
+            so, k,
+            v) if (strcmp(k, "include_usage") &&
+                   strcmp(
+                       k,
+                       "include_"
+                       "obfuscation")) return err_setc(err, PH_ERR_INPUT,
+                                                       "'stream_options.%.32s' is not supported (include_usage is)",
+                                                       k);
         if (api_get_bool(so, "include_usage", &j->include_usage, err)) return -1;
     }
     json_t *n = json_object_get(root, "n");

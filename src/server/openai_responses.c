@@ -5,52 +5,31 @@
 #include "base/error.h"
 #include "server/api.h"
 
-static int add_part(job *j, json_t *part, const char *where, size_t mi, size_t pi, ph_err *err) {
-    const char *type = json_string_value(json_object_get(part, "type"));
-    if (!json_is_object(part) || !type)
-        return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu] must be an object with a 'type'", mi, where, pi);
-    if (!strcmp(type, "input_text") || !strcmp(type, "output_text") || !strcmp(type, "text")) {
-        json_t *t = json_object_get(part, "text");
-        if (!json_is_string(t))
-            return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].text must be a string", mi, where, pi);
-        return job_add_text(j, json_string_value(t), json_string_length(t), err);
-    }
+static int add_part(job *j, json_t *part, const char *type, const char *path, ph_err *err) {
+    if (!strcmp(type, "input_text") || !strcmp(type, "output_text") || !strcmp(type, "text"))
+        return job_add_text_field(j, part, "text", path, err);
+    if (!strcmp(type, "refusal")) return job_add_text_field(j, part, "refusal", path, err);
     if (!strcmp(type, "input_image")) {
-        json_t *u = json_object_get(part, "image_url");
-        if (json_is_object(u)) u = json_object_get(u, "url");
+        json_t *iu = json_object_get(part, "image_url"), *u = json_is_object(iu) ? json_object_get(iu, "url") : iu;
         if (!json_is_string(u)) {
             if (json_object_get(part, "file_id"))
                 return err_setc(err, PH_ERR_INPUT,
-                                "input[%zu].%s[%zu]: file_id pictures are not supported; "
-                                "only data: URIs are accepted",
-                                mi, where, pi);
-            return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].image_url must be a string", mi, where, pi);
+                                "%s: file_id pictures are not supported; only data: URIs are accepted", path);
+            return err_setc(err, PH_ERR_INPUT, "%s.image_url must be a string", path);
         }
-        char at[96];
-        snprintf(at, sizeof at, "input[%zu].%s[%zu].image_url%s", mi, where, pi,
-                 json_is_object(json_object_get(part, "image_url")) ? ".url" : "");
+        char at[160];
+        snprintf(at, sizeof at, "%s.image_url%s", path, json_is_object(iu) ? ".url" : "");
         return job_add_image_url(j, json_string_value(u), at, err);
     }
-    if (!strcmp(type, "refusal")) {
-        json_t *t = json_object_get(part, "refusal");
-        if (!json_is_string(t))
-            return err_setc(err, PH_ERR_INPUT, "input[%zu].%s[%zu].refusal must be a string", mi, where, pi);
-        return job_add_text(j, json_string_value(t), json_string_length(t), err);
-    }
     return err_setc(err, PH_ERR_INPUT,
-                    "input[%zu].%s[%zu]: type '%s' is not supported (input_text, "
-                    "input_image, output_text, refusal are)",
-                    mi, where, pi, type);
+                    "%s: type '%s' is not supported (input_text, input_image, output_text, refusal are)", path, type);
 }
 
-static int add_parts(job *j, json_t *content, const char *where, size_t mi, ph_err *err) {
-    if (json_is_string(content)) return job_add_text(j, json_string_value(content), json_string_length(content), err);
-    if (!json_is_array(content))
-        return err_setc(err, PH_ERR_INPUT, "input[%zu].%s must be a string or an array", mi, where);
-    size_t pi;
-    json_t *part;
-    json_array_foreach(content, pi, part) if (add_part(j, part, where, mi, pi, err)) return -1;
-    return 0;
+/* input[mi].field: a string or an array of parts */
+static int add_parts(job *j, json_t *content, const char *field, size_t mi, ph_err *err) {
+    char path[64];
+    snprintf(path, sizeof path, "input[%zu].%s", mi, field);
+    return job_add_content(j, content, path, "parts", add_part, err);
 }
 
 typedef struct input_state {

@@ -167,6 +167,35 @@ describe('refusals', { timeout: 300_000 }, () => {
     assert.equal(await normal(srv), baseline);
   });
 
+  test('a bad content part: 400 naming it by its path, nested ones included', async () => {
+    const oa = openai(srv);
+    const an = anthropic(srv);
+    const user = (content) => [{ role: 'user', content }];
+    await openaiError(oa.chat.completions.create({ model: MODEL_ID, max_tokens: N, messages: user([{ type: 'text', text: 'a' }, { type: 'text', text: 5 }]) }),
+                      400, /messages\[0\]\.content\[1\]\.text must be a string/);
+    await openaiError(oa.chat.completions.create({ model: MODEL_ID, max_tokens: N, messages: user([7]) }),
+                      400, /messages\[0\]\.content\[0\] must be an object with a 'type'/);
+    await openaiError(oa.chat.completions.create({ model: MODEL_ID, max_tokens: N, messages: user([{ type: 'refusal' }]) }),
+                      400, /messages\[0\]\.content\[0\]\.refusal must be a string/);
+    await openaiError(oa.responses.create({ model: MODEL_ID, max_output_tokens: N, input: [{ role: 'user', content: [{ type: 'input_text', text: 1 }] }] }),
+                      400, /input\[0\]\.content\[0\]\.text must be a string/);
+    await openaiError(oa.responses.create({ model: MODEL_ID, max_output_tokens: N, input: [{ type: 'function_call_output', call_id: 'c', output: 3 }] }),
+                      400, /input\[0\]\.output must be a string or an array of parts/);
+    await anthropicError(an.messages.create({ model: MODEL_ID, max_tokens: N, messages: user([{ type: 'text', text: 'a' }, { type: 'text' }]) }),
+                         400, 'invalid_request_error', /messages\[0\]\.content\[1\]\.text must be a string/);
+    await anthropicError(an.messages.create({
+      model: MODEL_ID, max_tokens: N,
+      messages: [{ role: 'user', content: 'Call it.' }, { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'f', input: {} }] },
+                 { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: [{ type: 'text', text: 'ok' }, { type: 'text', text: 3 }] }] }],
+    }), 400, 'invalid_request_error', /messages\[2\]\.content\[0\]\.content\[1\]\.text must be a string/);
+    await anthropicError(an.messages.create({
+      model: MODEL_ID, max_tokens: N, messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: 1 }] }],
+    }), 400, 'invalid_request_error', /messages\[1\]\.content\[0\]\.input must be an object/);
+    await anthropicError(an.messages.create({ model: MODEL_ID, max_tokens: N, messages: HELLO, system: [{ type: 'text', text: 1 }] }),
+                         400, 'invalid_request_error', /system\[0\]\.text must be a string/);
+    assert.equal(await normal(srv), baseline);
+  });
+
   test('more pictures than --max-images: 400 naming the limit', async () => {
     const p = picture('small.png');
     const oa = openai(srv);
