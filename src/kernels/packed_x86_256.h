@@ -19,11 +19,11 @@
 #define INLINE      static inline __attribute__((always_inline))
 #define UNROLL      _Pragma("GCC unroll 8")
 #define MX          6 /* activation rows per prefill call (measured: 6 > 4 > 2) */
-/* Software prefetch distance (see packed_avx512.c), issued in the first
+/* Software prefetch distance and hint (see packed_avx512.c), issued in the first
  * half's pass over each 64-byte line. */
 #define PF_K        (4 * PH_PK_Q5_K_BYTES)
 #define PF_0        (16 * PH_PK_Q8_0_BYTES)
-#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 
 INLINE __m256i ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 INLINE __m128i ld128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
