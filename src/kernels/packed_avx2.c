@@ -18,10 +18,11 @@
  *         two madds with the scale per sub-block.
  *   Q6_K: 0..63 times x: pairs <= 16128, two steps add in int16, madd with the
  *         scale; q - 32 as in packed_avx512.c (32·Σ scale·bsum).
+ * The K-quant tiles are packed_x86_256.h's, with these sums (PK_VNNI 0).
  * F16 is one FMA chain per output in input order, as in packed_avx512.c: not
  * the reference's double sum, and not the AVX-512 kernel's numbers either,
  * but the same for any number of rows batched and any grouping of calls. */
-#define PK_MADD_ACC(s, a, b) _mm256_add_epi32((s), _mm256_madd_epi16((a), (b)))
+#define PK_VNNI 0
 #include "kernels/packed_x86_256.h"
 
 /* ---- Q8_0 --------------------------------------------------------------------- */
@@ -47,128 +48,6 @@ INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                 }
             }
             q8_accumulate(acc, h, wg, ex, i, s, -1, NR);
-        }
-    }
-    UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
-}
-
-/* ---- Q4_0 --------------------------------------------------------------------- */
-
-/* Nibbles q = w + 8 times x; the 8 comes off through the block's 128·Σx (>> 4). */
-INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
-                      const int NR) {
-    int64_t nb = n / PH_QK8_0;
-    const block_q8_0 *xr[MX];
-    const q8_0_extra *ex[MX];
-    __m256 acc[MX][2];
-    q8_rows(x, xb, nb, xr, ex, acc, NR);
-    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q4_0_BYTES) {
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i p[MX];
-            UNROLL for (int r = 0; r < NR; r++) p[r] = _mm256_setzero_si256();
-            UNROLL for (int v = 0; v < 4; v++) {
-                if (h == 0) PREFETCH(wg + 32 + 64 * v + PF_0);
-                __m256i q = ld(wg + 32 + 64 * v + 32 * h);
-                __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                UNROLL for (int r = 0; r < NR; r++) {
-                    const int8_t *xq = xr[r][i].qs + 8 * v;
-                    __m256i t = _mm256_add_epi16(mub(lo, bc32(xq)), mub(hi, bc32(xq + 4)));
-                    p[r] = chain(_mm256_add_epi16(p[r], t));
-                }
-            }
-            UNROLL for (int r = 0; r < NR; r++) p[r] = _mm256_madd_epi16(p[r], ones);
-            q8_accumulate(acc, h, wg, ex, i, p, 4, NR);
-        }
-    }
-    UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
-}
-
-/* ---- Q4_K ---------------------------------------------------------------------- */
-
-INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
-                      const int NR) {
-    int64_t nb = n / PH_QK_K;
-    const ph_block_q8_K *xr[MX];
-    const int16_t *ex[MX];
-    __m256 acc[MX][2];
-    kq_rows(x, xb, nb, xr, ex, acc, NR);
-    const __m256i m4 = _mm256_set1_epi8(15);
-    for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q4_K_BYTES) {
-        const uint8_t *sc = wg + 64, *mn = wg + 192, *qs = wg + 320;
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i sumi[MX], summ[MX];
-            UNROLL for (int r = 0; r < NR; r++) sumi[r] = summ[r] = _mm256_setzero_si256();
-            for (int j = 0; j < 8; j++) {
-                __m256i p[MX];
-                UNROLL for (int r = 0; r < NR; r++) p[r] = _mm256_setzero_si256();
-                UNROLL for (int v = 0; v < 4; v++) {
-                    if (h == 0) PREFETCH(qs + 64 * (4 * j + v) + PF_K);
-                    __m256i q = ld(qs + 64 * (4 * j + v) + 32 * h);
-                    __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                    UNROLL for (int r = 0; r < NR; r++) {
-                        const int8_t *xq = xr[r][i].qs + 32 * j + 8 * v;
-                        __m256i t = _mm256_add_epi16(mub(lo, bc32(xq)), mub(hi, bc32(xq + 4)));
-                        p[r] = chain(_mm256_add_epi16(p[r], t));
-                    }
-                }
-                /* the 8 rows' scales of sub-block j, each in both int16 of its lane */
-                __m128i s8 = _mm_loadl_epi64((const __m128i *)(sc + 16 * j + 8 * h));
-                __m256i scj = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s8, s8));
-                UNROLL for (int r = 0; r < NR; r++) sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p[r], scj));
-            }
-            kq_mins(summ, mn, h, ex, i, NR);
-            kq_accumulate(acc, h, wg, xr, i, sumi, summ, NR);
-        }
-    }
-    UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
-}
-
-/* ---- Q5_K ---------------------------------------------------------------------- */
-
-INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
-                      const int NR) {
-    int64_t nb = n / PH_QK_K;
-    const ph_block_q8_K *xr[MX];
-    const int16_t *ex[MX];
-    __m256 acc[MX][2];
-    kq_rows(x, xb, nb, xr, ex, acc, NR);
-    const __m256i m4 = _mm256_set1_epi8(15);
-    for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q5_K_BYTES) {
-        const uint8_t *sc = wg + 64, *mn = wg + 192, *qs = wg + 320;
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i sumi[MX], summ[MX];
-            UNROLL for (int r = 0; r < NR; r++) sumi[r] = summ[r] = _mm256_setzero_si256();
-            for (int j = 0; j < 8; j++) {
-                const uint8_t *qj = qs + 320 * j; /* four q vectors, then their fifth bits */
-                if (h == 0) {
-                    UNROLL for (int v = 0; v < 5; v++) PREFETCH(qj + 64 * v + PF_K);
-                }
-                __m256i hb = ld(qj + 256 + 32 * h);
-                /* the 8 rows' scales of sub-block j, each in both int16 of its lane */
-                __m128i s8 = _mm_loadl_epi64((const __m128i *)(sc + 16 * j + 8 * h));
-                __m256i scj = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s8, s8));
-                UNROLL for (int c = 0; c < 2; c++) {
-                    /* vectors 2c, 2c+1: four steps of pairs <= 7936 add in int16 */
-                    __m256i p[MX];
-                    UNROLL for (int r = 0; r < NR; r++) p[r] = _mm256_setzero_si256();
-                    UNROLL for (int v = 2 * c; v < 2 * c + 2; v++) {
-                        __m256i q = ld(qj + 64 * v + 32 * h);
-                        __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), bit_to4(hb, 2 * v));
-                        __m256i hi =
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit_to4(hb, 2 * v + 1));
-                        UNROLL for (int r = 0; r < NR; r++) {
-                            const int8_t *xq = xr[r][i].qs + 32 * j + 8 * v;
-                            __m256i t = _mm256_add_epi16(mub(lo, bc32(xq)), mub(hi, bc32(xq + 4)));
-                            p[r] = chain(_mm256_add_epi16(p[r], t));
-                        }
-                    }
-                    UNROLL for (int r = 0; r < NR; r++) sumi[r] =
-                        chain(_mm256_add_epi32(sumi[r], _mm256_madd_epi16(p[r], scj)));
-                }
-            }
-            kq_mins(summ, mn, h, ex, i, NR);
-            kq_accumulate(acc, h, wg, xr, i, sumi, summ, NR);
         }
     }
     UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
@@ -244,18 +123,10 @@ static void tile_f16(int64_t n, const void *wg, const void *x, size_t xb, int nr
 
 /* ---- table ---------------------------------------------------------------------------- */
 
-TILE(q8_0)
-TILE(q4_0)
-TILE(q4_K)
-TILE(q5_K)
-TILE(q6_K)
+#include "kernels/packed_tiles.h"
 
 /* (the VNNI fill replaces the quantized entries and keeps this F16 one) */
 void fill_packed_avx2(kernel_table *t) {
     t->pk[PH_TYPE_F16] = (pk_plan){tile_f16, MX_F16, 2 * PH_PK_ROWS, t->mm[PH_TYPE_F16].act};
-    t->pk[PH_TYPE_Q8_0] = (pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q4_0] = (pk_plan){tile_q4_0, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q4_K] = (pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q5_K] = (pk_plan){tile_q5_K, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q6_K] = (pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
+    fill_quantized(t);
 }

@@ -256,19 +256,6 @@ static void tile_f16(int64_t n, const void *wg, const void *x, size_t xb, int nr
 
 /* ---- table ---------------------------------------------------------------------------- */
 
-#define TILE(T)                                                                                                      \
-    static void tile_##T(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy,          \
-                         int no) {                                                                                   \
-        switch (nr) {                                                                                                \
-        case 1: T##_tile(n, wg, x, xb, y, ldy, no, 1); break;                                                        \
-        case 2: T##_tile(n, wg, x, xb, y, ldy, no, 2); break;                                                        \
-        case 3: T##_tile(n, wg, x, xb, y, ldy, no, 3); break;                                                        \
-        case 4: T##_tile(n, wg, x, xb, y, ldy, no, 4); break;                                                        \
-        case 5: T##_tile(n, wg, x, xb, y, ldy, no, 5); break;                                                        \
-        default: T##_tile(n, wg, x, xb, y, ldy, no, MX); break;                                                      \
-        }                                                                                                            \
-    }
-
 INLINE void q8_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                       const int NR) {
     q0_tile(n, wg, x, xb, y, ldy, no, NR, 0);
@@ -277,26 +264,10 @@ INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
                       const int NR) {
     q0_tile(n, wg, x, xb, y, ldy, no, NR, 1);
 }
-INLINE void q4_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
-                      const int NR) {
-    k4_tile(n, wg, x, xb, y, ldy, no, NR, 0);
-}
-INLINE void q5_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
-                      const int NR) {
-    k4_tile(n, wg, x, xb, y, ldy, no, NR, 1);
-}
 
-TILE(q8_0)
-TILE(q4_0)
-TILE(q4_K)
-TILE(q5_K)
-TILE(q6_K)
+#include "kernels/packed_tiles.h"
 
 void fill_packed_avx512(kernel_table *t) {
     t->pk[PH_TYPE_F16] = (pk_plan){tile_f16, MX_F16, 2 * PH_PK_ROWS, t->mm[PH_TYPE_F16].act};
-    t->pk[PH_TYPE_Q8_0] = (pk_plan){tile_q8_0, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q4_0] = (pk_plan){tile_q4_0, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q4_K] = (pk_plan){tile_q4_K, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q5_K] = (pk_plan){tile_q5_K, MX, PH_PK_ROWS, NULL};
-    t->pk[PH_TYPE_Q6_K] = (pk_plan){tile_q6_K, MX, PH_PK_ROWS, NULL};
+    fill_quantized(t);
 }

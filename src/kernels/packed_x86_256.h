@@ -1,12 +1,13 @@
 /* What the 256-bit packed-weight kernels share (packed_avx2.c and
  * packed_avxvnni.c; layouts in kernels_impl.h): loads, the store of a
- * 16-row group's two halves, the tiles' setup, the K-quants' mins term, the
- * float steps (the scalar reference's, in its order), the whole Q6_K tile
- * and the dispatch by activation rows. Elsewhere only how the integer sums
- * are made differs.
+ * 16-row group's two halves, the tiles' setup, the float steps (the scalar
+ * reference's, in its order), the K-quant tiles whole (with the few integer
+ * steps that differ chosen by PK_VNNI) and the dispatch by activation rows.
+ * In the Q8_0 / Q4_0 tiles of the two files only how the integer sums are
+ * made differs.
  * A template: the including file (compiled with its own target flags)
- * defines PK_MADD_ACC(s, a, b), s plus the int32 sums of a's and b's int16
- * pair products, first. Include it once. */
+ * defines PK_VNNI, 1 with AVX-VNNI's int8 and int16 dot instructions, 0
+ * without, first. Include it once. */
 #ifndef PH_KERNELS_PACKED_X86_256_H
 #define PH_KERNELS_PACKED_X86_256_H
 
@@ -15,6 +16,13 @@
 #include <string.h>
 
 #include "kernels/kernels_impl.h"
+
+/* PK_MADD_ACC(s, a, b): s plus the int32 sums of a's and b's int16 pair products. */
+#if PK_VNNI
+#define PK_MADD_ACC(s, a, b) _mm256_dpwssd_avx_epi32((s), (a), (b))
+#else
+#define PK_MADD_ACC(s, a, b) _mm256_add_epi32((s), _mm256_madd_epi16((a), (b)))
+#endif
 
 #define INLINE      static inline __attribute__((always_inline))
 #define UNROLL      _Pragma("GCC unroll 8")
@@ -86,6 +94,65 @@ INLINE void q8_accumulate(__m256 (*acc)[2], int h, const uint8_t *wg, const q8_0
     }
 }
 
+/* How nibble products are summed, what the two files do differently in the
+ * Q4_0, Q4_K and Q5_K tiles: with AVX-VNNI, VPDPBUSD into int32 (and a
+ * K-quant sub-block's scale by VPMULLD); without, VPMADDUBSW pairs added in
+ * int16 (KQ_RUN vectors at most: 0..15 times x, pairs <= 3840, four steps
+ * <= 30720; 0..31, pairs <= 7936, two steps <= 31744), then VPMADDWD, by
+ * ones or by the scale in both int16 of each lane. Exact either way.
+ * nib_dot: s plus lo times x's bytes 0-3 and hi times its bytes 4-7, in
+ * every lane; nib_widen: those sums as int32. */
+#if PK_VNNI
+#define KQ_RUN(Q5) 4
+INLINE __m256i nib_dot(__m256i s, __m256i lo, __m256i hi, const int8_t *xq) {
+    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s, lo, bc32(xq)), hi, bc32(xq + 4));
+}
+INLINE __m256i nib_widen(__m256i s) { return s; }
+INLINE __m256i kq_scales(const uint8_t *sc) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)); }
+INLINE __m256i kq_scale_add(__m256i sumi, __m256i s, __m256i scj) {
+    return _mm256_add_epi32(sumi, _mm256_mullo_epi32(s, scj));
+}
+#else
+#define KQ_RUN(Q5) ((Q5) ? 2 : 4)
+INLINE __m256i nib_dot(__m256i s, __m256i lo, __m256i hi, const int8_t *xq) {
+    return chain(_mm256_add_epi16(s, _mm256_add_epi16(mub(lo, bc32(xq)), mub(hi, bc32(xq + 4)))));
+}
+INLINE __m256i nib_widen(__m256i s) { return _mm256_madd_epi16(s, _mm256_set1_epi16(1)); }
+INLINE __m256i kq_scales(const uint8_t *sc) {
+    __m128i s8 = _mm_loadl_epi64((const __m128i *)sc);
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s8, s8));
+}
+INLINE __m256i kq_scale_add(__m256i sumi, __m256i s, __m256i scj) {
+    return chain(_mm256_add_epi32(sumi, _mm256_madd_epi16(s, scj)));
+}
+#endif
+
+/* Nibbles q = w + 8 times x; the 8 comes off through the block's 128·Σx (>> 4). */
+INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
+                      const int NR) {
+    int64_t nb = n / PH_QK8_0;
+    const block_q8_0 *xr[MX];
+    const q8_0_extra *ex[MX];
+    __m256 acc[MX][2];
+    q8_rows(x, xb, nb, xr, ex, acc, NR);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int64_t i = 0; i < nb; i++, wg += PH_PK_Q4_0_BYTES) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i s[MX];
+            UNROLL for (int r = 0; r < NR; r++) s[r] = _mm256_setzero_si256();
+            UNROLL for (int v = 0; v < 4; v++) {
+                if (h == 0) PREFETCH(wg + 32 + 64 * v + PF_0);
+                __m256i q = ld(wg + 32 + 64 * v + 32 * h);
+                __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                UNROLL for (int r = 0; r < NR; r++) s[r] = nib_dot(s[r], lo, hi, xr[r][i].qs + 8 * v);
+            }
+            UNROLL for (int r = 0; r < NR; r++) s[r] = nib_widen(s[r]);
+            q8_accumulate(acc, h, wg, ex, i, s, 4, NR);
+        }
+    }
+    UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
+}
+
 /* ---- Q4_K and Q5_K --------------------------------------------------------------- */
 
 /* The NR activation rows of a K-quant tile (their blocks and the bsums
@@ -125,6 +192,51 @@ INLINE __m256i bit_to4(__m256i h, const int bit) {
     if (bit < 4) h = _mm256_slli_epi16(h, (unsigned)(4 - bit));
     if (bit > 4) h = _mm256_srli_epi16(h, (unsigned)(bit - 4));
     return _mm256_and_si256(h, _mm256_set1_epi8(0x10));
+}
+
+/* Q4_K, and Q5_K (Q5: the fifth bits, a vector after each sub-block's four). */
+INLINE void k4_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
+                    const int NR, const int Q5) {
+    int64_t nb = n / PH_QK_K;
+    const ph_block_q8_K *xr[MX];
+    const int16_t *ex[MX];
+    __m256 acc[MX][2];
+    kq_rows(x, xb, nb, xr, ex, acc, NR);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int64_t i = 0; i < nb; i++, wg += Q5 ? PH_PK_Q5_K_BYTES : PH_PK_Q4_K_BYTES) {
+        const uint8_t *sc = wg + 64, *mn = wg + 192, *qs = wg + 320;
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i sumi[MX], summ[MX];
+            UNROLL for (int r = 0; r < NR; r++) sumi[r] = summ[r] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                const uint8_t *qj = qs + (Q5 ? 320 : 256) * j;
+                if (h == 0 && Q5) PREFETCH(qj + 256 + PF_K);
+                __m256i hb = Q5 ? ld(qj + 256 + 32 * h) : _mm256_setzero_si256();
+                __m256i scj = kq_scales(sc + 16 * j + 8 * h);
+                __m256i s[MX];
+                UNROLL for (int r = 0; r < NR; r++) s[r] = _mm256_setzero_si256();
+                UNROLL for (int v = 0; v < 4; v++) {
+                    if (h == 0) PREFETCH(qj + 64 * v + PF_K);
+                    __m256i q = ld(qj + 64 * v + 32 * h);
+                    __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                    if (Q5) {
+                        lo = _mm256_or_si256(lo, bit_to4(hb, 2 * v));
+                        hi = _mm256_or_si256(hi, bit_to4(hb, 2 * v + 1));
+                    }
+                    UNROLL for (int r = 0; r < NR; r++) s[r] = nib_dot(s[r], lo, hi, xr[r][i].qs + 32 * j + 8 * v);
+                    if ((v + 1) % KQ_RUN(Q5) == 0) { /* a run's sums, scaled, into sumi */
+                        UNROLL for (int r = 0; r < NR; r++) {
+                            sumi[r] = kq_scale_add(sumi[r], s[r], scj);
+                            s[r] = _mm256_setzero_si256();
+                        }
+                    }
+                }
+            }
+            kq_mins(summ, mn, h, ex, i, NR);
+            kq_accumulate(acc, h, wg, xr, i, sumi, summ, NR);
+        }
+    }
+    UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------------- */
@@ -191,20 +303,5 @@ INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
     }
     UNROLL for (int r = 0; r < NR; r++) store(y + r * ldy, acc[r], no);
 }
-
-/* ---- the table's entry points ------------------------------------------------------ */
-
-#define TILE(T)                                                                                                      \
-    static void tile_##T(int64_t n, const void *wg, const void *x, size_t xb, int nr, float *y, size_t ldy,          \
-                         int no) {                                                                                   \
-        switch (nr) {                                                                                                \
-        case 1: T##_tile(n, wg, x, xb, y, ldy, no, 1); break;                                                        \
-        case 2: T##_tile(n, wg, x, xb, y, ldy, no, 2); break;                                                        \
-        case 3: T##_tile(n, wg, x, xb, y, ldy, no, 3); break;                                                        \
-        case 4: T##_tile(n, wg, x, xb, y, ldy, no, 4); break;                                                        \
-        case 5: T##_tile(n, wg, x, xb, y, ldy, no, 5); break;                                                        \
-        default: T##_tile(n, wg, x, xb, y, ldy, no, MX); break;                                                      \
-        }                                                                                                            \
-    }
 
 #endif
