@@ -1,10 +1,10 @@
 /* What the 256-bit packed-weight kernels share (packed_avx2.c and
  * packed_avxvnni.c; layouts in kernels_impl.h): loads, the store of a
  * 16-row group's two halves, the tiles' setup, the float steps (the scalar
- * reference's, in its order), the K-quant tiles whole (with the few integer
- * steps that differ chosen by PK_VNNI) and the dispatch by activation rows.
- * In the Q8_0 / Q4_0 tiles of the two files only how the integer sums are
- * made differs.
+ * reference's, in its order), and the Q4_0, Q4_K, Q5_K and Q6_K tiles
+ * whole, with the few integer steps that differ chosen by PK_VNNI. Each
+ * file keeps its own Q8_0 tile (and packed_avx2.c the F16 one); the entry
+ * points come from packed_tiles.h.
  * A template: the including file (compiled with its own target flags)
  * defines PK_VNNI, 1 with AVX-VNNI's int8 and int16 dot instructions, 0
  * without, first. Include it once. */
