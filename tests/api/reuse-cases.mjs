@@ -86,6 +86,9 @@ export function reuseCases(M) {
         assert.equal(r.d.encoded, 0, `turn ${t} encodes nothing`);
         resumesAfter(M, prev, r.cached, `turn ${t}`);
         assert.equal(r.d.reused, r.cached, 'metrics and usage agree');
+        // the conversation goes on in the live state: nothing is moved to the RAM tier
+        // (Qwen3.5 drops only its answer opener, cheaper to evaluate again than to save)
+        assert.equal(r.d.ram_saves, 0, `turn ${t}: the live conversation is not saved away`);
         prev = r;
       }
     });
