@@ -165,17 +165,17 @@ static void detect(void) {
     if (cpu_has[PH_ISA_AVX2]) {
         tables[PH_ISA_AVX2] = tables[PH_ISA_SCALAR];
         fill_avx2(&tables[PH_ISA_AVX2]);
-        avx2_novnni = tables[PH_ISA_AVX2];
-        if (has_avxvnni()) {
-            kernel_table t = tables[PH_ISA_AVX2];
-            fill_packed_avxvnni(&t);
-            if (table_ok(&t, &tables[PH_ISA_SCALAR])) tables[PH_ISA_AVX2] = t;
-            else PH_WARN("kernels: the avx-vnni packed kernels failed their self-test; using avx2's");
-        }
-        if (!table_ok(&tables[PH_ISA_AVX2], &tables[PH_ISA_SCALAR]) ||
-            !table_ok(&avx2_novnni, &tables[PH_ISA_SCALAR])) {
+        if (!table_ok(&tables[PH_ISA_AVX2], &tables[PH_ISA_SCALAR])) {
             PH_WARN("kernels: the avx2 kernels failed their self-test; using scalar code");
             cpu_has[PH_ISA_AVX2] = cpu_has[PH_ISA_AVX512] = 0;
+        } else {
+            avx2_novnni = tables[PH_ISA_AVX2];
+            if (has_avxvnni()) {
+                kernel_table t = tables[PH_ISA_AVX2];
+                fill_packed_avxvnni(&t);
+                if (table_ok(&t, &tables[PH_ISA_SCALAR])) tables[PH_ISA_AVX2] = t;
+                else PH_WARN("kernels: the avx-vnni packed kernels failed their self-test; using avx2's");
+            }
         }
     }
     if (cpu_has[PH_ISA_AVX512]) {
