@@ -84,6 +84,9 @@ jc_vocab *jc_vocab_new(int32_t n_vocab, size_t (*text)(void *ud, int32_t id, cha
                        ph_err *err);
 void jc_vocab_free(jc_vocab *v);
 int32_t jc_vocab_size(const jc_vocab *v);
+/* Token id's text as the vocabulary holds it (length 0: never allowed under
+ * a constraint); valid while v lives. */
+const char *jc_vocab_text(const jc_vocab *v, int32_t id, size_t *len);
 
 typedef struct jc_matcher jc_matcher;
 /* A matcher for: prefix literal, then (ws?) value (ws?) if outer_ws else

@@ -1303,3 +1303,12 @@ void jc_vocab_free(jc_vocab *v) {
 }
 
 int32_t jc_vocab_size(const jc_vocab *v) { return v->n_vocab; }
+
+const char *jc_vocab_text(const jc_vocab *v, int32_t id, size_t *len) {
+    if (id < 0 || id >= v->n_vocab) {
+        *len = 0;
+        return "";
+    }
+    *len = v->off[id + 1] - v->off[id];
+    return (const char *)v->text + v->off[id];
+}
