@@ -68,6 +68,9 @@ static void serve_usage(FILE *out) {
                  "  --allow-forced-output     a test switch: the body field \"forced_output\": \"TEXT\" makes TEXT\n"
                  "                            the model's output (its tokens go through the normal decode,\n"
                  "                            parse and stream path); refused with 400 without this flag\n"
+                 "  --strict-fields           refuse (400) a request field this server does not know\n"
+                 "                            (default: accepted, ignored, logged once, counted and named in\n"
+                 "                            the X-Pinhole-Ignored-Fields header)\n"
                  "  --temp F                  default temperature, 0..2; 0 is greedy (default 1)\n"
                  "  --top-p F                 default top-p, above 0 and at most 1 (default 1: off)\n"
                  "  --top-k N                 default top-k (default 0: off)\n"
@@ -235,6 +238,10 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         }
         if (!strcmp(a, "--allow-forced-output")) {
             cfg.allow_forced_output = true;
+            continue;
+        }
+        if (!strcmp(a, "--strict-fields")) {
+            cfg.strict_fields = true;
             continue;
         }
         if (!strcmp(a, "--no-reuse")) {

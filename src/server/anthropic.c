@@ -188,13 +188,24 @@ static const field_rule FIELDS[] = {
     {"output_format", F_USE, NULL},
     {"context_management", F_IGNORE, NULL},
     {"inference_geo", F_IGNORE, NULL},
+    {"cache_control", F_IGNORE, NULL},
+    {"diagnostics", F_IGNORE, NULL},
+    {"speed", F_IGNORE, NULL},
+    {"user_profile_id", F_IGNORE, NULL},
+    {"workspace_id", F_IGNORE, NULL},
+    {"billing_policy", F_IGNORE, NULL},
+    {"fallback_credit_token", F_IGNORE, NULL},
+    {"fallbacks", F_IGNORE, NULL},
+    {"compaction", F_IGNORE, NULL},
+    {"thread", F_IGNORE, NULL},
+    {"betas", F_IGNORE, NULL},
     {"container", F_REFUSE, "this server runs no code containers"},
     {"mcp_servers", F_REFUSE, "this server connects to no MCP servers; declare the tools in 'tools'"},
 };
 
 static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
-    if (api_check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Messages API", err)) return -1;
+    if (api_check_fields(j, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Messages API", err)) return -1;
     json_t *msgs = json_object_get(root, "messages");
     if (!json_is_array(msgs)) return err_setc(err, PH_ERR_INPUT, "'messages' must be an array");
     if (parse_tools(j, root, err) || add_system(j, root, msgs, err)) return -1;

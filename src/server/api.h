@@ -55,7 +55,12 @@ extern const api_kind api_openai_chat, api_openai_responses, api_anthropic_messa
 struct job {
     srv *s; /* the server's own (server.c) */
     ph_engine *e;
-    bool allow_forced; /* --allow-forced-output: the body field "forced_output" is accepted */
+    bool allow_forced;  /* --allow-forced-output: the body field "forced_output" is accepted */
+    bool strict_fields; /* --strict-fields: a field in no list is refused */
+    /* the request's fields in none of its API's lists, accepted and ignored
+     * (names point into root; at most API_MAX_IGNORED, n_unknown counts all) */
+    const char *ignored[16];
+    size_t n_ignored, n_unknown;
     const api_kind *api;
     json_t *root; /* the request body; message texts point into it */
     const char *model_name;
@@ -185,7 +190,10 @@ int job_sampling(job *j, double temp_max, ph_err *err);
 
 /* The fields a request may have: each is used by the adapter, accepted and
  * ignored by design (documented), or refused with a reason unless it is
- * null or one of the values that ask for nothing. Any other field is refused. */
+ * null or one of the values that ask for nothing. Any other field (newer
+ * than this server, or a client's own) is accepted and ignored visibly:
+ * named in j->ignored, which the server logs, counts and names in the
+ * X-Pinhole-Ignored-Fields header; with j->strict_fields it is refused. */
 typedef enum field_how { F_USE, F_IGNORE, F_REFUSE } field_how;
 typedef struct field_rule {
     const char *name;
@@ -194,7 +202,11 @@ typedef struct field_rule {
 } field_rule;
 /* Checks root's fields against an API's own rules and the ones all three
  * APIs share (api_fields.c: model, stream, sampling, tools, cache_salt, ...). */
-int api_check_fields(json_t *root, const field_rule *rules, size_t n, const char *where, ph_err *err);
+int api_check_fields(job *j, const field_rule *rules, size_t n, const char *where, ph_err *err);
+/* The value of the X-Pinhole-Ignored-Fields header for j's ignored fields
+ * (", "-separated, each name cut to 64 bytes, bytes outside printable ASCII
+ * as '?', "..." when there were more), in buf; false: none ignored. */
+bool api_ignored_header(const job *j, char *buf, size_t cap);
 
 /* Collecting the answer's calls (server.c's event handler). */
 out_call *job_out_call(job *j, int32_t index, const char *id_prefix);

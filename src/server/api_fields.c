@@ -269,24 +269,52 @@ static const field_rule COMMON_FIELDS[] = {
     {"top_p", F_USE, NULL},
 };
 
-int api_check_fields(json_t *root, const field_rule *rules, size_t n, const char *where, ph_err *err) {
+int api_check_fields(job *j, const field_rule *rules, size_t n, const char *where, ph_err *err) {
     const char *key;
     json_t *v;
-    json_object_foreach(root, key, v) {
+    json_object_foreach(j->root, key, v) {
         const field_rule *r = NULL;
         for (size_t i = 0; !r && i < n; i++)
             if (!strcmp(rules[i].name, key)) r = &rules[i];
         for (size_t i = 0; !r && i < sizeof COMMON_FIELDS / sizeof *COMMON_FIELDS; i++)
             if (!strcmp(COMMON_FIELDS[i].name, key)) r = &COMMON_FIELDS[i];
-        if (!r)
+        if (!r && j->strict_fields)
             return err_setc(err, PH_ERR_INPUT,
-                            "the field '%.64s' is not supported by %s (pinhole never ignores a "
-                            "field silently; see the README for the fields it takes)",
+                            "the field '%.64s' is not known to %s here (the server runs with --strict-fields, "
+                            "which refuses the fields it would otherwise ignore; see docs/api-fields.md)",
                             key, where);
+        if (!r) {
+            if (j->n_ignored < sizeof j->ignored / sizeof *j->ignored) j->ignored[j->n_ignored++] = key;
+            j->n_unknown++;
+            continue;
+        }
         if (r->how == F_REFUSE && !asks_nothing(v))
             return err_setc(err, PH_ERR_INPUT, "the field '%s' is not supported: %s", key, r->why);
     }
     return 0;
+}
+
+bool api_ignored_header(const job *j, char *buf, size_t cap) {
+    if (!j->n_ignored || cap < 16) return false;
+    size_t o = 0, i = 0;
+    for (; i < j->n_ignored; i++) {
+        const size_t len = strnlen(j->ignored[i], 64);
+        if (o + (i ? 2 : 0) + len + 6 > cap) break; /* room for ", ..." and the NUL */
+        if (i) {
+            memcpy(buf + o, ", ", 2);
+            o += 2;
+        }
+        for (size_t k = 0; k < len; k++) {
+            const char c = j->ignored[i][k];
+            buf[o++] = c >= '!' && c <= '~' && c != ',' ? c : '?';
+        }
+    }
+    if (i < j->n_unknown) {
+        memcpy(buf + o, i ? ", ..." : "...", i ? 5 : 3);
+        o += i ? 5 : 3;
+    }
+    buf[o] = 0;
+    return true;
 }
 
 out_call *job_out_call(job *j, int32_t index, const char *id_prefix) {

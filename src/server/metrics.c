@@ -61,6 +61,46 @@ void metrics_cancelled(metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
+static const char *const field_apis[3] = {"chat_completions", "responses", "messages"};
+
+bool metrics_field_ignored(metrics *m, const char *endpoint, const char *name, bool *other) {
+    const size_t len = strnlen(name, 64);
+    bool first = false;
+    *other = false;
+    pthread_mutex_lock(&m->mu);
+    int i = 0;
+    while (i < m->n_ignored &&
+           !(!strcmp(m->ignored[i].endpoint, endpoint) && !strncmp(m->ignored[i].name, name, len) &&
+             m->ignored[i].name[len] == 0))
+        i++;
+    if (i == m->n_ignored && m->n_ignored < METRICS_MAX_FIELDS) {
+        m->ignored[i].endpoint = endpoint;
+        memcpy(m->ignored[i].name, name, len);
+        m->ignored[i].name[len] = 0;
+        m->ignored[i].n = 0;
+        m->n_ignored++;
+        first = true;
+    }
+    if (i < m->n_ignored) {
+        m->ignored[i].n++;
+    } else {
+        size_t a = 0;
+        while (a < 2 && strcmp(field_apis[a], endpoint)) a++;
+        first = *other = m->ignored_other[a]++ == 0;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return first;
+}
+
+/* A label value in the exposition format: \, \" and \n escaped. */
+static void label_value(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"') fputc('\\', f);
+        if (*s == '\n') fputs("\\n", f);
+        else fputc(*s, f);
+    }
+}
+
 void metrics_timed_out(metrics *m) {
     pthread_mutex_lock(&m->mu);
     m->timed_out++;
@@ -158,6 +198,17 @@ char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns 
     counter(f, "pinhole_requests_queued_total", "Inference requests accepted into the worker's queue.", m->enqueued);
     counter(f, "pinhole_requests_cancelled_total", "Requests stopped because the client went away.", m->cancelled);
     counter(f, "pinhole_requests_timed_out_total", "Requests stopped by --request-timeout-s.", m->timed_out);
+    fprintf(f, "# HELP pinhole_request_fields_ignored_total Request fields unknown to this server, accepted and "
+               "ignored (see docs/api-fields.md).\n# TYPE pinhole_request_fields_ignored_total counter\n");
+    for (int i = 0; i < m->n_ignored; i++) {
+        fprintf(f, "pinhole_request_fields_ignored_total{api=\"%s\",field=\"", m->ignored[i].endpoint);
+        label_value(f, m->ignored[i].name);
+        fprintf(f, "\"} %llu\n", (unsigned long long)m->ignored[i].n);
+    }
+    for (int a = 0; a < 3; a++)
+        if (m->ignored_other[a])
+            fprintf(f, "pinhole_request_fields_ignored_total{api=\"%s\",field=\"other\"} %llu\n", field_apis[a],
+                    (unsigned long long)m->ignored_other[a]);
     fprintf(f,
             "# HELP pinhole_queue_length Requests waiting for the inference worker.\n"
             "# TYPE pinhole_queue_length gauge\npinhole_queue_length %lld\n",

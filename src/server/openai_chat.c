@@ -100,6 +100,9 @@ static const field_rule FIELDS[] = {
     {"safety_identifier", F_IGNORE, NULL},
     {"prompt_cache_key", F_IGNORE, NULL},
     {"verbosity", F_IGNORE, NULL},
+    {"moderation", F_IGNORE, NULL},
+    {"prompt_cache_options", F_IGNORE, NULL},
+    {"prompt_cache_retention", F_IGNORE, NULL},
     {"store", F_REFUSE, "nothing is stored: completions cannot be retrieved later"},
     {"modalities", F_USE, NULL},
     {"audio", F_REFUSE, "this server answers with text only"},
@@ -111,7 +114,7 @@ static const field_rule FIELDS[] = {
 
 static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
-    if (api_check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "Chat Completions", err)) return -1;
+    if (api_check_fields(j, FIELDS, sizeof FIELDS / sizeof *FIELDS, "Chat Completions", err)) return -1;
     json_t *mod = json_object_get(root, "modalities");
     if (mod && !json_is_null(mod)) {
         bool ok = json_is_array(mod);

@@ -135,6 +135,11 @@ static const field_rule FIELDS[] = {
     {"store", F_IGNORE, NULL},
     {"truncation", F_USE, NULL},
     {"stream_options", F_IGNORE, NULL},
+    {"moderation", F_IGNORE, NULL},
+    {"prompt_cache_options", F_IGNORE, NULL},
+    {"prompt_cache_retention", F_IGNORE, NULL},
+    {"context_management", F_IGNORE, NULL},
+    {"betas", F_IGNORE, NULL},
     {"include", F_USE, NULL},
     {"previous_response_id", F_REFUSE,
      "send the whole conversation in 'input' (nothing is stored; pinhole "
@@ -142,13 +147,14 @@ static const field_rule FIELDS[] = {
     {"conversation", F_REFUSE, "send the whole conversation in 'input' (nothing is stored)"},
     {"background", F_REFUSE, "background responses are not supported"},
     {"prompt", F_REFUSE, "stored prompts are not supported"},
+    {"multi_agent", F_REFUSE, "this server runs no built-in agents"},
     {"max_tool_calls", F_REFUSE, "not supported; use parallel_tool_calls: false for one call"},
     {"top_logprobs", F_REFUSE, "log-probabilities are given by /v1/chat/completions only"},
 };
 
 static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
-    if (api_check_fields(root, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Responses API", err)) return -1;
+    if (api_check_fields(j, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Responses API", err)) return -1;
     json_t *tr = json_object_get(root, "truncation");
     if (tr && !json_is_null(tr) && !(json_is_string(tr) && !strcmp(json_string_value(tr), "disabled")))
         return err_setc(err, PH_ERR_INPUT,

@@ -97,6 +97,7 @@ static job *job_new(srv *s, const api_kind *api, json_t *root) {
     j->s = s;
     j->e = s->e;
     j->allow_forced = s->cfg.allow_forced_output;
+    j->strict_fields = s->cfg.strict_fields;
     j->api = api;
     j->root = root;
     j->model_name = s->cfg.model_name;
@@ -492,7 +493,7 @@ static void add_cors(srv *s, struct MHD_Connection *c, struct MHD_Response *r) {
     const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     if (access_origin_allowed(o, s->cfg.cors_origins, s->cfg.n_cors_origins)) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", o);
-        MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id");
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id, X-Pinhole-Ignored-Fields");
     }
 }
 
@@ -697,6 +698,28 @@ static enum MHD_Result send_busy(srv *s, struct MHD_Connection *c, const api_kin
                         false, "Retry-After", "1");
 }
 
+/* The X-Pinhole-Ignored-Fields header's room: a few names of 64 bytes. */
+#define IGNORED_HEADER_CAP 600
+
+/* The request's fields that no list of its API has (accepted, ignored):
+ * counted, and logged the first time each (API, name) is seen. */
+static void note_ignored(srv *s, const job *j) {
+    const log_ctx lc = req_ctx(&j->req);
+    for (size_t i = 0; i < j->n_ignored; i++) {
+        bool other;
+        if (!metrics_field_ignored(&s->met, j->api->endpoint, j->ignored[i], &other)) continue;
+        if (other)
+            log_line(LOG_WARN, &lc,
+                     "%s: more than %d unknown request fields seen; the others are counted as field=\"other\"",
+                     j->api->endpoint, METRICS_MAX_FIELDS);
+        else
+            log_line(LOG_WARN, &lc,
+                     "%s: the request field '%.64s' is not known to this server: accepted and ignored (named in "
+                     "X-Pinhole-Ignored-Fields; --strict-fields refuses such fields)",
+                     j->api->endpoint, j->ignored[i]);
+    }
+}
+
 /* The answer to a queued request, once its job is ready: done, or for a
  * stream, planned (its first bytes written: a prompt that is too long
  * still gets a plain error with its status). Until then the connection
@@ -728,6 +751,8 @@ static enum MHD_Result answer_or_wait(srv *s, struct MHD_Connection *c, conn *cn
         }
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+        char ig[IGNORED_HEADER_CAP];
+        if (api_ignored_header(j, ig, sizeof ig)) MHD_add_response_header(r, "X-Pinhole-Ignored-Fields", ig);
         add_cors(s, c, r);
         metrics_request(&s->met, api->endpoint, 200);
         return queue_answer(c, 200, r);
@@ -738,7 +763,11 @@ static enum MHD_Result answer_or_wait(srv *s, struct MHD_Connection *c, conn *cn
                         j->rep.finish == PH_FINISH_CANCELLED ? 503 : api_status_for(&j->err), j->err.msg);
     else {
         metrics_request(&s->met, api->endpoint, 200);
-        ok = send_json(s, c, 200, j->count_only ? json_pack("{s:i}", "input_tokens", j->n_counted) : api->result(j));
+        char ig[IGNORED_HEADER_CAP];
+        const bool named = api_ignored_header(j, ig, sizeof ig);
+        ok = send_json_ex(s, c, 200,
+                          j->count_only ? json_pack("{s:i}", "input_tokens", j->n_counted) : api->result(j), false,
+                          named ? "X-Pinhole-Ignored-Fields" : NULL, ig);
     }
     job_unref(j);
     return ok;
@@ -774,8 +803,9 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = fd ? fd->connect_fd : -1;
     int q = 0;
-    if (parse_domain(s, j, cn->key, &err) || api->parse(j, &err) || parse_auxiliary(j, c, &err) ||
-        check_pictures(s, j, &err) || (q = enqueue(s, j)) != 0) {
+    const int parsed = parse_domain(s, j, cn->key, &err) || api->parse(j, &err) || parse_auxiliary(j, c, &err);
+    if (!parsed) note_ignored(s, j);
+    if (parsed || check_pictures(s, j, &err) || (q = enqueue(s, j)) != 0) {
         const uint64_t pixels = j->pixels;
         job_unref(j);
         char busy[200];

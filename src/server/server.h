@@ -50,6 +50,7 @@ typedef struct srv_config {
     size_t n_aliases;
     bool any_model;           /* --any-model: accept any "model" */
     bool allow_forced_output; /* --allow-forced-output: a test switch (see README) */
+    bool strict_fields;       /* --strict-fields: a request field in no list is refused (else ignored, named) */
     /* sampling defaults for requests that leave these fields out (--temp,
      * --top-p, --top-k, --max-tokens); a field in the request always wins */
     double temperature; /* >= 0; 0: greedy */

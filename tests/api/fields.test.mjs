@@ -1,11 +1,17 @@
 // No request field is dropped silently: each field a client commonly sends
 // is honoured (its effect visible here) or refused with a 400 naming it;
 // fields that are accepted and ignored by design (user, metadata, ...) are
-// listed in the README. A field the server does not know is refused.
+// listed in docs/api-fields.md. A field the server does not know (newer
+// than it, or a client's own) is accepted and ignored visibly: named in the
+// X-Pinhole-Ignored-Fields header, counted in
+// pinhole_request_fields_ignored_total, logged once; --strict-fields
+// refuses it. Every field the official clients declare is in one of the
+// server's lists.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { anthropic, MODEL_ID, openai, post, startServer, stopServer } from './helpers.mjs';
+import { anthropic, metric, metrics, MODEL_ID, openai, post, startServer, stopServer } from './helpers.mjs';
+import { SDK_APIS, sdkFields } from './sdk-fields.mjs';
 
 const N = 12;
 const ASK = [{ role: 'user', content: 'Tell me about the river.' }];
@@ -87,13 +93,83 @@ describe('request fields', { timeout: 300_000 }, () => {
     await refused('/v1/chat/completions', chatBody({ functions: [{ name: 'f' }] }), /functions/);
     await refused('/v1/chat/completions', chatBody({ store: true }), /store/);
     await refused('/v1/chat/completions', chatBody({ stream_options: { include_everything: true } }), /stream_options\.include_everything/);
-    await refused('/v1/chat/completions', chatBody({ frobnicate: 1 }), /'frobnicate'/);
-    await refused('/v1/responses', respBody({ frobnicate: 1 }), /'frobnicate'/);
-    await refused('/v1/messages', msgBody({ frobnicate: 1 }), /'frobnicate'/);
     await refused('/v1/messages', msgBody({ mcp_servers: [{ type: 'url', url: 'http://x' }] }), /mcp_servers/);
     await refused('/v1/chat/completions', chatBody({ forced_output: 'x' }), /forced_output.*--allow-forced-output/);
     await refused('/v1/chat/completions', chatBody({ tools: [{ type: 'web_search' }] }), /tools\[0\]/);
     await refused('/v1/chat/completions', chatBody({ tool_choice: 'required' }), /tool_choice/);
+  });
+
+  test('unknown fields: answered 200, named in X-Pinhole-Ignored-Fields, counted per API and field', async () => {
+    const before = await metrics(srv);
+    const plain = await post(srv, '/v1/chat/completions', chatBody({ temperature: 0 }));
+    assert.equal(plain.headers.get('x-pinhole-ignored-fields'), null, 'no header when nothing is ignored');
+    const r = await post(srv, '/v1/chat/completions', chatBody({ temperature: 0, frobnicate: 1, client_metadata: { a: 1 } }));
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers.get('x-pinhole-ignored-fields'), 'frobnicate, client_metadata');
+    assert.equal(r.json.choices[0].message.content, plain.json.choices[0].message.content, 'the answer is unchanged');
+    for (const [path, body] of [['/v1/responses', respBody({ client_metadata: { x: 'y' } })],
+      ['/v1/messages', msgBody({ client_metadata: {} })], ['/v1/messages/count_tokens', { model: MODEL_ID, messages: ASK, client_metadata: 1 }]]) {
+      const x = await post(srv, path, body);
+      assert.equal(x.status, 200, `${path}: ${x.text}`);
+      assert.equal(x.headers.get('x-pinhole-ignored-fields'), 'client_metadata', path);
+    }
+    // streamed: the header comes with the stream's head
+    const s = await fetch(srv.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(chatBody({ stream: true, client_metadata: 'x' })) });
+    assert.equal(s.status, 200);
+    assert.equal(s.headers.get('x-pinhole-ignored-fields'), 'client_metadata');
+    assert.match(await s.text(), /data: \[DONE\]/);
+    // a long and odd name is cut and made printable; many names end with "..."
+    const odd = 'x'.repeat(100) + '\u00e9,"';
+    const o = await post(srv, '/v1/chat/completions', chatBody({ [odd]: 1 }));
+    assert.equal(o.status, 200, o.text);
+    assert.equal(o.headers.get('x-pinhole-ignored-fields'), 'x'.repeat(64));
+    const many = Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`f${i}_${'y'.repeat(60)}`, i]));
+    const mr = await post(srv, '/v1/chat/completions', chatBody(many));
+    assert.equal(mr.status, 200, mr.text);
+    assert.match(mr.headers.get('x-pinhole-ignored-fields'), /^f0_y+, f1_y+, .*, \.\.\.$/);
+    const after = await metrics(srv);
+    const n = (m, api, field) => metric(m, 'pinhole_request_fields_ignored_total', { api, field }) ?? 0;
+    assert.equal(n(after, 'chat_completions', 'client_metadata') - n(before, 'chat_completions', 'client_metadata'), 2);
+    assert.equal(n(after, 'chat_completions', 'frobnicate') - n(before, 'chat_completions', 'frobnicate'), 1);
+    assert.equal(n(after, 'responses', 'client_metadata') - n(before, 'responses', 'client_metadata'), 1);
+    assert.equal(n(after, 'messages', 'client_metadata') - n(before, 'messages', 'client_metadata'), 2);
+    assert.equal(n(after, 'chat_completions', 'x'.repeat(64)), 1, 'a long name is cut to 64 bytes');
+    // known fields that ask for something the server cannot do are still refused
+    await refused('/v1/chat/completions', chatBody({ n: 2 }), /'n'/);
+    await refused('/v1/chat/completions', chatBody({ audio: { voice: 'x', format: 'mp3' } }), /audio/);
+  });
+
+  test('--strict-fields: an unknown field is refused with 400 naming it', async () => {
+    const strict = await startServer({ vision: false, extra: ['--strict-fields'] });
+    try {
+      for (const [path, body] of [['/v1/chat/completions', chatBody({ frobnicate: 1 })], ['/v1/responses', respBody({ frobnicate: 1 })],
+        ['/v1/messages', msgBody({ frobnicate: 1 })]]) {
+        const r = await post(strict, path, body);
+        assert.equal(r.status, 400, `${path}: ${r.text}`);
+        assert.match(r.json.error.message, /'frobnicate' is not known .*--strict-fields/);
+      }
+      assert.equal((await post(strict, '/v1/chat/completions', chatBody({ user: 'u' }))).status, 200, 'listed fields still pass');
+    } finally { await stopServer(strict); }
+  });
+
+  test('every field the official clients declare is in one of the lists (honoured, ignored or refused)', async () => {
+    const strict = await startServer({ vision: false, extra: ['--strict-fields'] });
+    try {
+      const base = { '/v1/chat/completions': chatBody({ max_tokens: 1 }), '/v1/responses': respBody({ max_output_tokens: 1 }),
+        '/v1/messages': msgBody({ max_tokens: 1 }), '/v1/messages/count_tokens': { model: MODEL_ID, messages: ASK } };
+      const unlisted = [];
+      for (const e of SDK_APIS) {
+        const fields = sdkFields(e);
+        assert.ok(fields.length > 10, `${e.path}: the declarations were read (${fields})`);
+        for (const f of fields) {
+          // null asks for nothing: a listed field is taken, ignored or checked; only an unlisted one is "not known"
+          const r = await post(strict, e.path, { ...base[e.path], [f]: null });
+          if (r.status === 400 && /is not known/.test(r.text)) unlisted.push(`${e.path} ${f}`);
+        }
+      }
+      assert.deepEqual(unlisted, [], 'fields the SDKs declare and no list has');
+    } finally { await stopServer(strict); }
   });
 
   test('Anthropic: system entries inside messages join the system text', async () => {

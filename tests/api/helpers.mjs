@@ -552,7 +552,7 @@ export async function post(srv, path, body, headers = {}) {
   const text = await r.text();
   let json = null;
   try { json = JSON.parse(text); } catch { /* not JSON */ }
-  return { status: r.status, type: r.headers.get('content-type') ?? '', text, json };
+  return { status: r.status, type: r.headers.get('content-type') ?? '', headers: r.headers, text, json };
 }
 
 // ---- metrics --------------------------------------------------------------
