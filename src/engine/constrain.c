@@ -149,7 +149,7 @@ static void set_bit(uint64_t *bits, int32_t id, bool on) {
 /* Whether the end of the answer is allowed now. */
 static bool end_ok(const constraint *c) {
     if (call_pending(c)) return false;
-    return !c->active || jc_matcher_can_end(c->active);
+    return !c->active || c->next_call || jc_matcher_can_end(c->active);
 }
 
 static bool call_banned(const constraint *c) {
@@ -200,9 +200,17 @@ bool constraint_accept(constraint *c, int32_t tok) {
         c->active = NULL;
         return false;
     }
+    if (n) c->next_call = false;
     if (!c->active_is_call || !jc_matcher_finished(c->active)) return false;
     jc_matcher_free(c->active);
     c->active = NULL;
     c->n_calls++;
-    return !c->g->parallel_tool_calls;
+    if (!c->g->parallel_tool_calls) return true;
+    /* a call ends the turn: what may follow is another call (the template
+     * puts a newline between calls) or the end */
+    activate(c, c->call, "\n<tool_call>\n", "\n</tool_call>", false, true);
+    c->next_call = c->active != NULL;
+    return false;
 }
+
+bool constraint_after_call(const constraint *c) { return c->next_call; }

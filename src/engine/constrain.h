@@ -1,6 +1,7 @@
 /* What a turn's sampling may produce: the JSON of a response format, the
  * framing and arguments of tool calls (tool_choice auto, required or
- * named), and the tokens a turn bans (<tool_call> under tool_choice none,
+ * named; once a call is complete only another call or the end of the
+ * answer may follow), and the tokens a turn bans (<tool_call> under tool_choice none,
  * the end of the answer before a required call). Built on the JSON-schema
  * matcher of text/json_constraint.h; the engine tells it where the answer
  * is (reasoning, content, a call just opened) and asks it for each token. */
@@ -24,6 +25,7 @@ typedef struct constraint {
     bool active_is_call; /* it frames a tool call */
     bool in_content;     /* the answer has left its reasoning */
     bool format_done;    /* the response format's JSON was started (it is never started twice) */
+    bool next_call;      /* active is the optional call after a complete one, nothing of it written yet */
     int32_t n_calls;     /* calls completed */
     int32_t call_token;  /* the <tool_call> token, or -1 */
     int32_t eog[16];     /* the end-of-generation tokens */
@@ -54,6 +56,9 @@ int32_t constraint_sample(constraint *c, ph_sampler *smp, const float *logits);
 /* Follows a token of the answer (sampled or forced). Returns true when a
  * call has just been completed and parallel calls are off: the answer ends. */
 bool constraint_accept(constraint *c, int32_t tok);
+/* Whether the answer is right after a complete call, where it may end (a
+ * token limit reached here ends the turn for the call, not for the limit). */
+bool constraint_after_call(const constraint *c);
 
 /* The token texts the matcher works on (what the detokenizer writes;
  * control tokens have none). */

@@ -633,6 +633,8 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
         if ((rc = ph_session_eval_tokens(e->s, &tok, 1, err)) != 0) break;
         if ((rc = seq_push_token(&e->live, tok, pos, err)) != 0) break;
     }
+    if (rc == 0 && r->finish == PH_FINISH_LENGTH && constraint_after_call(con))
+        r->finish = PH_FINISH_STOP; /* the limit fell right after a complete call: the call ended the turn */
     if (rc == 0 && !g.cancelled && !g.stopped) {
         size_t n = ph_detok_finish(&dt, piece, piece_cap);
         g.ev = (ph_gen_event){.token = -1};

@@ -194,6 +194,28 @@ describe('the constraint alone', { timeout: 600_000 }, () => {
     }
   });
 
+  test('a call ends the turn: required and named calls end with the tool-call finish reason and nothing after them (25 seeds)', async () => {
+    const schemas = { get_weather: WEATHER.parameters, search: SEARCH.parameters };
+    const city = { ...WEATHER, parameters: { ...WEATHER.parameters, properties: { ...WEATHER.parameters.properties, city: { type: 'string', maxLength: 12 } } } };
+    for (let seed = 1; seed <= 25; seed++) {
+      for (const api of ['chat', 'responses', 'messages']) {
+        for (const stream of [false, true]) {
+          const choice = seed % 2 ? 'required' : 'search';
+          const r = await callOne(srv, api, stream, { messages: [{ role: 'user', content: 'Go.' }] }, 2000,
+            { tools: [city, SEARCH], choice, extra: { temperature: 1, seed } });
+          const what = `${api} ${choice} seed ${seed}${stream ? ' stream' : ''}`;
+          assert.equal(r.finish, 'tool_calls', `${what}: finish`);
+          assert.equal(r.content, '', `${what}: no text after the calls`);
+          assert.ok(r.calls.length >= 1, what);
+          for (const c of r.calls) {
+            if (choice !== 'required') assert.equal(c.name, choice, what);
+            validate(schemas[c.name], args(c));
+          }
+        }
+      }
+    }
+  });
+
   const RESULT = {
     type: 'object',
     properties: {
