@@ -410,6 +410,9 @@ typedef struct ph_gen_params {
     ph_response_format format;
     const char *response_schema; /* PH_FORMAT_JSON_SCHEMA: JSON text */
     int thinking;                /* -1: the template's default; 0: off; 1: on (where the template can switch) */
+    /* at most this many reasoning tokens: then the end of the reasoning
+     * ("\n</think>\n\n") is forced and the answer follows; -1: no bound */
+    int32_t thinking_budget;
     /* a test switch: these tokens (text, special tokens parsed) are the
      * model's output instead of sampled ones, through the normal parse and
      * stream path; then the answer ends */
@@ -457,6 +460,7 @@ typedef struct ph_turn_report {
     bool parked;         /* this auxiliary turn parked the primary conversation */
     int32_t n_prefilled; /* of which evaluated now */
     int32_t n_generated;
+    int32_t n_reasoning;  /* of which reasoning (the forced end of the reasoning not counted) */
     int32_t n_tool_calls; /* calls in the answer */
     int32_t n_pictures;
     int32_t pics_from_kv;    /* pictures kept in the reused prefix */

@@ -35,6 +35,7 @@ void ph_gen_params_default(ph_gen_params *g) {
     g->sampler = ph_sampler_defaults();
     g->parallel_tool_calls = true;
     g->thinking = -1;
+    g->thinking_budget = -1;
 }
 
 static void progress(const ph_engine_params *p, const char *what, double f) {
@@ -577,12 +578,22 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
     const int32_t n_ctx = ph_session_n_ctx(e->s);
     double t_first = 0;
     bool in_call = false;
+    ph_tokens think_end = {0}; /* the end of the reasoning, forced at the thinking budget */
+    size_t think_end_at = 0;   /* how much of it is written */
+    bool budget_spent = false;
     for (;;) {
         if (gp->max_tokens > 0 && r->n_generated >= gp->max_tokens) break;
         if (ph_session_n_rows(e->s) >= n_ctx) break;
         const float *logits = ph_session_logits(e->s);
+        const bool reasoning = out_parser_in_reasoning(&g.split);
+        if (gp->thinking_budget >= 0 && !budget_spent && reasoning && r->n_reasoning >= gp->thinking_budget) {
+            budget_spent = true;
+            if ((rc = ph_tokenize(e->m, "\n</think>\n\n", 11, true, &think_end, err)) != 0) break;
+        }
+        const bool forcing = think_end_at < think_end.n;
         int32_t tok;
-        if (gp->forced_output) /* the test switch: the given text, then the end */
+        if (forcing) tok = think_end.ids[think_end_at++];
+        else if (gp->forced_output) /* the test switch: the given text, then the end */
             tok = (size_t)r->n_generated < forced->n ? forced->ids[r->n_generated] : -1;
         else tok = constraint_sample(con, smp, logits);
         if (r->n_generated == 0) {
@@ -594,6 +605,7 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
             break;
         }
         r->n_generated++;
+        if (reasoning && !forcing) r->n_reasoning++;
         ph_sampler_accept(smp, tok);
         const bool call_done = constraint_accept(con, tok);
         double lse = ph_logits_lse(logits, n_vocab);
@@ -657,6 +669,7 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
     r->decode_s = t_first > 0 ? time_now_s() - t_first : 0;
     e->st.tokens_generated += (uint64_t)r->n_generated;
     strbuf_free(&g.pend);
+    ph_tokens_free(&think_end);
     free(piece);
     ph_sampler_free(smp);
     return rc;

@@ -143,6 +143,9 @@ static int parse_thinking(job *j, json_t *root, ph_err *err) {
     if (!json_is_object(t) || !type)
         return err_setc(err, PH_ERR_INPUT,
                         "'thinking' must be an object with a 'type' (enabled, disabled, adaptive)");
+    int64_t budget = -1;
+    if (!strcmp(type, "enabled") && api_get_int(t, "budget_tokens", 0, INT32_MAX, &budget, err)) return -1;
+    j->gen.thinking_budget = (int32_t)budget;
     if (!strcmp(type, "enabled")) j->gen.thinking = 1;
     else if (!strcmp(type, "disabled")) j->gen.thinking = 0;
     else if (!strcmp(type, "adaptive")) j->gen.thinking = -1; /* the model's own default */

@@ -96,6 +96,7 @@ static const field_rule FIELDS[] = {
     {"parallel_tool_calls", F_USE, NULL},
     {"response_format", F_USE, NULL},
     {"reasoning_effort", F_USE, NULL},
+    {"thinking_budget", F_USE, NULL},
     {"user", F_IGNORE, NULL},
     {"safety_identifier", F_IGNORE, NULL},
     {"prompt_cache_key", F_IGNORE, NULL},
@@ -150,7 +151,7 @@ static int parse(job *j, ph_err *err) {
         }
     }
     if (job_finish_msgs(j, err)) return -1;
-    int64_t max_tokens = j->gen.max_tokens, top_lp = 0;
+    int64_t max_tokens = j->gen.max_tokens, top_lp = 0, budget = -1;
     bool logprobs = false;
     if (job_sampling(j, 2, err) || api_get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
         api_get_int(root, "max_completion_tokens", 1, INT32_MAX, &max_tokens, err) ||
@@ -158,6 +159,7 @@ static int parse(job *j, ph_err *err) {
         api_get_int(root, "top_logprobs", 0, 20, &top_lp, err) ||
         api_get_bool(root, "parallel_tool_calls", &j->gen.parallel_tool_calls, err) || parse_format(j, root, err) ||
         job_set_effort(j, json_object_get(root, "reasoning_effort"), "reasoning_effort", err) ||
+        api_get_int(root, "thinking_budget", 0, INT32_MAX, &budget, err) ||
         job_set_stop(j, json_object_get(root, "stop"), "stop", err))
         return -1;
     json_t *so = json_object_get(root, "stream_options");
@@ -180,6 +182,7 @@ static int parse(job *j, ph_err *err) {
     if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
         return err_setc(err, PH_ERR_INPUT, "'n' must be 1: this server makes one answer per request");
     j->gen.max_tokens = (int32_t)max_tokens;
+    j->gen.thinking_budget = (int32_t)budget;
     j->logprobs = logprobs;
     j->gen.top_logprobs = logprobs ? (int32_t)top_lp : 0;
     api_make_id(j->id, sizeof j->id, "chatcmpl-");
@@ -201,7 +204,7 @@ static json_t *usage(const job *j) {
     const ph_turn_report *r = &j->rep;
     return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i},s:o}", "prompt_tokens", r->n_prompt, "completion_tokens",
                      r->n_generated, "total_tokens", r->n_prompt + r->n_generated, "prompt_tokens_details",
-                     "cached_tokens", r->n_reused, "completion_tokens_details", "reasoning_tokens", 0, "pinhole",
+                     "cached_tokens", r->n_reused, "completion_tokens_details", "reasoning_tokens", r->n_reasoning, "pinhole",
                      usage_pinhole(r));
 }
 

@@ -129,6 +129,7 @@ static const field_rule FIELDS[] = {
     {"parallel_tool_calls", F_USE, NULL},
     {"text", F_USE, NULL},
     {"reasoning", F_USE, NULL},
+    {"thinking_budget", F_USE, NULL},
     {"user", F_IGNORE, NULL},
     {"safety_identifier", F_IGNORE, NULL},
     {"prompt_cache_key", F_IGNORE, NULL},
@@ -182,16 +183,18 @@ static int parse(job *j, ph_err *err) {
         return err_setc(err, PH_ERR_INPUT, "'input' must be a string or an array of items");
     }
     if (job_finish_msgs(j, err)) return -1;
-    int64_t max_tokens = j->gen.max_tokens;
+    int64_t max_tokens = j->gen.max_tokens, budget = -1;
     json_t *rs = json_object_get(root, "reasoning");
     if (rs && !json_is_null(rs) && !json_is_object(rs))
         return err_setc(err, PH_ERR_INPUT, "'reasoning' must be an object");
     if (job_sampling(j, 2, err) || api_get_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, err) ||
         api_get_bool(root, "stream", &j->stream, err) ||
         api_get_bool(root, "parallel_tool_calls", &j->gen.parallel_tool_calls, err) || parse_text(j, root, err) ||
-        job_set_effort(j, json_object_get(rs, "effort"), "reasoning.effort", err))
+        job_set_effort(j, json_object_get(rs, "effort"), "reasoning.effort", err) ||
+        api_get_int(root, "thinking_budget", 0, INT32_MAX, &budget, err))
         return -1;
     j->gen.max_tokens = (int32_t)max_tokens;
+    j->gen.thinking_budget = (int32_t)budget;
     api_make_id(j->id, sizeof j->id, "resp_");
     return 0;
 }
@@ -200,7 +203,7 @@ static json_t *usage(const job *j) {
     const ph_turn_report *r = &j->rep;
     return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", r->n_prompt, "input_tokens_details",
                      "cached_tokens", r->n_reused, "output_tokens", r->n_generated, "output_tokens_details",
-                     "reasoning_tokens", 0, "total_tokens", r->n_prompt + r->n_generated);
+                     "reasoning_tokens", r->n_reasoning, "total_tokens", r->n_prompt + r->n_generated);
 }
 
 /* An output item: reasoning, message or function call, in progress or done. */
