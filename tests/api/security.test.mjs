@@ -180,7 +180,7 @@ describe('security: --cors-origin and --allow-host', { timeout: 300_000 }, () =>
     assert.match(r.headers.vary, /Origin/);
     // the page may read the request's id
     assert.match(r.headers['x-request-id'], /^[0-9a-f]{16}$/);
-    assert.equal(r.headers['access-control-expose-headers'], 'X-Request-Id');
+    assert.equal(r.headers['access-control-expose-headers'], 'X-Request-Id, X-Pinhole-Ignored-Fields');
     const o = await raw(srv, { path: '/v1/models', headers: { origin: 'https://other.example' } });
     assert.equal(o.headers['access-control-allow-origin'], 'https://other.example');
     // a streamed answer too
