@@ -5,7 +5,9 @@
  * (checked by a small validator written here, independent of the matcher).
  * Also prints jc_matcher_mask timings per state with the real vocabulary. */
 #include <jansson.h>
+#include <locale.h>
 #include <math.h>
+#include <regex.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "gguf/gguf.h"
 #include "test.h"
 #include "text/json_constraint.h"
+#include "text/regex.h"
 #include "text/tokenizer.h"
 
 #define VOCAB_GGUF PH_ORACLE_DIR "/models/tiny-f16.gguf"
@@ -108,6 +111,31 @@ static void refused(const char *schema, const char *kw, const char *path) {
     jc_schema_free(s);
     memset(&e, 0, sizeof e);
     CHECK(ph_schema_check(schema, strlen(schema), &e) == -1 && e.code == PH_ERR_INPUT);
+}
+
+/* ---- POSIX regular expressions: the independent engine for patterns ---------------- */
+/* Whether the POSIX ERE ere matches somewhere in s (UTF-8), in a UTF-8
+ * locale when there is one. -1: no UTF-8 locale and s is not ASCII (the
+ * byte-wise match could be wrong). */
+static int ere_match(const char *ere, const char *s) {
+    const char *old = setlocale(LC_CTYPE, NULL);
+    char saved[64];
+    snprintf(saved, sizeof saved, "%s", old ? old : "C");
+    const bool utf8 = setlocale(LC_CTYPE, "C.UTF-8") || setlocale(LC_CTYPE, "en_US.UTF-8");
+    int r = -1;
+    bool ascii = true;
+    for (const char *p = s; *p; p++) ascii = ascii && (unsigned char)*p < 0x80;
+    if (utf8 || ascii) {
+        regex_t re;
+        const int rc = regcomp(&re, ere, REG_EXTENDED | REG_NOSUB);
+        CHECKF(rc == 0, "regcomp %s", ere);
+        if (rc == 0) {
+            r = regexec(&re, s, 0, NULL, 0) == 0;
+            regfree(&re);
+        }
+    }
+    setlocale(LC_CTYPE, saved);
+    return r;
 }
 
 /* ---- an independent validator (JSON Schema semantics) ------------------------------ */
@@ -218,6 +246,9 @@ static bool valid(json_t *root, json_t *sc, json_t *v) {
     }
     if (json_is_string(v)) {
         const size_t n = cps(json_string_value(v));
+        /* patterns: the test schemas give an ERE version as x-ere */
+        if ((x = json_object_get(sc, "x-ere")) && ere_match(json_string_value(x), json_string_value(v)) == 0)
+            return false;
         if ((x = json_object_get(sc, "minLength")) && n < (size_t)json_integer_value(x)) return false;
         if ((x = json_object_get(sc, "maxLength")) && n > (size_t)json_integer_value(x)) return false;
     }
@@ -621,8 +652,8 @@ static void test_state(void) {
 }
 
 static void test_refusals(void) {
-    refused("{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]+$\"}}}",
-            "'pattern'", "$.properties.zip");
+    refused("{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"(?<=a)[0-9]+$\"}}}",
+            "'pattern' at $.properties.zip: the look-behind", "$.properties.zip");
     refused("{\"patternProperties\":{}}", "'patternProperties'", "$");
     refused("{\"not\":{}}", "'not'", "$");
     refused("{\"if\":{},\"then\":{}}", "'if'", "$");
@@ -632,8 +663,8 @@ static void test_refusals(void) {
     refused("{\"propertyNames\":{}}", "'propertyNames'", "$");
     refused("{\"dependentRequired\":{}}", "'dependentRequired'", "$");
     refused("{\"anyOf\":[{\"type\":\"string\"},{\"contains\":{}}]}", "'contains'", "$.anyOf[1]");
-    refused("{\"$defs\":{\"x\":{\"type\":\"string\",\"pattern\":\"a\"}},\"$ref\":\"#/$defs/x\"}", "'pattern'",
-            "$.$defs.x");
+    refused("{\"$defs\":{\"x\":{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}},\"$ref\":\"#/$defs/x\"}",
+            "back-reference", "'pattern' at $.$defs.x");
     refused("{\"type\":\"strin\"}", "unknown type 'strin'", "$");
     refused("{\"type\":[\"string\",\"date\"]}", "unknown type 'date'", "$");
     refused("{\"$ref\":\"https://example.com/s.json\"}", "'$ref'", "$");
@@ -649,6 +680,570 @@ static void test_refusals(void) {
     CHECK(ph_schema_check(TOOLS, strlen(TOOLS), &e) == 0);
     CHECK(ph_schema_check(MIXED, strlen(MIXED), &e) == 0);
     CHECK(ph_schema_check("{}", 2, &e) == 0);
+}
+
+/* ---- regular expressions (text/regex.h) --------------------------------------------- */
+/* The NFA (set simulation) and the DFA must both give want. */
+static void rx_check(const char *re, const char *s, size_t len, bool want) {
+    char err[256] = "";
+    rx *r = rx_compile(re, strlen(re), err, sizeof err);
+    rx_dfa *d = r ? rx_determinize(r, err, sizeof err) : NULL;
+    CHECKF(r && d, "/%s/: %s", re, err);
+    if (r && d) {
+        const bool a = rx_match(r, s, len), b = rx_dfa_match(d, s, len);
+        CHECKF(a == want && b == want, "/%s/ on '%.*s': nfa %d dfa %d, want %d", re, (int)len, s, a, b, want);
+    }
+    rx_dfa_free(d);
+    rx_free(r);
+}
+#define RX_YES(re, s) rx_check(re, s, strlen(s), true)
+#define RX_NO(re, s)  rx_check(re, s, strlen(s), false)
+
+static void rx_refused(const char *re, const char *text) {
+    char err[256] = "";
+    rx *r = rx_compile(re, strlen(re), err, sizeof err);
+    CHECKF(!r && strstr(err, text), "/%s/ -> %s (want '%s')", re, r ? "compiled" : err, text);
+    rx_free(r);
+}
+
+static void test_regex(void) {
+    /* literals, UTF-8, escapes */
+    RX_YES("^abc$", "abc");
+    RX_NO("^abc$", "abd");
+    RX_NO("^abc$", "abcc");
+    RX_YES("^\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80$", "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
+    RX_NO("^\xc3\xa9$", "e");
+    RX_YES("^\\.\\\\\\/\\-\\[\\]\\(\\)\\{\\}\\*\\+\\?\\|\\^\\$$", ".\\/-[](){}*+?|^$");
+    RX_NO("^\\.$", "a");
+    RX_YES("^\\n\\t\\r\\f\\v$", "\n\t\r\f\v");
+    RX_YES("^\\x41\\u00e9\\u{1F600}\\uD83D\\uDE00$", "A\xc3\xa9\xf0\x9f\x98\x80\xf0\x9f\x98\x80");
+    RX_YES("^\\cJ$", "\n");
+    RX_YES("^\\@\\#\\ $", "@# ");
+    RX_NO("^\\0$", "");      /* U+0000 is not in the alphabet */
+    RX_NO("^\\uD800$", "");  /* nor a lone surrogate */
+    RX_YES("^a{,2}$", "a{,2}"); /* not a quantifier: literal */
+    RX_YES("^a}]$", "a}]");
+    /* . and classes */
+    RX_YES("^a.c$", "abc");
+    RX_YES("^a.c$", "a\xc3\xa9" "c");
+    RX_NO("^a.c$", "a\nc");
+    RX_NO("^a.c$", "a\rc");
+    RX_NO("^a.c$", "a\xe2\x80\xa8" "c");
+    RX_NO("^a.c$", "ac");
+    RX_YES("^[a-c]+$", "abcba");
+    RX_NO("^[a-c]+$", "abd");
+    RX_YES("^[^a-c]$", "d");
+    RX_YES("^[^a-c]$", "\n");
+    RX_NO("^[^a-c]$", "b");
+    RX_YES("^[\\w.-]+$", "a_b.c-9");
+    RX_NO("^[\\w.-]+$", "a b");
+    RX_YES("^[\\d-z]+$", "1-z");
+    RX_NO("^[\\d-z]+$", "y");
+    RX_YES("^[a\\-z]$", "-");
+    RX_NO("^[a\\-z]$", "b");
+    RX_YES("^[-a]$", "-");
+    RX_YES("^[a-]$", "-");
+    RX_YES("^[\\b]$", "\b");
+    RX_YES("^[\\]\\[]+$", "][");
+    RX_YES("^[[]$", "[");
+    RX_NO("^[]$", "");
+    RX_NO("^[]$", "a");
+    RX_YES("^[^]$", "\n");
+    RX_YES("^[\\u00e0-\\u00ff]$", "\xc3\xa9");
+    RX_NO("^[\\u00e0-\\u00ff]$", "\xc4\x80");
+    RX_YES("^\\d\\w\\s$", "7_ ");
+    RX_NO("^\\d$", "\xd9\xa3"); /* ASCII digits only */
+    RX_NO("^\\w$", "\xc3\xa9");
+    RX_YES("^\\s$", "\t");
+    RX_YES("^\\s$", "\xc2\xa0");
+    RX_YES("^\\s$", "\xef\xbb\xbf");
+    RX_YES("^\\s$", "\xe3\x80\x80");
+    RX_NO("^\\s$", "a");
+    RX_YES("^\\D\\W\\S$", "a-x");
+    RX_NO("^\\D$", "5");
+    RX_NO("^\\W$", "_");
+    RX_NO("^\\S$", " ");
+    RX_YES("^[\\s\\d]+$", " 1\t2");
+    RX_NO("^[^\\d]$", "3");
+    /* groups, alternation, quantifiers */
+    RX_YES("^(ab|cd)+$", "abcdab");
+    RX_NO("^(ab|cd)+$", "abc");
+    RX_NO("^(ab|cd)+$", "");
+    RX_YES("^(?:ab|cd){2}$", "cdab");
+    RX_NO("^(?:ab|cd){2}$", "ab");
+    RX_YES("^(?<year>\\d{4})-(?<m>\\d\\d)$", "2024-05");
+    RX_YES("^a?b*c+$", "c");
+    RX_YES("^a?b*c+$", "abbbcc");
+    RX_NO("^a?b*c+$", "aab");
+    RX_YES("^a{3}$", "aaa");
+    RX_NO("^a{3}$", "aa");
+    RX_NO("^a{3}$", "aaaa");
+    RX_YES("^a{2,}$", "aaaaaaa");
+    RX_NO("^a{2,}$", "a");
+    RX_YES("^a{2,4}$", "aaaa");
+    RX_NO("^a{2,4}$", "aaaaa");
+    RX_YES("^a{0}b$", "b");
+    RX_YES("^a*?b+?c??d{1,2}?$", "aabd");
+    RX_YES("^(a|)+$", "");
+    RX_YES("^(?:)*x$", "x");
+    RX_YES("^((a)(b(c)))$", "abc");
+    /* anchoring: JSON Schema patterns are unanchored */
+    RX_YES("abc", "xxabcxx");
+    RX_NO("abc", "xxabxcx");
+    RX_YES("^abc", "abcxx");
+    RX_NO("^abc", "xabc");
+    RX_YES("abc$", "xxabc");
+    RX_NO("abc$", "abcx");
+    RX_YES("", "anything");
+    RX_YES("", "");
+    RX_YES("^$", "");
+    RX_NO("^$", "a");
+    RX_YES("^a$|^b$", "b");
+    RX_NO("^a$|^b$", "ab");
+    RX_YES("^a|b$", "axx");
+    RX_YES("^a|b$", "xxb");
+    RX_NO("^a|b$", "xbx");
+    RX_YES("a.c", "\nabc\n"); /* the implicit prefix and suffix take newlines too */
+    RX_YES("\\d{3}", "ab123cd");
+    RX_NO("\\d{3}", "ab12c3d");
+    RX_YES("^.*$", "");
+    RX_NO("^.*$", "a\nb");
+    /* refused constructs */
+    rx_refused("(?=a)b", "look-ahead");
+    rx_refused("(?!a)b", "look-ahead");
+    rx_refused("(?<=a)b", "look-behind (?<=");
+    rx_refused("(?<!a)b", "look-behind (?<!");
+    rx_refused("(a)\\1", "back-reference \\1");
+    rx_refused("(?<n>a)\\k<n>", "back-reference \\k");
+    rx_refused("\\bword\\b", "word boundary \\b");
+    rx_refused("a\\B", "word boundary \\B");
+    rx_refused("a^b", "anchor '^'");
+    rx_refused("(^a)", "anchor '^'");
+    rx_refused("a$b", "anchor '$'");
+    rx_refused("(a$)", "anchor '$'");
+    rx_refused("(a", "unbalanced parenthesis");
+    rx_refused("a)", "unbalanced parenthesis");
+    rx_refused("((a)", "unbalanced parenthesis");
+    rx_refused("(?i)abc", "inline flags");
+    rx_refused("(?i:abc)", "inline flags");
+    rx_refused("\\p{L}", "Unicode property");
+    rx_refused("[\\P{L}]", "Unicode property");
+    rx_refused("\\q", "unknown escape");
+    rx_refused("\\01", "octal");
+    rx_refused("[z-a]", "out of order");
+    rx_refused("a{3,2}", "out of order");
+    rx_refused("*a", "nothing to repeat");
+    rx_refused("a**", "nothing to repeat");
+    rx_refused("a{2}{3}", "nothing to repeat");
+    rx_refused("{2}", "nothing to repeat");
+    rx_refused("[abc", "not closed");
+    rx_refused("abc\\", "lone '\\'");
+    rx_refused("\\x4", "\\x");
+    rx_refused("\\u12", "\\u");
+    rx_refused("a\xff", "UTF-8");
+    /* sizes: counted repetitions are bounded */
+    rx_refused("a{5000}", "too large");
+    rx_refused("(a{100}){100}", "too large");
+    rx_refused("x{1000000}", "too large");
+    rx_refused("(((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((a)))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))", "deeper");
+    {
+        char err[256];
+        rx *r = rx_compile("^\\d{1000}$", 10, err, sizeof err);
+        CHECKF(r && rx_n_states(r) == 1001, "%s", r ? "states" : err);
+        rx_free(r);
+        /* a DFA that would be exponential is refused, not built */
+        r = rx_compile("a.{20}b", 7, err, sizeof err);
+        rx_dfa *d = r ? rx_determinize(r, err, sizeof err) : NULL;
+        CHECKF(r && !d && strstr(err, "too complex"), "%s", err);
+        rx_free(r);
+    }
+    /* the state-set API and remaining lengths */
+    {
+        char err[256];
+        rx *r = rx_compile("^ab{2,4}$", 9, err, sizeof err);
+        rx_set a, b;
+        rx_start(r, &a);
+        CHECK(rx_min_left(r, &a) == 3 && rx_max_left(r, &a) == 5 && !rx_accepts(r, &a));
+        CHECK(rx_step(r, &a, 'a', &b) && rx_min_left(r, &b) == 2 && rx_max_left(r, &b) == 4);
+        CHECK(!rx_step(r, &b, 'a', &a));
+        CHECK(rx_step(r, &b, 'b', &a) && rx_step(r, &a, 'b', &b) && rx_accepts(r, &b) && rx_min_left(r, &b) == 0 &&
+              rx_max_left(r, &b) == 2);
+        rx_free(r);
+        r = rx_compile("^a+b", 4, err, sizeof err);
+        rx_start(r, &a);
+        CHECK(rx_min_left(r, &a) == 2 && rx_max_left(r, &a) == RX_INF);
+        rx_free(r);
+        r = rx_compile("^[]", 3, err, sizeof err);
+        CHECK(r && rx_empty(r));
+        rx_dfa *d = rx_determinize(r, err, sizeof err);
+        CHECK(d && d->n_states == 0 && !rx_dfa_match(d, "", 0));
+        rx_dfa_free(d);
+        rx_free(r);
+        /* a state accepting everything collapses the sets (unanchored end) */
+        r = rx_compile("ab", 2, err, sizeof err);
+        d = rx_determinize(r, err, sizeof err);
+        uint32_t st = d->start;
+        for (const char *p = "xxab"; *p; p++) st = rx_dfa_next(d, st, (uint8_t)*p);
+        CHECK(st != RX_DEAD && (d->flags[st] & RX_UNIVERSAL) && rx_dfa_next(d, st, 0x1F600) == st);
+        CHECK(d->n_states <= 4);
+        rx_dfa_free(d);
+        rx_free(r);
+    }
+    /* intersections */
+    {
+        char err[256];
+        rx *a = rx_compile("^[a-z0-9]+$", 11, err, sizeof err), *b = rx_compile("[0-9]", 5, err, sizeof err);
+        rx *c = rx_intersect(a, b, err, sizeof err);
+        CHECK(c && rx_match(c, "ab1", 3) && rx_match(c, "7", 1) && !rx_match(c, "abc", 3) && !rx_match(c, "A1", 2));
+        rx_free(c);
+        rx_free(b);
+        b = rx_compile("^[A-Z]+$", 8, err, sizeof err);
+        c = rx_intersect(a, b, err, sizeof err);
+        CHECK(c && rx_empty(c));
+        rx_free(a);
+        rx_free(b);
+        rx_free(c);
+    }
+    /* formats */
+    struct {
+        const char *format, *yes[8], *no[16];
+    } F[] = {
+        {"date",
+         {"2024-01-31", "1999-12-01", "0000-10-10", "2024-02-29", "2000-02-29", "1996-02-29", "2023-04-30", NULL},
+         {"2024-1-31", "2024-13-01", "2024-00-10", "2024-01-32", "2024-01-00", "24-01-01", "2024-01-011", "x2024-01-01",
+          "2024/01/01", "", "2023-02-29", "1900-02-29", "2024-02-30", "2024-04-31", "2024-11-31", NULL}},
+        {"time",
+         {"23:59:59Z", "00:00:00+05:30", "12:34:56.789-08:00", NULL},
+         {"24:00:00Z", "12:60:00Z", "12:00:61Z", "12:00:00", "12:00Z", "12:00:00+5:30", "12:00:00.Z", "12:00:00z",
+          "12:00:00+24:00", "23:59:60Z", NULL}},
+        {"date-time",
+         {"2024-02-29T23:59:59Z", "1970-01-01T00:00:00.000001+00:00", NULL},
+         {"2024-02-29 23:59:59Z", "2024-02-29t23:59:59Z", "2024-02-29T23:59:59", "2024-02-29", "T23:59:59Z", NULL}},
+        {"uuid",
+         {"123e4567-e89b-12d3-a456-426614174000", "FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF", NULL},
+         {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400", "g23e4567-e89b-12d3-a456-426614174000",
+          "{123e4567-e89b-12d3-a456-426614174000}", NULL}},
+        {"ipv4",
+         {"0.0.0.0", "255.255.255.255", "192.168.1.10", "10.0.99.249", NULL},
+         {"256.1.1.1", "1.1.1", "1.1.1.1.1", "01.1.1.1", "1.1.1.00", "1.1.1.-1", "1..1.1", " 1.1.1.1", "300.1.1.1", NULL}},
+        {"email",
+         {"a@b.co", "first.last+tag@sub.example.org", "x_y%z-w@a-b.c-d.info", "A1@B2.CD", NULL},
+         {"a@b", "a@b.c", "@b.co", "a@.co", "a.@b.co", ".a@b.co", "a..b@c.co", "a@-b.co", "a@b-.co", "a@b..co",
+          "a b@c.co", NULL}},
+    };
+    for (size_t i = 0; i < sizeof F / sizeof *F; i++) {
+        const char *re = rx_format_pattern(F[i].format);
+        CHECKF(re != NULL, "format %s", F[i].format);
+        if (!re) continue;
+        for (int k = 0; F[i].yes[k]; k++) RX_YES(re, F[i].yes[k]);
+        for (int k = 0; F[i].no[k]; k++) RX_NO(re, F[i].no[k]);
+    }
+    CHECK(rx_format_pattern("uri") == NULL && rx_format_pattern("hostname") == NULL);
+}
+
+/* ---- patterns and formats in the matcher ------------------------------------------------ */
+/* {"type": "string", "pattern": re, "format": fmt, "minLength": mn, "maxLength": mx}
+ * (re, fmt NULL and mn, mx < 0: absent). The caller frees. */
+static char *str_schema(const char *re, const char *fmt, int mn, int mx) {
+    json_t *o = json_pack("{s:s}", "type", "string");
+    if (re) json_object_set_new(o, "pattern", json_string(re));
+    if (fmt) json_object_set_new(o, "format", json_string(fmt));
+    if (mn >= 0) json_object_set_new(o, "minLength", json_integer(mn));
+    if (mx >= 0) json_object_set_new(o, "maxLength", json_integer(mx));
+    char *t = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return t;
+}
+
+static int prun(const char *re, const char *fmt, int mn, int mx, const char *text) {
+    char *sc = str_schema(re, fmt, mn, mx);
+    const int r = RUN1(sc, text);
+    free(sc);
+    return r;
+}
+#define PAT_OK(re, text)          CHECKF(prun(re, NULL, -1, -1, text) == 1, "/%s/ accept %s", re, text)
+#define PAT_NO(re, text)          CHECKF(prun(re, NULL, -1, -1, text) == -1, "/%s/ reject %s", re, text)
+#define PAT_PART(re, text)        CHECKF(prun(re, NULL, -1, -1, text) == 0, "/%s/ partial %s", re, text)
+#define LEN_OK(re, mn, mx, text)  CHECKF(prun(re, NULL, mn, mx, text) == 1, "/%s/ %d..%d accept %s", re, mn, mx, text)
+#define LEN_NO(re, mn, mx, text)  CHECKF(prun(re, NULL, mn, mx, text) == -1, "/%s/ %d..%d reject %s", re, mn, mx, text)
+#define FMT_OK(fmt, text)         CHECKF(prun(NULL, fmt, -1, -1, text) == 1, "%s accept %s", fmt, text)
+#define FMT_NO(fmt, text)         CHECKF(prun(NULL, fmt, -1, -1, text) == -1, "%s reject %s", fmt, text)
+
+/* Feeds the characters of s (raw UTF-8) one byte at a time; after each
+ * whole character, the closing quote must be taken exactly when the text
+ * so far is in the language (the NFA says) and its length is in range. */
+static void close_check(const char *re, int mn, int mx, const char *s) {
+    char *sc = str_schema(re, NULL, mn, mx);
+    jc_schema *js = compile_ok(sc);
+    char err[256];
+    rx *r = rx_compile(re, strlen(re), err, sizeof err);
+    if (!js || !r) {
+        CHECKF(false, "close_check /%s/", re);
+        free(sc);
+        jc_schema_free(js);
+        rx_free(r);
+        return;
+    }
+    jc_matcher *m = jc_matcher_new(js, NULL, NULL, false, NULL);
+    CHECK(jc_matcher_feed(m, "\"", 1) == 0);
+    size_t chars = 0;
+    for (size_t i = 0;; i++) {
+        if (i == 0 || ((unsigned char)s[i] & 0xC0) != 0x80) { /* a character boundary */
+            const bool want = rx_match(r, s, i) && (mn < 0 || chars >= (size_t)mn) && (mx < 0 || chars <= (size_t)mx);
+            jc_matcher *c = jc_matcher_clone(m);
+            const bool got = jc_matcher_feed(c, "\"", 1) == 0 && jc_matcher_can_end(c);
+            CHECKF(got == want, "/%s/ %d..%d: closing after '%.*s': %d, want %d", re, mn, mx, (int)i, s, got, want);
+            jc_matcher_free(c);
+            chars++;
+        }
+        if (!s[i]) break;
+        if (jc_matcher_feed(m, s + i, 1) != 0) break; /* (what cannot continue to a match is refused) */
+    }
+    jc_matcher_free(m);
+    jc_schema_free(js);
+    rx_free(r);
+    free(sc);
+}
+
+static void test_patterns(void) {
+    const char *zip = "^[0-9]{5}(-[0-9]{4})?$";
+    PAT_OK(zip, "\"12345\"");
+    PAT_OK(zip, "\"12345-6789\"");
+    PAT_NO(zip, "\"1234\"");
+    PAT_NO(zip, "\"123456\"");
+    PAT_NO(zip, "\"12345-678\"");
+    PAT_NO(zip, "\"1234a\"");
+    PAT_PART(zip, "\"12345-67");
+    PAT_NO(zip, "12345");
+    /* escapes and raw UTF-8 are the same characters */
+    PAT_OK(zip, "\"\\u0031\\u0032345\"");
+    PAT_NO(zip, "\"\\u0031\\u00322345\"");
+    PAT_NO(zip, "\"\\n");
+    PAT_PART(zip, "\"\\u003");
+    PAT_NO(zip, "\"\\u004");  /* \u0040-\u004F: no digit */
+    PAT_NO(zip, "\"\\u003a");
+    PAT_NO(zip, "\"\xc3");    /* no two-byte digit */
+    PAT_OK("^a\\nb\\t$", "\"a\\nb\\t\"");
+    PAT_OK("^a\\nb\\t$", "\"a\\u000ab\\u0009\"");
+    PAT_NO("^a\\nb$", "\"a\\tb\"");
+    PAT_OK("^\\u00e9+$", "\"\\u00e9\xc3\xa9\\u00E9\"");
+    PAT_NO("^\\u00e9+$", "\"\\u00e8");
+    PAT_NO("^\\u00e9+$", "\"\xc4");
+    PAT_PART("^\\u00e9+$", "\"\xc3");
+    PAT_OK("^\xf0\x9f\x98\x80$", "\"\\ud83d\\ude00\"");
+    PAT_OK("^\xf0\x9f\x98\x80$", "\"\xf0\x9f\x98\x80\"");
+    PAT_PART("^\xf0\x9f\x98\x80$", "\"\\ud8");
+    PAT_NO("^\xf0\x9f\x98\x80$", "\"\\ud9");
+    PAT_NO("^\xf0\x9f\x98\x80$", "\"\\ud83e");
+    PAT_PART("^\xf0\x9f\x98\x80$", "\"\\ud83d\\ude");
+    PAT_NO("^\xf0\x9f\x98\x80$", "\"\\ud83d\\udf");
+    PAT_NO("^\xf0\x9f\x98\x80$", "\"\\ud83d\\ude01");
+    PAT_NO("^\xf0\x9f\x98\x80$", "\"\xf0\x9f\x98\x81");
+    PAT_NO("^\xf0\x9f\x98\x80$", "\"\xf0\x9e");
+    PAT_OK("^[^\\\\]*$", "\"ab\"");
+    PAT_NO("^[^\\\\]*$", "\"a\\\\");
+    PAT_OK("^\"$", "\"\\\"\"");
+    PAT_OK("^\"$", "\"\\u0022\"");
+    PAT_OK("^/$", "\"\\/\"");
+    PAT_OK("^.$", "\"\\u2027\"");
+    PAT_NO("^.$", "\"\\u2028");
+    PAT_NO("^.$", "\"\\n");
+    /* unanchored */
+    PAT_OK("ab+c", "\"xx\xc3\xa9 abbbc \\n!\"");
+    PAT_NO("ab+c", "\"xx abb c\"");
+    PAT_OK("^ab", "\"ab\\n\\u0000\""[0] ? "\"ab\\nz\"" : "");
+    /* with minLength / maxLength */
+    LEN_OK("^(aa)*$", 3, 5, "\"aaaa\"");
+    LEN_NO("^(aa)*$", 3, 5, "\"aa\"");
+    LEN_NO("^(aa)*$", 3, 5, "\"aaaaa");     /* no accepted length 5 */
+    LEN_NO("^(aa)*$", 3, 5, "\"aaaaaa");
+    LEN_OK("^(aa)*$", 5, -1, "\"aaaaaa\"");
+    LEN_NO("^(aa)*$", 5, -1, "\"aaaa\"");
+    LEN_OK("^(aa)*$", 5, 1000001, "\"aaaaaaaa\""); /* periodic length rows */
+    LEN_NO("^(aa)*$", 5, 1000001, "\"aaaa\"");
+    LEN_OK("^(aa)*$", 0, 999999, "\"\"");
+    LEN_OK(zip, -1, 7, "\"12345\"");
+    LEN_NO(zip, -1, 7, "\"12345-");
+    LEN_OK(zip, 6, -1, "\"12345-0000\"");
+    LEN_NO(zip, 6, -1, "\"12345\"");
+    LEN_OK("abc", -1, 4, "\"xabc\"");
+    LEN_OK("abc", -1, 4, "\"abcd\"");
+    LEN_NO("abc", -1, 4, "\"xx");          /* abc no longer fits */
+    LEN_NO("abc", -1, 4, "\"ab\\u00e9");
+    LEN_OK("abc", 5, -1, "\"abc\\u00e9\\n\"");
+    LEN_NO("abc", 5, -1, "\"abc\"");
+    LEN_OK("^\\d+$", 2, 3, "\"\\u0031\\u0032\\u0033\"");
+    LEN_NO("^\\d+$", 2, 3, "\"\\u0031\\u0032\\u0033\\");
+    LEN_OK("^(ab|cde)+$", 7, 7, "\"abcdeab\"");
+    LEN_NO("^(ab|cde)+$", 7, 7, "\"ababab");   /* 6, then nothing of length 1 */
+    LEN_OK("^(ab|cde)+$", 7, 7, "\"ababcde\"");
+    close_check("^(aa)*$", 3, 9, "aaaaaaaaaaaa");
+    close_check(zip, -1, -1, "12345-6789");
+    close_check("ab+c", 4, 9, "xabbcbbbc");
+    close_check("^(ab|cde)+$", 4, 9, "abcdeabcde");
+    close_check("^[\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80" "a]{1,3}$", -1, -1, "\xc3\xa9\xf0\x9f\x98\x80\xe2\x82\xac" "a");
+    close_check("x|^y+$", -1, 5, "yyyyyy");
+    /* unsatisfiable: refused as a root, pruned where optional */
+    refused("{\"type\":\"string\",\"pattern\":\"[]\"}", "no value", "$");
+    refused("{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":0}", "no value", "$");
+    refused("{\"type\":\"string\",\"pattern\":\"^(aa)*$\",\"minLength\":3,\"maxLength\":3}", "no value", "$");
+    refused("{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\",\"minLength\":6,\"maxLength\":9}", "no value", "$");
+    refused("{\"type\":\"string\",\"format\":\"date\",\"maxLength\":9}", "no value", "$");
+    refused("{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^[a-z]\"}", "no value", "$");
+    refused("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"\\\\u0000\"}},\"required\":[\"a\"]}",
+            "no value", "$");
+    {
+        const char *opt = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"[]\"},\"b\":{}}}";
+        ACCEPT(opt, "{\"b\": 1}");
+        REJECT(opt, "{\"a\"");
+    }
+    /* refused patterns name keyword, path and construct */
+    refused("{\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"(?<!x)\\\\d\"}}}",
+            "'pattern' at $.properties.zip: the look-behind (?<! at offset 0 is not supported by the constraint", NULL);
+    refused("{\"type\":\"string\",\"pattern\":\"\\\\bx\"}", "'pattern' at $: the word boundary", NULL);
+    refused("{\"type\":\"string\",\"pattern\":\"a{9999}\"}", "too large", "'pattern' at $");
+    refused("{\"type\":\"string\",\"pattern\":\"a.{20}b\"}", "too complex", "'pattern' at $");
+    refused("{\"type\":\"string\",\"pattern\":\"(a\"}", "unbalanced", "'pattern' at $");
+    refused("{\"type\":\"string\",\"pattern\":5}", "'pattern' at $: it must be a string", NULL);
+    refused("{\"type\":\"array\",\"items\":{\"type\":[\"string\",\"null\"],\"pattern\":\"(?=a)\"}}", "look-ahead",
+            "'pattern' at $.items");
+    /* type inference, enum filtering, formats as annotations */
+    ACCEPT("{\"pattern\":\"^a$\"}", "\"a\"");
+    REJECT("{\"pattern\":\"^a$\"}", "1");
+    ACCEPT("{\"format\":\"date\"}", "\"2024-01-31\"");
+    REJECT("{\"format\":\"date\"}", "1");
+    ACCEPT("{\"format\":\"uri\"}", "1");
+    ACCEPT("{\"type\":\"string\",\"format\":\"uri\"}", "\"not a uri\"");
+    ACCEPT("{\"type\":\"integer\",\"format\":\"date\"}", "12");
+    ACCEPT("{\"type\":[\"string\",\"null\"],\"format\":\"date\"}", "null");
+    REJECT("{\"type\":[\"string\",\"null\"],\"format\":\"date\"}", "\"2024-1-1\"");
+    ACCEPT("{\"anyOf\":[{\"type\":\"string\"}],\"format\":\"date\"}", "\"x\""); /* beside a combinator: annotation */
+    const char *en = "{\"enum\":[\"ab\",\"a1\",\"cd\"],\"pattern\":\"^[a-z]+$\"}";
+    ACCEPT(en, "\"ab\"");
+    ACCEPT(en, "\"cd\"");
+    REJECT(en, "\"a1\"");
+    ACCEPT("{\"enum\":[\"2024-01-01\",\"nope\"],\"format\":\"date\"}", "\"2024-01-01\"");
+    REJECT("{\"enum\":[\"2024-01-01\",\"nope\"],\"format\":\"date\"}", "\"nope\"");
+    refused("{\"const\":\"ab\",\"pattern\":\"^a$\"}", "no value", "$");
+    /* formats in the matcher */
+    FMT_OK("date", "\"2024-02-29\"");
+    FMT_NO("date", "\"2024-02-30x\"");
+    FMT_NO("date", "\"2024-2");
+    FMT_OK("time", "\"08:15:00.5+01:00\"");
+    FMT_NO("time", "\"08:15\"");
+    FMT_OK("date-time", "\"2024-02-29T08:15:00Z\"");
+    FMT_OK("date-time", "\"\\u0032024-02-29T08:15:00Z\"");
+    FMT_NO("date-time", "\"2024-02-29T08:15:00\"");
+    FMT_OK("uuid", "\"123e4567-e89b-12d3-a456-426614174000\"");
+    FMT_NO("uuid", "\"123e4567-e89b-12d3-a456-4266141740001");
+    FMT_OK("ipv4", "\"192.168.0.1\"");
+    FMT_NO("ipv4", "\"192.168.0.256\"");
+    FMT_NO("ipv4", "\"192.168.00");
+    FMT_OK("email", "\"jane.doe@example.com\"");
+    FMT_NO("email", "\"jane..doe@example.com\"");
+    FMT_NO("email", "\"jane@example\"");
+    /* pattern and format together: the intersection */
+    {
+        char *sc = str_schema("@example\\.com$", "email", -1, -1);
+        ACCEPT(sc, "\"a.b@example.com\"");
+        REJECT(sc, "\"a.b@other.com\"");
+        REJECT(sc, "\"@example.com\"");
+        REJECT(sc, "\"a@b@example.com\"");
+        free(sc);
+        sc = str_schema("^[a-z]", "email", -1, 6);
+        ACCEPT(sc, "\"a@b.co\"");
+        REJECT(sc, "\"ab@c.de\"");
+        REJECT(sc, "\"1@b.co\"");
+        free(sc);
+    }
+    /* a patterned key's value inside objects and arrays, with ws */
+    const char *obj = "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"array\",\"items\":{\"type\":\"string\","
+                      "\"format\":\"date\"}},\"z\":{\"type\":\"string\",\"pattern\":\"^\\\\d{2}$\"}},\"required\":[\"d\",\"z\"]}";
+    ACCEPT(obj, "{\"d\": [\"2024-01-01\", \"1999-12-31\"], \"z\": \"42\"}");
+    REJECT(obj, "{\"d\": [\"2024-01-01\", \"1999-12-32\"], \"z\": \"42\"}");
+    REJECT(obj, "{\"d\": [], \"z\": \"4\"}");
+    ph_err e = {0};
+    CHECK(ph_schema_check(obj, strlen(obj), &e) == 0);
+}
+
+/* ---- lenient compile (tool schemas) ------------------------------------------------------ */
+static int lrun(const jc_schema *s, const char *text) {
+    jc_matcher *m = jc_matcher_new(s, NULL, NULL, false, NULL);
+    const int r = jc_matcher_feed(m, text, strlen(text)) ? -1 : jc_matcher_can_end(m) ? 1 : 0;
+    jc_matcher_free(m);
+    return r;
+}
+
+static void test_lenient(void) {
+    const char *tool =
+        "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"pattern\":\"(?<=x)y\",\"maxLength\":4},"
+        "\"x\":{\"type\":\"integer\",\"not\":{\"const\":3},\"multipleOf\":2},\"color\":{\"enum\":[\"red\",\"green\"]},"
+        "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}$\"}},\"required\":[\"id\",\"x\",\"color\",\"code\"],"
+        "\"patternProperties\":{\"^a\":{}}}";
+    ph_err e = {0};
+    char *dropped = (char *)"unset";
+    jc_schema *s = jc_schema_compile_lenient(tool, strlen(tool), &dropped, &e);
+    CHECKF(s != NULL, "%s", e.msg);
+    CHECKF(dropped && strstr(dropped, "'pattern' at $.properties.id (the look-behind (?<=") &&
+               strstr(dropped, "'not' at $.properties.x") && strstr(dropped, "'multipleOf' at $.properties.x") &&
+               strstr(dropped, "'patternProperties' at $") && !strstr(dropped, "code"),
+           "dropped: %s", dropped ? dropped : "(null)");
+    if (s) {
+        CHECK(lrun(s, "{\"id\": \"abcd\", \"x\": 3, \"color\": \"red\", \"code\": \"FR\"}") == 1);
+        CHECK(lrun(s, "{\"id\": \"abcde") == -1);                                  /* maxLength stays */
+        CHECK(lrun(s, "{\"id\": \"a\", \"x\": 1.5") == -1);                         /* type stays */
+        CHECK(lrun(s, "{\"id\": \"a\", \"x\": 1, \"color\": \"blue\"") == -1);      /* the sibling's enum stays */
+        CHECK(lrun(s, "{\"id\": \"a\", \"x\": 1, \"color\": \"green\", \"code\": \"F1") == -1); /* its pattern too */
+    }
+    free(dropped);
+    jc_schema_free(s);
+    /* the strict compile refuses the same schema, naming the first refusal */
+    memset(&e, 0, sizeof e);
+    s = jc_schema_compile(tool, strlen(tool), &e);
+    CHECKF(!s && e.code == PH_ERR_INPUT && strstr(e.msg, "at $"), "%s", e.msg);
+    jc_schema_free(s);
+    CHECK(ph_schema_check(tool, strlen(tool), &e) == -1);
+    /* nothing to drop: NULL */
+    dropped = (char *)"unset";
+    s = jc_schema_compile_lenient(TOOLS, strlen(TOOLS), &dropped, &e);
+    CHECK(s && dropped == NULL);
+    jc_schema_free(s);
+    /* combinators: siblings and extra entries dropped, the rest kept */
+    const char *comb = "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"null\"}],\"type\":\"string\","
+                       "\"allOf\":[{}],\"if\":{},\"then\":{}}";
+    s = jc_schema_compile_lenient(comb, strlen(comb), &dropped, &e);
+    CHECKF(s && dropped && strstr(dropped, "'type' at $ (beside 'anyOf')") && strstr(dropped, "'allOf' at $") &&
+               strstr(dropped, "'if' at $") && strstr(dropped, "'then' at $"),
+           "%s", dropped ? dropped : e.msg);
+    if (s) {
+        CHECK(lrun(s, "null") == 1);
+        CHECK(lrun(s, "\"abc") == -1);
+    }
+    free(dropped);
+    jc_schema_free(s);
+    const char *all2 = "{\"allOf\":[{\"type\":\"integer\"},{\"minimum\":3}]}";
+    s = jc_schema_compile_lenient(all2, strlen(all2), &dropped, &e);
+    CHECK(s && dropped && strstr(dropped, "'allOf' at $ (all but its first schema)") && lrun(s, "1") == 1 &&
+          lrun(s, "\"a\"") == -1);
+    free(dropped);
+    jc_schema_free(s);
+    /* unsatisfiable after dropping, or not JSON: NULL with the error */
+    const char *unsat = "{\"type\":\"string\",\"pattern\":\"[]\",\"not\":{}}";
+    dropped = (char *)"unset";
+    memset(&e, 0, sizeof e);
+    s = jc_schema_compile_lenient(unsat, strlen(unsat), &dropped, &e);
+    CHECKF(!s && dropped == NULL && e.code == PH_ERR_INPUT && strstr(e.msg, "no value"), "%s", e.msg);
+    s = jc_schema_compile_lenient("{", 1, &dropped, &e);
+    CHECK(!s && dropped == NULL && strstr(e.msg, "not valid JSON"));
+    s = jc_schema_compile_lenient("{\"minItems\":-1,\"not\":{}}", 24, NULL, &e);
+    CHECK(!s && strstr(e.msg, "'minItems'"));
+    /* a pattern too large for its maxLength is dropped, the format kept */
+    const char *big = "{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"(?!x)\"}";
+    s = jc_schema_compile_lenient(big, strlen(big), &dropped, &e);
+    CHECK(s && dropped && strstr(dropped, "'pattern' at $ (the look-ahead") && lrun(s, "\"1.2.3.4\"") == 1 &&
+          lrun(s, "\"1.2.3.x") == -1);
+    free(dropped);
+    jc_schema_free(s);
 }
 
 /* ---- vocabularies ------------------------------------------------------------------ */
@@ -1175,6 +1770,9 @@ int main(void) {
     test_keywords();
     test_refusals();
     test_state();
+    test_regex();
+    test_patterns();
+    test_lenient();
     test_synthetic(quick);
     test_real(quick);
     TEST_END();

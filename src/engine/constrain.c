@@ -18,15 +18,20 @@ size_t constraint_token_text(void *model, int32_t id, char *buf, size_t cap) {
     return n > 0 ? (size_t)n : 0;
 }
 
-/* {"type": "object", "properties": {"name": {"const": NAME}, "arguments": SCHEMA}, "required": [...]} */
+/* {"type": "object", "properties": {"name": {"const": NAME}, "arguments": SCHEMA}, "required": [...]}; a
+ * keyword of SCHEMA the constraint cannot hold loses only its own constraint (jc_schema_compile_lenient),
+ * a schema it cannot read at all leaves any object */
 static json_t *call_object(const ph_tool *t) {
     json_t *params = NULL;
     if (t->parameters) {
         ph_err e = {0};
-        jc_schema *s = jc_schema_compile(t->parameters, strlen(t->parameters), &e);
+        char *dropped = NULL;
+        jc_schema *s = jc_schema_compile_lenient(t->parameters, strlen(t->parameters), &dropped, &e);
         if (s) {
             jc_schema_free(s);
             params = json_loads(t->parameters, JSON_DECODE_ANY, NULL);
+            if (dropped) PH_WARN("the arguments of tool '%s' are constrained without %s", t->name, dropped);
+            free(dropped);
         } else {
             PH_WARN("the arguments of tool '%s' are constrained to any object: %s", t->name, e.msg);
         }
@@ -50,7 +55,7 @@ static jc_schema *calls_schema(const ph_gen_params *g, ph_err *err) {
         err_set(err, "out of memory");
         return NULL;
     }
-    jc_schema *s = jc_schema_compile(text, strlen(text), err);
+    jc_schema *s = jc_schema_compile_lenient(text, strlen(text), NULL, err); /* (what call_object logged) */
     free(text);
     return s;
 }

@@ -152,7 +152,10 @@ typedef struct cc {
     size_t n_bn, cap_bn;
     bedge *be;
     size_t n_be, cap_be;
-    int depth; /* recursion guard */
+    size_t cap_rx;
+    bool lenient;   /* drop what would be refused (jc_schema_compile_lenient) */
+    strbuf dropped; /* what was dropped, ", "-separated */
+    int depth;      /* recursion guard */
 } cc;
 
 enum { B_NEVER, B_ANY, B_OBJ, B_ARR, B_STR, B_NUM, B_TFN, B_N }; /* built-in nodes */
@@ -175,6 +178,20 @@ PH_PRINTF(2, 3) static int refuse(cc *c, const char *fmt, ...) {
     return -1;
 }
 
+/* Notes a dropped keyword (lenient compile), once. */
+PH_PRINTF(2, 3) static void drop(cc *c, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    const size_t n = strlen(line);
+    for (const char *at = c->dropped.p; at && (at = strstr(at, line)); at++)
+        if ((at == c->dropped.p || at[-1] == ' ') && (at[n] == '\0' || at[n] == ',')) return;
+    if (c->dropped.n) strbuf_puts(&c->dropped, ", ");
+    strbuf_put(&c->dropped, line, n);
+}
+
 static uint32_t new_node(cc *c, uint8_t kind) {
     jc_schema *s = c->s;
     if (s->n_nodes >= 0x7fffff) return refuse(c, "json schema: too large for the constraint"), JC_NONE;
@@ -184,7 +201,7 @@ static uint32_t new_node(cc *c, uint8_t kind) {
     jc_node *n = &s->nodes[s->n_nodes];
     memset(n, 0, sizeof *n);
     n->kind = kind;
-    n->extra = n->trie = n->max = JC_NONE;
+    n->extra = n->trie = n->max = n->rx = JC_NONE;
     n->mind = JC_INF;
     return s->n_nodes++;
 }
@@ -217,8 +234,7 @@ static int add_lit(cc *c, uint32_t node, json_t *values, uint32_t filter) {
 /* ---- keywords -------------------------------------------------------------- */
 /* Annotations (title, description, default, format...) and keywords that
  * are not JSON Schema vocabulary are ignored: ignoring them only narrows. */
-static const char *const REFUSED[] = {"pattern",
-                                      "patternProperties",
+static const char *const REFUSED[] = {"patternProperties",
                                       "not",
                                       "if",
                                       "then",
@@ -253,6 +269,7 @@ static const char *const TYPED[] = {"type",
                                     "maxItems",
                                     "minLength",
                                     "maxLength",
+                                    "pattern",
                                     "minimum",
                                     "maximum",
                                     "exclusiveMinimum",
@@ -260,7 +277,7 @@ static const char *const TYPED[] = {"type",
                                     NULL};
 static const char *const OBJ_KW[] = {"properties", "required", "additionalProperties", NULL};
 static const char *const ARR_KW[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
-static const char *const STR_KW[] = {"minLength", "maxLength", NULL};
+static const char *const STR_KW[] = {"minLength", "maxLength", "pattern", NULL};
 static const char *const NUM_KW[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
 
 static bool in_list(const char *const *list, const char *k) {
@@ -547,6 +564,246 @@ static int compile_array(cc *c, json_t *js, const char *path, uint32_t id) {
     return 0;
 }
 
+/* ---- strings: pattern and format ------------------------------------------------ */
+enum { LENS_BITS = 1 << 25, LENS_WORK = 1 << 27 };
+
+static uint64_t level_hash(const uint64_t *w, uint32_t nw) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t i = 0; i < nw; i++) h = (h ^ w[i]) * 1099511628211ull;
+    return h ^ h >> 31;
+}
+
+/* x->lens for a maxLength of B, if the intervals of the DFA's remaining
+ * lengths are not exact. The states that accept after exactly L more code
+ * points (level L) follow from level L - 1 (their predecessors), so the
+ * levels repeat from some point on: they are computed up to B or to the
+ * first repeat. -1: too large (why says so) or out of memory. */
+static int str_lens(jc_rx *x, uint32_t B, char *why, size_t cap) {
+    const rx_dfa *d = x->dfa;
+    const uint32_t n = d->n_states, nc = d->n_classes, nw = (n + 63) / 64;
+    if (!n) return 0;
+    int rc = -1;
+    uint32_t *poff = calloc((size_t)n + 2, sizeof *poff), *pred = NULL, *seen = malloc((size_t)n * sizeof *seen);
+    uint64_t *lv = NULL, *rows = NULL;
+    uint32_t *ht = NULL;
+    size_t cap_lv = 0, hcap = 64, nl = 0, ne = 0;
+    if (!poff || !seen) goto oom;
+    /* the distinct predecessors of t: pred[poff[t]..poff[t + 1]) (the first pass counts, the second fills) */
+    for (int fill = 0; fill < 2; fill++) {
+        for (uint32_t i = 0; i < n; i++) seen[i] = JC_NONE;
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t k = 0; k < nc; k++) {
+                const uint32_t t = d->next[(size_t)i * nc + k];
+                if (t == RX_DEAD || seen[t] == i) continue;
+                seen[t] = i;
+                if (fill) pred[poff[t + 1]++] = i;
+                else poff[t + 2]++, ne++;
+            }
+        if (fill) break;
+        for (uint32_t i = 0; i < n; i++) poff[i + 2] += poff[i + 1];
+        if (!(pred = malloc((ne + 1) * sizeof *pred))) goto oom;
+    }
+    if (!(ht = malloc(hcap * sizeof *ht))) goto oom;
+    for (size_t i = 0; i < hcap; i++) ht[i] = JC_NONE;
+    uint32_t rlen = 0, per_t = 0, per_p = 0;
+    uint64_t work = 0;
+    for (uint32_t L = 0;; L++) {
+        if (L > B) { /* no repeat up to the bound: rows of B + 1 bits */
+            rlen = B + 1;
+            break;
+        }
+        if (((size_t)L + 1) * nw * 64 > LENS_BITS || work > LENS_WORK) {
+            snprintf(why, cap, "together with maxLength %u it is too large for the constraint", B);
+            goto done;
+        }
+        uint64_t *g = grow_array(lv, &cap_lv, ((size_t)L + 1) * nw - 1, sizeof *lv, 64);
+        if (!g) goto oom;
+        lv = g;
+        uint64_t *cur = lv + (size_t)L * nw;
+        memset(cur, 0, nw * sizeof *cur);
+        if (L == 0) {
+            for (uint32_t i = 0; i < n; i++)
+                if (d->flags[i] & RX_ACCEPT) cur[i / 64] |= 1ull << (i % 64);
+        } else {
+            const uint64_t *prev = lv + ((size_t)L - 1) * nw;
+            for (uint32_t w = 0; w < nw; w++)
+                for (uint64_t bits = prev[w]; bits; bits &= bits - 1) {
+                    const uint32_t t = w * 64 + (uint32_t)__builtin_ctzll(bits);
+                    for (uint32_t k = poff[t]; k < poff[t + 1]; k++) cur[pred[k] / 64] |= 1ull << (pred[k] % 64);
+                    work += poff[t + 1] - poff[t];
+                }
+            work += nw;
+        }
+        /* a repeat? */
+        size_t h = (size_t)level_hash(cur, nw) & (hcap - 1);
+        bool rep = false;
+        for (; ht[h] != JC_NONE; h = (h + 1) & (hcap - 1))
+            if (!memcmp(lv + (size_t)ht[h] * nw, cur, nw * sizeof *cur)) {
+                per_t = ht[h];
+                per_p = L - ht[h];
+                rlen = L;
+                rep = true;
+                break;
+            }
+        if (rep) break;
+        ht[h] = L;
+        if (++nl * 2 > hcap) { /* rehash */
+            const size_t nh = hcap * 2;
+            uint32_t *t2 = malloc(nh * sizeof *t2);
+            if (!t2) goto oom;
+            for (size_t i = 0; i < nh; i++) t2[i] = JC_NONE;
+            for (size_t i = 0; i < hcap; i++) {
+                if (ht[i] == JC_NONE) continue;
+                size_t q = (size_t)level_hash(lv + (size_t)ht[i] * nw, nw) & (nh - 1);
+                while (t2[q] != JC_NONE) q = (q + 1) & (nh - 1);
+                t2[q] = ht[i];
+            }
+            free(ht);
+            ht = t2;
+            hcap = nh;
+        }
+    }
+    /* rows; kept only if some state's lengths are not its interval */
+    const uint32_t lw = (rlen + 63) / 64;
+    if (!(rows = calloc((size_t)n * lw + 1, sizeof *rows))) goto oom;
+    for (uint32_t L = 0; L < rlen; L++) {
+        const uint64_t *cur = lv + (size_t)L * nw;
+        for (uint32_t w = 0; w < nw; w++)
+            for (uint64_t bits = cur[w]; bits; bits &= bits - 1) {
+                const uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+                rows[(size_t)i * lw + L / 64] |= 1ull << (L % 64);
+            }
+    }
+    x->lens = rows;
+    x->lw = lw;
+    x->rlen = rlen;
+    x->per_t = per_t;
+    x->per_p = per_p;
+    bool exact = true;
+    const uint32_t top = per_p ? rlen + per_p : rlen; /* one more period decides the rest */
+    for (uint32_t i = 0; i < n && exact; i++)
+        for (uint32_t L = 0; L < top && L <= B && exact; L++) {
+            const bool in = d->min_left[i] <= L && L <= d->max_left[i];
+            if (in != jc_rx_lens(x, i, L, L)) exact = false;
+        }
+    if (exact) {
+        free(rows);
+        x->lens = NULL;
+    }
+    rows = NULL;
+    rc = 0;
+    goto done;
+oom:
+    snprintf(why, cap, "out of memory");
+done:
+    free(poff);
+    free(pred);
+    free(seen);
+    free(lv);
+    free(rows);
+    free(ht);
+    return rc;
+}
+
+/* A jc_rx of the language r (taken), for a maxLength of max. -1: why says. */
+static int str_rx_make(rx *r, uint32_t max, jc_rx *out, char *why, size_t cap) {
+    memset(out, 0, sizeof *out);
+    out->dfa = rx_determinize(r, why, cap);
+    rx_free(r);
+    if (!out->dfa) return -1;
+    if (max != JC_NONE && str_lens(out, max, why, cap)) {
+        rx_dfa_free(out->dfa);
+        out->dfa = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static bool known_format(const json_t *js) {
+    const json_t *f = json_object_get(js, "format");
+    return json_is_string(f) && rx_format_pattern(json_string_value(f));
+}
+
+/* pattern and format of string node id (its min and max are set). A
+ * pattern outside the regex subset is refused (dropped when lenient); a
+ * format the constraint cannot build with the pattern or the maxLength stays
+ * an annotation. */
+static int compile_str_rx(cc *c, const json_t *js, const char *path, uint32_t id) {
+    const json_t *pat = json_object_get(js, "pattern");
+    const json_t *fmt = json_object_get(js, "format");
+    const char *fre = json_is_string(fmt) ? rx_format_pattern(json_string_value(fmt)) : NULL;
+    if (!pat && !fre) return 0;
+    const uint32_t max = c->s->nodes[id].max;
+    char why[256] = "";
+    rx *a = NULL, *b = NULL;
+    jc_rx x = {0};
+    bool done = false, pat_bad = false;
+    if (pat && !json_is_string(pat)) {
+        snprintf(why, sizeof why, "it must be a string");
+        pat_bad = true;
+    } else if (pat) {
+        a = rx_compile(json_string_value(pat), json_string_length(pat), why, sizeof why);
+        pat_bad = !a;
+    }
+    if (fre) {
+        char fwhy[256];
+        if (!(b = rx_compile(fre, strlen(fre), fwhy, sizeof fwhy))) return oom(c); /* (the formats compile) */
+    }
+    if (a && b) {
+        char w2[256];
+        rx *ab = rx_intersect(a, b, w2, sizeof w2);
+        if (ab && str_rx_make(ab, max, &x, w2, sizeof w2) == 0) done = true;
+    }
+    if (!done && a) {
+        rx *a2 = a;
+        a = NULL;
+        if (str_rx_make(a2, max, &x, why, sizeof why) == 0) done = true; /* the format stays an annotation */
+        else pat_bad = true;
+    }
+    rx_free(a);
+    if (pat_bad) {
+        if (!c->lenient) {
+            rx_free(b);
+            return refuse(c, "'pattern' at %s: %s", path, why);
+        }
+        drop(c, "'pattern' at %s (%s)", path, why);
+    }
+    if (!done && b) {
+        char w3[256];
+        rx *b2 = b;
+        b = NULL;
+        done = str_rx_make(b2, max, &x, w3, sizeof w3) == 0;
+    }
+    rx_free(b);
+    if (!done) return 0;
+    jc_schema *s = c->s;
+    jc_rx *p = grow_array(s->rx, &c->cap_rx, s->n_rx, sizeof *p, 8);
+    if (!p) {
+        rx_dfa_free(x.dfa);
+        free(x.lens);
+        return oom(c);
+    }
+    s->rx = p;
+    s->rx[s->n_rx] = x;
+    s->nodes[id].rx = s->n_rx++;
+    return 0;
+}
+
+/* Whether string node n takes the UTF-8 text v (length and pattern). */
+static bool str_accepts(const jc_schema *s, const jc_node *n, const char *v, size_t len, size_t chars) {
+    if (chars < n->min || (n->max != JC_NONE && chars > n->max)) return false;
+    if (n->rx == JC_NONE) return true;
+    return rx_dfa_match(s->rx[n->rx].dfa, v, len);
+}
+
+/* Whether string node n has a value at all. */
+static bool str_feasible(const jc_schema *s, const jc_node *n) {
+    if (n->max != JC_NONE && n->min > n->max) return false;
+    if (n->rx == JC_NONE) return true;
+    const jc_rx *x = &s->rx[n->rx];
+    return x->dfa->n_states && jc_rx_ok(x, x->dfa->start, 0, n->min, n->max);
+}
+
 /* ---- types ----------------------------------------------------------------- */
 enum { T_OBJ = 1, T_ARR = 2, T_STR = 4, T_NUM = 8, T_INT = 16, T_BOOL = 32, T_NULL = 64 };
 
@@ -583,7 +840,7 @@ static int compile_typed(cc *c, json_t *js, const char *path, uint32_t id) {
     } else {
         if (has_any(js, OBJ_KW)) types |= T_OBJ;
         if (has_any(js, ARR_KW)) types |= T_ARR;
-        if (has_any(js, STR_KW)) types |= T_STR;
+        if (has_any(js, STR_KW) || known_format(js)) types |= T_STR;
         if (has_any(js, NUM_KW)) types |= T_NUM;
         if (!types) { /* any value */
             c->s->nodes[id].kind = K_ALT;
@@ -610,6 +867,7 @@ static int compile_typed(cc *c, json_t *js, const char *path, uint32_t id) {
             c->s->nodes[x].kind = K_STR;
             c->s->nodes[x].min = mn;
             c->s->nodes[x].max = mx;
+            if (rc == 0) rc = compile_str_rx(c, js, path, x);
             break;
         }
         case T_NUM: rc = compile_number(c, js, path, x, false); break;
@@ -692,11 +950,19 @@ static uint32_t compile(cc *c, json_t *js, const char *path) {
     int rc = 0;
     json_object_foreach(js, k, v) {
         if (in_list(REFUSED, k)) {
+            if (c->lenient) {
+                drop(c, "'%s' at %s", k, path);
+                continue;
+            }
             rc = refuse(c, "'%s' at %s is not supported by the constraint", k, path);
             break;
         }
         if (!strcmp(k, "$ref") || !strcmp(k, "anyOf") || !strcmp(k, "oneOf") || !strcmp(k, "allOf")) {
             if (comb) {
+                if (c->lenient) { /* the first one stays */
+                    drop(c, "'%s' at %s (beside '%s')", k, path, comb);
+                    continue;
+                }
                 rc = refuse(c, "'%s' at %s together with '%s' is not supported by the constraint", k, path, comb);
                 break;
             }
@@ -715,7 +981,7 @@ static uint32_t compile(cc *c, json_t *js, const char *path) {
             json_array_append(vals, x);
         }
         uint32_t filter = JC_NONE;
-        if (rc == 0 && (comb || has_any(js, TYPED))) {
+        if (rc == 0 && (comb || has_any(js, TYPED) || known_format(js))) {
             json_t *rest = json_copy(js);
             json_t **ow = rest ? grow_array(c->owned, &c->cap_owned, c->n_owned, sizeof *ow, 8) : NULL;
             if (!ow) {
@@ -733,11 +999,12 @@ static uint32_t compile(cc *c, json_t *js, const char *path) {
         if (rc == 0) rc = add_lit(c, id, vals, filter);
         else json_decref(vals);
     } else if (rc == 0 && comb) {
-        for (int i = 0; TYPED[i]; i++)
+        for (int i = 0; TYPED[i] && rc == 0; i++)
             if (json_object_get(js, TYPED[i])) {
-                rc = refuse(c, "'%s' at %s together with '%s' is not supported by the constraint", comb, path,
-                            TYPED[i]);
-                break;
+                if (c->lenient) drop(c, "'%s' at %s (beside '%s')", TYPED[i], path, comb);
+                else
+                    rc = refuse(c, "'%s' at %s together with '%s' is not supported by the constraint", comb, path,
+                                TYPED[i]);
             }
         json_t *list = json_object_get(js, comb);
         char sub[PATH_CAP];
@@ -759,9 +1026,12 @@ static uint32_t compile(cc *c, json_t *js, const char *path) {
                 }
             }
         } else if (rc == 0) {
-            const size_t n = json_is_array(list) ? json_array_size(list) : 0;
+            size_t n = json_is_array(list) ? json_array_size(list) : 0;
             if (!n) rc = refuse(c, "'%s' at %s must be a non-empty array of schemas", comb, path);
-            else if (!strcmp(comb, "allOf") && n > 1)
+            else if (!strcmp(comb, "allOf") && n > 1 && c->lenient) {
+                drop(c, "'allOf' at %s (all but its first schema)", path);
+                n = 1;
+            } else if (!strcmp(comb, "allOf") && n > 1)
                 rc = refuse(c, "'allOf' at %s with more than one schema is not supported by the constraint", path);
             uint32_t *ids = rc ? NULL : calloc(n, sizeof *ids);
             if (rc == 0 && !ids) rc = oom(c);
@@ -866,7 +1136,7 @@ static bool accepts(const cc *c, uint32_t id, const json_t *v, int guard) {
     case K_STR: {
         if (!json_is_string(v)) return false;
         const size_t k = utf8_chars(json_string_value(v), json_string_length(v));
-        return k >= n->min && (n->max == JC_NONE || k <= n->max);
+        return str_accepts(s, n, json_string_value(v), json_string_length(v), k);
     }
     case K_NUM: {
         if (!json_is_number(v)) return false;
@@ -1018,7 +1288,7 @@ static int min_depths(cc *c) {
     for (uint32_t id = 0; id < s->n_nodes; id++) {
         jc_node *n = &s->nodes[id];
         n->mind = JC_INF;
-        if (n->kind == K_STR) n->mind = (n->max == JC_NONE || n->min <= n->max) ? 0 : JC_INF;
+        if (n->kind == K_STR) n->mind = str_feasible(s, n) ? 0 : JC_INF;
         if (n->kind == K_NUM) n->mind = (!n->bounded || n->lo <= n->hi) ? 0 : JC_INF;
         if (n->kind == K_LIT) n->mind = has[id] ? 0 : JC_INF;
     }
@@ -1177,7 +1447,8 @@ static int builtins(cc *c) {
     return c->failed ? -1 : tfn ? add_lit(c, B_TFN, tfn, JC_NONE) : oom(c);
 }
 
-jc_schema *jc_schema_compile(const char *json, size_t len, ph_err *err) {
+static jc_schema *compile_text(const char *json, size_t len, bool lenient, char **dropped, ph_err *err) {
+    if (dropped) *dropped = NULL;
     json_error_t je;
     json_t *doc = json_loadb(json, len, JSON_DECODE_ANY, &je);
     if (!doc) {
@@ -1188,6 +1459,7 @@ jc_schema *jc_schema_compile(const char *json, size_t len, ph_err *err) {
     cc c = {0};
     c.err = err;
     c.doc = doc;
+    c.lenient = lenient;
     c.s = calloc(1, sizeof *c.s);
     if (!c.s) {
         json_decref(doc);
@@ -1221,11 +1493,23 @@ jc_schema *jc_schema_compile(const char *json, size_t len, ph_err *err) {
     free(c.bn);
     free(c.be);
     json_decref(doc);
+    if (rc == 0 && c.dropped.oom) rc = oom(&c);
     if (rc) {
+        free(c.dropped.p);
         jc_schema_free(c.s);
         return NULL;
     }
+    if (dropped) *dropped = c.dropped.n ? c.dropped.p : NULL;
+    if (!dropped || !c.dropped.n) free(c.dropped.p);
     return c.s;
+}
+
+jc_schema *jc_schema_compile(const char *json, size_t len, ph_err *err) {
+    return compile_text(json, len, false, NULL, err);
+}
+
+jc_schema *jc_schema_compile_lenient(const char *json, size_t len, char **dropped, ph_err *err) {
+    return compile_text(json, len, true, dropped, err);
 }
 
 void jc_schema_free(jc_schema *s) {
@@ -1236,6 +1520,11 @@ void jc_schema_free(jc_schema *s) {
     free(s->bytes);
     free(s->tn);
     free(s->te);
+    for (uint32_t i = 0; i < s->n_rx; i++) {
+        rx_dfa_free(s->rx[i].dfa);
+        free(s->rx[i].lens);
+    }
+    free(s->rx);
     free(s);
 }
 

@@ -17,7 +17,8 @@
  * PH_ERR_INPUT, naming the keyword and its JSON path):
  * - type: object, array, string, number, integer, boolean, null, or a list
  *   of them. No type: the types whose keywords appear (properties → object,
- *   items → array, minLength → string, minimum → number), or any value.
+ *   items → array, minLength/pattern or a format below → string, minimum
+ *   → number), or any value.
  * - object: properties, required, additionalProperties. Keys come in a fixed
  *   order: required ones in their properties order (required names without a
  *   properties entry after them, any value), then the optional ones in
@@ -31,6 +32,26 @@
  *   (validated, also across tokens) except '"', '\' and control characters;
  *   escapes \" \\ \/ \b \f \n \r \t \uXXXX (surrogates only in pairs, no
  *   \u0000, as jansson wants).
+ *   pattern: the ECMAScript subset of text/regex.h (classes, groups,
+ *   alternation, counted repetition, ^ and $ at the ends; no look-around,
+ *   back-references or \b), unanchored as JSON Schema reads it, matched on
+ *   the decoded characters (raw UTF-8 and escapes alike). format: date
+ *   (YYYY-MM-DD, a calendar date: each month's days, February 29 in leap
+ *   years), time (RFC 3339: HH:MM:SS with seconds 00-59, optional
+ *   fraction, Z or +-HH:MM), date-time (date "T" time), uuid
+ *   (8-4-4-4-12 hex), ipv4 (dotted quad, 0-255, no leading zeros), email
+ *   (dot-atoms of [A-Za-z0-9_%+-] @ hyphenated labels, one dot at least, a
+ *   top-level domain of 2+ letters); other formats are annotations. Both
+ *   together: the intersection (if it cannot be built, the pattern alone).
+ *   Pattern/format and the lengths are compiled into one DFA per string
+ *   (at most RX_MAX_DSTATES states; beyond, or past RX_MAX_STATES NFA
+ *   states, the pattern is refused as too large), with each state's
+ *   possible remaining lengths, so that a character is taken only if some
+ *   accepted string of an allowed length can still follow, and the closing
+ *   quote only in an accepting state. A matcher thread holds the DFA state
+ *   (4 bytes). Inside a patterned string only tokens the DFA accepts pass
+ *   (the "plain token" shortcut of the mask holds only in a state that
+ *   accepts every continuation, e.g. after an unanchored pattern matched).
  * - number: -?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})?
  *   (two exponent digits: no double overflows); integer: -?(0|[1-9][0-9]{0,15}).
  *   minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, not the
@@ -38,19 +59,21 @@
  *   exponent, and bounds are exact to 1e-16 (rounded inwards).
  * - boolean, null, const and enum (any JSON values; matched in their
  *   canonical serialisation, json.dumps style with ", " and ": " or compact,
- *   values not allowed by the schema's other keywords are dropped).
+ *   values not allowed by the schema's other keywords, pattern and format
+ *   included, are dropped).
  * - anyOf, oneOf (as anyOf), allOf with one entry, local $ref (any "#/..."
  *   JSON pointer, e.g. #/$defs/x, #/definitions/x, #; recursion allowed),
  *   $defs/definitions. anyOf/oneOf/allOf/$ref take no constraining sibling
  *   keywords.
  * - Annotations are ignored (title, description, $schema, $id, $comment,
- *   examples, default, format, readOnly, writeOnly, deprecated,
- *   contentMediaType, contentEncoding, $anchor, ...), and so are keywords
- *   that are not JSON Schema vocabulary (x-..., nullable): ignoring them
- *   only narrows. Known validation keywords outside the subset (pattern,
- *   patternProperties, not, if/then/else, multipleOf, uniqueItems,
- *   min/maxProperties, dependentRequired, propertyNames, contains, ...)
- *   are refused.
+ *   examples, default, the formats not listed above, readOnly, writeOnly,
+ *   deprecated, contentMediaType, contentEncoding, $anchor, ...), and so
+ *   are keywords that are not JSON Schema vocabulary (x-..., nullable):
+ *   ignoring them only narrows. Known validation keywords outside the
+ *   subset (patternProperties, not, if/then/else, multipleOf, uniqueItems,
+ *   min/maxProperties, dependentRequired, propertyNames, contains, ...) and
+ *   patterns outside the regex subset are refused
+ *   (jc_schema_compile_lenient drops them instead).
  * - Whitespace between tokens of the value (after { [ , : and before } ] ,):
  *   "" | " " | "\n" "\n"? [ \t]{0,20}, as llama.cpp allows; the same
  *   around the value when outer_ws.
@@ -71,9 +94,23 @@ enum { JC_MAX_DEPTH = 32, JC_MAX_THREADS = 256 };
 
 typedef struct jc_schema jc_schema; /* compiled schema, immutable, shareable */
 /* Compiles JSON schema text. Refuses (PH_ERR_INPUT, message names the
- * keyword and its JSON path, e.g. "'pattern' at $.properties.zip is not
- * supported by the constraint") anything outside the subset. */
+ * keyword and its JSON path, e.g. "'not' at $.properties.zip is not
+ * supported by the constraint", "'pattern' at $.properties.zip: the
+ * look-behind (?<= at offset 0 is not supported by the constraint")
+ * anything outside the subset. */
 jc_schema *jc_schema_compile(const char *json, size_t len, ph_err *err);
+/* The same for tool schemas, where a constraint on part of the value beats
+ * none: each keyword jc_schema_compile would refuse (a keyword outside the
+ * subset, a pattern outside the regex subset or too large, a second
+ * combinator or typed keywords beside one, allOf's schemas after the first)
+ * is dropped from its (sub)schema only, which only widens what is allowed
+ * there; everything else still constrains. *dropped: NULL if nothing was
+ * dropped, else a malloc'd list (the caller frees), e.g. "'pattern' at
+ * $.properties.id (the look-behind (?<= at offset 0 is not supported by
+ * the constraint), 'not' at $.properties.x". Other errors (not JSON,
+ * malformed keywords, unsatisfiable) as jc_schema_compile; dropped may be
+ * NULL. */
+jc_schema *jc_schema_compile_lenient(const char *json, size_t len, char **dropped, ph_err *err);
 void jc_schema_free(jc_schema *s);
 
 typedef struct jc_vocab jc_vocab; /* per-model precompute over the vocabulary, built once */

@@ -39,7 +39,8 @@ enum {
     M_AFTER_MEMBER, /* ws, then ',' or '}' */
     M_ARROPEN,      /* after '[': ws, then an item or ']' */
     M_AFTER_ITEM,   /* ws, then ',' or ']' */
-    M_STR,          /* node: K_STR; pos: characters (saturated), esc, utf, val (\u digits) */
+    M_STR,          /* node: K_STR; pos: characters (saturated), esc, utf, val (\u digits); with a pattern:
+                       aux: DFA state, val: the code point's bits so far, val2: a \u high surrogate */
     M_LIT,          /* pos: literal trie node */
     M_NUM,          /* node: K_NUM; esc: phase; pos: integer digits, aux: fraction/exponent digits,
                        val/val2: integer and fraction digits (bounded numbers only); F_NEG */
@@ -311,18 +312,58 @@ static int hexval(uint8_t b) {
     return -1;
 }
 
-/* One byte inside a string: 0 refused, 1 taken, 2 the closing quote. */
-static int str_byte(jc_thread *t, uint8_t b, uint32_t min, uint32_t max) {
+/* Patterned strings (x: the node's jc_rx): a character is taken when the
+ * DFA goes on with it and some accepted string of an allowed length still
+ * follows; inside a multi-byte character or an escape, when some code point
+ * it may still become does. t->pos already counts the character. */
+static bool rx_take(jc_thread *t, const jc_rx *x, uint32_t cp, uint32_t min, uint32_t max) {
+    const uint32_t nx = rx_dfa_next(x->dfa, t->aux, cp);
+    if (nx == RX_DEAD || !jc_rx_ok(x, nx, t->pos, min, max)) return false;
+    t->aux = nx;
+    return true;
+}
+
+static bool rx_range(const jc_thread *t, const jc_rx *x, uint32_t lo, uint32_t hi, uint32_t min, uint32_t max) {
+    const rx_dfa *d = x->dfa;
+    if (lo > hi) return false;
+    const uint32_t *row = d->next + (size_t)t->aux * d->n_classes;
+    for (uint32_t c = rx_dfa_class(d, lo); c < d->n_classes && d->bound[c] <= hi; c++)
+        if (row[c] != RX_DEAD && jc_rx_ok(x, row[c], t->pos, min, max)) return true;
+    return false;
+}
+
+/* After j (1..3) hex digits v of a \u escape: the code points it may still
+ * be, directly or through a high surrogate's pair. */
+static bool rx_u_range(const jc_thread *t, const jc_rx *x, uint32_t v, uint32_t j, uint32_t min, uint32_t max) {
+    const uint32_t sh = 4 * (4 - j), lo = v << sh, hi = lo | ((1u << sh) - 1);
+    if (rx_range(t, x, lo, hi, min, max)) return true; /* (no transitions on surrogates) */
+    const uint32_t a = lo > 0xD800 ? lo : 0xD800, b = hi < 0xDBFF ? hi : 0xDBFF;
+    return a <= b && rx_range(t, x, 0x10000 + ((a - 0xD800) << 10), 0x10000 + ((b - 0xD800) << 10) + 0x3FF, min, max);
+}
+
+/* One byte inside a string: 0 refused, 1 taken, 2 the closing quote. x: the
+ * pattern, or NULL. */
+static int str_byte(jc_thread *t, uint8_t b, uint32_t min, uint32_t max, const jc_rx *x) {
     if (t->utf) {
         const int rem = t->utf & 3, cls = t->utf >> 2;
         if (b < CONT_LO[cls] || b > CONT_HI[cls]) return 0;
         t->utf = (uint8_t)(rem - 1);
+        if (x) {
+            t->val = t->val << 6 | (b & 0x3F);
+            if (rem == 1) {
+                const uint32_t cp = (uint32_t)t->val;
+                t->val = 0;
+                return rx_take(t, x, cp, min, max);
+            }
+            const uint32_t sh = 6 * (uint32_t)(rem - 1), lo = (uint32_t)t->val << sh;
+            return rx_range(t, x, lo, lo | ((1u << sh) - 1), min, max);
+        }
         return 1;
     }
     int h;
     switch (t->esc) {
     case 0: {
-        if (b == '"') return t->pos >= min ? 2 : 0;
+        if (b == '"') return t->pos >= min && (!x || (x->dfa->flags[t->aux] & RX_ACCEPT)) ? 2 : 0;
         if (b < 0x20) return 0;
         if (max != JC_NONE && t->pos >= max) return 0;
         int cls = 0, need = 0;
@@ -333,6 +374,15 @@ static int str_byte(jc_thread *t, uint8_t b, uint32_t min, uint32_t max) {
         }
         const uint32_t sat = max != JC_NONE ? max : min;
         if (t->pos < sat) t->pos++;
+        if (x) {
+            if (b == '\\') return rx_range(t, x, 1, 0x10FFFF, min, max); /* \u can write any */
+            if (b < 0x80) return rx_take(t, x, b, min, max);
+            static const uint32_t LEAST[4] = {0, 0x80, 0x800, 0x10000};
+            const uint32_t v = b & (0x3Fu >> need), sh = 6 * (uint32_t)need;
+            t->val = v;
+            const uint32_t lo = v << sh;
+            return rx_range(t, x, lo < LEAST[need] ? LEAST[need] : lo, lo | ((1u << sh) - 1), min, max);
+        }
         return 1;
     }
     case 1:
@@ -343,6 +393,10 @@ static int str_byte(jc_thread *t, uint8_t b, uint32_t min, uint32_t max) {
         }
         if (!strchr("\"\\/bfnrt", b) || !b) return 0;
         t->esc = 0;
+        if (x) {
+            static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+            return rx_take(t, x, (uint8_t)to[strchr(from, b) - from], min, max);
+        }
         return 1;
     case 2:
     case 3:
@@ -353,20 +407,34 @@ static int str_byte(jc_thread *t, uint8_t b, uint32_t min, uint32_t max) {
         if (t->esc == 3 && t->val >= 0xDC && t->val <= 0xDF) return 0; /* a lone low surrogate */
         if (t->esc < 5) {
             t->esc++;
-            return 1;
+            return !x || rx_u_range(t, x, (uint32_t)t->val, (uint32_t)t->esc - 2, min, max);
         }
         if (t->val == 0) return 0; /* \u0000: jansson refuses it */
-        t->esc = (t->val >= 0xD800 && t->val <= 0xDBFF) ? 6 : 0;
+        const uint32_t u = (uint32_t)t->val;
+        t->esc = (u >= 0xD800 && u <= 0xDBFF) ? 6 : 0;
         t->val = 0;
-        return 1;
+        if (!x) return 1;
+        if (t->esc == 0) return rx_take(t, x, u, min, max);
+        t->val2 = u;
+        return rx_range(t, x, 0x10000 + ((u - 0xD800) << 10), 0x10000 + ((u - 0xD800) << 10) + 0x3FF, min, max);
     case 6: return b == '\\' ? (t->esc = 7, 1) : 0;
     case 7: return b == 'u' ? (t->esc = 8, 1) : 0;
     default: /* 8..11: the low surrogate DC00-DFFF */
         if ((h = hexval(b)) < 0) return 0;
         if (t->esc == 8 && h != 0xD) return 0;
         if (t->esc == 9 && h < 0xC) return 0;
+        const uint32_t j = (uint32_t)t->esc - 7; /* low digits read */
         t->esc = t->esc == 11 ? 0 : (uint8_t)(t->esc + 1);
-        return 1;
+        if (!x) return 1;
+        t->val = t->val * 16 + (uint64_t)h;
+        const uint32_t base = 0x10000 + (((uint32_t)t->val2 - 0xD800) << 10);
+        if (j == 4) {
+            const uint32_t cp = base + ((uint32_t)t->val - 0xDC00);
+            t->val = t->val2 = 0;
+            return rx_take(t, x, cp, min, max);
+        }
+        const uint32_t sh = 4 * (4 - j), lo = (uint32_t)t->val << sh, hi = lo | ((1u << sh) - 1);
+        return rx_range(t, x, base + ((lo > 0xDC00 ? lo : 0xDC00) - 0xDC00), base + (hi - 0xDC00), min, max);
     }
 }
 
@@ -569,6 +637,7 @@ static void start_value(sctx *c, const jc_thread *t0, uint32_t id, uint8_t b) {
         if (b != '"') return;
         set_mode(&t, M_STR);
         t.node = id;
+        if (n->rx != JC_NONE) t.aux = s->rx[n->rx].dfa->start;
         emit(c, &t);
         return;
     case K_NUM:
@@ -658,7 +727,7 @@ static void step(sctx *c, const jc_thread *in, uint8_t b) {
     }
     case M_KEYSTR: {
         const uint32_t at = t.aux;
-        const int r = str_byte(&t, b, 0, JC_NONE);
+        const int r = str_byte(&t, b, 0, JC_NONE, NULL);
         if (r == 0) return;
         if (r == 2) {
             if (at != JC_NONE) { /* spelled as a declared key: not an extra one */
@@ -731,7 +800,7 @@ static void step(sctx *c, const jc_thread *in, uint8_t b) {
     }
     case M_STR: {
         const jc_node *n = &s->nodes[t.node];
-        const int r = str_byte(&t, b, n->min, n->max);
+        const int r = str_byte(&t, b, n->min, n->max, n->rx == JC_NONE ? NULL : &s->rx[n->rx]);
         if (r == 2) after_value(c, &t);
         if (r) emit(c, &t);
         return;
@@ -962,19 +1031,27 @@ bool jc_matcher_finished(const jc_matcher *m) {
 }
 
 /* ---- masks --------------------------------------------------------------------------- */
+/* A patterned string's state that every character keeps (and accepts). */
+static inline bool rx_settled(const jc_schema *s, const jc_node *n, const jc_thread *t) {
+    return n->rx == JC_NONE || (s->rx[n->rx].dfa->flags[t->aux] & RX_UNIVERSAL);
+}
+
 /* A string state that any plain token leaves unchanged: no escape or
- * character pending, no count that matters, no key spelling tracked. */
+ * character pending, no count that matters, no key spelling tracked, no
+ * pattern that still tells characters apart. */
 static bool free_string(const jc_matcher *m, const jc_thread *t) {
     if (t->esc || t->utf) return false;
     if (t->mode == M_KEYSTR) return t->aux == JC_NONE;
     if (t->mode != M_STR) return false;
     const jc_node *n = &m->s->nodes[t->node];
-    return n->max == JC_NONE && t->pos >= n->min;
+    return n->max == JC_NONE && t->pos >= n->min && rx_settled(m->s, n, t);
 }
 
 /* A string state with nothing pending, where the count may matter. */
-static bool clean_string(const jc_thread *t) {
-    return (t->mode == M_STR || t->mode == M_KEYSTR) && !t->esc && !t->utf;
+static bool clean_string(const jc_matcher *m, const jc_thread *t) {
+    if (t->esc || t->utf) return false;
+    if (t->mode == M_KEYSTR) return true;
+    return t->mode == M_STR && rx_settled(m->s, &m->s->nodes[t->node], t);
 }
 
 bool jc_matcher_token_ok(const jc_matcher *m, const jc_vocab *v, int32_t id) {
@@ -1064,7 +1141,7 @@ int32_t jc_matcher_mask(const jc_matcher *m, const jc_vocab *v, uint64_t *allowe
     int ng[3] = {0, 0, 0};
     for (int i = 0; i < m->n; i++) {
         const jc_thread *t = &m->th[i];
-        const int g = free_string(m, t) ? 0 : clean_string(t) ? 1 : 2;
+        const int g = free_string(m, t) ? 0 : clean_string(m, t) ? 1 : 2;
         w->g[g][ng[g]++] = *t;
     }
     if (ng[0]) { /* free strings: all plain tokens, and the others from their first non-plain byte */

@@ -4,7 +4,13 @@
 // checks its API's event grammar on the way.
 import assert from 'node:assert/strict';
 
+import Ajv2020Module from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
+
 import { anthropic, MODEL_ID, openai } from './helpers.mjs';
+
+const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
+const addFormats = addFormatsModule.default ?? addFormatsModule;
 
 export const WEATHER = {
   name: 'get_weather',
@@ -289,37 +295,11 @@ function toMessagesInput(messages) {
 
 // ---- checking arguments against a schema (independent of the server) ------
 
-export function validate(schema, v, path = '$', root = schema) {
-  const fail = (why) => assert.fail(`${path}: ${why}: ${JSON.stringify(v)}`);
-  if (schema.$ref) {
-    const target = schema.$ref.replace(/^#\//, '').split('/').reduce((o, k) => o?.[k], root);
-    assert.ok(target, `${path}: unresolved ${schema.$ref}`);
-    return validate(target, v, path, root);
-  }
-  if (schema.anyOf) {
-    const ok = schema.anyOf.some((s) => { try { validate(s, v, path, root); return true; } catch { return false; } });
-    if (!ok) fail('matches no anyOf branch');
-    return;
-  }
-  if (schema.const !== undefined && JSON.stringify(schema.const) !== JSON.stringify(v)) fail('not the const');
-  if (schema.enum && !schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(v))) fail('not in the enum');
-  const types = schema.type === undefined ? [] : [].concat(schema.type);
-  const typeOf = (x) => (x === null ? 'null' : Array.isArray(x) ? 'array' : Number.isInteger(x) ? 'integer' : typeof x);
-  if (types.length && !types.some((t) => t === typeOf(v) || (t === 'number' && typeof v === 'number'))) fail(`not of type ${types}`);
-  if (typeOf(v) === 'object') {
-    for (const k of schema.required ?? []) if (!(k in v)) fail(`missing required '${k}'`);
-    for (const [k, x] of Object.entries(v)) {
-      if (schema.properties?.[k]) validate(schema.properties[k], x, `${path}.${k}`, root);
-      else if (schema.properties && schema.additionalProperties !== true && typeof schema.additionalProperties !== 'object') fail(`extra key '${k}'`);
-    }
-  }
-  if (typeOf(v) === 'array') {
-    if (schema.maxItems !== undefined && v.length > schema.maxItems) fail('too many items');
-    if (schema.minItems !== undefined && v.length < schema.minItems) fail('too few items');
-    v.forEach((x, i) => schema.items && validate(schema.items, x, `${path}[${i}]`, root));
-  }
-  if (typeof v === 'string') {
-    if (schema.maxLength !== undefined && [...v].length > schema.maxLength) fail('too long');
-    if (schema.minLength !== undefined && [...v].length < schema.minLength) fail('too short');
-  }
+// An independent JSON Schema validator (ajv, draft 2020-12 with the formats
+// checked in full): a constrained answer must validate against its schema.
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+addFormats(ajv, { mode: 'full' });
+export function validate(schema, v) {
+  const ok = ajv.validate(schema, v);
+  assert.ok(ok, `${JSON.stringify(v)}: ${ajv.errorsText(ajv.errors)}`);
 }

@@ -216,9 +216,73 @@ describe('the constraint alone', { timeout: 600_000 }, () => {
     }
   });
 
+  // Tool schemas as agents write them: ids, dates and paths with pattern and format.
+  const TICKET = {
+    name: 'open_ticket',
+    description: 'Open a ticket',
+    parameters: {
+      type: 'object',
+      properties: {
+        id: { type: 'string', pattern: '^[A-Z]{2,4}-[0-9]{1,5}$' },
+        due: { type: 'string', format: 'date' },
+        at: { type: 'string', format: 'date-time', maxLength: 32 },
+        owner: { type: 'string', format: 'email', maxLength: 40 },
+        host: { type: 'string', format: 'ipv4' },
+        ref: { type: 'string', format: 'uuid' },
+        path: { type: 'string', pattern: '^(/[a-z0-9_.-]+)+\\.(c|h|md)$', maxLength: 30 },
+        word: { type: 'string', pattern: 'ab+c', maxLength: 12 },
+      },
+      required: ['id', 'due', 'owner', 'path', 'word'],
+    },
+  };
+
+  test('pattern and format in a tool schema: every call validates (ajv, 10 seeds, every API, streamed and not)', async () => {
+    for (let seed = 1; seed <= 10; seed++) {
+      for (const api of ['chat', 'responses', 'messages']) {
+        for (const stream of [false, true]) {
+          const r = await callOne(srv, api, stream, { messages: [{ role: 'user', content: 'File it.' }] }, 2000,
+            { tools: [TICKET], choice: 'required', parallel: false, extra: { temperature: 1, seed } });
+          const what = `${api} seed ${seed}${stream ? ' stream' : ''}`;
+          assert.equal(r.finish, 'tool_calls', `${what}: finish`);
+          assert.equal(r.calls.length, 1, what);
+          validate(TICKET.parameters, args(r.calls[0]));
+        }
+      }
+    }
+  });
+
+  test('a keyword the constraint cannot hold loses only its own constraint, not the tool\'s', async () => {
+    const tool = {
+      name: 'tag',
+      description: 'Tag a line',
+      parameters: {
+        type: 'object',
+        properties: {
+          code: { type: 'string', pattern: '^[0-9]{3}$' },
+          note: { type: 'string', pattern: '(?<=a)b', maxLength: 10 }, /* a look-behind: dropped */
+          level: { type: 'integer', minimum: 1, maximum: 5, not: { const: 3 } }, /* 'not': dropped */
+        },
+        required: ['code', 'note', 'level'],
+      },
+    };
+    const kept = structuredClone(tool.parameters);
+    delete kept.properties.note.pattern;
+    delete kept.properties.level.not;
+    for (let seed = 1; seed <= 5; seed++) {
+      for (const api of ['chat', 'responses', 'messages']) {
+        const r = await callOne(srv, api, seed % 2 === 0, { messages: [{ role: 'user', content: 'Tag.' }] }, 1000,
+          { tools: [tool], choice: 'tag', extra: { temperature: 1, seed } });
+        assert.equal(r.finish, 'tool_calls', `${api} seed ${seed}`);
+        validate(kept, args(r.calls[0]));
+      }
+    }
+  });
+
   const RESULT = {
     type: 'object',
     properties: {
+      code: { type: 'string', pattern: '^[a-z]{3}-[0-9]{2}$' },
+      day: { type: 'string', format: 'date' },
       answer: { type: 'string', maxLength: 16 },
       score: { type: 'integer' },
       ok: { type: 'boolean' },
@@ -226,7 +290,7 @@ describe('the constraint alone', { timeout: 600_000 }, () => {
       note: { anyOf: [{ type: 'string', maxLength: 8 }, { type: 'null' }] },
       detail: { $ref: '#/$defs/detail' },
     },
-    required: ['answer', 'score', 'ok', 'detail'],
+    required: ['code', 'day', 'answer', 'score', 'ok', 'detail'],
     $defs: { detail: { type: 'object', properties: { level: { enum: [1, 2, 3] }, ratio: { type: 'number' } }, required: ['level'] } },
   };
 
@@ -269,15 +333,20 @@ describe('the constraint alone', { timeout: 600_000 }, () => {
     validate(RESULT, JSON.parse(text));
   });
 
-  test('a schema outside the subset is refused with 400 naming the keyword', async () => {
-    const bad = { type: 'object', properties: { zip: { type: 'string', pattern: '^[0-9]{5}$' } } };
+  test('a response schema outside the subset is refused with 400 naming the keyword and its path', async () => {
     const oa = openai(srv);
-    await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: [ASK], max_tokens: 4,
-      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: bad } } }), 400, /pattern/);
-    await openaiError(oa.responses.create({ model: MODEL_ID, input: 'x', max_output_tokens: 4,
-      text: { format: { type: 'json_schema', name: 'x', schema: bad } } }), 400, /pattern/);
-    await anthropicError(anthropic(srv).messages.create({ model: MODEL_ID, messages: [ASK], max_tokens: 4,
-      output_config: { format: { type: 'json_schema', schema: bad } } }), 400, 'invalid_request_error', /pattern/);
+    for (const [bad, re] of [
+      [{ type: 'object', properties: { zip: { type: 'string', pattern: '^(?<=x)[0-9]{5}$' } } }, /'pattern' at \$\.properties\.zip.*look-behind/],
+      [{ type: 'object', properties: { zip: { type: 'string', pattern: '^(a)\\1$' } } }, /'pattern' at \$\.properties\.zip.*back-reference/],
+      [{ type: 'object', properties: { n: { type: 'integer', not: { const: 1 } } } }, /'not' at \$\.properties\.n/],
+    ]) {
+      await openaiError(oa.chat.completions.create({ model: MODEL_ID, messages: [ASK], max_tokens: 4,
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema: bad } } }), 400, re);
+      await openaiError(oa.responses.create({ model: MODEL_ID, input: 'x', max_output_tokens: 4,
+        text: { format: { type: 'json_schema', name: 'x', schema: bad } } }), 400, re);
+      await anthropicError(anthropic(srv).messages.create({ model: MODEL_ID, messages: [ASK], max_tokens: 4,
+        output_config: { format: { type: 'json_schema', schema: bad } } }), 400, 'invalid_request_error', re);
+    }
   });
 });
 
