@@ -161,9 +161,20 @@ static int parse(job *j, ph_err *err) {
         return err_setc(err, PH_ERR_INPUT,
                         "'truncation' may only be \"disabled\": a conversation that does not "
                         "fit is refused, never cut");
+    /* reasoning.encrypted_content (sent by agents that keep no state on the server): the reasoning items
+     * already carry their text, and are taken back as they are */
     json_t *inc = json_object_get(root, "include");
-    if (inc && !json_is_null(inc) && !(json_is_array(inc) && json_array_size(inc) == 0))
-        return err_setc(err, PH_ERR_INPUT, "'include' is not supported: the output already has everything there is");
+    if (inc && !json_is_null(inc) && !json_is_array(inc)) return err_setc(err, PH_ERR_INPUT, "'include' must be an array");
+    size_t ii;
+    json_t *iv;
+    json_array_foreach(inc, ii, iv) {
+        const char *v = json_string_value(iv);
+        if (!v || strcmp(v, "reasoning.encrypted_content"))
+            return err_setc(err, PH_ERR_INPUT,
+                            "'include[%zu]' (%.64s) is not supported: only \"reasoning.encrypted_content\" is (the "
+                            "reasoning items carry their text)",
+                            ii, v ? v : "not a string");
+    }
     json_t *instr = json_object_get(root, "instructions");
     if (instr && !json_is_null(instr)) {
         if (!json_is_string(instr)) return err_setc(err, PH_ERR_INPUT, "'instructions' must be a string");
