@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/strbuf.h"
 #include "gguf/gguf.h"
 #include "test.h"
 #include "text/json_constraint.h"
@@ -719,16 +720,18 @@ static void test_regex(void) {
     RX_YES("^\\x41\\u00e9\\u{1F600}\\uD83D\\uDE00$", "A\xc3\xa9\xf0\x9f\x98\x80\xf0\x9f\x98\x80");
     RX_YES("^\\cJ$", "\n");
     RX_YES("^\\@\\#\\ $", "@# ");
-    RX_NO("^\\0$", "");      /* U+0000 is not in the alphabet */
-    RX_NO("^\\uD800$", "");  /* nor a lone surrogate */
+    RX_NO("^\\0$", "");         /* U+0000 is not in the alphabet */
+    RX_NO("^\\uD800$", "");     /* nor a lone surrogate */
     RX_YES("^a{,2}$", "a{,2}"); /* not a quantifier: literal */
     RX_YES("^a}]$", "a}]");
     /* . and classes */
     RX_YES("^a.c$", "abc");
-    RX_YES("^a.c$", "a\xc3\xa9" "c");
+    RX_YES("^a.c$", "a\xc3\xa9"
+                    "c");
     RX_NO("^a.c$", "a\nc");
     RX_NO("^a.c$", "a\rc");
-    RX_NO("^a.c$", "a\xe2\x80\xa8" "c");
+    RX_NO("^a.c$", "a\xe2\x80\xa8"
+                   "c");
     RX_NO("^a.c$", "ac");
     RX_YES("^[a-c]+$", "abcba");
     RX_NO("^[a-c]+$", "abd");
@@ -845,7 +848,9 @@ static void test_regex(void) {
     rx_refused("a{5000}", "too large");
     rx_refused("(a{100}){100}", "too large");
     rx_refused("x{1000000}", "too large");
-    rx_refused("(((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((a)))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))", "deeper");
+    rx_refused("(((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((a)))))))))))))))))))))))))))))))))))"
+               "))))))))))))))))))))))))))))))",
+               "deeper");
     {
         char err[256];
         rx *r = rx_compile("^\\d{1000}$", 10, err, sizeof err);
@@ -910,8 +915,9 @@ static void test_regex(void) {
     } F[] = {
         {"date",
          {"2024-01-31", "1999-12-01", "0000-10-10", "2024-02-29", "2000-02-29", "1996-02-29", "2023-04-30", NULL},
-         {"2024-1-31", "2024-13-01", "2024-00-10", "2024-01-32", "2024-01-00", "24-01-01", "2024-01-011", "x2024-01-01",
-          "2024/01/01", "", "2023-02-29", "1900-02-29", "2024-02-30", "2024-04-31", "2024-11-31", NULL}},
+         {"2024-1-31", "2024-13-01", "2024-00-10", "2024-01-32", "2024-01-00", "24-01-01", "2024-01-011",
+          "x2024-01-01", "2024/01/01", "", "2023-02-29", "1900-02-29", "2024-02-30", "2024-04-31", "2024-11-31",
+          NULL}},
         {"time",
          {"23:59:59Z", "00:00:00+05:30", "12:34:56.789-08:00", NULL},
          {"24:00:00Z", "12:60:00Z", "12:00:61Z", "12:00:00", "12:00Z", "12:00:00+5:30", "12:00:00.Z", "12:00:00z",
@@ -921,11 +927,12 @@ static void test_regex(void) {
          {"2024-02-29 23:59:59Z", "2024-02-29t23:59:59Z", "2024-02-29T23:59:59", "2024-02-29", "T23:59:59Z", NULL}},
         {"uuid",
          {"123e4567-e89b-12d3-a456-426614174000", "FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF", NULL},
-         {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400", "g23e4567-e89b-12d3-a456-426614174000",
-          "{123e4567-e89b-12d3-a456-426614174000}", NULL}},
+         {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400",
+          "g23e4567-e89b-12d3-a456-426614174000", "{123e4567-e89b-12d3-a456-426614174000}", NULL}},
         {"ipv4",
          {"0.0.0.0", "255.255.255.255", "192.168.1.10", "10.0.99.249", NULL},
-         {"256.1.1.1", "1.1.1", "1.1.1.1.1", "01.1.1.1", "1.1.1.00", "1.1.1.-1", "1..1.1", " 1.1.1.1", "300.1.1.1", NULL}},
+         {"256.1.1.1", "1.1.1", "1.1.1.1.1", "01.1.1.1", "1.1.1.00", "1.1.1.-1", "1..1.1", " 1.1.1.1", "300.1.1.1",
+          NULL}},
         {"email",
          {"a@b.co", "first.last+tag@sub.example.org", "x_y%z-w@a-b.c-d.info", "A1@B2.CD", NULL},
          {"a@b", "a@b.c", "@b.co", "a@.co", "a.@b.co", ".a@b.co", "a..b@c.co", "a@-b.co", "a@b-.co", "a@b..co",
@@ -961,13 +968,13 @@ static int prun(const char *re, const char *fmt, int mn, int mx, const char *tex
     free(sc);
     return r;
 }
-#define PAT_OK(re, text)          CHECKF(prun(re, NULL, -1, -1, text) == 1, "/%s/ accept %s", re, text)
-#define PAT_NO(re, text)          CHECKF(prun(re, NULL, -1, -1, text) == -1, "/%s/ reject %s", re, text)
-#define PAT_PART(re, text)        CHECKF(prun(re, NULL, -1, -1, text) == 0, "/%s/ partial %s", re, text)
-#define LEN_OK(re, mn, mx, text)  CHECKF(prun(re, NULL, mn, mx, text) == 1, "/%s/ %d..%d accept %s", re, mn, mx, text)
-#define LEN_NO(re, mn, mx, text)  CHECKF(prun(re, NULL, mn, mx, text) == -1, "/%s/ %d..%d reject %s", re, mn, mx, text)
-#define FMT_OK(fmt, text)         CHECKF(prun(NULL, fmt, -1, -1, text) == 1, "%s accept %s", fmt, text)
-#define FMT_NO(fmt, text)         CHECKF(prun(NULL, fmt, -1, -1, text) == -1, "%s reject %s", fmt, text)
+#define PAT_OK(re, text)         CHECKF(prun(re, NULL, -1, -1, text) == 1, "/%s/ accept %s", re, text)
+#define PAT_NO(re, text)         CHECKF(prun(re, NULL, -1, -1, text) == -1, "/%s/ reject %s", re, text)
+#define PAT_PART(re, text)       CHECKF(prun(re, NULL, -1, -1, text) == 0, "/%s/ partial %s", re, text)
+#define LEN_OK(re, mn, mx, text) CHECKF(prun(re, NULL, mn, mx, text) == 1, "/%s/ %d..%d accept %s", re, mn, mx, text)
+#define LEN_NO(re, mn, mx, text) CHECKF(prun(re, NULL, mn, mx, text) == -1, "/%s/ %d..%d reject %s", re, mn, mx, text)
+#define FMT_OK(fmt, text)        CHECKF(prun(NULL, fmt, -1, -1, text) == 1, "%s accept %s", fmt, text)
+#define FMT_NO(fmt, text)        CHECKF(prun(NULL, fmt, -1, -1, text) == -1, "%s reject %s", fmt, text)
 
 /* Feeds the characters of s (raw UTF-8) one byte at a time; after each
  * whole character, the closing quote must be taken exactly when the text
@@ -1020,9 +1027,9 @@ static void test_patterns(void) {
     PAT_NO(zip, "\"\\u0031\\u00322345\"");
     PAT_NO(zip, "\"\\n");
     PAT_PART(zip, "\"\\u003");
-    PAT_NO(zip, "\"\\u004");  /* \u0040-\u004F: no digit */
+    PAT_NO(zip, "\"\\u004"); /* \u0040-\u004F: no digit */
     PAT_NO(zip, "\"\\u003a");
-    PAT_NO(zip, "\"\xc3");    /* no two-byte digit */
+    PAT_NO(zip, "\"\xc3"); /* no two-byte digit */
     PAT_OK("^a\\nb\\t$", "\"a\\nb\\t\"");
     PAT_OK("^a\\nb\\t$", "\"a\\u000ab\\u0009\"");
     PAT_NO("^a\\nb$", "\"a\\tb\"");
@@ -1055,7 +1062,7 @@ static void test_patterns(void) {
     /* with minLength / maxLength */
     LEN_OK("^(aa)*$", 3, 5, "\"aaaa\"");
     LEN_NO("^(aa)*$", 3, 5, "\"aa\"");
-    LEN_NO("^(aa)*$", 3, 5, "\"aaaaa");     /* no accepted length 5 */
+    LEN_NO("^(aa)*$", 3, 5, "\"aaaaa"); /* no accepted length 5 */
     LEN_NO("^(aa)*$", 3, 5, "\"aaaaaa");
     LEN_OK("^(aa)*$", 5, -1, "\"aaaaaa\"");
     LEN_NO("^(aa)*$", 5, -1, "\"aaaa\"");
@@ -1068,38 +1075,46 @@ static void test_patterns(void) {
     LEN_NO(zip, 6, -1, "\"12345\"");
     LEN_OK("abc", -1, 4, "\"xabc\"");
     LEN_OK("abc", -1, 4, "\"abcd\"");
-    LEN_NO("abc", -1, 4, "\"xx");          /* abc no longer fits */
+    LEN_NO("abc", -1, 4, "\"xx"); /* abc no longer fits */
     LEN_NO("abc", -1, 4, "\"ab\\u00e9");
     LEN_OK("abc", 5, -1, "\"abc\\u00e9\\n\"");
     LEN_NO("abc", 5, -1, "\"abc\"");
     LEN_OK("^\\d+$", 2, 3, "\"\\u0031\\u0032\\u0033\"");
     LEN_NO("^\\d+$", 2, 3, "\"\\u0031\\u0032\\u0033\\");
     LEN_OK("^(ab|cde)+$", 7, 7, "\"abcdeab\"");
-    LEN_NO("^(ab|cde)+$", 7, 7, "\"ababab");   /* 6, then nothing of length 1 */
+    LEN_NO("^(ab|cde)+$", 7, 7, "\"ababab"); /* 6, then nothing of length 1 */
     LEN_OK("^(ab|cde)+$", 7, 7, "\"ababcde\"");
     close_check("^(aa)*$", 3, 9, "aaaaaaaaaaaa");
     close_check(zip, -1, -1, "12345-6789");
     close_check("ab+c", 4, 9, "xabbcbbbc");
     close_check("^(ab|cde)+$", 4, 9, "abcdeabcde");
-    close_check("^[\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80" "a]{1,3}$", -1, -1, "\xc3\xa9\xf0\x9f\x98\x80\xe2\x82\xac" "a");
+    close_check("^[\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"
+                "a]{1,3}$",
+                -1, -1,
+                "\xc3\xa9\xf0\x9f\x98\x80\xe2\x82\xac"
+                "a");
     close_check("x|^y+$", -1, 5, "yyyyyy");
     /* unsatisfiable: refused as a root, pruned where optional */
     refused("{\"type\":\"string\",\"pattern\":\"[]\"}", "no value", "$");
     refused("{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":0}", "no value", "$");
     refused("{\"type\":\"string\",\"pattern\":\"^(aa)*$\",\"minLength\":3,\"maxLength\":3}", "no value", "$");
-    refused("{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\",\"minLength\":6,\"maxLength\":9}", "no value", "$");
+    refused("{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\",\"minLength\":6,\"maxLength\":9}",
+            "no value", "$");
     refused("{\"type\":\"string\",\"format\":\"date\",\"maxLength\":9}", "no value", "$");
     refused("{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^[a-z]\"}", "no value", "$");
-    refused("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"\\\\u0000\"}},\"required\":[\"a\"]}",
+    refused("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"\\\\u0000\"}},"
+            "\"required\":[\"a\"]}",
             "no value", "$");
     {
-        const char *opt = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"[]\"},\"b\":{}}}";
+        const char *opt =
+            "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"[]\"},\"b\":{}}}";
         ACCEPT(opt, "{\"b\": 1}");
         REJECT(opt, "{\"a\"");
     }
     /* refused patterns name keyword, path and construct */
     refused("{\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"(?<!x)\\\\d\"}}}",
-            "'pattern' at $.properties.zip: the look-behind (?<! at offset 0 is not supported by the constraint", NULL);
+            "'pattern' at $.properties.zip: the look-behind (?<! at offset 0 is not supported by the constraint",
+            NULL);
     refused("{\"type\":\"string\",\"pattern\":\"\\\\bx\"}", "'pattern' at $: the word boundary", NULL);
     refused("{\"type\":\"string\",\"pattern\":\"a{9999}\"}", "too large", "'pattern' at $");
     refused("{\"type\":\"string\",\"pattern\":\"a.{20}b\"}", "too complex", "'pattern' at $");
@@ -1157,8 +1172,9 @@ static void test_patterns(void) {
         free(sc);
     }
     /* a patterned key's value inside objects and arrays, with ws */
-    const char *obj = "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"array\",\"items\":{\"type\":\"string\","
-                      "\"format\":\"date\"}},\"z\":{\"type\":\"string\",\"pattern\":\"^\\\\d{2}$\"}},\"required\":[\"d\",\"z\"]}";
+    const char *obj =
+        "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"array\",\"items\":{\"type\":\"string\","
+        "\"format\":\"date\"}},\"z\":{\"type\":\"string\",\"pattern\":\"^\\\\d{2}$\"}},\"required\":[\"d\",\"z\"]}";
     ACCEPT(obj, "{\"d\": [\"2024-01-01\", \"1999-12-31\"], \"z\": \"42\"}");
     REJECT(obj, "{\"d\": [\"2024-01-01\", \"1999-12-32\"], \"z\": \"42\"}");
     REJECT(obj, "{\"d\": [], \"z\": \"4\"}");
@@ -1177,7 +1193,8 @@ static int lrun(const jc_schema *s, const char *text) {
 static void test_lenient(void) {
     const char *tool =
         "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"pattern\":\"(?<=x)y\",\"maxLength\":4},"
-        "\"x\":{\"type\":\"integer\",\"not\":{\"const\":3},\"multipleOf\":2},\"color\":{\"enum\":[\"red\",\"green\"]},"
+        "\"x\":{\"type\":\"integer\",\"not\":{\"const\":3},\"multipleOf\":2},\"color\":{\"enum\":[\"red\",\"green\"]}"
+        ","
         "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}$\"}},\"required\":[\"id\",\"x\",\"color\",\"code\"],"
         "\"patternProperties\":{\"^a\":{}}}";
     ph_err e = {0};
@@ -1190,9 +1207,9 @@ static void test_lenient(void) {
            "dropped: %s", dropped ? dropped : "(null)");
     if (s) {
         CHECK(lrun(s, "{\"id\": \"abcd\", \"x\": 3, \"color\": \"red\", \"code\": \"FR\"}") == 1);
-        CHECK(lrun(s, "{\"id\": \"abcde") == -1);                                  /* maxLength stays */
-        CHECK(lrun(s, "{\"id\": \"a\", \"x\": 1.5") == -1);                         /* type stays */
-        CHECK(lrun(s, "{\"id\": \"a\", \"x\": 1, \"color\": \"blue\"") == -1);      /* the sibling's enum stays */
+        CHECK(lrun(s, "{\"id\": \"abcde") == -1);                              /* maxLength stays */
+        CHECK(lrun(s, "{\"id\": \"a\", \"x\": 1.5") == -1);                    /* type stays */
+        CHECK(lrun(s, "{\"id\": \"a\", \"x\": 1, \"color\": \"blue\"") == -1); /* the sibling's enum stays */
         CHECK(lrun(s, "{\"id\": \"a\", \"x\": 1, \"color\": \"green\", \"code\": \"F1") == -1); /* its pattern too */
     }
     free(dropped);
@@ -1269,131 +1286,19 @@ static void synth_add(synth_vocab *v, const char *s, size_t len) {
 /* Single bytes, JSON fragments, schema words, whitespace runs, escapes,
  * UTF-8 pieces and random strings over a JSON-heavy alphabet. */
 static synth_vocab make_synth(int n_random) {
-    static const char *frag[] = {"{",
-                                 "}",
-                                 "[",
-                                 "]",
-                                 ",",
-                                 ":",
-                                 "\"",
-                                 "{\"",
-                                 "\"}",
-                                 "\":",
-                                 "\": \"",
-                                 "\", \"",
-                                 "\"},",
-                                 "\"}}",
-                                 "\"]",
-                                 "\"],",
-                                 "},{",
-                                 "}]",
-                                 "]}",
-                                 "[[",
-                                 "]]",
-                                 "{}",
-                                 "[]",
-                                 "true",
-                                 "false",
-                                 "null",
-                                 "tr",
-                                 "ue",
-                                 "fal",
-                                 "se",
-                                 "nu",
-                                 "ll",
-                                 " ",
-                                 "  ",
-                                 "\n",
-                                 "\n\n",
-                                 "\n  ",
-                                 "\t",
-                                 "    ",
-                                 " \"",
-                                 " {",
-                                 " [",
-                                 ", ",
-                                 ": ",
-                                 "\"name",
-                                 "name",
-                                 "arguments",
-                                 "\"arguments\": {",
-                                 "get_weather",
-                                 "\"get_weather\"",
-                                 "search",
-                                 "city",
-                                 "\"city\": \"",
-                                 "unit",
-                                 "celsius",
-                                 "fahrenheit",
-                                 "query",
-                                 "limit",
-                                 "filters",
-                                 "\"limit\": ",
-                                 "-",
-                                 "12",
-                                 "3.14",
-                                 ".5",
-                                 "e+",
-                                 "E-",
-                                 "1e5",
-                                 "-0",
-                                 "\\",
-                                 "\\n",
-                                 "\\\"",
-                                 "\\u",
-                                 "\\u00e9",
-                                 "\\ud83d",
-                                 "\\ude00",
-                                 "\\uD8",
-                                 "00",
-                                 "\xc3\xa9",
-                                 "\xf0\x9f\x98\x80",
-                                 "\xf0\x9f",
-                                 "\x98\x80",
-                                 "\xc3",
-                                 "\xa9",
-                                 "\xe2\x82",
-                                 "\xac",
-                                 "\xed\xa0\x80",
-                                 "</tool_call>",
-                                 "<tool_call>",
-                                 "\n</tool_call>",
-                                 "</",
-                                 "tool_call>",
-                                 ">",
-                                 "\"value\": ",
-                                 "children",
-                                 "label",
-                                 "flag",
-                                 "color",
-                                 "red",
-                                 "grey",
-                                 "score",
-                                 "0.5",
-                                 "level",
-                                 "tags",
-                                 "pair",
-                                 "\"k\"",
-                                 "opt",
-                                 "nothing",
-                                 "any",
-                                 "value",
-                                 "\"}\n",
-                                 "\"\n",
-                                 "\")",
-                                 "abc",
-                                 "hello world",
-                                 "\\\\",
-                                 "a\"",
-                                 "b\",",
-                                 "1,",
-                                 "2]",
-                                 "7}",
-                                 "null,",
-                                 "true}",
-                                 "\"\"",
-                                 "\" \"",
-                                 "x\\"};
+    static const char *frag[] = {
+        "{", "}", "[", "]", ",", ":", "\"", "{\"", "\"}", "\":", "\": \"", "\", \"", "\"},", "\"}}", "\"]", "\"],",
+        "},{", "}]", "]}", "[[", "]]", "{}", "[]", "true", "false", "null", "tr", "ue", "fal", "se", "nu", "ll", " ",
+        "  ", "\n", "\n\n", "\n  ", "\t", "    ", " \"", " {", " [", ", ", ": ", "\"name", "name", "arguments",
+        "\"arguments\": {", "get_weather", "\"get_weather\"", "search", "city", "\"city\": \"", "unit", "celsius",
+        "fahrenheit", "query", "limit", "filters", "\"limit\": ", "-", "12", "3.14", ".5", "e+", "E-", "1e5", "-0",
+        "\\", "\\n", "\\\"", "\\u", "\\u00e9", "\\ud83d", "\\ude00", "\\uD8", "00", "\xc3\xa9", "\xf0\x9f\x98\x80",
+        "\xf0\x9f", "\x98\x80", "\xc3", "\xa9", "\xe2\x82", "\xac", "\xed\xa0\x80", "</tool_call>", "<tool_call>",
+        "\n</tool_call>", "</", "tool_call>", ">", "\"value\": ", "children", "label", "flag", "color", "red", "grey",
+        "score", "0.5", "level", "tags", "pair", "\"k\"", "opt", "nothing", "any", "value", "\"}\n", "\"\n", "\")",
+        "abc", "hello world", "\\\\", "a\"", "b\",", "1,", "2]", "7}", "null,", "true}", "\"\"", "\" \"", "x\\",
+        /* xml calls */
+        "<function=", "<parameter=", "</parameter>", "\n</parameter>\n", ">\n", ">\n<", "</function>", "\n<", "</"};
     synth_vocab v = {0};
     const int cap = 256 + (int)(sizeof frag / sizeof *frag) + n_random + 8;
     v.s = calloc((size_t)cap, sizeof *v.s);
@@ -1646,6 +1551,149 @@ static void test_synthetic(bool quick) {
     free_synth(&sv);
 }
 
+/* ---- xml calls (the Qwen3.5 family) --------------------------------------------------- */
+static const char *XTOOLS =
+    "{\"type\":\"object\",\"properties\":{\"get_weather\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+    "\"string\",\"maxLength\":10},\"unit\":{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\"]},\"days\":{"
+    "\"type\":\"integer\",\"minimum\":1,\"maximum\":9},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\","
+    "\"maxLength\":3},\"maxItems\":2},\"note\":{\"type\":[\"string\",\"null\"],\"maxLength\":12},\"id\":{\"type\":"
+    "\"string\",\"pattern\":\"^[A-Z]{2}-[0-9]{1,3}$\"}},\"required\":[\"city\"]},\"ping\":{\"type\":\"object\"}},"
+    "\"additionalProperties\":false}";
+
+/* 1: accepted and complete, 0: accepted so far, -1: refused (fed one byte at a time) */
+static int xrun(const char *schema, const char *prefix, const char *suffix, const char *text) {
+    jc_schema *s = compile_ok(schema);
+    if (!s) return -2;
+    jc_matcher *m = jc_matcher_new_xml(s, prefix, suffix, NULL);
+    int r = 0;
+    for (size_t i = 0; text[i] && r == 0; i++) r = jc_matcher_feed(m, text + i, 1);
+    const int out = r ? -1 : jc_matcher_can_end(m) ? 1 : 0;
+    jc_matcher_free(m);
+    jc_schema_free(s);
+    return out;
+}
+#define X_OK(text)   CHECKF(xrun(XTOOLS, NULL, NULL, text) == 1, "xml accept %s", text)
+#define X_PART(text) CHECKF(xrun(XTOOLS, NULL, NULL, text) == 0, "xml partial %s", text)
+#define X_NO(text)   CHECKF(xrun(XTOOLS, NULL, NULL, text) == -1, "xml reject %s", text)
+#define XP(k, v)     "<parameter=" k ">\n" v "\n</parameter>\n"
+
+/* An xml call read back independently: the arguments as a JSON object
+ * (string parameters raw, the others JSON), or NULL. */
+static json_t *xml_args(json_t *tools, const char *text, const char **name) {
+    const char *p = text;
+    if (strncmp(p, "<function=", 10)) return NULL;
+    p += 10;
+    const char *e = strstr(p, ">\n");
+    if (!e) return NULL;
+    static char nm[64];
+    snprintf(nm, sizeof nm, "%.*s", (int)(e - p), p);
+    *name = nm;
+    json_t *props = json_object_get(json_object_get(json_object_get(tools, "properties"), nm), "properties");
+    json_t *args = json_object();
+    for (p = e + 2; !strncmp(p, "<parameter=", 11);) {
+        p += 11;
+        const char *k = strstr(p, ">\n"), *v = k ? strstr(k + 2, "\n</parameter>\n") : NULL;
+        if (!v) break;
+        char key[300];
+        snprintf(key, sizeof key, "%.*s", (int)(k - p), p);
+        const json_t *ps = json_object_get(props, key);
+        json_t *type = json_object_get(ps, "type");
+        const bool raw = json_is_string(type)
+                             ? !strcmp(json_string_value(type), "string")
+                             : json_is_array(type) && !strcmp(json_string_value(json_array_get(type, 0)), "string");
+        json_t *val = raw ? json_stringn(k + 2, (size_t)(v - k - 2))
+                          : json_loadb(k + 2, (size_t)(v - k - 2), JSON_DECODE_ANY, NULL);
+        if (!val) break;
+        json_object_set_new(args, key, val);
+        p = v + 14;
+    }
+    if (strcmp(p, "</function>")) {
+        json_decref(args);
+        return NULL;
+    }
+    return args;
+}
+
+static void test_xml(bool quick) {
+    X_OK("<function=get_weather>\n" XP("city", "Paris") "</function>");
+    X_OK("<function=get_weather>\n" XP("city", "") "</function>");
+    X_OK("<function=get_weather>\n" XP("city", "Pa\"r\\is") XP("unit", "celsius") XP("days", "3")
+             XP("tags", "[\"a\", \"bc\"]") XP("note", "multi\nline") XP("id", "AB-12") "</function>");
+    X_OK("<function=get_weather>\n" XP("city", "a\n") XP("note", "</param") "</function>");
+    X_OK("<function=ping>\n</function>");
+    X_OK("<function=ping>\n" XP("anything", "{\"a\": [1, null]}") "</function>");
+    X_NO("<function=get_wether>");
+    X_NO("<function=get_weather>\n</function>");                    /* city is required */
+    X_NO("<function=get_weather>\n" XP("unit", "celsius"));         /* required ones first */
+    X_NO("<function=get_weather>\n" XP("city", "Amsterdam-Noord")); /* maxLength 10 */
+    X_NO("<function=get_weather>\n" XP("city", "x") XP("unit", "kelvin"));
+    X_NO("<function=get_weather>\n" XP("city", "x") XP("days", "0"));
+    X_NO("<function=get_weather>\n" XP("city", "x") XP("days", "\"3\""));
+    X_NO("<function=get_weather>\n" XP("city", "x") XP("id", "A-1"));
+    X_NO("<function=get_weather>\n" XP("city", "x") XP("other", "1")); /* additionalProperties: none declared */
+    X_NO("<function=get_weather>\n<parameter=city>\na</parameter>");   /* the tag inside a raw value */
+    X_NO("<function=get_weather>\n" XP("city", "x") "</function> ");
+    X_NO("<function=ping>\n" XP("x", "not json") "</function>");
+    X_PART("<function=get_weather>\n<parameter=city>\nPar");
+    X_PART("<function=get_weather>\n" XP("city", "x") "<parameter=unit>\ncel");
+    X_NO("<function=get_weather>\n" XP("city", "x") XP("unit", "cel"));
+    /* as the engine frames a call: after <tool_call>, then the next one or the end */
+    CHECK(xrun(XTOOLS, "\n", "\n</tool_call>", "\n<function=ping>\n</function>\n</tool_call>") == 1);
+    CHECK(xrun(XTOOLS, "\n<tool_call>\n", "\n</tool_call>",
+               "\n<tool_call>\n<function=ping>\n</function>\n</tool_call>") == 1);
+    CHECK(xrun(XTOOLS, "\n<tool_call>\n", "\n</tool_call>", "\nSome text") == -1);
+    CHECK(xrun(XTOOLS, "\n", "\n</tool_call>", "\n{\"name\": \"ping\"") == -1); /* not the JSON syntax */
+    {
+        ph_err e = {0};
+        jc_schema *s = compile_ok("{\"type\":\"string\"}");
+        CHECK(jc_matcher_new_xml(s, NULL, NULL, &e) == NULL && strstr(e.msg, "object"));
+        jc_schema_free(s);
+    }
+    /* masks agree with token checks and feeding; sampled calls read back valid */
+    synth_vocab sv = make_synth(quick ? 500 : 1500);
+    ph_err e = {0};
+    jc_vocab *v = jc_vocab_new(sv.n, synth_text, &sv, &e);
+    jc_schema *s = compile_ok(XTOOLS);
+    json_t *tools = json_loads(XTOOLS, 0, NULL);
+    const int32_t n = jc_vocab_size(v);
+    uint64_t *mask = calloc(((size_t)n + 63) / 64 + 1, sizeof *mask);
+    int valid_calls = 0;
+    const int seeds = quick ? 3 : 25;
+    for (int seed = 0; seed < seeds; seed++) {
+        jc_matcher *m = jc_matcher_new_xml(s, NULL, NULL, NULL);
+        strbuf out = {0};
+        char buf[1024];
+        for (int step = 0; step < 400 && !jc_matcher_finished(m); step++) {
+            if (step % (quick ? 7 : 3) == 0) check_mask(m, v, synth_text, &sv, false, "xml");
+            const int32_t count = jc_matcher_mask(m, v, mask);
+            CHECKF(count > 0, "xml: no token allowed after '%s'", out.p);
+            if (!count) break;
+            int32_t pick = (int32_t)(rnd() % (uint64_t)count), id = 0;
+            for (;; id++)
+                if ((mask[id >> 6] >> (id & 63) & 1) && pick-- == 0) break;
+            const size_t len = synth_text(&sv, id, buf, sizeof buf);
+            CHECK(jc_matcher_feed(m, buf, len) == 0);
+            strbuf_put(&out, buf, len);
+        }
+        if (jc_matcher_finished(m)) {
+            const char *name = NULL;
+            json_t *args = xml_args(tools, out.p, &name);
+            json_t *sc = name ? json_object_get(json_object_get(tools, "properties"), name) : NULL;
+            CHECKF(args && sc && valid(sc, sc, args), "xml: sampled call %s reads back valid", out.p);
+            valid_calls += args != NULL;
+            json_decref(args);
+        }
+        free(out.p);
+        jc_matcher_free(m);
+    }
+    CHECKF(valid_calls >= seeds / 2, "xml: %d of %d sampled calls complete", valid_calls, seeds);
+    free(mask);
+    json_decref(tools);
+    jc_schema_free(s);
+    jc_vocab_free(v);
+    free_synth(&sv);
+}
+
 /* ---- the real vocabulary: consistency, generation, timings ------------------------------ */
 static double time_mask(const jc_matcher *m, const jc_vocab *v, int reps, int32_t *count) {
     uint64_t *mask = calloc(((size_t)jc_vocab_size(v) + 63) / 64 + 1, sizeof *mask);
@@ -1774,6 +1822,7 @@ int main(void) {
     test_patterns();
     test_lenient();
     test_synthetic(quick);
+    test_xml(quick);
     test_real(quick);
     TEST_END();
 }

@@ -18,10 +18,9 @@ size_t constraint_token_text(void *model, int32_t id, char *buf, size_t cap) {
     return n > 0 ? (size_t)n : 0;
 }
 
-/* {"type": "object", "properties": {"name": {"const": NAME}, "arguments": SCHEMA}, "required": [...]}; a
- * keyword of SCHEMA the constraint cannot hold loses only its own constraint (jc_schema_compile_lenient),
- * a schema it cannot read at all leaves any object */
-static json_t *call_object(const ph_tool *t) {
+/* A tool's arguments schema: a keyword the constraint cannot hold loses only its own constraint
+ * (jc_schema_compile_lenient), a schema it cannot read at all leaves any object. */
+static json_t *tool_params(const ph_tool *t) {
     json_t *params = NULL;
     if (t->parameters) {
         ph_err e = {0};
@@ -36,26 +35,35 @@ static json_t *call_object(const ph_tool *t) {
             PH_WARN("the arguments of tool '%s' are constrained to any object: %s", t->name, e.msg);
         }
     }
-    if (!params) params = json_pack("{s:s}", "type", "object");
-    return json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s]}", "type", "object", "properties", "name", "const", t->name,
-                     "arguments", params, "required", "name", "arguments");
+    return params ? params : json_pack("{s:s}", "type", "object");
 }
 
-static jc_schema *calls_schema(const ph_gen_params *g, ph_err *err) {
-    json_t *alts = json_array();
-    for (size_t i = 0; i < g->n_tools; i++)
-        if (g->tool_choice != PH_TOOL_NAMED || !strcmp(g->tools[i].name, g->tool_name))
-            json_array_append_new(alts, call_object(&g->tools[i]));
-    json_t *root =
-        json_array_size(alts) == 1 ? json_incref(json_array_get(alts, 0)) : json_pack("{s:O}", "anyOf", alts);
+/* The calls a turn may make. Hermes (JSON calls): {"anyOf": [{"type": "object", "properties": {"name":
+ * {"const": NAME}, "arguments": SCHEMA}, "required": [...]}, ...]}; xml: {"type": "object", "properties":
+ * {NAME: SCHEMA, ...}} (jc_matcher_new_xml). */
+static jc_schema *calls_schema(const ph_gen_params *g, bool xml, ph_err *err) {
+    json_t *alts = json_array(), *byname = json_object();
+    for (size_t i = 0; i < g->n_tools; i++) {
+        const ph_tool *t = &g->tools[i];
+        if (g->tool_choice == PH_TOOL_NAMED && strcmp(t->name, g->tool_name)) continue;
+        if (xml) json_object_set_new(byname, t->name, tool_params(t));
+        else
+            json_array_append_new(alts, json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s]}", "type", "object", "properties",
+                                                  "name", "const", t->name, "arguments", tool_params(t), "required",
+                                                  "name", "arguments"));
+    }
+    json_t *root = xml ? json_pack("{s:s,s:O,s:b}", "type", "object", "properties", byname, "additionalProperties", 0)
+                   : json_array_size(alts) == 1 ? json_incref(json_array_get(alts, 0))
+                                                : json_pack("{s:O}", "anyOf", alts);
     json_decref(alts);
+    json_decref(byname);
     char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
     if (!text) {
         err_set(err, "out of memory");
         return NULL;
     }
-    jc_schema *s = jc_schema_compile_lenient(text, strlen(text), NULL, err); /* (what call_object logged) */
+    jc_schema *s = jc_schema_compile_lenient(text, strlen(text), NULL, err); /* (what tool_params logged) */
     free(text);
     return s;
 }
@@ -66,9 +74,10 @@ static bool call_pending(const constraint *c) {
 }
 
 int constraint_init(constraint *c, const ph_model *m, const jc_vocab *v, const ph_gen_params *g,
-                    bool starts_in_reasoning, ph_err *err) {
+                    bool starts_in_reasoning, bool xml_calls, ph_err *err) {
     memset(c, 0, sizeof *c);
     c->g = g;
+    c->xml = xml_calls;
     c->m = m;
     c->v = v;
     c->n_vocab = m->hp.n_vocab;
@@ -79,7 +88,7 @@ int constraint_init(constraint *c, const ph_model *m, const jc_vocab *v, const p
         if (!s) return err_setc(err, PH_ERR_INPUT, "a json_schema response format needs a schema");
         if (!(c->format = jc_schema_compile(s, strlen(s), err))) return -1;
     } else if (g->n_tools && g->tool_choice != PH_TOOL_NONE) {
-        if (!(c->call = calls_schema(g, err))) return -1;
+        if (!(c->call = calls_schema(g, xml_calls, err))) return -1;
     }
     c->text_cap = 256;
     c->allowed = malloc(((size_t)c->n_vocab + 63) / 64 * sizeof *c->allowed);
@@ -107,7 +116,8 @@ void constraint_free(constraint *c) {
 static void activate(constraint *c, const jc_schema *s, const char *prefix, const char *suffix, bool outer_ws,
                      bool is_call) {
     ph_err e = {0};
-    c->active = jc_matcher_new(s, prefix, suffix, outer_ws, &e);
+    c->active = is_call && c->xml ? jc_matcher_new_xml(s, prefix, suffix, &e)
+                                  : jc_matcher_new(s, prefix, suffix, outer_ws, &e);
     c->active_is_call = is_call;
     if (!c->active) PH_WARN("the answer goes on unconstrained: %s", e.msg);
 }

@@ -26,6 +26,7 @@ typedef struct constraint {
     bool in_content;     /* the answer has left its reasoning */
     bool format_done;    /* the response format's JSON was started (it is never started twice) */
     bool next_call;      /* active is the optional call after a complete one, nothing of it written yet */
+    bool xml;            /* calls are written in the xml family's syntax (chat_format.h), not as JSON */
     int32_t n_calls;     /* calls completed */
     int32_t call_token;  /* the <tool_call> token, or -1 */
     int32_t eog[16];     /* the end-of-generation tokens */
@@ -38,11 +39,12 @@ typedef struct constraint {
     int32_t n_masked;
 } constraint;
 
-/* Builds the turn's constraint (tools' schemas that the matcher cannot
- * follow constrain their arguments to any object, with a warning).
- * Errors: PH_ERR_INPUT (a response schema outside the subset). */
+/* Builds the turn's constraint (a keyword of a tool's schema that the
+ * matcher cannot follow loses its constraint, with a warning; xml_calls:
+ * calls in the xml family's syntax). Errors: PH_ERR_INPUT (a response
+ * schema outside the subset). */
 int constraint_init(constraint *c, const ph_model *m, const jc_vocab *v, const ph_gen_params *g,
-                    bool starts_in_reasoning, ph_err *err);
+                    bool starts_in_reasoning, bool xml_calls, ph_err *err);
 void constraint_free(constraint *c);
 
 /* The answer has left its reasoning (or never had any). */

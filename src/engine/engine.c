@@ -995,7 +995,8 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
         goto out;
     }
     const chat_render_opts ro = {.thinking = gp->thinking};
-    if ((rc = constraint_init(&con, e->m, e->jv, gp, chat_format_opens_think(&e->fmt, &ro), err)) != 0 ||
+    if ((rc = constraint_init(&con, e->m, e->jv, gp, chat_format_opens_think(&e->fmt, &ro),
+                              chat_format_family(&e->fmt)->calls == CHAT_CALLS_XML, err)) != 0 ||
         (rc = forced_tokens(e, gp, &forced, err)) != 0)
         goto out;
     if ((rc = check_fits(&t, err)) != 0 || (rc = identify_pictures(&t, err)) != 0 ||

@@ -164,7 +164,8 @@ static int parse(job *j, ph_err *err) {
     /* reasoning.encrypted_content (sent by agents that keep no state on the server): the reasoning items
      * already carry their text, and are taken back as they are */
     json_t *inc = json_object_get(root, "include");
-    if (inc && !json_is_null(inc) && !json_is_array(inc)) return err_setc(err, PH_ERR_INPUT, "'include' must be an array");
+    if (inc && !json_is_null(inc) && !json_is_array(inc))
+        return err_setc(err, PH_ERR_INPUT, "'include' must be an array");
     size_t ii;
     json_t *iv;
     json_array_foreach(inc, ii, iv) {

@@ -18,6 +18,7 @@
 #include "base/grow.h"
 #include "base/strbuf.h"
 #include "text/json_constraint_impl.h"
+#include "text/tool_json.h"
 
 /* ---- canonical serialisation of literal values ----------------------------- */
 static void ser_string(strbuf *b, const char *s, size_t len) {
@@ -259,22 +260,10 @@ static const char *const REFUSED[] = {"patternProperties",
                                       "$recursiveAnchor",
                                       NULL};
 /* supported keywords that constrain a value (not the combinators) */
-static const char *const TYPED[] = {"type",
-                                    "properties",
-                                    "required",
-                                    "additionalProperties",
-                                    "items",
-                                    "prefixItems",
-                                    "minItems",
-                                    "maxItems",
-                                    "minLength",
-                                    "maxLength",
-                                    "pattern",
-                                    "minimum",
-                                    "maximum",
-                                    "exclusiveMinimum",
-                                    "exclusiveMaximum",
-                                    NULL};
+static const char *const TYPED[] = {"type",      "properties",       "required",         "additionalProperties",
+                                    "items",     "prefixItems",      "minItems",         "maxItems",
+                                    "minLength", "maxLength",        "pattern",          "minimum",
+                                    "maximum",   "exclusiveMinimum", "exclusiveMaximum", NULL};
 static const char *const OBJ_KW[] = {"properties", "required", "additionalProperties", NULL};
 static const char *const ARR_KW[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
 static const char *const STR_KW[] = {"minLength", "maxLength", "pattern", NULL};
@@ -500,7 +489,7 @@ static int compile_object(cc *c, json_t *js, const char *path, uint32_t id) {
                 s->bytes[s->n_bytes++] = kb.p[i];
             }
             if (kb.oom) rc = oom(c);
-            s->props[s->n_props++] = (jc_prop){koff, (uint32_t)kb.n, ids[j]};
+            s->props[s->n_props++] = (jc_prop){koff, (uint32_t)kb.n, ids[j], tool_param_is_string(ord[j].schema)};
             free(kb.p);
         }
         jc_node *nd = &s->nodes[id];

@@ -129,6 +129,16 @@ typedef struct jc_matcher jc_matcher;
 /* A matcher for: prefix literal, then (ws?) value (ws?) if outer_ws else
  * value, then suffix literal. prefix/suffix may be NULL. */
 jc_matcher *jc_matcher_new(const jc_schema *s, const char *prefix, const char *suffix, bool outer_ws, ph_err *err);
+/* A matcher for a tool call in the xml family (chat_format.h): s is an
+ * object whose properties are the tools (name: arguments schema); the
+ * matcher takes prefix, then
+ *   <function=NAME>\n (<parameter=KEY>\nVALUE\n</parameter>\n)* </function>
+ * then suffix. Parameters come in the order an object's keys do (required
+ * ones first); a parameter whose schema says "string" (tool_param_is_string)
+ * has raw text for its value (any text without "</parameter>", valid
+ * against the string's schema: lengths, pattern, enum), any other a JSON
+ * value valid against its schema, as the answer parser reads them. */
+jc_matcher *jc_matcher_new_xml(const jc_schema *s, const char *prefix, const char *suffix, ph_err *err);
 void jc_matcher_free(jc_matcher *m);
 /* An independent copy in the same state (NULL: out of memory). */
 jc_matcher *jc_matcher_clone(const jc_matcher *m);

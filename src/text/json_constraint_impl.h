@@ -39,6 +39,7 @@ typedef struct jc_node {
 typedef struct jc_prop {
     uint32_t key_off, key_len; /* the key as JSON text, quotes included, in bytes[] */
     uint32_t node;
+    bool raw; /* its schema says "string" (tool_param_is_string): an xml call writes the value as raw text */
 } jc_prop;
 
 /* Trie nodes (literal values, object keys): edges sorted by byte. term:

@@ -44,11 +44,26 @@ enum {
     M_LIT,          /* pos: literal trie node */
     M_NUM,          /* node: K_NUM; esc: phase; pos: integer digits, aux: fraction/exponent digits,
                        val/val2: integer and fraction digits (bounded numbers only); F_NEG */
+    M_XLIT,         /* xml calls: aux: the literal (XL_*), pos: its bytes matched; node: what follows it */
+    M_XNAME,        /* xml: pos: the tool name's node in the root object's key trie */
+    M_XBODY,        /* xml: in the arguments (fnode): '<' of the next parameter or of </function> */
+    M_XKEYREQ,      /* xml: node: index of the required parameter whose name is read; pos: bytes of its key */
+    M_XKEYLIT,      /* xml: pos: key trie node (optional parameters) */
+    M_XKEYSTR,      /* xml: a parameter not among the properties; aux: key trie node or JC_NONE; pos: length */
+    M_XRAW,         /* xml: node: K_STR, a raw text value; as M_STR, but esc: how much of "</parameter>" the
+                       text ends with */
+    M_XRAWLIT,      /* xml: pos: literal trie node: a raw text value among string literals */
     M_AFTER_ROOT,   /* ws (outer), then the suffix */
     M_SUFFIX,       /* pos: bytes of the suffix matched */
     M_END,
 };
 enum { WS_NONE = 0xFF, WS_LAST = 3 + JC_WS_INDENT };
+/* The literals of an xml call (chat_format.h):
+ * <function=NAME>\n (<parameter=KEY>\nVALUE\n</parameter>\n)* </function> */
+enum { XL_FUNC, XL_ARGS, XL_PARAM, XL_JSON, XL_RAW, XL_PCLOSE, XL_EFUNC };
+static const char *const XLIT[] = {"<function=", "\n", "<parameter=", "\n", "\n", "\n</parameter>\n", "</function>"};
+static const char XTAG[] = "</parameter>"; /* a raw value never holds it: the first one closes the value */
+enum { XKEY_MAX = 256 };                   /* the answer parser's limit on a name */
 enum { F_CANCLOSE = 1, F_NEG = 2 };
 enum { NP_MINUS = 1, NP_ZERO, NP_INT, NP_DOT, NP_FRAC, NP_E, NP_ESIGN, NP_EXP };
 
@@ -110,6 +125,7 @@ struct jc_matcher {
     char *prefix, *suffix;
     uint32_t plen, slen;
     bool outer_ws;
+    bool xml; /* an xml call: the root object's keys are tool names, their values the arguments */
     int n;
     uint32_t n_commit; /* arena entries [1, n_commit) are used by th */
     jc_thread th[JC_MAX_THREADS];
@@ -267,6 +283,11 @@ static inline uint32_t item_node(const jc_schema *s, const jc_node *a, uint32_t 
 }
 
 static void root_value(const jc_matcher *m, jc_thread *t) {
+    if (m->xml) {
+        set_mode(t, M_XLIT);
+        t->aux = XL_FUNC;
+        return;
+    }
     set_mode(t, M_VAL);
     t->node = m->s->root;
     t->ws = m->outer_ws ? 0 : WS_NONE;
@@ -277,6 +298,11 @@ static void after_value(const sctx *c, jc_thread *t) {
         set_mode(t, M_AFTER_ROOT);
         t->ws = c->m->outer_ws ? 0 : WS_NONE;
         if (!c->m->outer_ws && c->m->slen == 0) set_mode(t, M_END);
+        return;
+    }
+    if (c->m->xml && t->depth == 1) { /* a parameter's JSON value */
+        set_mode(t, M_XLIT);
+        t->aux = XL_PCLOSE;
         return;
     }
     set_mode(t, c->s->nodes[t->fnode].kind == K_OBJ ? M_AFTER_MEMBER : M_AFTER_ITEM);
@@ -341,50 +367,68 @@ static bool rx_u_range(const jc_thread *t, const jc_rx *x, uint32_t v, uint32_t 
     return a <= b && rx_range(t, x, 0x10000 + ((a - 0xD800) << 10), 0x10000 + ((b - 0xD800) << 10) + 0x3FF, min, max);
 }
 
+/* A continuation byte of a multi-byte character. 0 refused, 1 taken. */
+static int utf_cont(jc_thread *t, uint8_t b, uint32_t min, uint32_t max, const jc_rx *x) {
+    const int rem = t->utf & 3, cls = t->utf >> 2;
+    if (b < CONT_LO[cls] || b > CONT_HI[cls]) return 0;
+    t->utf = (uint8_t)(rem - 1);
+    if (x) {
+        t->val = t->val << 6 | (b & 0x3F);
+        if (rem == 1) {
+            const uint32_t cp = (uint32_t)t->val;
+            t->val = 0;
+            return rx_take(t, x, cp, min, max);
+        }
+        const uint32_t sh = 6 * (uint32_t)(rem - 1), lo = (uint32_t)t->val << sh;
+        return rx_range(t, x, lo, lo | ((1u << sh) - 1), min, max);
+    }
+    return 1;
+}
+
+/* The first byte of a character: counts it, begins a multi-byte one, or
+ * (escapes: a JSON string) an escape at '\'. 0 refused, 1 taken. */
+static int char_begin(jc_thread *t, uint8_t b, uint32_t min, uint32_t max, const jc_rx *x, bool escapes) {
+    if (max != JC_NONE && t->pos >= max) return 0;
+    const bool esc = escapes && b == '\\';
+    int cls = 0, need = 0;
+    if (esc) t->esc = 1;
+    else if (b >= 0x80) {
+        if (!(need = utf8_lead(b, &cls))) return 0;
+        t->utf = (uint8_t)(need | cls << 2);
+    }
+    const uint32_t sat = max != JC_NONE ? max : min;
+    if (t->pos < sat) t->pos++;
+    if (x) {
+        if (esc) return rx_range(t, x, 1, 0x10FFFF, min, max); /* \u can write any */
+        if (b < 0x80) return rx_take(t, x, b, min, max);
+        static const uint32_t LEAST[4] = {0, 0x80, 0x800, 0x10000};
+        const uint32_t v = b & (0x3Fu >> need), sh = 6 * (uint32_t)need;
+        t->val = v;
+        const uint32_t lo = v << sh;
+        return rx_range(t, x, lo < LEAST[need] ? LEAST[need] : lo, lo | ((1u << sh) - 1), min, max);
+    }
+    return 1;
+}
+
+/* One byte of a raw text value (xml calls): any text but NUL and XTAG. 0
+ * refused, 1 taken. */
+static int raw_byte(jc_thread *t, uint8_t b, uint32_t min, uint32_t max, const jc_rx *x) {
+    if (b == 0) return 0;
+    t->esc = b == (uint8_t)XTAG[t->esc] ? (uint8_t)(t->esc + 1) : b == '<' ? 1 : 0;
+    if (t->esc == sizeof XTAG - 1) return 0;
+    return t->utf ? utf_cont(t, b, min, max, x) : char_begin(t, b, min, max, x, false);
+}
+
 /* One byte inside a string: 0 refused, 1 taken, 2 the closing quote. x: the
  * pattern, or NULL. */
 static int str_byte(jc_thread *t, uint8_t b, uint32_t min, uint32_t max, const jc_rx *x) {
-    if (t->utf) {
-        const int rem = t->utf & 3, cls = t->utf >> 2;
-        if (b < CONT_LO[cls] || b > CONT_HI[cls]) return 0;
-        t->utf = (uint8_t)(rem - 1);
-        if (x) {
-            t->val = t->val << 6 | (b & 0x3F);
-            if (rem == 1) {
-                const uint32_t cp = (uint32_t)t->val;
-                t->val = 0;
-                return rx_take(t, x, cp, min, max);
-            }
-            const uint32_t sh = 6 * (uint32_t)(rem - 1), lo = (uint32_t)t->val << sh;
-            return rx_range(t, x, lo, lo | ((1u << sh) - 1), min, max);
-        }
-        return 1;
-    }
+    if (t->utf) return utf_cont(t, b, min, max, x);
     int h;
     switch (t->esc) {
-    case 0: {
+    case 0:
         if (b == '"') return t->pos >= min && (!x || (x->dfa->flags[t->aux] & RX_ACCEPT)) ? 2 : 0;
         if (b < 0x20) return 0;
-        if (max != JC_NONE && t->pos >= max) return 0;
-        int cls = 0, need = 0;
-        if (b == '\\') t->esc = 1;
-        else if (b >= 0x80) {
-            if (!(need = utf8_lead(b, &cls))) return 0;
-            t->utf = (uint8_t)(need | cls << 2);
-        }
-        const uint32_t sat = max != JC_NONE ? max : min;
-        if (t->pos < sat) t->pos++;
-        if (x) {
-            if (b == '\\') return rx_range(t, x, 1, 0x10FFFF, min, max); /* \u can write any */
-            if (b < 0x80) return rx_take(t, x, b, min, max);
-            static const uint32_t LEAST[4] = {0, 0x80, 0x800, 0x10000};
-            const uint32_t v = b & (0x3Fu >> need), sh = 6 * (uint32_t)need;
-            t->val = v;
-            const uint32_t lo = v << sh;
-            return rx_range(t, x, lo < LEAST[need] ? LEAST[need] : lo, lo | ((1u << sh) - 1), min, max);
-        }
-        return 1;
-    }
+        return char_begin(t, b, min, max, x, true);
     case 1:
         if (b == 'u') {
             t->esc = 2;
@@ -579,14 +623,15 @@ static bool key_possible(const sctx *c, const jc_thread *t) {
     return o->extra != JC_NONE && fits(s, t, o->extra);
 }
 
-/* The opening quote of a key. */
-static void start_key(sctx *c, const jc_thread *t0) {
+/* The opening quote of a key (xml: after "<parameter="): a required
+ * property's key, an optional one's, or one the schema does not declare. */
+static void start_key(sctx *c, const jc_thread *t0, bool xml) {
     const jc_schema *s = c->s;
     const jc_node *o = &s->nodes[t0->fnode];
     const uint32_t i = t0->fcount;
     jc_thread t = *t0;
     if (i < o->nreq) {
-        set_mode(&t, M_KEYREQ);
+        set_mode(&t, xml ? M_XKEYREQ : M_KEYREQ);
         t.node = i;
         t.pos = 1;
         emit(c, &t);
@@ -594,13 +639,13 @@ static void start_key(sctx *c, const jc_thread *t0) {
     }
     const uint32_t r = o->trie != JC_NONE ? jc_tchild(s, o->trie, '"') : JC_NONE;
     if (r != JC_NONE && i < o->n && key_alive(c, t0, r)) {
-        set_mode(&t, M_KEYLIT);
+        set_mode(&t, xml ? M_XKEYLIT : M_KEYLIT);
         t.pos = r;
         emit(c, &t);
     }
     if (o->extra != JC_NONE && fits(s, t0, o->extra)) {
         t = *t0;
-        set_mode(&t, M_KEYSTR);
+        set_mode(&t, xml ? M_XKEYSTR : M_KEYSTR);
         t.aux = r;
         emit(c, &t);
     }
@@ -679,6 +724,201 @@ static void dispatch(sctx *c, const jc_thread *t, uint32_t node, uint8_t b) {
     for (uint32_t i = 0; i < n->n; i++) start_value(c, t, s->alts[n->off + i], b);
 }
 
+/* ---- xml calls ---------------------------------------------------------------------- */
+/* After a parameter's name and its '>': the "\n" and then its value, raw
+ * text or JSON. next: the object's next property index. */
+static void xml_to_value(sctx *c, jc_thread *t, uint32_t next, uint32_t value, bool raw) {
+    set_mode(t, M_XLIT);
+    t->aux = raw ? XL_RAW : XL_JSON;
+    t->fcount = next;
+    t->node = value;
+    emit(c, t);
+}
+
+/* A raw text value of node id (its string alternatives). */
+static void xml_raw_value(sctx *c, const jc_thread *t0, uint32_t id) {
+    const jc_schema *s = c->s;
+    const jc_node *n = &s->nodes[id];
+    jc_thread t = *t0;
+    if (n->kind == K_ALT) {
+        for (uint32_t i = 0; i < n->n; i++) xml_raw_value(c, t0, s->alts[n->off + i]);
+    } else if (n->kind == K_STR) {
+        set_mode(&t, M_XRAW);
+        t.node = id;
+        if (n->rx != JC_NONE) t.aux = s->rx[n->rx].dfa->start;
+        emit(c, &t);
+    } else if (n->kind == K_LIT) {
+        const uint32_t q = jc_tchild(s, n->trie, '"');
+        if (q == JC_NONE) return;
+        set_mode(&t, M_XRAWLIT);
+        t.pos = q;
+        emit(c, &t);
+    }
+}
+
+/* A raw value may end here: the closing tag's first byte ('\n'). */
+static void xml_raw_close(sctx *c, const jc_thread *t0) {
+    jc_thread t = *t0;
+    set_mode(&t, M_XLIT);
+    t.aux = XL_PCLOSE;
+    t.pos = 1;
+    emit(c, &t);
+}
+
+/* A literal of an xml call is complete: what follows it. */
+static void xml_lit_done(sctx *c, jc_thread *t) {
+    const jc_schema *s = c->s;
+    const uint32_t node = t->node;
+    switch (t->aux) {
+    case XL_FUNC: {
+        const jc_node *root = &s->nodes[s->root];
+        const uint32_t q = root->trie != JC_NONE ? jc_tchild(s, root->trie, '"') : JC_NONE;
+        if (q == JC_NONE) return;
+        set_mode(t, M_XNAME);
+        t->pos = q;
+        emit(c, t);
+        return;
+    }
+    case XL_ARGS: { /* the arguments: an object (each object alternative) */
+        const jc_node *n = &s->nodes[node];
+        const uint32_t k = n->kind == K_ALT ? n->n : 1;
+        for (uint32_t i = 0; i < k; i++) {
+            const uint32_t o = n->kind == K_ALT ? s->alts[n->off + i] : node;
+            if (s->nodes[o].kind != K_OBJ) continue;
+            jc_thread u = *t;
+            set_mode(&u, M_XBODY);
+            if (push(c, &u, o)) emit(c, &u);
+        }
+        return;
+    }
+    case XL_PARAM: start_key(c, t, true); return;
+    case XL_JSON:
+        set_mode(t, M_VAL);
+        t->node = node;
+        t->ws = WS_NONE;
+        emit(c, t);
+        return;
+    case XL_RAW: xml_raw_value(c, t, node); return;
+    case XL_PCLOSE:
+        set_mode(t, M_XBODY);
+        emit(c, t);
+        return;
+    default: close_container(c, t); return; /* XL_EFUNC */
+    }
+}
+
+static void xml_step(sctx *c, jc_thread *t, uint8_t b) {
+    const jc_schema *s = c->s;
+    switch (t->mode) {
+    case M_XLIT: {
+        const char *l = XLIT[t->aux];
+        if (b != (uint8_t)l[t->pos]) return;
+        if (l[++t->pos]) emit(c, t);
+        else xml_lit_done(c, t);
+        return;
+    }
+    case M_XNAME: {
+        if (b == '>') {
+            const uint32_t q = jc_tchild(s, t->pos, '"');
+            if (q == JC_NONE || s->tn[q].term < 0) return;
+            const jc_node *root = &s->nodes[s->root];
+            const uint32_t args = s->props[root->off + (uint32_t)s->tn[q].term].node;
+            set_mode(t, M_XLIT);
+            t->aux = XL_ARGS;
+            t->node = args;
+            emit(c, t);
+            return;
+        }
+        const uint32_t ch = b == '"' ? JC_NONE : jc_tchild(s, t->pos, b);
+        if (ch == JC_NONE) return;
+        t->pos = ch;
+        emit(c, t);
+        return;
+    }
+    case M_XBODY: {
+        if (b != '<') return;
+        jc_thread u = *t;
+        if (key_possible(c, t)) {
+            set_mode(&u, M_XLIT);
+            u.aux = XL_PARAM;
+            u.pos = 1;
+            emit(c, &u);
+        }
+        if (t->fcount >= s->nodes[t->fnode].nreq) {
+            u = *t;
+            set_mode(&u, M_XLIT);
+            u.aux = XL_EFUNC;
+            u.pos = 1;
+            emit(c, &u);
+        }
+        return;
+    }
+    case M_XKEYREQ: {
+        const jc_prop *p = &s->props[s->nodes[t->fnode].off + t->node];
+        if (t->pos == p->key_len - 1) { /* where the JSON key closes its quote */
+            if (b == '>') xml_to_value(c, t, t->node + 1, p->node, p->raw);
+            return;
+        }
+        if (b != (uint8_t)s->bytes[p->key_off + t->pos]) return;
+        t->pos++;
+        emit(c, t);
+        return;
+    }
+    case M_XKEYLIT: {
+        const uint32_t ch = b == '"' ? JC_NONE : jc_tchild(s, t->pos, b == '>' ? '"' : b);
+        if (ch == JC_NONE || !key_alive(c, t, ch)) return;
+        if (b != '>') {
+            t->pos = ch;
+            emit(c, t);
+            return;
+        }
+        const int32_t j = s->tn[ch].term;
+        if (j < 0) return;
+        const jc_prop *p = &s->props[s->nodes[t->fnode].off + (uint32_t)j];
+        xml_to_value(c, t, (uint32_t)j + 1, p->node, p->raw);
+        return;
+    }
+    case M_XKEYSTR: {
+        const jc_node *o = &s->nodes[t->fnode];
+        if (b == '>') {
+            if (!t->pos) return;
+            if (t->aux != JC_NONE) { /* spelled as a declared key: not an extra one */
+                const uint32_t q = jc_tchild(s, t->aux, '"');
+                if (q != JC_NONE && s->tn[q].term >= 0) return;
+            }
+            xml_to_value(c, t, o->n, o->extra, false); /* an undeclared parameter's value is read as JSON */
+            return;
+        }
+        if (b == '\n' || b == '<' || b == '"' || b == 0 || t->pos >= XKEY_MAX) return;
+        if (t->aux != JC_NONE) t->aux = jc_tchild(s, t->aux, b);
+        t->pos++;
+        emit(c, t);
+        return;
+    }
+    case M_XRAW: {
+        const jc_node *n = &s->nodes[t->node];
+        const jc_rx *x = n->rx == JC_NONE ? NULL : &s->rx[n->rx];
+        if (b == '\n' && !t->utf && t->pos >= n->min && (!x || (x->dfa->flags[t->aux] & RX_ACCEPT)))
+            xml_raw_close(c, t);
+        if (raw_byte(t, b, n->min, n->max, x)) emit(c, t);
+        return;
+    }
+    case M_XRAWLIT: {
+        if (b == '\n') {
+            const uint32_t q = jc_tchild(s, t->pos, '"');
+            if (q != JC_NONE && s->tn[q].term >= 0) xml_raw_close(c, t);
+            return;
+        }
+        const uint32_t ch = b == '"' || b == '\\' ? JC_NONE : jc_tchild(s, t->pos, b);
+        if (ch == JC_NONE) return;
+        t->pos = ch;
+        emit(c, t);
+        return;
+    }
+    default: return;
+    }
+}
+
 /* ---- one byte ---------------------------------------------------------------------- */
 static void step(sctx *c, const jc_thread *in, uint8_t b) {
     const jc_schema *s = c->s;
@@ -703,7 +943,7 @@ static void step(sctx *c, const jc_thread *in, uint8_t b) {
         } else if (b == '}') {
             if ((t.flags & F_CANCLOSE) && s->nodes[t.fnode].nreq == 0) close_container(c, &t);
         } else if (b == '"') {
-            start_key(c, &t);
+            start_key(c, &t, false);
         }
         return;
     case M_KEYREQ: {
@@ -846,6 +1086,14 @@ static void step(sctx *c, const jc_thread *in, uint8_t b) {
         if (++t.pos == m->slen) set_mode(&t, M_END);
         emit(c, &t);
         return;
+    case M_XLIT:
+    case M_XNAME:
+    case M_XBODY:
+    case M_XKEYREQ:
+    case M_XKEYLIT:
+    case M_XKEYSTR:
+    case M_XRAW:
+    case M_XRAWLIT: xml_step(c, &t, b); return;
     default: return;
     }
 }
@@ -900,9 +1148,14 @@ static void work_free(jc_work *w) {
     free(w);
 }
 
-jc_matcher *jc_matcher_new(const jc_schema *s, const char *prefix, const char *suffix, bool outer_ws, ph_err *err) {
+static jc_matcher *matcher_new(const jc_schema *s, const char *prefix, const char *suffix, bool outer_ws, bool xml,
+                               ph_err *err) {
     if (!s) {
         err_set(err, "json constraint: no schema");
+        return NULL;
+    }
+    if (xml && s->nodes[s->root].kind != K_OBJ) {
+        err_set(err, "json constraint: the tools of an xml call must be an object's properties");
         return NULL;
     }
     jc_matcher *m = calloc(1, sizeof *m);
@@ -916,6 +1169,7 @@ jc_matcher *jc_matcher_new(const jc_schema *s, const char *prefix, const char *s
     m->plen = (uint32_t)strlen(m->prefix);
     m->slen = (uint32_t)strlen(m->suffix);
     m->outer_ws = outer_ws;
+    m->xml = xml;
     jc_thread t;
     memset(&t, 0, sizeof t);
     t.fnode = JC_ROOT;
@@ -925,6 +1179,14 @@ jc_matcher *jc_matcher_new(const jc_schema *s, const char *prefix, const char *s
     m->n = 1;
     m->n_commit = 1;
     return m;
+}
+
+jc_matcher *jc_matcher_new(const jc_schema *s, const char *prefix, const char *suffix, bool outer_ws, ph_err *err) {
+    return matcher_new(s, prefix, suffix, outer_ws, false, err);
+}
+
+jc_matcher *jc_matcher_new_xml(const jc_schema *s, const char *prefix, const char *suffix, ph_err *err) {
+    return matcher_new(s, prefix, suffix, false, true, err);
 }
 
 void jc_matcher_free(jc_matcher *m) {

@@ -538,17 +538,7 @@ broken:
 /* xml: whether the parameter's schema says "string" */
 static bool param_is_string(const out_parser *p, const char *name, size_t n) {
     json_t *schema = p->schemas && p->tool >= 0 ? p->schemas[p->tool] : NULL;
-    json_t *prop = json_object_getn(json_object_get(schema, "properties"), name, n);
-    json_t *type = json_object_get(prop, "type");
-    if (json_is_string(type)) return !strcmp(json_string_value(type), "string");
-    if (!json_is_array(type)) return false;
-    bool str = false;
-    for (size_t i = 0; i < json_array_size(type); i++) {
-        const char *t = json_string_value(json_array_get(type, i));
-        if (t && !strcmp(t, "string")) str = true;
-        else if (!t || strcmp(t, "null")) return false;
-    }
-    return str;
+    return tool_param_is_string(json_object_getn(json_object_get(schema, "properties"), name, n));
 }
 
 /* xml: a non-string value as JSON (Python literals accepted), else a string */

@@ -143,7 +143,7 @@ enum { A_EMPTY, A_SET, A_CAT, A_ALT, A_REP };
 
 typedef struct anode {
     uint8_t op;
-    uint32_t a, n;   /* A_SET: ranges sets[a..a+n); A_CAT, A_ALT: kids[a..a+n); A_REP: a = the child */
+    uint32_t a, n;     /* A_SET: ranges sets[a..a+n); A_CAT, A_ALT: kids[a..a+n); A_REP: a = the child */
     uint32_t min, max; /* A_REP; max RX_INF: unbounded */
 } anode;
 
@@ -233,7 +233,7 @@ static void add_class(rvec *v, char k) {
         rv_add(v, 'a', 'z');
         break;
     case 's': {
-        static const rr ws[] = {{0x09, 0x0D}, {0x20, 0x20},     {0xA0, 0xA0},     {0x1680, 0x1680},
+        static const rr ws[] = {{0x09, 0x0D},     {0x20, 0x20},     {0xA0, 0xA0},     {0x1680, 0x1680},
                                 {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
                                 {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) rv_add(v, ws[i].lo, ws[i].hi);
@@ -374,9 +374,7 @@ static int parse_escape(rp *p, bool in_class, uint32_t *cp, char *cls) {
         if (!hex_n(p, 2, cp)) return fail(p->e, "invalid escape \\x at offset %zu (two hex digits expected)", at), 0;
         return 1;
     case 'u': return esc_u(p, cp) ? 1 : 0;
-    case 'k':
-        fail(p->e, "the back-reference \\k<...> (offset %zu) is not supported by the constraint", at);
-        return 0;
+    case 'k': fail(p->e, "the back-reference \\k<...> (offset %zu) is not supported by the constraint", at); return 0;
     case 'p':
     case 'P':
         fail(p->e, "the Unicode property class \\%c{...} (offset %zu) is not supported by the constraint", c, at);
@@ -500,7 +498,8 @@ static bool quant_at(const rp *p, size_t i, uint32_t *mn, uint32_t *mx, size_t *
 static bool quant_next(const rp *p) {
     uint32_t a, b;
     size_t e;
-    return p->i < p->len && (p->s[p->i] == '*' || p->s[p->i] == '+' || p->s[p->i] == '?' || quant_at(p, p->i, &a, &b, &e));
+    return p->i < p->len &&
+           (p->s[p->i] == '*' || p->s[p->i] == '+' || p->s[p->i] == '?' || quant_at(p, p->i, &a, &b, &e));
 }
 
 static uint32_t parse_alt(rp *p, bool top);
@@ -529,8 +528,9 @@ static uint32_t parse_group(rp *p) {
             }
             p->i = j + 1;
         } else {
-            fail(p->e, "the group (?%c at offset %zu (inline flags, or another kind of group) is not supported by the "
-                       "constraint",
+            fail(p->e,
+                 "the group (?%c at offset %zu (inline flags, or another kind of group) is not supported by the "
+                 "constraint",
                  c ? c : '?', at);
             return NONE;
         }
@@ -632,7 +632,8 @@ static uint32_t parse_seq(rp *p, bool top, bool *anch_start, bool *anch_end) {
         if (c == '|' || c == ')') break;
         if (c == '^') {
             fail(p->e,
-                 "the anchor '^' at offset %zu is not supported by the constraint (only at the start of the pattern or "
+                 "the anchor '^' at offset %zu is not supported by the constraint (only at the start of the pattern "
+                 "or "
                  "of a top-level alternative)",
                  p->i);
             break;
@@ -703,8 +704,8 @@ static uint32_t parse_alt(rp *p, bool top) {
 
 /* ---- Thompson construction --------------------------------------------------------- */
 typedef struct tstate {
-    uint32_t to;       /* the labelled move's target (NONE: none) */
-    uint32_t off, n;   /* its label: rp.sets[off..off+n) */
+    uint32_t to;     /* the labelled move's target (NONE: none) */
+    uint32_t off, n; /* its label: rp.sets[off..off+n) */
 } tstate;
 
 typedef struct tb {
@@ -724,8 +725,9 @@ typedef struct frag {
 static uint32_t tb_state(tb *b) {
     if (b->e->failed) return NONE;
     if (b->n >= MAX_TSTATES)
-        return fail(b->e, "the pattern is too large for the constraint (more than %d automaton states; a large counted "
-                          "repetition?)",
+        return fail(b->e,
+                    "the pattern is too large for the constraint (more than %d automaton states; a large counted "
+                    "repetition?)",
                     RX_MAX_STATES),
                NONE;
     tstate *q = grow_array(b->st, &b->cap, b->n, sizeof *q, 64);
@@ -969,7 +971,8 @@ static rx *nb_finish(nb *b) {
         if (j - i > 1) {
             rvec u = {0};
             for (size_t x = i; x < j; x++)
-                for (uint32_t y = 0; y < b->t[x].n; y++) rv_add(&u, b->rg.p[b->t[x].off + y].lo, b->rg.p[b->t[x].off + y].hi);
+                for (uint32_t y = 0; y < b->t[x].n; y++)
+                    rv_add(&u, b->rg.p[b->t[x].off + y].lo, b->rg.p[b->t[x].off + y].hi);
             rv_norm(&u);
             const size_t off = b->rg.n;
             for (size_t y = 0; y < u.n; y++) rv_add(&b->rg, u.p[y].lo, u.p[y].hi);
@@ -1145,7 +1148,8 @@ static rx *eliminate(tb *b, frag f) {
             if (u == f.e) o.acc[me] = 1;
             if (b->st[u].to != NONE) {
                 const size_t off = o.rg.n;
-                for (uint32_t k = 0; k < b->st[u].n; k++) rv_add(&o.rg, b->p->sets[b->st[u].off + k].lo, b->p->sets[b->st[u].off + k].hi);
+                for (uint32_t k = 0; k < b->st[u].n; k++)
+                    rv_add(&o.rg, b->p->sets[b->st[u].off + k].lo, b->p->sets[b->st[u].off + k].hi);
                 nb_trans(&o, me, idx[b->st[u].to], off);
             }
             for (uint32_t k = eoff[u]; k < eoff[u + 1]; k++)
@@ -1260,8 +1264,9 @@ rx *rx_intersect(const rx *a, const rx *b, char *err, size_t errcap) {
                 uint32_t to = pmap_get(&m, k, &slot);
                 if (to == NONE) {
                     if (o.n >= RX_MAX_STATES) {
-                        fail(&e, "the pattern and the format together are too large for the constraint (more than %d "
-                                 "automaton states)",
+                        fail(&e,
+                             "the pattern and the format together are too large for the constraint (more than %d "
+                             "automaton states)",
                              RX_MAX_STATES);
                         break;
                     }
@@ -1609,9 +1614,10 @@ bool rx_dfa_match(const rx_dfa *d, const char *s, size_t len) {
 /* ---- formats ----------------------------------------------------------------------------------- */
 /* A calendar date (RFC 3339 full-date): the days of each month, February 29 in leap years only (divisible by
  * 4, centuries by 400) */
-#define RX_LEAP  "([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)"
-#define RX_DATE                                                                                                    \
-    "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))" \
+#define RX_LEAP "([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)"
+#define RX_DATE                                                                                                      \
+    "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-"  \
+    "8]))"                                                                                                           \
     "|" RX_LEAP "-02-29)"
 /* seconds 00-59: a leap second (60) is valid only at 23:59 UTC, which a pattern cannot tell with an offset */
 #define RX_TIME  "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"

@@ -91,13 +91,13 @@ enum { RX_ACCEPT = 1, RX_UNIVERSAL = 2 /* accepting, every code point of the alp
 typedef struct rx_dfa {
     uint32_t n_states; /* 0: the empty language */
     uint32_t n_classes;
-    uint32_t start;     /* RX_DEAD when n_states is 0 */
-    uint32_t *bound;    /* class c holds code points [bound[c], bound[c + 1]); bound[n_classes] = 0x110000 */
-    uint16_t ascii[128];/* the class of each ASCII code point */
-    uint32_t *next;     /* [state * n_classes + class]: the next state or RX_DEAD */
-    uint32_t *min_left; /* per state: shortest remaining length to acceptance */
-    uint32_t *max_left; /* per state: longest, RX_INF: unbounded */
-    uint8_t *flags;     /* per state: RX_ACCEPT, RX_UNIVERSAL */
+    uint32_t start;      /* RX_DEAD when n_states is 0 */
+    uint32_t *bound;     /* class c holds code points [bound[c], bound[c + 1]); bound[n_classes] = 0x110000 */
+    uint16_t ascii[128]; /* the class of each ASCII code point */
+    uint32_t *next;      /* [state * n_classes + class]: the next state or RX_DEAD */
+    uint32_t *min_left;  /* per state: shortest remaining length to acceptance */
+    uint32_t *max_left;  /* per state: longest, RX_INF: unbounded */
+    uint8_t *flags;      /* per state: RX_ACCEPT, RX_UNIVERSAL */
 } rx_dfa;
 
 /* NULL: too many states (err says so) or out of memory. */

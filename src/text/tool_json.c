@@ -153,6 +153,19 @@ void pystr_value(strbuf *out, const json_t *v) {
     }
 }
 
+bool tool_param_is_string(const json_t *schema) {
+    const json_t *type = json_object_get(schema, "type");
+    if (json_is_string(type)) return !strcmp(json_string_value(type), "string");
+    if (!json_is_array(type)) return false;
+    bool str = false;
+    for (size_t i = 0; i < json_array_size(type); i++) {
+        const char *t = json_string_value(json_array_get(type, i));
+        if (t && !strcmp(t, "string")) str = true;
+        else if (!t || strcmp(t, "null")) return false;
+    }
+    return str;
+}
+
 int tojson_text(strbuf *out, const char *text, size_t len) {
     json_t *v = tool_json_parse(text, len);
     if (!v) return -1;

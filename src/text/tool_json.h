@@ -30,6 +30,12 @@ void tojson_float(strbuf *out, double v);
  * True/False/None, numbers as above, arrays and objects as tojson. */
 void pystr_value(strbuf *out, const json_t *v);
 
+/* Whether a parameter's schema says "string" (its type "string", or a list
+ * of "string" and "null"): the xml tool family writes such a value as raw
+ * text, any other as JSON (the answer parser and the call constraint read
+ * it by this one rule). */
+bool tool_param_is_string(const json_t *schema);
+
 /* Re-serialises JSON text with tojson; -1 (nothing appended) if the text is
  * not JSON or holds an integer beyond 64 bits. */
 int tojson_text(strbuf *out, const char *text, size_t len);

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  anthropic, anthropicError, counters, diff, MODEL_ID, openai, openaiError, picture, reference, startServer,
+  anthropic, anthropicError, counters, diff, MODEL_ID, openai, openaiError, picture, QWEN35, reference, startServer,
   stopServer,
 } from './helpers.mjs';
 import { callEverywhere, callOne, callText, SEARCH, validate, WEATHER } from './tools-helpers.mjs';
@@ -51,6 +51,52 @@ function hermes(system, tools, turns) {
     }
   }
   return `${s}<|im_start|>assistant\n`;
+}
+
+// Tool schemas as agents write them: ids, dates and paths with pattern and format.
+const TICKET = {
+  name: 'open_ticket',
+  description: 'Open a ticket',
+  parameters: {
+    type: 'object',
+    properties: {
+      id: { type: 'string', pattern: '^[A-Z]{2,4}-[0-9]{1,5}$' },
+      due: { type: 'string', format: 'date' },
+      at: { type: 'string', format: 'date-time', maxLength: 32 },
+      owner: { type: 'string', format: 'email', maxLength: 40 },
+      host: { type: 'string', format: 'ipv4' },
+      ref: { type: 'string', format: 'uuid' },
+      path: { type: 'string', pattern: '^(/[a-z0-9_.-]+)+\\.(c|h|md)$', maxLength: 30 },
+      word: { type: 'string', pattern: 'ab+c', maxLength: 12 },
+    },
+    required: ['id', 'due', 'owner', 'path', 'word'],
+  },
+};
+
+const CITY = { ...WEATHER, parameters: { ...WEATHER.parameters, properties: { ...WEATHER.parameters.properties, city: { type: 'string', maxLength: 12 } } } };
+
+// Sampled calls (temperature 1, seeds 1..seeds, every API, streamed and not;
+// tool_choice choices[seed % choices.length]) must end the turn with the
+// tool-call finish reason, nothing after them, arguments valid (ajv).
+async function callsEndTheTurn(server, seeds, tools, choices, extraFor = {}) {
+  const schemas = Object.fromEntries(tools.map((t) => [t.name, t.parameters]));
+  for (let seed = 1; seed <= seeds; seed++) {
+    for (const api of ['chat', 'responses', 'messages']) {
+      for (const stream of [false, true]) {
+        const choice = choices[seed % choices.length];
+        const r = await callOne(server, api, stream, { messages: [{ role: 'user', content: 'Go.' }] }, 2000,
+          { tools, choice, extra: { temperature: 1, seed }, extraFor });
+        const what = `${api} ${choice} seed ${seed}${stream ? ' stream' : ''}`;
+        assert.equal(r.finish, 'tool_calls', `${what}: finish`);
+        assert.equal(r.content, '', `${what}: no text after the calls`);
+        assert.ok(r.calls.length >= 1, what);
+        for (const c of r.calls) {
+          if (choice !== 'required') assert.equal(c.name, choice, what);
+          validate(schemas[c.name], args(c));
+        }
+      }
+    }
+  }
 }
 
 describe('tool calls', { timeout: 600_000 }, () => {
@@ -195,60 +241,11 @@ describe('the constraint alone', { timeout: 600_000 }, () => {
   });
 
   test('a call ends the turn: required and named calls end with the tool-call finish reason and nothing after them (25 seeds)', async () => {
-    const schemas = { get_weather: WEATHER.parameters, search: SEARCH.parameters };
-    const city = { ...WEATHER, parameters: { ...WEATHER.parameters, properties: { ...WEATHER.parameters.properties, city: { type: 'string', maxLength: 12 } } } };
-    for (let seed = 1; seed <= 25; seed++) {
-      for (const api of ['chat', 'responses', 'messages']) {
-        for (const stream of [false, true]) {
-          const choice = seed % 2 ? 'required' : 'search';
-          const r = await callOne(srv, api, stream, { messages: [{ role: 'user', content: 'Go.' }] }, 2000,
-            { tools: [city, SEARCH], choice, extra: { temperature: 1, seed } });
-          const what = `${api} ${choice} seed ${seed}${stream ? ' stream' : ''}`;
-          assert.equal(r.finish, 'tool_calls', `${what}: finish`);
-          assert.equal(r.content, '', `${what}: no text after the calls`);
-          assert.ok(r.calls.length >= 1, what);
-          for (const c of r.calls) {
-            if (choice !== 'required') assert.equal(c.name, choice, what);
-            validate(schemas[c.name], args(c));
-          }
-        }
-      }
-    }
+    await callsEndTheTurn(srv, 25, [CITY, SEARCH], ['search', 'required']);
   });
 
-  // Tool schemas as agents write them: ids, dates and paths with pattern and format.
-  const TICKET = {
-    name: 'open_ticket',
-    description: 'Open a ticket',
-    parameters: {
-      type: 'object',
-      properties: {
-        id: { type: 'string', pattern: '^[A-Z]{2,4}-[0-9]{1,5}$' },
-        due: { type: 'string', format: 'date' },
-        at: { type: 'string', format: 'date-time', maxLength: 32 },
-        owner: { type: 'string', format: 'email', maxLength: 40 },
-        host: { type: 'string', format: 'ipv4' },
-        ref: { type: 'string', format: 'uuid' },
-        path: { type: 'string', pattern: '^(/[a-z0-9_.-]+)+\\.(c|h|md)$', maxLength: 30 },
-        word: { type: 'string', pattern: 'ab+c', maxLength: 12 },
-      },
-      required: ['id', 'due', 'owner', 'path', 'word'],
-    },
-  };
-
   test('pattern and format in a tool schema: every call validates (ajv, 10 seeds, every API, streamed and not)', async () => {
-    for (let seed = 1; seed <= 10; seed++) {
-      for (const api of ['chat', 'responses', 'messages']) {
-        for (const stream of [false, true]) {
-          const r = await callOne(srv, api, stream, { messages: [{ role: 'user', content: 'File it.' }] }, 2000,
-            { tools: [TICKET], choice: 'required', parallel: false, extra: { temperature: 1, seed } });
-          const what = `${api} seed ${seed}${stream ? ' stream' : ''}`;
-          assert.equal(r.finish, 'tool_calls', `${what}: finish`);
-          assert.equal(r.calls.length, 1, what);
-          validate(TICKET.parameters, args(r.calls[0]));
-        }
-      }
-    }
+    await callsEndTheTurn(srv, 10, [TICKET], ['required']);
   });
 
   test('a keyword the constraint cannot hold loses only its own constraint, not the tool\'s', async () => {
@@ -347,6 +344,20 @@ describe('the constraint alone', { timeout: 600_000 }, () => {
       await anthropicError(anthropic(srv).messages.create({ model: MODEL_ID, messages: [ASK], max_tokens: 4,
         output_config: { format: { type: 'json_schema', schema: bad } } }), 400, 'invalid_request_error', re);
     }
+  });
+});
+
+// Qwen3.5 writes calls in the xml family's syntax (<function=NAME>
+// <parameter=KEY> ...): the constraint follows that syntax, string
+// parameters as raw text, the others as JSON.
+describe('the constraint alone, xml calls (Qwen3.5)', { timeout: 600_000 }, () => {
+  let q35;
+  before(async () => { q35 = await startServer({ model: QWEN35, vision: false, extra: ['--any-model'] }); });
+  after(async () => { await stopServer(q35); });
+  const OFF = { chat: { reasoning_effort: 'none' }, responses: { reasoning: { effort: 'none' } }, messages: { thinking: { type: 'disabled' } } };
+
+  test('required and named calls end with the tool-call finish reason, arguments valid (ajv), 8 seeds, every API, streamed and not', async () => {
+    await callsEndTheTurn(q35, 8, [CITY, SEARCH, TICKET], ['required', 'search', 'open_ticket'], OFF);
   });
 });
 
