@@ -6,6 +6,8 @@
 //                parser's holding back, no mask
 //   tool call    tool_choice required (one call): every token of the answer is
 //                under the call's constraint (framing, name, arguments' schema)
+//   pattern call the tool open_ticket named: its arguments are strings with
+//                pattern and format (a DFA step per character)
 //   json_schema  response_format json_schema: every token under the schema
 // With random weights the sampled token almost never fits the constraint, so
 // nearly every constrained token pays for a full mask: the worst case. The
@@ -35,16 +37,22 @@ const WEATHER = { type: 'function', function: { name: 'get_weather', description
 const SEARCH = { type: 'function', function: { name: 'search', description: 'Search the notes',
   parameters: { type: 'object', properties: { query: { type: 'string' }, limit: { type: 'integer' }, exact: { type: 'boolean' } },
     required: ['query'] } } };
+// Strings with pattern and format, as agents' tools declare ids, dates and paths.
+const TICKET = { type: 'function', function: { name: 'open_ticket', description: 'Open a ticket',
+  parameters: { type: 'object', properties: { id: { type: 'string', pattern: '^[A-Z]{2,4}-[0-9]{1,5}$' },
+    due: { type: 'string', format: 'date' }, owner: { type: 'string', format: 'email' },
+    path: { type: 'string', pattern: '^(/[a-z0-9_.-]+)+\\.(c|h|md)$' } }, required: ['id', 'due', 'owner', 'path'] } } };
 const RESULT = { type: 'object', properties: { answer: { type: 'string' }, score: { type: 'number' }, ok: { type: 'boolean' },
   tags: { type: 'array', items: { type: 'string' } } }, required: ['answer', 'score', 'ok', 'tags'] };
 
 // Every mode declares the same tools, so every prompt is the same (a longer
 // KV makes each decoded token cost more; the modes must not differ in that).
-const TOOLS = [WEATHER, SEARCH];
+const TOOLS = [WEATHER, SEARCH, TICKET];
 const MODES = {
   plain: { tools: TOOLS, tool_choice: 'none' },
   'tools auto': { tools: TOOLS },
   'tool call': { tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false },
+  'pattern call': { tools: TOOLS, tool_choice: { type: 'function', function: { name: 'open_ticket' } }, parallel_tool_calls: false },
   json_schema: { tools: TOOLS, tool_choice: 'none', response_format: { type: 'json_schema', json_schema: { name: 'result', schema: RESULT } } },
 };
 
