@@ -134,7 +134,7 @@ static void test_dequant_blocks(void) {
         CHECK(y[0] == -2.f && y[3] == -1.25f && y[16] == 1.75f && y[31] == -2.f);
     }
     { /* Q4_K: sub-block 1 (j<4 path) and sub-block 6 (j>=4 path, high bits elsewhere) */
-        ph_block_q4_K b;
+        block_q4_K b;
         memset(&b, 0, sizeof b);
         b.d = f32_to_fp16(0.5f);
         b.dmin = f32_to_fp16(0.25f);
@@ -152,7 +152,7 @@ static void test_dequant_blocks(void) {
         CHECK(y[0] == 0.f); /* sc(0) = mn(0) = 0 */
     }
     { /* Q5_K: the 5th bit of element 64c+l is bit 2c of qh[l], of 64c+32+l bit 2c+1 */
-        ph_block_q5_K b;
+        block_q5_K b;
         memset(&b, 0, sizeof b);
         b.d = f32_to_fp16(1.f);
         b.dmin = f32_to_fp16(1.f);
@@ -167,7 +167,7 @@ static void test_dequant_blocks(void) {
         CHECK(y[5] == 0.f);
     }
     { /* Q6_K: element 128n + 32g + l uses scale 8n + 2g + l/16 */
-        ph_block_q6_K b;
+        block_q6_K b;
         memset(&b, 0, sizeof b);
         b.d = f32_to_fp16(0.5f);
         for (int k = 0; k < 16; k++) b.scales[k] = (int8_t)(k - 8);
@@ -209,7 +209,7 @@ static void test_act_known(void) {
     k[3] = 5.f, k[7] = -5.f, k[8] = 2.5f, k[20] = 1.f;
     for (int isa = 0; isa < 3; isa++) {
         if (kernels_force((isa_level)isa)) continue;
-        ph_block_q8_K b[2];
+        block_q8_K b[2];
         quantize_act_row(PH_TYPE_Q8_K, k, b, 512);
         float iscale = -127.f / 5.f;
         CHECK(b[0].d == 1.f / iscale);
@@ -222,7 +222,7 @@ static void test_act_known(void) {
         CHECK(z);
         /* a Q8_K tie: -127/-127 = 1 scales 0.5 and 1.5 to even */
         float t[256] = {-127.f, 0.5f, 1.5f, -0.5f, 126.5f};
-        ph_block_q8_K c;
+        block_q8_K c;
         quantize_act_row(PH_TYPE_Q8_K, t, &c, 256);
         CHECK(c.d == 1.f && c.qs[0] == -127 && c.qs[1] == 0 && c.qs[2] == 2 && c.qs[3] == 0 && c.qs[4] == 126);
     }
@@ -659,9 +659,9 @@ static void test_dispatch(const char *self) {
     const type_info *ti = type_get(PH_TYPE_Q6_K);
     CHECK(ti->known && ti->block_elems == 256 && ti->block_bytes == 210 && ti->dot_type == PH_TYPE_Q8_K);
     CHECK(strcmp(type_get(PH_TYPE_Q4_K)->name, "q4_K") == 0 && !type_get(3)->known && !type_get(-1)->known &&
-          !type_get(1000)->known && type_get(PH_TYPE_Q8_K)->block_bytes == (int)sizeof(ph_block_q8_K));
-    CHECK(sizeof(ph_block_q4_K) == 144 && sizeof(ph_block_q5_K) == 176 && sizeof(ph_block_q6_K) == 210 &&
-          sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(ph_block_q8_K) == 292);
+          !type_get(1000)->known && type_get(PH_TYPE_Q8_K)->block_bytes == (int)sizeof(block_q8_K));
+    CHECK(sizeof(block_q4_K) == 144 && sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 &&
+          sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q8_K) == 292);
     /* PINHOLE_ISA is read at the first use: check it in fresh processes */
     for (int isa = 0; isa < 3; isa++) {
         if (!kernels_cpu_has((isa_level)isa)) continue;

@@ -45,13 +45,13 @@ void fill_ref(kernel_table *t) {
     t->dot[PH_TYPE_BF16] = dot_bf16_ref;
     t->dot[PH_TYPE_Q8_0] = dot_q8_0_ref;
     t->dot[PH_TYPE_Q4_0] = dot_q4_0_ref;
-    t->dot[PH_TYPE_Q4_K] = ph_dot_q4_K_ref;
-    t->dot[PH_TYPE_Q5_K] = ph_dot_q5_K_ref;
-    t->dot[PH_TYPE_Q6_K] = ph_dot_q6_K_ref;
+    t->dot[PH_TYPE_Q4_K] = dot_q4_K_ref;
+    t->dot[PH_TYPE_Q5_K] = dot_q5_K_ref;
+    t->dot[PH_TYPE_Q6_K] = dot_q6_K_ref;
     t->act[PH_TYPE_F16] = act_f16_ref;
     t->act[PH_TYPE_BF16] = act_bf16_ref;
     t->act[PH_TYPE_Q8_0] = act_q8_0_ref;
-    t->act[PH_TYPE_Q8_K] = ph_act_q8_K_ref;
+    t->act[PH_TYPE_Q8_K] = act_q8_K_ref;
     for (int k = 0; k < N_WEIGHT_TYPES; k++) {
         int w = weight_types[k], dt = type_get(w)->dot_type;
         t->mm[w] = (mm_plan){dt == PH_TYPE_F32 ? NULL : t->act[dt], dt, t->dot[w], NULL, 1, 1};

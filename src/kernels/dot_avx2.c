@@ -131,8 +131,8 @@ INLINE __m256i bcast_w16(__m256i v, int j) {
  * acc += (d_w·d_x)·sumi − (dmin_w·d_x)·summ. */
 INLINE void k4_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr,
                     const int Q5) {
-    const ph_block_q8_K *xr[4];
-    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const ph_block_q8_K *)((const char *)x + r * xb);
+    const block_q8_K *xr[4];
+    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const block_q8_K *)((const char *)x + r * xb);
     __m256 acc[4];
     UNROLL for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(15), m16 = _mm256_set1_epi8(16);
@@ -142,11 +142,11 @@ INLINE void k4_rows(int64_t n, const void *w, const void *x, size_t xb, float *y
         float d, dmin;
         __m256i hb = _mm256_setzero_si256();
         if (Q5) {
-            const ph_block_q5_K *b = (const ph_block_q5_K *)w + i;
+            const block_q5_K *b = (const block_q5_K *)w + i;
             qs = b->qs, scales = b->scales, d = f16f(b->d), dmin = f16f(b->dmin);
             hb = loadu256(b->qh);
         } else {
-            const ph_block_q4_K *b = (const ph_block_q4_K *)w + i;
+            const block_q4_K *b = (const block_q4_K *)w + i;
             qs = b->qs, scales = b->scales, d = f16f(b->d), dmin = f16f(b->dmin);
         }
         __m128i sm = k4_scales_mins(scales);
@@ -172,7 +172,7 @@ INLINE void k4_rows(int64_t n, const void *w, const void *x, size_t xb, float *y
             }
         }
         UNROLL for (int r = 0; r < nr; r++) {
-            const ph_block_q8_K *xb8 = &xr[r][i];
+            const block_q8_K *xb8 = &xr[r][i];
             /* pairs of 16-element bsums make the 32-element sub-block sums */
             __m128i bs = _mm_hadd_epi16(loadu128(xb8->bsums), loadu128(xb8->bsums + 8));
             __m256i summ = _mm256_zextsi128_si256(_mm_madd_epi16(mn16, bs));
@@ -188,15 +188,15 @@ INLINE void k4_rows(int64_t n, const void *w, const void *x, size_t xb, float *y
 /* Works with the unsigned 6-bit values u = q + 32 and subtracts
  * 32·Σ_k sc_k·bsum_k afterwards, so no per-vector offset is needed. */
 INLINE void q6_K_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr) {
-    const ph_block_q6_K *wb = w;
-    const ph_block_q8_K *xr[4];
-    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const ph_block_q8_K *)((const char *)x + r * xb);
+    const block_q6_K *wb = w;
+    const block_q8_K *xr[4];
+    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const block_q8_K *)((const char *)x + r * xb);
     __m256 acc[4];
     UNROLL for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     int64_t nb = n / PH_QK_K;
     for (int64_t i = 0; i < nb; i++) {
-        const ph_block_q6_K *b = &wb[i];
+        const block_q6_K *b = &wb[i];
         float d = f16f(b->d);
         __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales));
         __m256i sumi[4];
@@ -277,7 +277,7 @@ static void act_q8_0(const float *src, void *dst, int64_t n) {
  * iscale = -127/max; q = min(127, RNE(iscale*x)) (the min is the pack's
  * saturation); bsums per 16. */
 static void act_q8_K(const float *src, void *dst, int64_t n) {
-    ph_block_q8_K *y = dst;
+    block_q8_K *y = dst;
     const __m256 sign = _mm256_set1_ps(-0.f);
     for (int64_t i = 0; i < n / PH_QK_K; i++, src += PH_QK_K) {
         __m256 m = _mm256_setzero_ps();

@@ -115,8 +115,8 @@ INLINE __m128i k4_scales_mins(const uint8_t *s) {
  * 2c+1 in its two halves, matching 64 contiguous activation bytes. */
 INLINE void k4_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr,
                     const int Q5) {
-    const ph_block_q8_K *xr[4];
-    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const ph_block_q8_K *)((const char *)x + r * xb);
+    const block_q8_K *xr[4];
+    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const block_q8_K *)((const char *)x + r * xb);
     __m512 acc[4];
     UNROLL for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(15), m16 = _mm256_set1_epi8(16);
@@ -126,11 +126,11 @@ INLINE void k4_rows(int64_t n, const void *w, const void *x, size_t xb, float *y
         float d, dmin;
         __m256i hb = _mm256_setzero_si256();
         if (Q5) {
-            const ph_block_q5_K *b = (const ph_block_q5_K *)w + i;
+            const block_q5_K *b = (const block_q5_K *)w + i;
             qs = b->qs, scales = b->scales, d = f16f(b->d), dmin = f16f(b->dmin);
             hb = loadu256(b->qh);
         } else {
-            const ph_block_q4_K *b = (const ph_block_q4_K *)w + i;
+            const block_q4_K *b = (const block_q4_K *)w + i;
             qs = b->qs, scales = b->scales, d = f16f(b->d), dmin = f16f(b->dmin);
         }
         __m128i sm = k4_scales_mins(scales);
@@ -157,7 +157,7 @@ INLINE void k4_rows(int64_t n, const void *w, const void *x, size_t xb, float *y
             }
         }
         UNROLL for (int r = 0; r < nr; r++) {
-            const ph_block_q8_K *xb8 = &xr[r][i];
+            const block_q8_K *xb8 = &xr[r][i];
             __m128i bs = _mm_hadd_epi16(loadu128(xb8->bsums), loadu128(xb8->bsums + 8));
             __m512i summ = _mm512_castsi128_si512(_mm_madd_epi16(mn16, bs));
             summ = _mm512_maskz_mov_epi32(0x000f, summ); /* only the 4 defined lanes */
@@ -175,9 +175,9 @@ INLINE void k4_rows(int64_t n, const void *w, const void *x, size_t xb, float *y
  * scale vectors hold one scale per lane. Unsigned u = q + 32, corrected by
  * −32·Σ sc·bsum as in dot_avx2.c. */
 INLINE void q6_K_rows(int64_t n, const void *w, const void *x, size_t xb, float *y, size_t ldy, const int nr) {
-    const ph_block_q6_K *wb = w;
-    const ph_block_q8_K *xr[4];
-    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const ph_block_q8_K *)((const char *)x + r * xb);
+    const block_q6_K *wb = w;
+    const block_q8_K *xr[4];
+    UNROLL for (int r = 0; r < nr; r++) xr[r] = (const block_q8_K *)((const char *)x + r * xb);
     __m512 acc[4];
     UNROLL for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
@@ -187,7 +187,7 @@ INLINE void q6_K_rows(int64_t n, const void *w, const void *x, size_t xb, float 
     const __m512i shr_b = join256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
     int64_t nb = n / PH_QK_K;
     for (int64_t i = 0; i < nb; i++) {
-        const ph_block_q6_K *b = &wb[i];
+        const block_q6_K *b = &wb[i];
         float d = f16f(b->d);
         __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales));
         __m512i sc512 = _mm512_castsi256_si512(sc16);

@@ -57,7 +57,7 @@ void k4_scales_ref(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
 }
 
 /* Shared tail of Q4_K / Q5_K: q[256] holds the unsigned weight quants. */
-static float k4_block(const uint8_t *q, const uint8_t *scales, float d, float dmin, const ph_block_q8_K *b) {
+static float k4_block(const uint8_t *q, const uint8_t *scales, float d, float dmin, const block_q8_K *b) {
     uint8_t sc[8], mn[8];
     k4_scales_ref(scales, sc, mn);
     int sumi = 0, summ = 0;
@@ -70,9 +70,9 @@ static float k4_block(const uint8_t *q, const uint8_t *scales, float d, float dm
     return b->d * d * sumi - b->d * dmin * summ;
 }
 
-float ph_dot_q4_K_ref(int64_t n, const void *w, const void *x) {
-    const ph_block_q4_K *a = w;
-    const ph_block_q8_K *b = x;
+float dot_q4_K_ref(int64_t n, const void *w, const void *x) {
+    const block_q4_K *a = w;
+    const block_q8_K *b = x;
     float s = 0.f;
     uint8_t q[PH_QK_K];
     for (int64_t i = 0; i < n / PH_QK_K; i++) {
@@ -86,9 +86,9 @@ float ph_dot_q4_K_ref(int64_t n, const void *w, const void *x) {
     return s;
 }
 
-float ph_dot_q5_K_ref(int64_t n, const void *w, const void *x) {
-    const ph_block_q5_K *a = w;
-    const ph_block_q8_K *b = x;
+float dot_q5_K_ref(int64_t n, const void *w, const void *x) {
+    const block_q5_K *a = w;
+    const block_q8_K *b = x;
     float s = 0.f;
     uint8_t q[PH_QK_K];
     for (int64_t i = 0; i < n / PH_QK_K; i++) {
@@ -103,9 +103,9 @@ float ph_dot_q5_K_ref(int64_t n, const void *w, const void *x) {
     return s;
 }
 
-float ph_dot_q6_K_ref(int64_t n, const void *w, const void *x) {
-    const ph_block_q6_K *a = w;
-    const ph_block_q8_K *b = x;
+float dot_q6_K_ref(int64_t n, const void *w, const void *x) {
+    const block_q6_K *a = w;
+    const block_q8_K *b = x;
     float s = 0.f;
     int8_t q[PH_QK_K];
     for (int64_t i = 0; i < n / PH_QK_K; i++) {

@@ -107,9 +107,9 @@ float dot_f16_ref(int64_t n, const void *w, const void *x);
 float dot_bf16_ref(int64_t n, const void *w, const void *x);
 float dot_q8_0_ref(int64_t n, const void *w, const void *x);
 float dot_q4_0_ref(int64_t n, const void *w, const void *x);
-float ph_dot_q4_K_ref(int64_t n, const void *w, const void *x);
-float ph_dot_q5_K_ref(int64_t n, const void *w, const void *x);
-float ph_dot_q6_K_ref(int64_t n, const void *w, const void *x);
+float dot_q4_K_ref(int64_t n, const void *w, const void *x);
+float dot_q5_K_ref(int64_t n, const void *w, const void *x);
+float dot_q6_K_ref(int64_t n, const void *w, const void *x);
 
 /* The eight 6-bit scales and mins of a Q4_K / Q5_K block. */
 void k4_scales_ref(const uint8_t *s, uint8_t *sc, uint8_t *mn);
@@ -117,6 +117,6 @@ void k4_scales_ref(const uint8_t *s, uint8_t *sc, uint8_t *mn);
 void act_f16_ref(const float *src, void *dst, int64_t n);
 void act_bf16_ref(const float *src, void *dst, int64_t n);
 void act_q8_0_ref(const float *src, void *dst, int64_t n);
-void ph_act_q8_K_ref(const float *src, void *dst, int64_t n);
+void act_q8_K_ref(const float *src, void *dst, int64_t n);
 
 #endif

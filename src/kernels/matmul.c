@@ -179,3 +179,11 @@ void mat_mul(tpool *pool, const wmat *w, const float *x, int64_t n_rows, float *
     }
     free(c.xbuf);
 }
+
+/* (here, beside the kernels in use: pack.c only lays out blocks and knows no table) */
+size_t mat_pack_size(const wmat *m) {
+    size_t bb = pk_block_bytes(m->type);
+    if (!bb || !kern_table()->pk[m->type].tile || m->n_in % type_get(m->type)->block_elems) return 0;
+    int64_t groups = (m->n_out + PH_PK_ROWS - 1) / PH_PK_ROWS;
+    return (size_t)groups * (size_t)(m->n_in / type_get(m->type)->block_elems) * bb;
+}

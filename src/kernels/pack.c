@@ -42,7 +42,7 @@ void pk_act_extras(int type, void *row, int64_t n) {
             e[i] = (pk_q8_0_extra){fp16_to_f32(b[i].d), 128 * s};
         }
     } else {
-        const ph_block_q8_K *b = row;
+        const block_q8_K *b = row;
         int16_t *e = (int16_t *)((uint8_t *)row + PH_PK_EXTRAS_AT(type_row_bytes(PH_TYPE_Q8_K, n)));
         for (int64_t i = 0; i < n / PH_QK_K; i++)
             for (int j = 0; j < 8; j++) e[8 * i + j] = (int16_t)(b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
@@ -113,8 +113,8 @@ static inline __attribute__((always_inline)) void pack_k4(const void *const *src
             }
             continue;
         }
-        const ph_block_q5_K *b5 = (const ph_block_q5_K *)blk;
-        const ph_block_q4_K *b4 = (const ph_block_q4_K *)blk;
+        const block_q5_K *b5 = (const block_q5_K *)blk;
+        const block_q4_K *b4 = (const block_q4_K *)blk;
         const uint8_t *qs = Q5 ? b5->qs : b4->qs;
         d[l] = Q5 ? b5->d : b4->d;
         dmin[l] = Q5 ? b5->dmin : b4->dmin;
@@ -150,7 +150,7 @@ static void pack_q6_K(const void *const *src, uint8_t *dst) {
     int8_t *sc = (int8_t *)(dst + 32);
     uint8_t *ql = dst + 288, *qh = dst + 288 + 128;
     for (int l = 0; l < PH_PK_ROWS; l++) {
-        const ph_block_q6_K *b = src[l];
+        const block_q6_K *b = src[l];
         d[l] = b ? b->d : 0;
         for (int k = 0; k < 16; k++) {
             sc[32 * (k / 2) + 2 * l + k % 2] = b ? b->scales[k] : 0;
@@ -171,13 +171,6 @@ static void pack_q6_K(const void *const *src, uint8_t *dst) {
             wr32(qh + 192 * k + 4 * l, hb);
         }
     }
-}
-
-size_t mat_pack_size(const wmat *m) {
-    size_t bb = pk_block_bytes(m->type);
-    if (!bb || !kern_table()->pk[m->type].tile || m->n_in % type_get(m->type)->block_elems) return 0;
-    int64_t groups = (m->n_out + PH_PK_ROWS - 1) / PH_PK_ROWS;
-    return (size_t)groups * (size_t)(m->n_in / type_get(m->type)->block_elems) * bb;
 }
 
 typedef struct pack_job {

@@ -98,12 +98,12 @@ INLINE void k4_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, f
                     const int NR, const int Q5) {
     const size_t gbb = Q5 ? PH_PK_Q5_K_BYTES : PH_PK_Q4_K_BYTES;
     int64_t nb = n / PH_QK_K;
-    const ph_block_q8_K *xr[MX];
+    const block_q8_K *xr[MX];
     const int16_t *ex[MX];
     __m512 acc[MX];
     UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_K *)(x + r * xb);
-        ex[r] = (const int16_t *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_K)));
+        xr[r] = (const block_q8_K *)(x + r * xb);
+        ex[r] = (const int16_t *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(block_q8_K)));
         acc[r] = _mm512_setzero_ps();
     }
     const __m512i m4 = _mm512_set1_epi8(15);
@@ -156,10 +156,10 @@ INLINE void k4_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, f
 INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                       const int NR) {
     int64_t nb = n / PH_QK_K;
-    const ph_block_q8_K *xr[MX];
+    const block_q8_K *xr[MX];
     __m512 acc[MX];
     UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_K *)(x + r * xb);
+        xr[r] = (const block_q8_K *)(x + r * xb);
         acc[r] = _mm512_setzero_ps();
     }
     const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);

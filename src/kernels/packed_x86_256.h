@@ -157,11 +157,11 @@ INLINE void q4_0_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb,
 
 /* The NR activation rows of a K-quant tile (their blocks and the bsums
  * pairs after them) and zeroed accumulators. */
-INLINE void kq_rows(const uint8_t *x, size_t xb, int64_t nb, const ph_block_q8_K **xr, const int16_t **ex,
+INLINE void kq_rows(const uint8_t *x, size_t xb, int64_t nb, const block_q8_K **xr, const int16_t **ex,
                     __m256 (*acc)[2], const int NR) {
     UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_K *)(x + r * xb);
-        ex[r] = (const int16_t *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(ph_block_q8_K)));
+        xr[r] = (const block_q8_K *)(x + r * xb);
+        ex[r] = (const int16_t *)((const uint8_t *)xr[r] + PH_PK_EXTRAS_AT(nb * sizeof(block_q8_K)));
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
 }
@@ -175,7 +175,7 @@ INLINE void kq_mins(__m256i *summ, const uint8_t *mn, int h, const int16_t *cons
 }
 
 /* acc[r][h] += xd·d·sumi − xd·dmin·summ, the reference's float steps. */
-INLINE void kq_accumulate(__m256 (*acc)[2], int h, const uint8_t *wg, const ph_block_q8_K *const *xr, int64_t i,
+INLINE void kq_accumulate(__m256 (*acc)[2], int h, const uint8_t *wg, const block_q8_K *const *xr, int64_t i,
                           const __m256i *sumi, const __m256i *summ, const int NR) {
     __m256 d = ld_f16x8(wg + 16 * h), dmin = ld_f16x8(wg + 32 + 16 * h);
     UNROLL for (int r = 0; r < NR; r++) {
@@ -198,7 +198,7 @@ INLINE __m256i bit_to4(__m256i h, const int bit) {
 INLINE void k4_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                     const int NR, const int Q5) {
     int64_t nb = n / PH_QK_K;
-    const ph_block_q8_K *xr[MX];
+    const block_q8_K *xr[MX];
     const int16_t *ex[MX];
     __m256 acc[MX][2];
     kq_rows(x, xb, nb, xr, ex, acc, NR);
@@ -248,10 +248,10 @@ INLINE void k4_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, f
 INLINE void q6_K_tile(int64_t n, const uint8_t *wg, const uint8_t *x, size_t xb, float *y, size_t ldy, int no,
                       const int NR) {
     int64_t nb = n / PH_QK_K;
-    const ph_block_q8_K *xr[MX];
+    const block_q8_K *xr[MX];
     __m256 acc[MX][2];
     UNROLL for (int r = 0; r < NR; r++) {
-        xr[r] = (const ph_block_q8_K *)(x + r * xb);
+        xr[r] = (const block_q8_K *)(x + r * xb);
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);

@@ -53,7 +53,7 @@ static void dequant_q4_0(const block_q4_0 *b, float *y, int64_t nb) {
     }
 }
 
-static void dequant_q4_K(const ph_block_q4_K *b, float *y, int64_t nb) {
+static void dequant_q4_K(const block_q4_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
         const uint8_t *q = b[i].qs;
@@ -69,7 +69,7 @@ static void dequant_q4_K(const ph_block_q4_K *b, float *y, int64_t nb) {
     }
 }
 
-static void dequant_q5_K(const ph_block_q5_K *b, float *y, int64_t nb) {
+static void dequant_q5_K(const block_q5_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
         const uint8_t *q = b[i].qs, *qh = b[i].qh;
@@ -86,7 +86,7 @@ static void dequant_q5_K(const ph_block_q5_K *b, float *y, int64_t nb) {
     }
 }
 
-static void dequant_q6_K(const ph_block_q6_K *b, float *y, int64_t nb) {
+static void dequant_q6_K(const block_q6_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         float d = fp16_to_f32(b[i].d);
         const uint8_t *ql = b[i].ql, *qh = b[i].qh;
@@ -107,7 +107,7 @@ static void dequant_q6_K(const ph_block_q6_K *b, float *y, int64_t nb) {
     }
 }
 
-static void dequant_q8_K(const ph_block_q8_K *b, float *y, int64_t nb) {
+static void dequant_q8_K(const block_q8_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += PH_QK_K)
         for (int j = 0; j < PH_QK_K; j++) y[j] = b[i].d * b[i].qs[j];
 }
@@ -147,8 +147,8 @@ void act_q8_0_ref(const float *src, void *dst, int64_t n) {
     }
 }
 
-void ph_act_q8_K_ref(const float *src, void *dst, int64_t n) {
-    ph_block_q8_K *y = dst;
+void act_q8_K_ref(const float *src, void *dst, int64_t n) {
+    block_q8_K *y = dst;
     for (int64_t i = 0; i < n / PH_QK_K; i++, src += PH_QK_K) {
         float amax = 0.f, max = 0.f;
         for (int j = 0; j < PH_QK_K; j++) {
@@ -235,7 +235,7 @@ static void quant_k_affine(const float *x, int qmax, f16_bits *pd, f16_bits *pdm
     }
 }
 
-static void quant_q4_K(const float *x, ph_block_q4_K *y, int64_t nb) {
+static void quant_q4_K(const float *x, block_q4_K *y, int64_t nb) {
     uint8_t q[PH_QK_K];
     for (int64_t i = 0; i < nb; i++, x += PH_QK_K) {
         quant_k_affine(x, 15, &y[i].d, &y[i].dmin, y[i].scales, q);
@@ -244,7 +244,7 @@ static void quant_q4_K(const float *x, ph_block_q4_K *y, int64_t nb) {
     }
 }
 
-static void quant_q5_K(const float *x, ph_block_q5_K *y, int64_t nb) {
+static void quant_q5_K(const float *x, block_q5_K *y, int64_t nb) {
     uint8_t q[PH_QK_K];
     for (int64_t i = 0; i < nb; i++, x += PH_QK_K) {
         quant_k_affine(x, 31, &y[i].d, &y[i].dmin, y[i].scales, q);
@@ -258,7 +258,7 @@ static void quant_q5_K(const float *x, ph_block_q5_K *y, int64_t nb) {
     }
 }
 
-static void quant_q6_K(const float *x, ph_block_q6_K *y, int64_t nb) {
+static void quant_q6_K(const float *x, block_q6_K *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += PH_QK_K) {
         /* per 16 elements: the value of largest magnitude maps to -32 */
         float scale[16], max_abs_scale = 0.f;
@@ -308,7 +308,7 @@ void quantize_weight_row(int type, const float *src, void *dst, int64_t n) {
     case PH_TYPE_Q4_K: quant_q4_K(src, dst, n / PH_QK_K); return;
     case PH_TYPE_Q5_K: quant_q5_K(src, dst, n / PH_QK_K); return;
     case PH_TYPE_Q6_K: quant_q6_K(src, dst, n / PH_QK_K); return;
-    case PH_TYPE_Q8_K: ph_act_q8_K_ref(src, dst, n); return;
+    case PH_TYPE_Q8_K: act_q8_K_ref(src, dst, n); return;
     default: bad_type("quantize_weight_row", type);
     }
 }

@@ -39,24 +39,24 @@ typedef struct {
     f16_bits d, dmin;
     uint8_t scales[PH_K_SCALE_SIZE];
     uint8_t qs[PH_QK_K / 2];
-} ph_block_q4_K; /* 144 bytes */
+} block_q4_K; /* 144 bytes */
 typedef struct {
     f16_bits d, dmin;
     uint8_t scales[PH_K_SCALE_SIZE];
     uint8_t qh[PH_QK_K / 8];
     uint8_t qs[PH_QK_K / 2];
-} ph_block_q5_K; /* 176 bytes */
+} block_q5_K; /* 176 bytes */
 typedef struct {
     uint8_t ql[PH_QK_K / 2];
     uint8_t qh[PH_QK_K / 4];
     int8_t scales[PH_QK_K / 16];
     f16_bits d;
-} ph_block_q6_K; /* 210 bytes */
+} block_q6_K; /* 210 bytes */
 typedef struct {
     float d;
     int8_t qs[PH_QK_K];
     int16_t bsums[PH_QK_K / 16];
-} ph_block_q8_K; /* 292 bytes */
+} block_q8_K; /* 292 bytes */
 
 /* Facts about a type; known == 0 for ids this build does not support. */
 typedef struct type_info {

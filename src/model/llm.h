@@ -104,11 +104,6 @@ ph_model *llm_probe(const char *path, ph_err *err);
  * with e saying it does not. */
 int llm_check_pictures(const ph_model *m, ph_err *err);
 
-/* The u32 metadata value `<arch>.<suffix>`: 0; 1 when it is not required
- * and absent (or of another type); -1 with e set when required and absent
- * or of another type. */
-int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required, ph_err *err);
-
 /* The model's chat template (tokenizer.chat_template): NULL and *len 0 when
  * it has none. Points into the model file. */
 const char *llm_chat_template(const ph_model *m, size_t *len);

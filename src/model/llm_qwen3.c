@@ -18,15 +18,6 @@ const char *llm_chat_template(const ph_model *m, size_t *len) {
 
 /* ---- loading ------------------------------------------------------------ */
 
-int llm_get_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required, ph_err *err) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (gguf_get_u32(f, key, out) == 0) return 0;
-    if (!required) return 1;
-    if (gguf_find_kv(f, key)) return err_set(err, "metadata key '%s' has the wrong type", key);
-    return err_set(err, "metadata key '%s' is missing", key);
-}
-
 static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, bool required, ph_err *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -41,32 +32,32 @@ static int load_hparams(ph_model *m, ph_err *err) {
     llm_hparams *hp = &m->hp;
     const char *a = m->arch_name;
     uint32_t u;
-    if (llm_get_u32(f, a, "context_length", &u, true, err)) return -1;
+    if (weights_meta_u32(f, a, "context_length", &u, true, err)) return -1;
     hp->n_ctx_train = (int32_t)u;
-    if (llm_get_u32(f, a, "embedding_length", &u, true, err)) return -1;
+    if (weights_meta_u32(f, a, "embedding_length", &u, true, err)) return -1;
     hp->n_embd = (int32_t)u;
-    if (llm_get_u32(f, a, "block_count", &u, true, err)) return -1;
+    if (weights_meta_u32(f, a, "block_count", &u, true, err)) return -1;
     hp->n_layer = (int32_t)u;
     /* blocks for multi-token prediction follow the trunk; they are not run */
     uint32_t nextn = 0;
-    llm_get_u32(f, a, "nextn_predict_layers", &nextn, false, err);
+    weights_meta_u32(f, a, "nextn_predict_layers", &nextn, false, err);
     if (nextn >= u) return err_set(err, "%u blocks, %u of them for multi-token prediction", u, nextn);
     hp->n_layer -= (int32_t)nextn;
-    if (llm_get_u32(f, a, "feed_forward_length", &u, true, err)) return -1;
+    if (weights_meta_u32(f, a, "feed_forward_length", &u, true, err)) return -1;
     hp->n_ff = (int32_t)u;
-    if (llm_get_u32(f, a, "attention.head_count", &u, true, err)) return -1;
+    if (weights_meta_u32(f, a, "attention.head_count", &u, true, err)) return -1;
     hp->n_head = (int32_t)u;
     hp->n_head_kv = hp->n_head;
-    if (llm_get_u32(f, a, "attention.head_count_kv", &u, false, err) == 0) hp->n_head_kv = (int32_t)u;
+    if (weights_meta_u32(f, a, "attention.head_count_kv", &u, false, err) == 0) hp->n_head_kv = (int32_t)u;
     if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
         return err_set(err, "head counts %d / %d (kv) are not usable", hp->n_head, hp->n_head_kv);
     hp->head_dim = hp->n_embd / hp->n_head;
-    if (llm_get_u32(f, a, "attention.key_length", &u, false, err) == 0) hp->head_dim = (int32_t)u;
+    if (weights_meta_u32(f, a, "attention.key_length", &u, false, err) == 0) hp->head_dim = (int32_t)u;
     uint32_t vlen = (uint32_t)hp->head_dim;
-    if (llm_get_u32(f, a, "attention.value_length", &vlen, false, err) == 0 && (int32_t)vlen != hp->head_dim)
+    if (weights_meta_u32(f, a, "attention.value_length", &vlen, false, err) == 0 && (int32_t)vlen != hp->head_dim)
         return err_set(err, "key length %d and value length %u differ", hp->head_dim, vlen);
     uint32_t n_rot = (uint32_t)hp->head_dim;
-    llm_get_u32(f, a, "rope.dimension_count", &n_rot, false, err);
+    weights_meta_u32(f, a, "rope.dimension_count", &n_rot, false, err);
     /* Qwen3.5 rotates the first n_rot dims of a head (docs/numerics.md, Gated attention) */
     if (hp->arch == LLM_ARCH_QWEN35 ? n_rot == 0 || n_rot % 2 || (int32_t)n_rot > hp->head_dim
                                     : (int32_t)n_rot != hp->head_dim)
@@ -105,7 +96,7 @@ static int load_hparams(ph_model *m, ph_err *err) {
         }
         int S = hp->rope.sections[0] + hp->rope.sections[1] + hp->rope.sections[2] + hp->rope.sections[3];
         if (S <= 0 || S > hp->head_dim / 2 * 2) return err_set(err, "'%s' sections sum to %d", key, S);
-        if (hp->arch == LLM_ARCH_QWEN3VL && llm_get_u32(f, a, "n_deepstack_layers", &u, false, err) == 0)
+        if (hp->arch == LLM_ARCH_QWEN3VL && weights_meta_u32(f, a, "n_deepstack_layers", &u, false, err) == 0)
             hp->n_deepstack = (int32_t)u;
         if (hp->n_deepstack > hp->n_layer)
             return err_set(err, "%d deepstack layers but only %d layers", hp->n_deepstack, hp->n_layer);

@@ -14,11 +14,11 @@ int llm_qwen35_hparams(ph_model *m, ph_err *err) {
     llm_hparams *hp = &m->hp;
     uint32_t kc, inner, d, hv, hk, interval = 4;
     const char *a = m->arch_name;
-    if (llm_get_u32(f, a, "ssm.conv_kernel", &kc, true, err) ||
-        llm_get_u32(f, a, "ssm.inner_size", &inner, true, err) ||
-        llm_get_u32(f, a, "ssm.state_size", &d, true, err) ||
-        llm_get_u32(f, a, "ssm.time_step_rank", &hv, true, err) ||
-        llm_get_u32(f, a, "ssm.group_count", &hk, true, err))
+    if (weights_meta_u32(f, a, "ssm.conv_kernel", &kc, true, err) ||
+        weights_meta_u32(f, a, "ssm.inner_size", &inner, true, err) ||
+        weights_meta_u32(f, a, "ssm.state_size", &d, true, err) ||
+        weights_meta_u32(f, a, "ssm.time_step_rank", &hv, true, err) ||
+        weights_meta_u32(f, a, "ssm.group_count", &hk, true, err))
         return -1;
     if (kc < 1 || kc > 64 || d == 0 || d > 1024 || hv == 0 || hv > 1024 || hk == 0 || hv % hk || inner != hv * d)
         return err_set(err,
@@ -33,7 +33,7 @@ int llm_qwen35_hparams(ph_model *m, ph_err *err) {
     /* which layers are recurrent: a per-layer array, else every layer but
      * each interval-th (docs/numerics.md, Qwen3.5 layers); MTP blocks past the trunk never are */
     const gguf_kv *rl = gguf_find_kv(f, "qwen35.attention.recurrent_layers");
-    if (!rl) llm_get_u32(f, a, "full_attention_interval", &interval, false, err);
+    if (!rl) weights_meta_u32(f, a, "full_attention_interval", &interval, false, err);
     if (rl && (rl->type != GGUF_ARRAY || rl->v.arr.n < (uint64_t)hp->n_layer))
         return err_set(err, "'qwen35.attention.recurrent_layers' does not hold a value per layer");
     if (interval == 0) return err_set(err, "'qwen35.full_attention_interval' is 0");

@@ -101,3 +101,13 @@ void weights_free(weight_set *w) {
     w->owned = NULL;
     w->n_owned = 0;
 }
+
+int weights_meta_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required,
+                     ph_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (gguf_get_u32(f, key, out) == 0) return 0;
+    if (!required) return 1;
+    if (gguf_find_kv(f, key)) return err_set(err, "metadata key '%s' has the wrong type", key);
+    return err_set(err, "metadata key '%s' is missing", key);
+}

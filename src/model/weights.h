@@ -37,4 +37,10 @@ const float *weights_f32(weight_set *w, const gguf_tensor *t, int64_t n, ph_err 
 void *weights_alloc(weight_set *w, size_t bytes, ph_err *err);
 void weights_free(weight_set *w);
 
+/* The u32 metadata value `<arch>.<suffix>`: 0; 1 when it is not required
+ * and absent (or of another type); -1 with err set when required and absent
+ * or of another type. */
+int weights_meta_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out, bool required,
+                     ph_err *err);
+
 #endif
