@@ -12,9 +12,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <spng.h>
 #include <string.h>
 #include <time.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 #include <webp/encode.h>
 
 #include "gguf/gguf.h"
@@ -945,6 +947,85 @@ static void test_limits(void) {
     CHECK(image_load_file(PH_TEST_DATA, NULL, &img, &e) == -1 && strstr(e.msg, "not a regular file"));
 }
 
+/* ---- large PNGs and their metadata limit ------------------------------------- */
+
+/* An RGB8 PNG of px made with libspng, unfiltered and uncompressed (level
+ * 0: noise does not compress anyway, and it is quick); with text_len, a
+ * zTXt chunk of that many bytes of 'a' (which compress to little). */
+static uint8_t *make_png(const uint8_t *px, int w, int h, size_t text_len, size_t *n) {
+    spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+    struct spng_ihdr ihdr = {
+        .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
+    char *text = text_len ? malloc(text_len + 1) : NULL;
+    struct spng_text ztxt = {.keyword = "Comment", .type = SPNG_ZTXT, .length = text_len, .text = text};
+    int r = ctx && (text || !text_len) ? 0 : SPNG_EMEM;
+    if (text) {
+        memset(text, 'a', text_len);
+        text[text_len] = '\0';
+        if (!r) r = spng_set_text(ctx, &ztxt, 1);
+    }
+    if (!r) r = spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+    if (!r) r = spng_set_option(ctx, SPNG_FILTER_CHOICE, SPNG_DISABLE_FILTERING);
+    if (!r) r = spng_set_option(ctx, SPNG_IMG_COMPRESSION_LEVEL, 0);
+    if (!r) r = spng_set_ihdr(ctx, &ihdr);
+    if (!r) r = spng_encode_image(ctx, px, (size_t)w * h * 3, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+    uint8_t *out = r ? NULL : spng_get_png_buffer(ctx, n, &r);
+    spng_ctx_free(ctx);
+    free(text);
+    return out;
+}
+
+/* A PNG of any size up to the file limit decodes (spng's chunk limit is
+ * not the file's size); a PNG whose metadata is over its limit is refused
+ * naming the limit and its value. */
+static void test_large_png(void) {
+    const int side = 1800;
+    const size_t px_n = (size_t)side * side * 3;
+    uint8_t *px = malloc(px_n);
+    uint32_t x = 2463534242u; /* xorshift noise: it does not compress */
+    for (size_t i = 0; i < px_n; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        px[i] = (uint8_t)(x >> 24);
+    }
+    size_t n = 0;
+    uint8_t *png = make_png(px, side, side, 0, &n);
+    CHECKF(png && n > (9u << 20) && n < (64u << 20), "a %zu-byte PNG", n);
+    image_rgb img = {0};
+    ph_err e = {0};
+    int rc = png ? decode(png, n, "big.png", &img, &e) : -1;
+    CHECKF(rc == 0 && img.w == side && img.h == side && !memcmp(img.rgb, px, px_n), "%zu-byte PNG: %s", n,
+           rc ? e.msg : "other pixels");
+    CHECK(png && probe_agrees(png, n, "big.png"));
+    image_free(&img);
+    /* and from a file, as `pinhole run --image` reads it */
+    char path[] = "/tmp/ph_big_png_XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0 && png && write(fd, png, n) == (ssize_t)n);
+    if (fd >= 0) close(fd);
+    rc = image_load_file(path, NULL, &img, &e);
+    CHECKF(rc == 0 && img.w == side && img.h == side, "%s: %s", path, rc ? e.msg : "ok");
+    image_free(&img);
+    unlink(path);
+    free(png);
+    free(px);
+
+    /* metadata: a zTXt that inflates to 1 MiB (more than the file) is
+     * fine; one that inflates past 8 MiB is refused, naming the limit */
+    uint8_t blocks[16 * 24 * 3];
+    block_picture(blocks);
+    png = make_png(blocks, 16, 24, (size_t)1 << 20, &n);
+    rc = png ? decode(png, n, "text.png", &img, &e) : -1;
+    CHECKF(rc == 0 && img.w == 16 && img.h == 24, "1 MiB of zTXt in %zu bytes: %s", n, rc ? e.msg : "ok");
+    image_free(&img);
+    free(png);
+    png = make_png(blocks, 16, 24, (size_t)9 << 20, &n);
+    rc = png ? decode(png, n, "bomb.png", &img, &e) : 0;
+    CHECKF(rc == -1 && strstr(e.msg, "bomb.png: PNG metadata") && strstr(e.msg, "8388608 bytes (8 MiB)"),
+           "9 MiB of zTXt in %zu bytes: %s", n, rc ? e.msg : "decoded");
+    CHECK(png && probe_agrees(png, n, "bomb.png"));
+    free(png);
+}
+
 /* ---- damaged copies of good files ------------------------------------------ */
 
 static uint32_t rng_state = 12345;
@@ -1029,6 +1110,7 @@ int main(void) {
     test_fingerprint();
     test_probe();
     test_limits();
+    test_large_png();
     test_damaged();
     TEST_END();
 }

@@ -10,16 +10,30 @@
 #include "image/image_internal.h"
 
 /* Memory spng may spend on ancillary chunks (text, ICC profile, EXIF),
- * compressed text included: a zTXt bomb stops here. */
+ * compressed text included: a zTXt bomb stops here. spng's chunk size
+ * limit bounds what one compressed ancillary chunk may inflate to (not the
+ * pixel data, whose chunks are read as they come) and may not exceed the
+ * cache limit: both are this one limit, whatever the file's size (the file
+ * itself is bounded by image_limits.max_file_bytes). spng also keeps at
+ * most SPNG_CHUNK_COUNT_LIMIT (1000) such chunks. */
 #define PNG_ANCILLARY_LIMIT ((size_t)8 << 20)
 
 static uint32_t be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static int png_fail(const char *label, int r, ph_err *err) {
+/* The error of spng's r, and ctx freed. */
+static int png_fail(const char *label, spng_ctx *ctx, int r, ph_err *err) {
+    int chunks = 0;
+    if (r == SPNG_ECHUNK_LIMITS && spng_get_option(ctx, SPNG_CHUNK_COUNT_LIMIT, &chunks)) chunks = 0;
+    spng_ctx_free(ctx);
     if (r == SPNG_IO_EOF || r == SPNG_EOF || r == SPNG_EIDAT_TOO_SHORT)
         return img_err(err, label, "PNG data is truncated");
+    if (r == SPNG_ECHUNK_LIMITS)
+        return img_err(err, label,
+                       "PNG metadata (text, ICC profile, EXIF and other ancillary chunks) is over its limits: "
+                       "%zu bytes (%zu MiB) in all, %d chunks",
+                       PNG_ANCILLARY_LIMIT, PNG_ANCILLARY_LIMIT >> 20, chunks);
     if (r == SPNG_EMEM) return img_err(err, label, "out of memory decoding the PNG");
     return img_err(err, label, "PNG is corrupt: %s", spng_strerror(r));
 }
@@ -50,13 +64,10 @@ int decode_png(const uint8_t *d, size_t n, const image_limits *lim, const char *
     if (!ctx) return img_err(err, label, "out of memory decoding the PNG");
     int r = spng_set_png_buffer(ctx, d, n);
     if (!r) r = spng_set_image_limits(ctx, (uint32_t)lim->max_side, (uint32_t)lim->max_side);
-    if (!r) r = spng_set_chunk_limits(ctx, n, PNG_ANCILLARY_LIMIT);
+    if (!r) r = spng_set_chunk_limits(ctx, PNG_ANCILLARY_LIMIT, PNG_ANCILLARY_LIMIT);
     struct spng_ihdr ihdr;
     if (!r) r = spng_get_ihdr(ctx, &ihdr);
-    if (r) {
-        spng_ctx_free(ctx);
-        return png_fail(label, r, err);
-    }
+    if (r) return png_fail(label, ctx, r, err);
     if (img_check_size(label, "PNG", ihdr.width, ihdr.height, lim, err) != 0) {
         spng_ctx_free(ctx);
         return -1;
@@ -65,10 +76,7 @@ int decode_png(const uint8_t *d, size_t n, const image_limits *lim, const char *
     size_t need = 0;
     r = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &need);
     if (!r && need != (size_t)w * h * 3) r = SPNG_EINTERNAL;
-    if (r) {
-        spng_ctx_free(ctx);
-        return png_fail(label, r, err);
-    }
+    if (r) return png_fail(label, ctx, r, err);
     out->w = w;
     out->h = h;
     out->orientation = png_orientation(d, n);
@@ -82,11 +90,11 @@ int decode_png(const uint8_t *d, size_t n, const image_limits *lim, const char *
         return -1;
     }
     r = spng_decode_image(ctx, rgb, need, SPNG_FMT_RGB8, 0);
-    spng_ctx_free(ctx);
     if (r) {
         free(rgb);
-        return png_fail(label, r, err);
+        return png_fail(label, ctx, r, err);
     }
+    spng_ctx_free(ctx);
     out->rgb = rgb;
     return 0;
 }
