@@ -39,7 +39,7 @@ export const MODEL_ID = 'tiny-f16';
 // The model pairs a server can be started with (startServer's model): the
 // Qwen3-VL one above, which every test uses unless it says otherwise, and
 // oracle/qwen35's tiny Qwen3.5 pair. recurrent: the model has recurrent
-// layers, whose state is reused only at snapshots of it (README, "How reuse
+// layers, whose state is reused only at snapshots of it (docs/server.md, "How reuse
 // works"); opener: the rows of the answer's opener ("<think>\n": <think>
 // is one token of its vocabulary, the newline another), which a re-sent
 // history does not have.

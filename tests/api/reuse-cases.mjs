@@ -2,7 +2,7 @@
 // QWEN3VL or QWEN35): reuse.test.mjs runs them on the Qwen3-VL pair,
 // reuse-qwen35.test.mjs on the Qwen3.5 one. A Qwen3-VL turn reuses any
 // common prefix; a Qwen3.5 turn only the longest one that ends at a
-// snapshot of the recurrent state (README, "How reuse works"): after each
+// snapshot of the recurrent state (docs/server.md, "How reuse works"): after each
 // picture and after the answer's header at the end of each prompt, before
 // its <think> opener. Every warm answer is checked against a cold server's
 // (--no-cache).
