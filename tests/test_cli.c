@@ -417,8 +417,20 @@ static void check_progress_line(void) {
     unlink(pfile);
 }
 
+/* pinhole --help names every command's main forms, run -p among them */
+static void check_help(void) {
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s --help", PH_PINHOLE_BIN);
+    const int rc = t_run(cmd, &out);
+    CHECKF(rc == 0 && strstr(out, "run -m LLM.gguf -p TEXT") && strstr(out, "run -m LLM.gguf --raw TEXT") &&
+               strstr(out, "serve -m LLM.gguf"),
+           "pinhole --help: exit %d, '%s'", rc, out);
+    free(out);
+}
+
 int main(void) {
     char images[2048];
+    check_help();
     check_info();
     check_run_prompt();
     check_chat_pipe();

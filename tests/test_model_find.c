@@ -86,12 +86,16 @@ int main(void) {
            "one/mmproj-small.gguf produces rows of 768 floats", NULL);
     /* -m DIR: the folder's LLM and its pair */
     rc = pinhole(&out, "run -m one " PICTURE);
-    expect("-m DIR", rc, 0, out, "pinhole: model one/tiny-f16.gguf, vision one/tiny-f16-mmproj.gguf", NULL);
+    expect("-m DIR", rc, 0, out,
+           "pinhole: model one/tiny-f16.gguf, vision one/tiny-f16-mmproj.gguf (found in the folder; pictures on)",
+           NULL);
+    /* chat names the model as serve and /v1/models do: by its file */
     rc = pinhole(&out, "chat -m one/");
     expect("chat -m DIR/", rc, 0, out,
            "pinhole: model one/tiny-f16.gguf, vision one/tiny-f16-mmproj.gguf (found "
-           "beside the model; pictures on)",
-           "pictures up to 2048 tokens", "pinhole chat: /help lists the commands", NULL);
+           "in the folder; pictures on)",
+           "pinhole: tiny-f16 (qwen3vl), context", "pictures up to 2048 tokens",
+           "pinhole chat: /help lists the commands", NULL);
 
     /* two that pair: refused, both listed, whether -m names the file or the folder */
     rc = pinhole(&out, "run -m two/tiny-f16.gguf " PICTURE);

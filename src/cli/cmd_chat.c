@@ -279,11 +279,12 @@ int cmd_chat(int argc, char **argv) {
     cli_progress prog;
     cli_progress_init(&prog);
     ph_engine_set_progress(c.e, cli_progress_cb, &prog);
-    const ph_model_info *info = ph_engine_model_info(c.e);
     c.model = ep.model_path;
     c.mmproj = ep.mmproj_path;
     model_files_say(&files, ph_engine_has_vision(c.e), NULL);
-    model_say_setup(c.e, info->name[0] ? info->name : files.model, ep.n_threads);
+    char name[256];
+    model_name(&ma, &files, name, sizeof name);
+    model_say_setup(c.e, name, ep.n_threads);
     fprintf(stderr, "pinhole chat: /help lists the commands, /quit leaves.\n");
     using_history();
     rl_attempted_completion_function = chat_complete;

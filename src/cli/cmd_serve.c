@@ -411,17 +411,11 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     if (model_find(&ma, true, "pinhole serve", files)) return 2;
     ep.model_path = files->model;
     ep.mmproj_path = files->mmproj[0] ? files->mmproj : NULL;
-    /* the model's name: the file name without folder and .gguf (a pulled
-     * model's: NAME[:QUANT] of its reference) */
     char name[256];
     cfg.aliases = aliases;
     if (cfg.n_aliases) cfg.model_name = aliases[0];
     else {
-        const char *path = files->pulled ? ma.model : ep.model_path, *base = strrchr(path, '/');
-        base = base ? base + 1 : path;
-        snprintf(name, sizeof name, "%.*s", (int)sizeof name - 1, base);
-        size_t n = strlen(name);
-        if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
+        model_name(&ma, files, name, sizeof name);
         cfg.model_name = name;
     }
     ph_err err = {0};

@@ -137,7 +137,8 @@ static int pick_llm(const char *dir, const char *cmd, model_files *out, file_lis
 
 /* The one of cands that pairs with out->model, or text only (saying why
  * each is not used); several refused with their list. */
-static int pick_vision(const file_list *cands, const char *where, const char *cmd, model_files *out) {
+static int pick_vision(const file_list *cands, const char *where, const char *found, const char *cmd,
+                       model_files *out) {
     file_list pairs = {0};
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < cands->n; i++) {
@@ -159,7 +160,7 @@ static int pick_vision(const file_list *cands, const char *where, const char *cm
         rc = -1;
     } else if (rc == 0 && pairs.n == 1) {
         snprintf(out->mmproj, sizeof out->mmproj, "%s", pairs.v[0]);
-        out->source = "found beside the model";
+        out->source = found;
     } else if (rc == 0 && cands->n) {
         snprintf(out->text_only, sizeof out->text_only, "none of the vision files %.400s pairs with it", where);
     } else if (rc == 0) {
@@ -199,7 +200,7 @@ int model_find(const model_args *a, bool want_vision, const char *cmd, model_fil
     } else if (rc == 0 && folder) { /* the folder's vision files, read by pick_llm */
         char where[4200];
         snprintf(where, sizeof where, "in %s", path);
-        rc = pick_vision(&cands, where, cmd, out);
+        rc = pick_vision(&cands, where, "found in the folder", cmd, out);
     } else if (rc == 0) { /* the *mmproj*.gguf files of the LLM's folder */
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", out->model);
@@ -208,10 +209,18 @@ int model_find(const model_args *a, bool want_vision, const char *cmd, model_fil
         else if (slash == dir) dir[1] = '\0';
         else *slash = '\0';
         rc = list_dir(dir, is_mmproj_name, &cands, cmd);
-        if (rc == 0) rc = pick_vision(&cands, "beside it (*mmproj*.gguf)", cmd, out);
+        if (rc == 0) rc = pick_vision(&cands, "beside it (*mmproj*.gguf)", "found beside the model", cmd, out);
     }
     list_free(&cands);
     return rc;
+}
+
+void model_name(const model_args *a, const model_files *f, char *out, size_t cap) {
+    const char *path = f->pulled ? a->model : f->model, *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    snprintf(out, cap, "%s", base);
+    const size_t n = strlen(out);
+    if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = '\0';
 }
 
 void model_files_say(const model_files *f, bool pictures_on, const char *note) {

@@ -23,7 +23,7 @@ typedef struct model_files {
     char model[4096];    /* the LLM file */
     char mmproj[4096];   /* its vision file, "" for text only */
     const char *source;  /* where the vision file came from when not given ("found beside the
-                            model", "pulled with the model"); NULL when given */
+                            model", "found in the folder", "pulled with the model"); NULL when given */
     bool pulled;         /* -m named a model fetched by pinhole pull (cli/hub.h) */
     char text_only[512]; /* without one: why ("--no-mmproj", "no vision file beside it", ...) */
 } model_files;
@@ -32,6 +32,11 @@ typedef struct model_files {
  * want_vision: look for a vision file when --mmproj is not given. 0, or
  * -1 after printing why (an ambiguous choice lists the candidates). */
 int model_find(const model_args *a, bool want_vision, const char *cmd, model_files *out);
+
+/* The model's name, as /v1/models lists it and the start lines say it:
+ * the LLM file's name without folder and .gguf, or for a pulled model
+ * NAME[:QUANT] of its reference. */
+void model_name(const model_args *a, const model_files *f, char *out, size_t cap);
 
 /* The one line saying which files run and whether pictures are on:
  * "pinhole: model M, vision V (found beside the model; pictures on)".

@@ -33,7 +33,7 @@ describe('model files', { timeout: 300_000 }, () => {
     const pair = join(dir, 'pair');
     await withServer({ model: pair, vision: null }, async (srv) => {
       assert.match(srv.stderr, new RegExp(`^${TS}pinhole: model ${pair}/tiny-f16\\.gguf, vision ${pair}/tiny-f16-mmproj\\.gguf ` +
-                                          '\\(found beside the model; pictures on\\)$', 'm'));
+                                          '\\(found in the folder; pictures on\\)$', 'm'));
       assert.match(srv.stderr, /mmproj-mid-q8\.gguf produces rows of 384 floats but the LLM takes 128: they are not a pair \(not used\)/);
       assert.match(srv.stderr, new RegExp(`^${TS}pinhole: tiny-f16 \\(qwen3vl\\), context 4096 \\(trained; [\\d.]+ GiB memory ` +
                                           'available\\), pictures up to 2048 tokens, 2 threads \\(-t\\)', 'm'));
