@@ -508,8 +508,10 @@ static void kill_here(const disk_tier *t, fault f) {
     if (t->fault == f) raise(SIGKILL);
 }
 
-/* Indexes a file (in one transaction): its row and its keys. */
-static int index_insert(disk_tier *t, const char *name, const header *h, const seq_state *seq, uint64_t bytes) {
+/* Indexes a file (in one transaction): its row and its keys, last used at
+ * last_use (ms). */
+static int index_insert(disk_tier *t, const char *name, const header *h, const seq_state *seq, uint64_t bytes,
+                        int64_t last_use) {
     int32_t nk, nat;
     key_point *k = seq_keys(seq, h->n_rows, &nk, &nat);
     if (!k) return -1;
@@ -525,7 +527,7 @@ static int index_insert(disk_tier *t, const char *name, const header *h, const s
             sqlite3_bind_int(s, 4, h->n_rows);
             sqlite3_bind_int(s, 5, h->n_spans);
             sqlite3_bind_int64(s, 6, (sqlite3_int64)bytes);
-            sqlite3_bind_int64(s, 7, now_ms());
+            sqlite3_bind_int64(s, 7, last_use);
             sqlite3_bind_int64(s, 8, h->created);
             if (sqlite3_step(s) != SQLITE_DONE) rc = -1;
             sqlite3_finalize(s);
@@ -890,7 +892,7 @@ static void write_job(disk_tier *t, job *j) {
     }
     const double secs = time_now_s() - t0;
     pthread_mutex_lock(&t->db_lock);
-    if (rc == 0 && index_insert(t, name, &h, s, bytes) == 0) {
+    if (rc == 0 && index_insert(t, name, &h, s, bytes, now_ms()) == 0) {
         t->st.saves++;
         t->warned_full = false;
         t->st.bytes_written += bytes;
@@ -1069,7 +1071,13 @@ static bool indexed(disk_tier *t, const char *name) {
     return yes;
 }
 
-static void recover(disk_tier *t) {
+/* Brings the index and the folder together: rows whose file is gone are
+ * deleted, temporary files of dead writes removed, and files without a row
+ * indexed (last used when they were written), after a full check, or, when
+ * the index is being rebuilt (rebuild: every file is unindexed), after the
+ * check of their header and provenance (a load checks the rest before it
+ * uses a byte). */
+static void recover(disk_tier *t, bool rebuild) {
     /* index rows whose file is gone */
     sqlite3_stmt *s = prep(t, "SELECT name FROM files");
     char(*gone)[DISK_NAME_LEN] = NULL;
@@ -1108,11 +1116,15 @@ static void recover(disk_tier *t) {
         opened o;
         char why[128];
         int rc = open_checked(t, name, &o, why, sizeof why);
-        if (rc == 0) rc = read_kv(o.fd, &o.h, NULL, NULL, NULL, why, sizeof why);
+        if (rc == 0 && !rebuild) rc = read_kv(o.fd, &o.h, NULL, NULL, NULL, why, sizeof why);
+        struct stat st;
+        if (rc == 0 && fstat(o.fd, &st) != 0) {
+            PH_WARN("disk cache: %s/%s: %s; not indexed", t->dir, name, strerror(errno));
+            rc = -2; /* left as it is */
+        }
         if (rc == 0) {
-            struct stat st;
-            fstat(o.fd, &st);
-            if (index_insert(t, name, &o.h, &o.seq, (uint64_t)st.st_size) == 0)
+            const int64_t used = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+            if (index_insert(t, name, &o.h, &o.seq, (uint64_t)st.st_size, used) == 0 && !rebuild)
                 PH_INFO("disk cache: %s was not indexed: checked and indexed", name);
         } else if (rc == -1) {
             reject(t, name, why);
@@ -1122,10 +1134,10 @@ static void recover(disk_tier *t) {
     closedir(d);
 }
 
-/* WAL mode and the tables. Switching to WAL needs the database to itself,
- * which the busy handler does not wait for: another process setting up the
- * same new folder at the same moment makes it fail with SQLITE_BUSY, so the
- * setup is tried again for up to 10 s. */
+/* WAL mode and the tables: SQLITE_OK or SQLite's code. Switching to WAL
+ * needs the database to itself, which the busy handler does not wait for:
+ * another process setting up the same new folder at the same moment makes
+ * it fail with SQLITE_BUSY, so the setup is tried again for up to 10 s. */
 static int setup_index(disk_tier *t) {
     static const char sql[] =
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
@@ -1138,12 +1150,80 @@ static int setup_index(disk_tier *t) {
     const double t_end = time_now_s() + 10.0;
     for (;;) {
         int rc = sqlite3_exec(t->db, sql, NULL, NULL, NULL);
-        if (rc == SQLITE_OK) return 0;
+        if (rc == SQLITE_OK) return rc;
         rc &= 0xff; /* the primary code */
-        if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || time_now_s() > t_end) return -1;
+        if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || time_now_s() > t_end) return rc;
         struct timespec ts = {0, 20 * 1000000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* SQLite's quick check of the whole index (every page read, the tables'
+ * rows against their indexes): SQLITE_OK, SQLITE_CORRUPT when it finds
+ * damage, or the code of what kept it from checking (busy: taken as sound,
+ * as another process is using it). */
+static int check_index(disk_tier *t) {
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(t->db, "PRAGMA quick_check(1)", -1, &s, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *r = (const char *)sqlite3_column_text(s, 0);
+        rc = r && !strcmp(r, "ok") ? SQLITE_OK : SQLITE_CORRUPT;
+    }
+    sqlite3_finalize(s);
+    return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED ? SQLITE_OK : rc;
+}
+
+/* Opens the index at path (made first, 0600: SQLite would create it 0644,
+ * and its -wal and -shm files take the index's mode; one that exists keeps
+ * its mode), sets it up and checks it: 0; 1 when the file is damaged (not
+ * a database, or malformed: why says so, t->db is closed); -1 with err set
+ * when it cannot be opened for another reason. */
+static int index_open(disk_tier *t, const char *path, char *why, size_t cap, ph_err *err) {
+    const int ifd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (ifd >= 0) close(ifd);
+    int rc = sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        err_set(err, "%s: cannot open the checkpoint index: %s", t->dir,
+                t->db ? sqlite3_errmsg(t->db) : sqlite3_errstr(rc));
+        return -1;
+    }
+    sqlite3_busy_timeout(t->db, 10000);
+    rc = setup_index(t);
+    if (rc == SQLITE_OK) rc = check_index(t);
+    if (rc == SQLITE_OK) return 0;
+    if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT) {
+        snprintf(why, cap, "%s", sqlite3_errstr(rc));
+        sqlite3_close(t->db);
+        t->db = NULL;
+        return 1;
+    }
+    err_set(err, "%s: cannot set up the checkpoint index: %s", t->dir, sqlite3_errmsg(t->db));
+    return -1;
+}
+
+/* Renames (or, with to NULL, removes) t->dir/from; a missing from is
+ * success, and then a stale to is removed. */
+static int move_aside(disk_tier *t, const char *from, const char *to) {
+    char *a = path_of(t, from), *b = to ? path_of(t, to) : NULL;
+    int rc = !a || (to && !b) ? -1 : to ? rename(a, b) : unlink(a);
+    if (rc != 0 && a && errno == ENOENT) rc = b && unlink(b) != 0 && errno != ENOENT ? -1 : 0;
+    free(a);
+    free(b);
+    return rc;
+}
+
+/* Keeps a damaged index aside as index.sqlite.damaged (its write-ahead log
+ * as index.sqlite.damaged-wal), replacing an earlier one, and removes its
+ * shared-memory file, so that a new index is made in its place. */
+static int set_index_aside(disk_tier *t, const char *why, ph_err *err) {
+    if (move_aside(t, "index.sqlite", "index.sqlite.damaged") ||
+        move_aside(t, "index.sqlite-wal", "index.sqlite.damaged-wal") || move_aside(t, "index.sqlite-shm", NULL))
+        return err_set(err, "%s: the checkpoint index is damaged (%s) and cannot be set aside: %s", t->dir, why,
+                       strerror(errno));
+    PH_WARN("disk cache: %s/index.sqlite is damaged (%s): kept aside as index.sqlite.damaged; the index is "
+            "rebuilt from the checkpoint files",
+            t->dir, why);
+    return 0;
 }
 
 disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *err) {
@@ -1172,30 +1252,24 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *err) {
                    : !strcmp(f, "in-index")      ? FAULT_IN_INDEX
                                                  : FAULT_NONE;
     }
-    char *path = path_of(t, "index.sqlite");
-    /* SQLite would create the index 0644 (and its -wal and -shm files take
-     * the index's mode): made first, 0600, it is the user's own. An index
-     * that exists keeps its mode. */
-    int ifd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
-    if (ifd >= 0) close(ifd);
-    int rc =
-        path ? sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL)
-             : SQLITE_NOMEM;
-    free(path);
-    if (rc != SQLITE_OK) {
-        err_set(err, "%s: cannot open the checkpoint index: %s", dir,
-                t->db ? sqlite3_errmsg(t->db) : "out of memory");
-        disk_tier_close(t);
-        return NULL;
+    /* The index is a cache of what the folder holds: one that is missing or
+     * damaged is made again from the files' own headers. */
+    char *path = path_of(t, "index.sqlite"), why[128];
+    bool rebuild = path && access(path, F_OK) != 0;
+    int rc = path ? index_open(t, path, why, sizeof why, err) : err_set(err, "out of memory");
+    if (rc == 1) {
+        rebuild = true;
+        rc = set_index_aside(t, why, err);
+        if (rc == 0 && index_open(t, path, why, sizeof why, err) == 1)
+            rc = err_set(err, "%s: the new checkpoint index is damaged too (%s)", dir, why);
     }
-    sqlite3_busy_timeout(t->db, 10000);
-    if (setup_index(t)) {
-        err_set(err, "%s: cannot set up the checkpoint index: %s", dir, sqlite3_errmsg(t->db));
+    free(path);
+    if (rc != 0) {
         disk_tier_close(t);
         return NULL;
     }
     pthread_mutex_lock(&t->db_lock);
-    recover(t);
+    recover(t, rebuild);
     enforce(t, t->budget, NULL, NULL);
     make_room(t, 0);
     pthread_mutex_unlock(&t->db_lock);

@@ -75,7 +75,11 @@
  * user's own.
  *
  * Index DIR/index.sqlite (WAL): files(name, model_id, format, n_rows,
- * n_pictures, bytes, last_use, created) and keys(hash, name, row).
+ * n_pictures, bytes, last_use, created) and keys(hash, name, row). It is a
+ * cache of what the folder holds: one that is missing, or damaged (not a
+ * database, or failing SQLite's quick check at open; kept aside as
+ * index.sqlite.damaged, logged), is built again from the files' headers
+ * and provenance (their payload is checked by the load that uses it).
  *
  * Writes. disk_tier_save queues a checkpoint; a writer thread of the tier's
  * own writes it from the live KV cells themselves (no copy; the recurrent
