@@ -473,6 +473,17 @@ int main(void) {
     snprintf(args, sizeof args, "bench -m %s/models/tiny-f16.gguf --mmproj %s/models/tiny-f16-mmproj.gguf",
              PH_ORACLE_DIR, PH_ORACLE_DIR);
     check_refusal(args, "--mmproj goes with --image");
+    /* an unknown option is named as unknown whatever follows it */
+    static const char *const cmds[] = {"run", "chat", "bench", "pull", "demo", "synth"};
+    for (size_t k = 0; k < sizeof cmds / sizeof *cmds; k++) {
+        char want[128];
+        snprintf(want, sizeof want, "pinhole %s: unknown option '--bogus'", cmds[k]);
+        snprintf(args, sizeof args, "%s --bogus", cmds[k]);
+        check_refusal(args, want);
+        snprintf(args, sizeof args, "%s --bogus 1", cmds[k]);
+        check_refusal(args, want);
+    }
+    check_refusal("chat --model", "pinhole chat: --model needs a value");
     /* -p or --raw, and the flags that go with only one of them */
     static const struct {
         const char *args, *want;

@@ -1,6 +1,7 @@
 #include "cli/args.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +52,41 @@ const char *arg_value(int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+int arg_next(const char *cmd, int argc, char **argv, const char *shortopts, const struct option *longopts,
+             arg_state *state, const char **flag, const char **value) {
+    static char name[80];
+    if (!state->started) {
+        optind = 0; /* a fresh scan (glibc) */
+        state->started = 1;
+    }
+    char opts[128];
+    snprintf(opts, sizeof opts, ":%s", shortopts); /* ':' first: a missing value returns ':' */
+    opterr = 0;
+    int idx = -1;
+    const int c = getopt_long(argc, argv, opts, longopts, &idx);
+    *value = optarg;
+    if (idx >= 0) snprintf(name, sizeof name, "--%s", longopts[idx].name);
+    else if (c > 0 && c != '?' && c != ':') snprintf(name, sizeof name, "-%c", c);
+    else {
+        const char *a = argv[optind - 1]; /* the token at fault: --name[=...], or -x */
+        if (!strncmp(a, "--", 2) || !optopt || optopt >= 256)
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(a, "="), a);
+        else snprintf(name, sizeof name, "-%c", optopt);
+    }
+    *flag = name;
+    if (c == '?') {
+        fprintf(stderr, "pinhole %s: unknown option '%s' (see pinhole %s --help)\n", cmd, name, cmd);
+        return -2;
+    }
+    if (c == ':') {
+        fprintf(stderr, "pinhole %s: %s needs a value\n", cmd, name);
+        return -2;
+    }
+    return c;
+}
+
+int arg_rest(void) { return optind; }
+
 int arg_engine(const char *flag, const char *v, ph_engine_params *ep) {
     long l;
     if (!strcmp(flag, "-c") || !strcmp(flag, "--ctx-size")) {
@@ -92,4 +128,9 @@ int arg_sampler(const char *flag, const char *v, ph_sampler_params *sp) {
     else if (!strcmp(flag, "--top-p")) sp->top_p = (float)d;
     else sp->min_p = (float)d;
     return 0;
+}
+
+int arg_sampler_opt(const char *flag, const char *v, ph_sampler_params *sp) {
+    if (!arg_sampler_flag(flag)) return 0;
+    return arg_sampler(flag, v, sp) ? -1 : 1;
 }

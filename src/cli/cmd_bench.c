@@ -4,6 +4,7 @@
  * context, as llama-bench -d), median of R runs; with --mmproj and --image,
  * also a cold picture turn: the picture's encode and the time to the first
  * token of a chat prompt holding it. */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,9 +88,19 @@ int cmd_bench(int argc, char **argv) {
     const char *image = NULL;
     model_args ma = {0};
     long pp = 512, tg = 128, reps = 3, threads = 0, depth = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"no-mmproj", no_argument, NULL, 'N'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"mmproj", required_argument, NULL, 'M'},
+                                         {"image", required_argument, NULL, 'i'},
+                                         {"threads", required_argument, NULL, 't'},
+                                         {NULL, 0, NULL, 0}};
+    arg_state st = {0};
+    const char *a, *v;
+    for (int o; (o = arg_next("bench", argc, argv, "hm:p:n:d:r:t:", opts, &st, &a, &v)) != -1;) {
+        switch (o) {
+        case -2: return 2;
+        case 'h':
             printf("usage: pinhole bench -m LLM.gguf|DIR [-p 512] [-n 128] [-d 0] [-r 3] [-t THREADS]\n");
             model_help(stdout, 24, HELP_ON_IMAGE);
             printf("  -p N                  prompt tokens to prefill (default 512; 0: skip)\n"
@@ -100,29 +111,30 @@ int cmd_bench(int argc, char **argv) {
                    "  -r N                  repetitions; the median is reported (default 3)\n"
                    "prints one JSON object with tokens per second\n");
             return 0;
-        }
-        if (!strcmp(a, "--no-mmproj")) {
-            ma.no_mmproj = true;
-            continue;
-        }
-        if (!(v = arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
-        else if (!strcmp(a, "-p")) {
+        case 'N': ma.no_mmproj = true; break;
+        case 'm': ma.model = v; break;
+        case 'M': ma.mmproj = v; break;
+        case 'i': image = v; break;
+        case 'p':
             if (arg_int(a, v, 0, 1 << 20, &pp)) return 2;
-        } else if (!strcmp(a, "-n")) {
+            break;
+        case 'n':
             if (arg_int(a, v, 0, 1 << 20, &tg)) return 2;
-        } else if (!strcmp(a, "-d")) {
+            break;
+        case 'd':
             if (arg_int(a, v, 0, 1 << 20, &depth)) return 2;
-        } else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
-        else if (!strcmp(a, "--image")) image = v;
-        else if (!strcmp(a, "-r")) {
+            break;
+        case 'r':
             if (arg_int(a, v, 1, 1000, &reps)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            break;
+        case 't':
             if (arg_int(a, v, 1, 1024, &threads)) return 2;
-        } else {
-            fprintf(stderr, "pinhole bench: unknown option '%s'\n", a);
-            return 2;
+            break;
         }
+    }
+    if (arg_rest() < argc) {
+        fprintf(stderr, "pinhole bench: unexpected argument '%s' (see pinhole bench --help)\n", argv[arg_rest()]);
+        return 2;
     }
     if (!ma.model) {
         fprintf(stderr, "pinhole bench: -m MODEL is required\n");

@@ -5,6 +5,7 @@
  * KV stays in the engine, so each turn evaluates only its own tokens; a
  * summary line on stderr says what each answer cost and reused. */
 #include <editline/readline.h>
+#include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,36 +233,49 @@ int cmd_chat(int argc, char **argv) {
     chat c = {0};
     ph_gen_params_default(&c.gen);
     c.gen.max_tokens = 1024;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"no-mmproj", no_argument, NULL, 'N'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"mmproj", required_argument, NULL, 'M'},
+                                         {"system", required_argument, NULL, 'S'},
+                                         {"reasoning", required_argument, NULL, 'R'},
+                                         {"thinking", required_argument, NULL, 'T'},
+                                         {"n-predict", required_argument, NULL, 'n'},
+                                         ARG_ENGINE_OPTS,
+                                         ARG_SAMPLER_OPTS,
+                                         {NULL, 0, NULL, 0}};
+    arg_state st = {0};
+    const char *a, *v;
+    for (int o; (o = arg_next("chat", argc, argv, "hm:n:c:t:", opts, &st, &a, &v)) != -1;) {
+        if (o == -2) return 2;
+        if (o == 'h') {
             chat_usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--no-mmproj")) {
-            ma.no_mmproj = true;
-            continue;
-        }
-        if (!(v = arg_value(argc, argv, &i))) return 2;
-        const int engine_flag = arg_engine(a, v, &ep);
-        if (engine_flag < 0) return 2;
-        if (engine_flag) continue;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
-        else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
-        else if (!strcmp(a, "--system")) c.system = v;
-        else if (!strcmp(a, "--reasoning")) {
+        const int engine_flag = arg_engine(a, v, &ep),
+                  sampler_flag = engine_flag ? 0 : arg_sampler_opt(a, v, &c.gen.sampler);
+        if (engine_flag < 0 || sampler_flag < 0) return 2;
+        if (engine_flag || sampler_flag) continue;
+        switch (o) {
+        case 'N': ma.no_mmproj = true; break;
+        case 'm': ma.model = v; break;
+        case 'M': ma.mmproj = v; break;
+        case 'S': c.system = v; break;
+        case 'R':
             if (arg_reasoning(a, v, &c.reasoning)) return 2;
-        } else if (!strcmp(a, "--thinking")) {
+            break;
+        case 'T':
             if (arg_thinking(a, v, &c.gen.thinking)) return 2;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            break;
+        case 'n':
             if (arg_int(a, v, 1, 1 << 24, &l)) return 2;
             c.gen.max_tokens = (int32_t)l;
-        } else if (arg_sampler_flag(a)) {
-            if (arg_sampler(a, v, &c.gen.sampler)) return 2;
-        } else {
-            fprintf(stderr, "pinhole chat: unknown option '%s' (see pinhole chat --help)\n", a);
-            return 2;
+            break;
         }
+    }
+    if (arg_rest() < argc) {
+        fprintf(stderr, "pinhole chat: unexpected argument '%s' (see pinhole chat --help)\n", argv[arg_rest()]);
+        return 2;
     }
     if (!ma.model) {
         fprintf(stderr, "pinhole chat: -m MODEL is required (see pinhole chat --help)\n");

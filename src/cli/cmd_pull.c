@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -717,27 +718,26 @@ out:
 
 int cmd_pull(int argc, char **argv) {
     const char *ref = NULL, *mm_quant = NULL, *hub_flag = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            pull_usage(stdout);
-            return 0;
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"mmproj-quant", required_argument, NULL, 'q'},
+                                         {"hub-url", required_argument, NULL, 'u'},
+                                         {NULL, 0, NULL, 0}};
+    arg_state st = {0};
+    const char *a, *v;
+    for (int o; (o = arg_next("pull", argc, argv, "h", opts, &st, &a, &v)) != -1;) {
+        switch (o) {
+        case -2: return 2;
+        case 'h': pull_usage(stdout); return 0;
+        case 'q': mm_quant = v; break;
+        case 'u': hub_flag = v; break;
         }
-        if (a[0] != '-') {
-            if (ref) {
-                fprintf(stderr, "pinhole pull: one model at a time ('%s' and '%s' given)\n", ref, a);
-                return 2;
-            }
-            ref = a;
-            continue;
-        }
-        if (!(v = arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--mmproj-quant")) mm_quant = v;
-        else if (!strcmp(a, "--hub-url")) hub_flag = v;
-        else {
-            fprintf(stderr, "pinhole pull: unknown option '%s' (see pinhole pull --help)\n", a);
+    }
+    for (int i = arg_rest(); i < argc; i++) {
+        if (ref) {
+            fprintf(stderr, "pinhole pull: one model at a time ('%s' and '%s' given)\n", ref, argv[i]);
             return 2;
         }
+        ref = argv[i];
     }
     if (!ref) {
         fprintf(stderr, "pinhole pull: which model? give OWNER/NAME[:QUANT] (see pinhole pull --help)\n");
