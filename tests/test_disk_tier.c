@@ -11,7 +11,8 @@
  * file left under this pid blocks no write; release_rows lets the caller
  * change its cells; two processes share a folder; verify and prune; the
  * folder is 0700 and every file in it 0600; the free-space floor evicts
- * the least recently used and skips a checkpoint there is no room for;
+ * the least recently used and skips a checkpoint there is no room for,
+ * removing nothing when removing cannot make room (after ENOSPC too);
  * isolation domains never find, hold or drop each other's files; a
  * checkpoint with recurrent states (version 3) round trips, is found,
  * held and replaced only at its state rows, is refused when its states are
@@ -1109,21 +1110,28 @@ static void floor_space(void) {
     CHECK(!exists(g_floor_dir, names[0]) && exists(g_floor_dir, names[1]) && exists(g_floor_dir, names[2]));
     RESTORES(t, &c[2], &c[2], &kv[2], CONV_ROWS);
 
-    /* others fill the disk: every checkpoint goes, and still no room */
+    /* others fill the disk so that removing every checkpoint would not make
+     * room: none is removed, the new one is not written */
     g_other += 3 * one;
     CHECK(save_flush(t, &c[3], CONV_ROWS, &kv[3]));
     st = stats(t);
-    CHECKF(st.saves == 3 && st.no_space == 1 && st.skipped == 1 && count_files(g_floor_dir, NULL) == 0 &&
-               st.entries == 0,
+    CHECKF(st.saves == 3 && st.no_space == 1 && st.skipped == 1 && st.evictions == 1 &&
+               count_files(g_floor_dir, NULL) == 2 && st.entries == 2,
            "saves %llu no_space %llu files %d", (unsigned long long)st.saves, (unsigned long long)st.no_space,
            count_files(g_floor_dir, NULL));
     RESTORES(t, &c[3], &c[3], &kv[3], 0);
+    RESTORES(t, &c[1], &c[1], &kv[1], CONV_ROWS);
+    RESTORES(t, &c[2], &c[2], &kv[2], CONV_ROWS);
+    /* nor when the tier is opened there */
+    disk_tier_close(t);
+    t = open_tier(g_floor_dir, BIG);
+    CHECK(stats(t).entries == 2 && stats(t).evictions == 0 && count_files(g_floor_dir, NULL) == 2);
     /* room again: writes resume */
     g_other -= 3 * one;
     CHECK(save_flush(t, &c[0], CONV_ROWS, &kv[0]));
     sleep_ms(5);
     CHECK(save_flush(t, &c[1], CONV_ROWS, &kv[1]));
-    CHECK(stats(t).saves == 5 && count_files(g_floor_dir, NULL) == 2);
+    CHECK(stats(t).saves == 2 && count_files(g_floor_dir, NULL) == 2);
     disk_tier_close(t);
     /* opened under its floor: the least recently used goes */
     g_other += one;
@@ -1196,38 +1204,62 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
     return remove(p);
 }
 
-/* 14. A write that fails for want of space though statvfs showed room (a
- * quota, or others' writes since): the least recently used checkpoints
- * make room for it and it is written once more, whole. */
+/* 14. Writes that fail for want of space though statvfs showed room (a
+ * quota, or others' writes since). One that removing every stored
+ * checkpoint would not make room for is not written, and none is removed
+ * (counted as no_space); one that the least recently used checkpoint makes
+ * room for is written once more, whole, after it is removed. */
 static void full_write(void) {
     char dir[128];
     make_dir(dir, sizeof dir, "enospc");
     setenv("PINHOLE_TEST_DISK_ENOSPC", "3", 1); /* the third checkpoint's first try fails */
     disk_tier *t = open_tier(dir, BIG);
     unsetenv("PINHOLE_TEST_DISK_ENOSPC");
-    seq_state c[3];
-    kv_cache kv[3];
-    char names[3][DISK_NAME_LEN];
-    for (int i = 0; i < 3; i++) {
+    seq_state c[4];
+    kv_cache kv[4];
+    char names[4][DISK_NAME_LEN];
+    for (int i = 0; i < 4; i++) {
         seq_init(&c[i], NCTX, NULL);
-        conv_seq(&c[i], 71 + (uint32_t)i, true);
         kv_make(&kv[i]);
-        kv_fill(&kv[i], 71 + (uint32_t)i, CONV_ROWS);
-        CHECK(save_flush(t, &c[i], CONV_ROWS, &kv[i]));
+        if (i == 2) { /* larger than the other two together */
+            seq_begin(&c[i], MODEL, FMT);
+            add_text(&c[i], 90, 900);
+        } else {
+            conv_seq(&c[i], 71 + (uint32_t)i, true);
+        }
+        kv_fill(&kv[i], 71 + (uint32_t)i, c[i].n_rows);
+    }
+    CHECK(file_bytes(900, 0) > 2 * file_bytes(CONV_ROWS, 2));
+    for (int i = 0; i < 3; i++) {
+        CHECK(save_flush(t, &c[i], c[i].n_rows, &kv[i]));
         name_of(t, &c[i], names[i]);
         sleep_ms(5);
     }
     disk_tier_stats st = stats(t);
-    CHECKF(st.saves == 3 && st.evictions == 1, "saves %llu evictions %llu", (unsigned long long)st.saves,
-           (unsigned long long)st.evictions);
-    CHECK(!names[0][0] || !exists(dir, names[0]));
-    CHECK(names[1][0] && exists(dir, names[1]) && names[2][0] && exists(dir, names[2]));
+    CHECKF(st.saves == 2 && st.evictions == 0 && st.no_space == 1 && st.skipped == 1 && st.entries == 2,
+           "saves %llu evictions %llu no_space %llu entries %llu", (unsigned long long)st.saves,
+           (unsigned long long)st.evictions, (unsigned long long)st.no_space, (unsigned long long)st.entries);
+    CHECK(names[0][0] && exists(dir, names[0]) && names[1][0] && exists(dir, names[1]) && !names[2][0]);
     int n_tmp = -1;
     CHECK(count_files(dir, &n_tmp) == 2 && n_tmp == 0);
-    RESTORES(t, &c[2], &c[2], &kv[2], CONV_ROWS);
+    RESTORES(t, &c[0], &c[0], &kv[0], CONV_ROWS);
+    RESTORES(t, &c[1], &c[1], &kv[1], CONV_ROWS); /* c[0] is now the least recently used */
+    disk_tier_close(t);
+
+    setenv("PINHOLE_TEST_DISK_ENOSPC", "1", 1);
+    t = open_tier(dir, BIG);
+    unsetenv("PINHOLE_TEST_DISK_ENOSPC");
+    CHECK(save_flush(t, &c[3], CONV_ROWS, &kv[3]));
+    name_of(t, &c[3], names[3]);
+    st = stats(t);
+    CHECKF(st.saves == 1 && st.evictions == 1 && st.no_space == 0, "saves %llu evictions %llu",
+           (unsigned long long)st.saves, (unsigned long long)st.evictions);
+    CHECK(!exists(dir, names[0]) && exists(dir, names[1]) && names[3][0] && exists(dir, names[3]));
+    CHECK(count_files(dir, &n_tmp) == 2 && n_tmp == 0);
+    RESTORES(t, &c[3], &c[3], &kv[3], CONV_ROWS);
     RESTORES(t, &c[1], &c[1], &kv[1], CONV_ROWS);
     disk_tier_close(t);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         seq_free(&c[i]);
         kv_drop(&kv[i]);
     }

@@ -659,19 +659,47 @@ static void enforce(disk_tier *t, uint64_t max, uint64_t *n_removed, uint64_t *b
     evict(t, max, NULL, 0, n_removed, bytes_removed);
 }
 
+/* Bytes of the indexed files that evict may remove: all but those open
+ * for a load. Refreshes the totals. db_lock held. */
+static uint64_t evictable(disk_tier *t) {
+    refresh_totals(t);
+    uint64_t b = t->st.bytes;
+    sqlite3_stmt *s = t->n_reading ? prep(t, "SELECT bytes FROM files WHERE name = ?1") : NULL;
+    for (int i = 0; s && i < t->n_reading; i++) {
+        sqlite3_reset(s);
+        sqlite3_bind_text(s, 1, t->reading[i], -1, SQLITE_STATIC);
+        if (sqlite3_step(s) == SQLITE_ROW) {
+            const uint64_t r = (uint64_t)sqlite3_column_int64(s, 0);
+            b -= r < b ? r : b;
+        }
+    }
+    sqlite3_finalize(s);
+    return b;
+}
+
 /* Makes room for need more bytes above the file system's free-space floor
- * (base/fs_space), removing least recently used files; false when even
- * removing them all would not make enough (then only what is under the
- * floor is given back, and the rest kept). An unknown free space: true.
- * db_lock held. */
+ * (base/fs_space), removing least recently used files, but only when that
+ * can make enough: false, with every file kept, when even removing all
+ * that may go would not (a disk that others filled: the cache's files
+ * would go for nothing). An unknown free space: true. db_lock held. */
 static bool make_room(disk_tier *t, uint64_t need) {
     uint64_t avail, total;
     if (fs_space_get(t->dir, &avail, &total) != 0 || fs_room(avail, total, need)) return true;
     const uint64_t floor = fs_floor(total), want = floor + need < floor ? UINT64_MAX : floor + need;
-    refresh_totals(t);
-    const bool can = avail + t->st.bytes >= avail && avail + t->st.bytes >= want;
-    evict(t, UINT64_MAX, &avail, can ? want : floor, NULL, NULL);
-    return can && avail >= want;
+    if (evictable(t) < want - avail) return false; /* want > avail: fs_room said no */
+    evict(t, UINT64_MAX, &avail, want, NULL, NULL);
+    return avail >= want;
+}
+
+/* A checkpoint not written for want of room: counted, logged once until a
+ * write succeeds. db_lock held. */
+static void short_of_space(disk_tier *t, const char *why) {
+    t->st.no_space++;
+    if (!t->warned_full)
+        PH_WARN("disk cache: %s: %s and removing the cache's own files would not make room; checkpoints are not "
+                "written until there is room (the checkpoints there are kept)",
+                t->dir, why);
+    t->warned_full = true;
 }
 
 /* ---- the writer ---------------------------------------------------------------- */
@@ -794,13 +822,7 @@ static void write_job(disk_tier *t, job *j) {
         skip = skip || held(t, j, k, nk, nat);
         if (!skip && !make_room(t, bytes)) {
             skip = true;
-            t->st.no_space++;
-            if (!t->warned_full)
-                PH_WARN("disk cache: %s: the file system is short of space (the cache keeps max(256 MiB, 5%%) of it "
-                        "free) and removing the cache's own files would not make room; checkpoints are not "
-                        "written until there is room",
-                        t->dir);
-            t->warned_full = true;
+            short_of_space(t, "the file system is short of space (the cache keeps max(256 MiB, 5%) of it free)");
         }
         if (skip) t->st.skipped++;
         pthread_mutex_unlock(&t->db_lock);
@@ -829,8 +851,14 @@ static void write_job(disk_tier *t, job *j) {
     int rc = fd >= 0 && fpath && prov && x ? 0 : -1;
     uint8_t b[HDR_MAX] = {0};
     const bool test_full = ++t->n_writes == t->enospc_at;
+    bool no_room = false;
     for (int attempt = 0; rc == 0; attempt++) {
-        rc = write_all(fd, b, h.hdr_bytes) || write_all(fd, prov, np);
+        if (test_full && attempt == 0) { /* a test's full disk: not a byte goes in */
+            errno = ENOSPC;
+            rc = -1;
+        } else {
+            rc = write_all(fd, b, h.hdr_bytes) || write_all(fd, prov, np);
+        }
         if (rc == 0) {
             XXH3_64bits_reset(x);
             const size_t part = (size_t)n * kv->row_bytes;
@@ -845,23 +873,29 @@ static void write_job(disk_tier *t, job *j) {
             }
             h.kv_sum = XXH3_64bits_digest(x);
         }
-        if (rc == 0 && test_full && attempt == 0) {
-            errno = ENOSPC;
-            rc = -1;
-        }
         if (rc == 0 || attempt > 0 || (errno != ENOSPC && errno != EDQUOT)) break;
         /* The file system is fuller than statvfs said (a quota, or others'
-         * writes since): the least recently used files make room for this
-         * one's bytes, and it is written once more (the rows are still
-         * held: rows_read has not been called). */
+         * writes since): it took `written` bytes of the file. When removing
+         * least recently used files can make room for the rest, they go and
+         * the file is written once more (the rows are still held:
+         * rows_read has not been called); else nothing is removed and the
+         * checkpoint is not written. */
         const int why = errno;
+        struct stat st;
+        const uint64_t written = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0,
+                       lack = written < bytes ? bytes - written : 0;
         pthread_mutex_lock(&t->db_lock);
-        refresh_totals(t);
-        const bool any = t->st.bytes > 0;
-        if (any) evict(t, t->st.bytes > bytes ? t->st.bytes - bytes : 0, NULL, 0, NULL, NULL);
+        no_room = evictable(t) < lack;
+        if (no_room) {
+            short_of_space(t, why == EDQUOT ? "over the disk quota" : "the file system is full");
+            t->st.skipped++;
+        } else {
+            evict(t, t->st.bytes - lack, NULL, 0, NULL, NULL);
+        }
         pthread_mutex_unlock(&t->db_lock);
-        if (!any || ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
+        if (no_room || ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
             errno = why;
+            rc = -1;
             break;
         }
         PH_INFO("disk cache: %s is full: removed the least recently used checkpoints and wrote again", t->dir);
@@ -887,7 +921,8 @@ static void write_job(disk_tier *t, job *j) {
         fsync_parent_dir(fpath);
         kill_here(t, FAULT_BEFORE_INDEX);
     } else {
-        PH_WARN("disk cache: cannot write a checkpoint of %d rows to %s: %s", n, t->dir, strerror(errno));
+        if (!no_room)
+            PH_WARN("disk cache: cannot write a checkpoint of %d rows to %s: %s", n, t->dir, strerror(errno));
         if (fd >= 0) unlink(tpath); /* ours only: not one whose name was taken */
     }
     const double secs = time_now_s() - t0;

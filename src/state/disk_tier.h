@@ -102,8 +102,13 @@
  * than the budget is not written. The file system's free space is kept
  * above a floor (base/fs_space: max(256 MiB, 5%)): before each write, and
  * at open, least recently used files are removed until the new file fits
- * above it; a checkpoint that does not fit even then is not written
- * (no_space, logged once).
+ * above it, but only when that can make room: a checkpoint that would not
+ * fit even if every file went is not written and no file is removed
+ * (no_space, logged once). A write that fails with ENOSPC or EDQUOT (a
+ * quota, or others' writes since the check) removes least recently used
+ * files worth what the file system lacked (the file's bytes it did not
+ * take) and is tried once more, if the files can make that much; else it
+ * is not written and nothing is removed (no_space).
  *
  * Modes: the folder is created 0700 (with its missing parents), the index
  * (and SQLite's -wal and -shm files, which take its mode) and every
