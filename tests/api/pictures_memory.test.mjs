@@ -9,7 +9,8 @@
 // decoded is 8192 * 8192 * 3 bytes = 192 MiB, so a peak RSS (VmHWM) that
 // stays under PEAK_MIB above the RSS after startup shows that none was. The
 // requests themselves (1 MB bodies, their JSON and base64-decoded copies,
-// the connection threads) take a few MiB each.
+// the connection threads) take a few MiB each. Last, a PNG larger than
+// 8 MiB is taken in every API.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { crc32, deflateSync } from 'node:zlib';
@@ -37,13 +38,17 @@ const idats = new Map();
 function zeroPng(w, h, tag) {
   const key = `${w}x${h}`;
   if (!idats.has(key)) idats.set(key, chunk('IDAT', deflateSync(Buffer.alloc((1 + 3 * w) * h), { level: 9 })));
+  return rgbPng(w, h, chunk('tEXt', Buffer.from(`Comment\0picture ${tag}`, 'latin1')), idats.get(key));
+}
+
+// An RGB8 PNG of w x h: its signature, IHDR, these chunks, IEND.
+function rgbPng(w, h, ...chunks) {
   const ihdr = Buffer.alloc(13);
   ihdr.writeUInt32BE(w, 0);
   ihdr.writeUInt32BE(h, 4);
   ihdr[8] = 8; // bit depth
   ihdr[9] = 2; // RGB
-  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr),
-                        chunk('tEXt', Buffer.from(`Comment\0picture ${tag}`, 'latin1')), idats.get(key),
+  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr), ...chunks,
                         chunk('IEND', Buffer.alloc(0))]);
 }
 
@@ -211,5 +216,34 @@ describe('--max-pixels-in-flight', { timeout: 300_000 }, () => {
     assert.equal(ok.status, 200, JSON.stringify(ok.json));
     const again = await answer(await send(srv, 'messages', pictures(1, 800, 800)));
     assert.equal(again.status, 200, 'the pictures of the request before were counted out');
+  });
+});
+
+// A PNG larger than 8 MiB (issue 23): 1800x1800 RGB noise, stored (deflate
+// level 0), 9.7 MB as a file, as a 4K screenshot may be. libspng used to
+// refuse every PNG over 8 MiB as corrupt; pictures up to the 64 MiB file
+// limit are taken in every API.
+function noisePng(w, h) {
+  const raw = Buffer.alloc((1 + 3 * w) * h);
+  let x = 2463534242;
+  for (let i = 0; i < raw.length; i++) {
+    x ^= x << 13; x ^= x >>> 17; x ^= x << 5;
+    raw[i] = i % (1 + 3 * w) === 0 ? 0 : x & 0xff; // each row: filter byte 0, then its samples
+  }
+  return rgbPng(w, h, chunk('IDAT', deflateSync(raw, { level: 0 })));
+}
+
+describe('a PNG over 8 MiB', { timeout: 300_000 }, () => {
+  let srv;
+  before(async () => { srv = await startServer({ extra: ['--image-max-tokens', '64'] }); });
+  after(() => stopServer(srv));
+
+  test('is decoded in each API', async () => {
+    const png = noisePng(1800, 1800);
+    assert.ok(png.length > 9 << 20, `${png.length} bytes`);
+    for (const api of ['chat', 'responses', 'messages']) {
+      const r = await answer(await send(srv, api, [b64(png)]));
+      assert.equal(r.status, 200, `${api}: ${JSON.stringify(r.json)}`);
+    }
   });
 });
