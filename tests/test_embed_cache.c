@@ -2,17 +2,22 @@
  * references that outlive eviction, the disabled cache, and the disk copy:
  * a round trip across a restart, and every kind of bad file refused,
  * removed and counted, never used; the modes of the folder and its files;
- * the free-space floor and a full disk (simulated). */
+ * the temporary files of dead writes removed by their lock, not their pid;
+ * the free-space floor and a full disk (simulated), where nothing is
+ * removed for nothing. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "base/cache_dir.h"
 #include "base/fs_space.h"
 #include "base/sha256.h"
 #include "state/embed_cache.h"
@@ -480,7 +485,7 @@ static void test_stats(void) {
  * cleaned up, and files of other names are left alone. */
 static void test_disk_budget(void) {
     const long one = HEADER + 2 * 2 * 8 * 4; /* a put_i file */
-    char p1[512], p2[512], p3[512], p4[512], other[512], dead[600], alive[600];
+    char p1[512], p2[512], p3[512], p4[512], other[512], dead[600], alive[600], same_pid[600];
     file_of(1, p1, sizeof p1);
     file_of(2, p2, sizeof p2);
     file_of(3, p3, sizeof p3);
@@ -518,17 +523,35 @@ static void test_disk_budget(void) {
     CHECK(stats(c).disk_writes == 0 && stats(c).disk_files == 2);
     embed_cache_free(c);
 
-    /* temporary files: a dead writer's is removed, a live one's is kept */
+    /* temporary files: a dead writer's is removed, whatever process has
+     * its pid now (a restarted container's server is pid 1 again); one
+     * that a live writer holds the lock of is kept */
     pid_t child = fork();
     if (child == 0) _exit(0);
     waitpid(child, NULL, 0);
     snprintf(dead, sizeof dead, "%s.tmp.%ld.0", p2, (long)child);
+    snprintf(same_pid, sizeof same_pid, "%s.tmp.%ld.1", p2, (long)getpid());
     snprintf(alive, sizeof alive, "%s.tmp.%ld.0", p3, (long)getpid());
     CHECK((f = fopen(dead, "w")) && fclose(f) == 0);
-    CHECK((f = fopen(alive, "w")) && fclose(f) == 0);
+    CHECK((f = fopen(same_pid, "w")) && fclose(f) == 0);
+    const int live_fd = open(alive, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    CHECK(live_fd >= 0 && flock(live_fd, LOCK_EX) == 0);
     c = embed_cache_new(4, 1 << 20, g_dir, &e);
-    CHECK(!exists(dead) && exists(alive) && exists(other) && stats(c).disk_files == 2);
+    CHECK(!exists(dead) && !exists(same_pid) && exists(alive) && exists(other) && stats(c).disk_files == 2);
     embed_cache_free(c);
+    close(live_fd);
+    /* the temporary files of the cache's writes (base/cache_dir) hold that
+     * lock while they are open */
+    char *tmp = NULL;
+    const int fd = cache_dir_tmp_create(g_dir, "x.embd.tmp.", "", &tmp, &e);
+    const char *slash = tmp ? strrchr(tmp, '/') : NULL;
+    DIR *d = opendir(g_dir);
+    CHECK(fd >= 0 && slash && d && !cache_dir_tmp_stale(dirfd(d), slash + 1));
+    if (fd >= 0) close(fd);
+    CHECK(slash && d && cache_dir_tmp_stale(dirfd(d), slash + 1));
+    if (d) closedir(d);
+    if (tmp) unlink(tmp);
+    free(tmp);
     clear_dir();
 }
 
@@ -622,9 +645,9 @@ static int fake_write(const char *path, const void *const *parts, const size_t *
 }
 
 /* The free-space floor: the least recently used files make room for a new
- * one; a disk that others filled takes them all and the entry then stays in
- * memory only; a write that fails with ENOSPC makes room and is tried once
- * more. */
+ * one; on a disk that others filled, where they could not, none is removed
+ * and the entry stays in memory only; a write that fails with ENOSPC makes
+ * room and is tried once more, if the files can. */
 static void test_disk_full(void) {
     const uint64_t one = HEADER + 2 * 2 * 8 * 4;
     char p[7][512];
@@ -655,28 +678,31 @@ static void test_disk_full(void) {
     CHECK(exists(p[1]) && !exists(p[2]) && exists(p[3]) && exists(p[4]));
     CHECK(g_fs_calls > 0);
 
-    /* others fill the disk: every file of the cache goes, and still no room;
-     * the entry works from memory */
+    /* others fill the disk so that removing every file of the cache would
+     * not make room: none is removed, the entry works from memory */
     g_fs_other += 4 * one;
     CHECK(put_i(c, 5, 5, &en) == 0 && en && rows_are(en, 5));
     embed_cache_release(c, en);
     st = stats(c);
-    CHECKF(st.disk_writes == 4 && st.disk_evictions == 4 && st.disk_full == 1 && st.disk_files == 0 &&
-               count_files() == 0,
+    CHECKF(st.disk_writes == 4 && st.disk_evictions == 1 && st.disk_full == 1 && st.disk_files == 3 &&
+               count_files() == 3,
            "writes %llu evictions %llu full %llu files %llu", (unsigned long long)st.disk_writes,
            (unsigned long long)st.disk_evictions, (unsigned long long)st.disk_full,
            (unsigned long long)st.disk_files);
-    /* they free it again: writes resume */
+    CHECK(exists(p[1]) && exists(p[3]) && exists(p[4]) && !exists(p[5]));
+    /* they free it again: writes resume, the least recently used (3) making
+     * room */
     g_fs_other -= 4 * one;
-    CHECK(put_i(c, 5, 5, NULL) == 0 && exists(p[5]) && stats(c).disk_writes == 5);
+    CHECK(put_i(c, 5, 5, NULL) == 0 && exists(p[5]) && !exists(p[3]) && stats(c).disk_writes == 5);
     /* an entry that would not fit even if every file went: nothing is
      * removed for it (the floor itself holds) */
-    g_fs_other += one + one / 2; /* floor + 1 file free, 1 file of the cache; the entry needs 2.3 */
+    g_fs_other += one + one / 2; /* a file under the floor, 3 files of the cache; the entry needs 2.3 */
     uint8_t big[32];
     key_of(9, big);
     CHECK(embed_cache_put(c, big, 4, 4, 8, rows_of(4, 4, 8, 9), NULL, NULL, &e) == 0);
     st = stats(c);
-    CHECK(st.disk_full == 2 && st.disk_writes == 5 && st.disk_evictions == 4 && exists(p[5]));
+    CHECK(st.disk_full == 2 && st.disk_writes == 5 && st.disk_evictions == 2 && st.disk_files == 3);
+    CHECK(exists(p[1]) && exists(p[4]) && exists(p[5]));
     g_fs_other -= one + one / 2;
     embed_cache_free(c);
 
@@ -685,12 +711,19 @@ static void test_disk_full(void) {
      * above it again */
     usleep(20000);
     c = embed_cache_new(0, 1 << 20, g_dir, &e);
-    CHECK(put_i(c, 6, 6, NULL) == 0 && exists(p[6]) && count_files() == 2);
+    CHECK(put_i(c, 6, 6, NULL) == 0 && exists(p[6]) && !exists(p[1]) && count_files() == 3);
     embed_cache_free(c);
-    g_fs_other += 2 * one; /* the floor is now half a file short: the older file (5) goes */
+    g_fs_other += 2 * one; /* the floor is now a file and a half short: the older files (4, 5) go */
     c = embed_cache_new(0, 1 << 20, g_dir, &e);
     embed_cache_set_disk_budget(c, UINT64_MAX);
-    CHECK(!exists(p[5]) && exists(p[6]) && stats(c).disk_evictions == 1);
+    CHECK(!exists(p[4]) && !exists(p[5]) && exists(p[6]) && stats(c).disk_evictions == 2);
+    embed_cache_free(c);
+    /* and one so far under it that every file would not make room keeps
+     * them */
+    g_fs_other += 2 * one;
+    c = embed_cache_new(0, 1 << 20, g_dir, &e);
+    embed_cache_set_disk_budget(c, UINT64_MAX);
+    CHECK(exists(p[6]) && stats(c).disk_evictions == 0);
     embed_cache_free(c);
     clear_dir();
 
@@ -719,6 +752,15 @@ static void test_disk_full(void) {
     st = stats(c);
     CHECKF(g_write_calls == 2 && st.disk_full == 1 && !exists(p[4]), "calls %d full %llu", g_write_calls,
            (unsigned long long)st.disk_full);
+    /* an entry larger than every file left: none is removed for it, it is
+     * not tried again */
+    CHECK(st.disk_files == 1 && st.disk_evictions == 2 && exists(p[2]));
+    g_write_calls = 0;
+    CHECK(embed_cache_put(c, big, 4, 4, 8, rows_of(4, 4, 8, 9), NULL, NULL, &e) == 0);
+    st = stats(c);
+    CHECKF(g_write_calls == 1 && st.disk_full == 2 && st.disk_evictions == 2 && st.disk_files == 1 && exists(p[2]),
+           "calls %d full %llu evictions %llu", g_write_calls, (unsigned long long)st.disk_full,
+           (unsigned long long)st.disk_evictions);
     embed_cache_free(c);
     g_fs_quota = UINT64_MAX;
     fs_space_set_test_hook(NULL);

@@ -10,13 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "base/atomic_file.h"
+#include "base/cache_dir.h"
 #include "base/fs_space.h"
 #include "base/log.h"
 #include "base/sha256.h"
@@ -69,7 +69,6 @@ struct disk_tier {
     pthread_t thread;
     char (*reading)[DISK_NAME_LEN]; /* files open for a load: never evicted */
     int n_reading, cap_reading;
-    unsigned counter;
     seq_state last; /* the writer's last file (its provenance), named last_name */
     char last_name[DISK_NAME_LEN];
     fault fault;
@@ -622,48 +621,12 @@ static void refresh_totals(disk_tier *t) {
     sqlite3_finalize(s);
 }
 
-/* Removes least recently used files (never one being read) while more
- * than max bytes remain or, with avail (the file system's free bytes,
- * counted up by each removal), while *avail is under want. */
-static void evict(disk_tier *t, uint64_t max, uint64_t *avail, uint64_t want, uint64_t *n_removed,
-                  uint64_t *bytes_removed) {
+/* The folder's files as base/cache_dir sees them (db_lock held): all but
+ * those open for a load may be removed, least recently used first. */
+static uint64_t removable_files(void *ud, uint64_t *total) {
+    disk_tier *t = ud;
     refresh_totals(t);
-    while (t->st.bytes > max || (avail && *avail < want)) {
-        sqlite3_stmt *s = prep(t, "SELECT name, bytes FROM files ORDER BY last_use ASC LIMIT 64");
-        if (!s) return;
-        cand v[64];
-        uint64_t sz[64];
-        int n = 0;
-        while (n < 64 && sqlite3_step(s) == SQLITE_ROW) {
-            const char *nm = (const char *)sqlite3_column_text(s, 0);
-            if (!nm || strlen(nm) >= DISK_NAME_LEN || is_reading(t, nm)) continue;
-            copy_name(v[n].name, nm);
-            sz[n++] = (uint64_t)sqlite3_column_int64(s, 1);
-        }
-        sqlite3_finalize(s);
-        if (n == 0) return;
-        for (int i = 0; i < n && (t->st.bytes > max || (avail && *avail < want)); i++) {
-            remove_file(t, v[i].name);
-            t->st.bytes -= sz[i] < t->st.bytes ? sz[i] : t->st.bytes;
-            if (avail) *avail += sz[i];
-            t->st.evictions++;
-            if (n_removed) (*n_removed)++;
-            if (bytes_removed) *bytes_removed += sz[i];
-        }
-        refresh_totals(t);
-    }
-}
-
-/* Removes least recently used files until at most max bytes remain. */
-static void enforce(disk_tier *t, uint64_t max, uint64_t *n_removed, uint64_t *bytes_removed) {
-    evict(t, max, NULL, 0, n_removed, bytes_removed);
-}
-
-/* Bytes of the indexed files that evict may remove: all but those open
- * for a load. Refreshes the totals. db_lock held. */
-static uint64_t evictable(disk_tier *t) {
-    refresh_totals(t);
-    uint64_t b = t->st.bytes;
+    uint64_t b = *total = t->st.bytes;
     sqlite3_stmt *s = t->n_reading ? prep(t, "SELECT bytes FROM files WHERE name = ?1") : NULL;
     for (int i = 0; s && i < t->n_reading; i++) {
         sqlite3_reset(s);
@@ -677,18 +640,44 @@ static uint64_t evictable(disk_tier *t) {
     return b;
 }
 
-/* Makes room for need more bytes above the file system's free-space floor
- * (base/fs_space), removing least recently used files, but only when that
- * can make enough: false, with every file kept, when even removing all
- * that may go would not (a disk that others filled: the cache's files
- * would go for nothing). An unknown free space: true. db_lock held. */
+static uint64_t remove_oldest_file(void *ud) {
+    disk_tier *t = ud;
+    sqlite3_stmt *s = prep(t, "SELECT name, bytes FROM files ORDER BY last_use ASC");
+    char name[DISK_NAME_LEN] = "";
+    uint64_t bytes = 0;
+    while (s && sqlite3_step(s) == SQLITE_ROW) {
+        const char *nm = (const char *)sqlite3_column_text(s, 0);
+        if (!nm || strlen(nm) >= DISK_NAME_LEN || is_reading(t, nm)) continue;
+        copy_name(name, nm);
+        bytes = (uint64_t)sqlite3_column_int64(s, 1);
+        break;
+    }
+    sqlite3_finalize(s);
+    if (!name[0]) return 0;
+    remove_file(t, name);
+    t->st.bytes -= bytes < t->st.bytes ? bytes : t->st.bytes;
+    t->st.evictions++;
+    return bytes ? bytes : 1;
+}
+
+static cache_dir_files files_of(disk_tier *t) {
+    return (cache_dir_files){.ud = t, .removable = removable_files, .remove_oldest = remove_oldest_file};
+}
+
+/* Removes least recently used files until at most max bytes remain
+ * (db_lock held). */
+static void enforce(disk_tier *t, uint64_t max, uint64_t *n_removed, uint64_t *bytes_removed) {
+    const cache_dir_files f = files_of(t);
+    const uint64_t n = cache_dir_fit(&f, max, bytes_removed);
+    if (n_removed) *n_removed += n;
+}
+
+/* Room for need more bytes above the file system's free-space floor,
+ * removing least recently used files only when that can make it
+ * (base/cache_dir; db_lock held). */
 static bool make_room(disk_tier *t, uint64_t need) {
-    uint64_t avail, total;
-    if (fs_space_get(t->dir, &avail, &total) != 0 || fs_room(avail, total, need)) return true;
-    const uint64_t floor = fs_floor(total), want = floor + need < floor ? UINT64_MAX : floor + need;
-    if (evictable(t) < want - avail) return false; /* want > avail: fs_room said no */
-    evict(t, UINT64_MAX, &avail, want, NULL, NULL);
-    return avail >= want;
+    const cache_dir_files f = files_of(t);
+    return cache_dir_make_room(t->dir, &f, need);
 }
 
 /* A checkpoint not written for want of room: counted, logged once until a
@@ -705,18 +694,6 @@ static void short_of_space(disk_tier *t, const char *why) {
 /* ---- the writer ---------------------------------------------------------------- */
 
 static bool indexed(disk_tier *t, const char *name);
-
-static int write_all(int fd, const void *p, size_t n) {
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 static void rows_read(disk_tier *t, job *j) {
     pthread_mutex_lock(&t->q_lock);
@@ -813,7 +790,7 @@ static void write_job(disk_tier *t, job *j) {
     h.created = (int64_t)time(NULL);
     const size_t np = prov_bytes(n, s->n_spans);
     const uint64_t bytes = h.hdr_bytes + np + h.kv_bytes + rec_bytes(&h);
-    char name[DISK_NAME_LEN], tmp[64];
+    char name[DISK_NAME_LEN];
     bool skip = !k || bytes > t->budget;
     if (k) {
         memcpy(h.key, k[nk - 1].h, 32);
@@ -833,19 +810,8 @@ static void write_job(disk_tier *t, job *j) {
         return;
     }
     const double t0 = time_now_s();
-    /* a name taken already (left by a dead process that had this pid, as a
-     * restarted container's server has, until the next open removes it) is
-     * skipped, not a failure */
     char *tpath = NULL, *fpath = path_of(t, name);
-    int fd = -1;
-    for (int tries = 0; tries < 1000; tries++) {
-        snprintf(tmp, sizeof tmp, "tmp.%ld.%u%s", (long)getpid(),
-                 __atomic_add_fetch(&t->counter, 1, __ATOMIC_RELAXED), SUFFIX);
-        free(tpath);
-        if (!(tpath = path_of(t, tmp))) break;
-        if ((fd = open(tpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) >= 0 || errno != EEXIST) break;
-    }
-    if (fd >= 0) flock(fd, LOCK_EX); /* "being written": see stale_temp */
+    const int fd = cache_dir_tmp_create(t->dir, "tmp.", SUFFIX, &tpath, NULL);
     uint8_t *prov = prov_encode(s, n, s->n_spans);
     XXH3_state_t *x = XXH3_createState();
     int rc = fd >= 0 && fpath && prov && x ? 0 : -1;
@@ -857,18 +823,18 @@ static void write_job(disk_tier *t, job *j) {
             errno = ENOSPC;
             rc = -1;
         } else {
-            rc = write_all(fd, b, h.hdr_bytes) || write_all(fd, prov, np);
+            rc = cache_dir_write_all(fd, b, h.hdr_bytes) || cache_dir_write_all(fd, prov, np);
         }
         if (rc == 0) {
             XXH3_64bits_reset(x);
             const size_t part = (size_t)n * kv->row_bytes;
             for (int l = 0; rc == 0 && l < kv->n_layer; l++) {
-                rc = write_all(fd, kv->rows.k[l], part) || write_all(fd, kv->rows.v[l], part);
+                rc = cache_dir_write_all(fd, kv->rows.k[l], part) || cache_dir_write_all(fd, kv->rows.v[l], part);
                 XXH3_64bits_update(x, kv->rows.k[l], part);
                 XXH3_64bits_update(x, kv->rows.v[l], part);
             }
             if (rc == 0 && h.n_rec) { /* the recurrent states copied when it was queued */
-                rc = write_all(fd, j->rec, (size_t)rec_bytes(&h));
+                rc = cache_dir_write_all(fd, j->rec, (size_t)rec_bytes(&h));
                 XXH3_64bits_update(x, j->rec, (size_t)rec_bytes(&h));
             }
             h.kv_sum = XXH3_64bits_digest(x);
@@ -882,15 +848,13 @@ static void write_job(disk_tier *t, job *j) {
          * checkpoint is not written. */
         const int why = errno;
         struct stat st;
-        const uint64_t written = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0,
-                       lack = written < bytes ? bytes - written : 0;
+        const uint64_t written = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
         pthread_mutex_lock(&t->db_lock);
-        no_room = evictable(t) < lack;
+        const cache_dir_files f = files_of(t);
+        no_room = !cache_dir_room_after_full(&f, bytes, written);
         if (no_room) {
             short_of_space(t, why == EDQUOT ? "over the disk quota" : "the file system is full");
             t->st.skipped++;
-        } else {
-            evict(t, t->st.bytes - lack, NULL, 0, NULL, NULL);
         }
         pthread_mutex_unlock(&t->db_lock);
         if (no_room || ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
@@ -1080,18 +1044,6 @@ void disk_tier_flush(disk_tier *t) {
 
 /* ---- open and recovery ------------------------------------------------------------- */
 
-/* Whether a temporary file is a dead write's: its writer holds a lock on
- * it while it writes (the kernel drops the lock when the writer dies, even
- * if a new process has its pid now). */
-static bool stale_temp(int dir_fd, const char *name) {
-    if (strncmp(name, "tmp.", 4)) return false;
-    int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return false;
-    bool stale = flock(fd, LOCK_EX | LOCK_NB) == 0;
-    close(fd);
-    return stale;
-}
-
 static bool is_ckpt_name(const char *name) {
     uint8_t k[32];
     return strlen(name) == 64 + strlen(SUFFIX) && !strcmp(name + 64, SUFFIX) && hex_decode(name, 32, k);
@@ -1143,7 +1095,7 @@ static void recover(disk_tier *t, bool rebuild) {
     struct dirent *de;
     while ((de = readdir(d))) {
         const char *name = de->d_name;
-        if (stale_temp(dirfd(d), name)) {
+        if (!strncmp(name, "tmp.", 4) && cache_dir_tmp_stale(dirfd(d), name)) {
             if (unlinkat(dirfd(d), name, 0) == 0) PH_INFO("disk cache: removed %s, left by a write that died", name);
             continue;
         }

@@ -108,7 +108,8 @@
  * quota, or others' writes since the check) removes least recently used
  * files worth what the file system lacked (the file's bytes it did not
  * take) and is tried once more, if the files can make that much; else it
- * is not written and nothing is removed (no_space).
+ * is not written and nothing is removed (no_space). (base/cache_dir: the
+ * policy the embedding cache shares, and the temporary files' locks.)
  *
  * Modes: the folder is created 0700 (with its missing parents), the index
  * (and SQLite's -wal and -shm files, which take its mode) and every

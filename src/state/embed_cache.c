@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "base/cache_dir.h"
 #include "base/fs_space.h"
 #include "base/grow.h"
 #include "base/log.h"
@@ -53,7 +53,7 @@ struct embed_store {
     entry *newest, *oldest;
     size_t n, bytes;
     bool warned_full;     /* a shortage of space is logged once until a write succeeds */
-    embed_write_fn write; /* file_write_atomic, or a test's */
+    embed_write_fn write; /* cache_dir_write_file, or a test's */
     embed_cache_stats st; /* counters; entries and bytes are filled in by get_stats */
 };
 
@@ -219,50 +219,47 @@ static void index_remove(embed_store *c, const uint8_t key[32]) {
     *f = c->files[--c->n_files];
 }
 
-static int by_use(const void *a, const void *b) {
-    const disk_file *x = a, *y = b;
-    return (x->used_ns > y->used_ns) - (x->used_ns < y->used_ns);
+/* The folder's files as base/cache_dir sees them: any may be removed (a
+ * loaded entry lives in memory), least recently used first. */
+static uint64_t removable_files(void *ud, uint64_t *total) {
+    const embed_store *c = ud;
+    return *total = c->disk_bytes;
 }
 
-/* Removes the least recently used files while the folder holds more than
- * max bytes or *avail (the file system's free bytes, counted up by each
- * removal) is under want. */
-static void evict_lru(embed_store *c, uint64_t max, uint64_t *avail, uint64_t want) {
-    uint64_t none = 0;
-    if (!avail) avail = &none;
-    if (c->disk_bytes <= max && *avail >= want) return;
-    qsort(c->files, c->n_files, sizeof *c->files, by_use);
+static uint64_t remove_oldest_file(void *ud) {
+    embed_store *c = ud;
+    if (c->n_files == 0) return 0;
     size_t k = 0;
-    for (; k < c->n_files && (c->disk_bytes > max || *avail < want); k++) {
-        char *path = file_path(c, c->files[k].key);
-        if (path && unlink(path) != 0 && errno != ENOENT)
-            PH_WARN("embedding cache: %s: cannot remove it: %s", path, strerror(errno));
-        free(path);
-        c->disk_bytes -= c->files[k].size;
-        *avail += c->files[k].size;
-        c->st.disk_evictions++;
-    }
-    memmove(c->files, c->files + k, (c->n_files - k) * sizeof *c->files);
-    c->n_files -= k;
+    for (size_t i = 1; i < c->n_files; i++)
+        if (c->files[i].used_ns < c->files[k].used_ns) k = i;
+    char *path = file_path(c, c->files[k].key);
+    if (path && unlink(path) != 0 && errno != ENOENT)
+        PH_WARN("embedding cache: %s: cannot remove it: %s", path, strerror(errno));
+    free(path);
+    const uint64_t bytes = c->files[k].size;
+    c->disk_bytes -= bytes;
+    c->files[k] = c->files[--c->n_files];
+    c->st.disk_evictions++;
+    return bytes ? bytes : 1;
+}
+
+static cache_dir_files files_of(embed_store *c) {
+    return (cache_dir_files){.ud = c, .removable = removable_files, .remove_oldest = remove_oldest_file};
 }
 
 /* Removes the least recently used files until the folder fits its budget
  * (the file just written is the most recent one, and fits by itself). */
-static void disk_enforce(embed_store *c) { evict_lru(c, c->disk_max, NULL, 0); }
+static void disk_enforce(embed_store *c) {
+    const cache_dir_files f = files_of(c);
+    cache_dir_fit(&f, c->disk_max, NULL);
+}
 
-/* Makes room for need more bytes above the file system's free-space floor
- * (base/fs_space), removing the least recently used files; false when even
- * removing them all would not make enough (then only what is under the
- * floor is given back, and the rest kept). An unknown free space: true. */
+/* Room for need more bytes above the file system's free-space floor,
+ * removing least recently used files only when that can make it
+ * (base/cache_dir). */
 static bool space_for(embed_store *c, uint64_t need) {
-    uint64_t avail, total;
-    if (fs_space_get(c->dir, &avail, &total) != 0) return true; /* unknown: the write will tell */
-    if (fs_room(avail, total, need)) return true;
-    const uint64_t floor = fs_floor(total);
-    const uint64_t want = floor + need < floor ? UINT64_MAX : floor + need;
-    const bool can = avail + c->disk_bytes >= avail && avail + c->disk_bytes >= want;
-    evict_lru(c, UINT64_MAX, &avail, can ? want : floor);
-    return can && avail >= want;
+    const cache_dir_files f = files_of(c);
+    return cache_dir_make_room(c->dir, &f, need);
 }
 
 /* Logs that a picture's embedding is not saved for want of space: once,
@@ -272,15 +269,6 @@ static void short_of_space(embed_store *c, const char *why) {
     if (!c->warned_full)
         PH_WARN("embedding cache: %s: %s; new embeddings stay in memory only until there is room", c->dir, why);
     c->warned_full = true;
-}
-
-/* Whether name is NAME.embd.tmp.PID.N of a process that no longer runs: a
- * write that a crash or kill cut short. */
-static bool stale_temp(const char *name) {
-    const char *t = strstr(name, EMBD_SUFFIX ".tmp.");
-    if (!t) return false;
-    long pid = strtol(t + sizeof EMBD_SUFFIX ".tmp." - 1, NULL, 10);
-    return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
 /* Reads the folder into the index: every <64 hex>.embd regular file, and
@@ -296,7 +284,7 @@ static void disk_scan(embed_store *c) {
     while ((de = readdir(d))) {
         const char *name = de->d_name;
         struct stat st;
-        if (stale_temp(name)) {
+        if (strstr(name, EMBD_SUFFIX ".tmp.") && cache_dir_tmp_stale(dirfd(d), name)) {
             if (unlinkat(dirfd(d), name, 0) == 0)
                 PH_INFO("embedding cache: removed %s, left by a write that died", name);
             continue;
@@ -334,20 +322,22 @@ static void disk_write(embed_store *c, const embed_entry *en) {
     const void *parts[2] = {h, en->rows};
     const size_t lens[2] = {sizeof h, (size_t)payload};
     ph_err e = {0};
-    int rc = c->write(path, parts, lens, 2, &e);
-    if (rc != 0 && (errno == ENOSPC || errno == EDQUOT) && c->n_files) {
-        /* full after all (a quota, other writers): make room for this file
-         * from the least recently used ones and try once more */
-        evict_lru(c, c->disk_bytes > size ? c->disk_bytes - size : 0, NULL, 0);
+    int rc = c->write(path, parts, lens, 2, &e), why = rc ? errno : 0;
+    const cache_dir_files f = files_of(c);
+    if (rc != 0 && (why == ENOSPC || why == EDQUOT) && cache_dir_room_after_full(&f, size, 0)) {
+        /* full after all (a quota, other writers): the least recently used
+         * files made room for this one (a failed write leaves none of its
+         * bytes); once more */
         e = (ph_err){0};
         rc = c->write(path, parts, lens, 2, &e);
+        why = rc ? errno : 0;
     }
     if (rc == 0) {
         c->st.disk_writes++;
         c->warned_full = false;
         index_set(c, en->key, size, now_ns(), false);
         disk_enforce(c);
-    } else if (errno == ENOSPC || errno == EDQUOT) {
+    } else if (why == ENOSPC || why == EDQUOT) {
         short_of_space(c, e.msg);
     } else {
         PH_WARN("embedding cache: cannot save an embedding (it stays in memory): %s", e.msg);
@@ -472,7 +462,7 @@ embed_store *embed_cache_new(int max_entries, size_t max_bytes, const char *dir,
     }
     c->max_entries = max_entries;
     c->max_bytes = max_bytes;
-    c->write = file_write_atomic;
+    c->write = cache_dir_write_file;
     if (dir) {
         if (mkdir_p(dir, err) != 0) {
             err_prefix(err, "embedding cache");
@@ -498,7 +488,7 @@ void embed_cache_set_disk_budget(embed_store *c, uint64_t bytes) {
 }
 
 void embed_cache_set_write_hook(embed_store *c, embed_write_fn write) {
-    c->write = write ? write : file_write_atomic;
+    c->write = write ? write : cache_dir_write_file;
 }
 
 void embed_cache_free(embed_store *c) {

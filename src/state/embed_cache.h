@@ -13,8 +13,8 @@
  * cache, so it may come after embed_cache_free).
  *
  * Disk (dir not NULL): each entry is one file dir/<64 hex of key>.embd,
- * written atomically (base/atomic_file). Little-endian layout, 168 bytes of
- * header then the payload:
+ * written atomically (base/cache_dir.h, cache_dir_write_file). Little-endian
+ * layout, 168 bytes of header then the payload:
  *    0  magic "PHEMBD01"         8  version (u32) = 1    12  reserved (u32) = 0
  *   16  key (32)                48  grid_x, grid_y, width (i32 each), reserved (i32) = 0
  *   64  cond_hash (32)          96  payload bytes (u64)
@@ -39,13 +39,17 @@
  * total fits. An entry larger than the whole budget is not written.
  * The file system's free space is kept above a floor too (base/fs_space:
  * max(256 MiB, 5%)): before each write, and when the budget is set, the
- * least recently used files are removed until the new file fits above it;
- * if even removing them all does not make room, the entry is not written
- * (it stays in memory; counted in disk_full, logged once). A write that
- * fails for want of space (ENOSPC, EDQUOT) removes least recently used
- * files worth the new one and is tried once more.
- * Temporary files of writers that died (a crash or kill during a write)
- * are removed when the folder is opened; other names are left alone. */
+ * least recently used files are removed until the new file fits above it,
+ * only when that can make room: if even removing them all would not, none
+ * is removed and the entry is not written (it stays in memory; counted in
+ * disk_full, logged once). A write that fails for want of space (ENOSPC,
+ * EDQUOT) removes least recently used files worth the new one, when they
+ * can make that much, and is tried once more (base/cache_dir: the policy
+ * the disk tier shares).
+ * A write's temporary file (NAME.embd.tmp.PID.N) is locked while it is
+ * written; those that no one holds a lock on (their writer died: a crash
+ * or kill during a write, whatever process has its pid now) are removed
+ * when the folder is opened; other names are left alone. */
 #ifndef PH_STATE_EMBED_CACHE_H
 #define PH_STATE_EMBED_CACHE_H
 
@@ -119,7 +123,7 @@ int embed_cache_put(embed_store *c, const uint8_t key[32], int32_t grid_x, int32
 void embed_cache_get_stats(const embed_store *c, embed_cache_stats *st);
 
 /* For tests only (a full disk is hard to make): write replaces
- * file_write_atomic for the cache's files (it must set errno on
+ * cache_dir_write_file for the cache's files (it must set errno on
  * failure, as that does); NULL restores it. */
 typedef int (*embed_write_fn)(const char *path, const void *const *parts, const size_t *lens, size_t n_parts,
                               ph_err *err);
