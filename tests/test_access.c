@@ -86,6 +86,15 @@ static void test_content_type(void) {
     CHECK(!access_is_json("multipart/form-data; boundary=x"));
 }
 
+/* access_key_index with each header given once (NULL: absent). */
+static int key_of(const char *x_api_key, const char *authorization, const char *const *keys, size_t n) {
+    const access_creds c = {.x_api_key = x_api_key,
+                            .authorization = authorization,
+                            .n_x_api_key = x_api_key != NULL,
+                            .n_authorization = authorization != NULL};
+    return access_key_index(&c, keys, n);
+}
+
 static void test_keys(void) {
     const char *k = "sk-0123456789abcdef";
     CHECK(access_key_equal(k, k));
@@ -99,35 +108,69 @@ static void test_keys(void) {
     /* a longer given key that matches the key over the key's length */
     CHECK(!access_key_equal("sk-0123456789abcdef\x01", k));
     const char *one[] = {k};
-    CHECK(access_key_index(k, NULL, one, 1) == 0);
-    CHECK(access_key_index(NULL, "Bearer sk-0123456789abcdef", one, 1) == 0);
-    CHECK(access_key_index(NULL, "bearer sk-0123456789abcdef", one, 1) == 0);
-    CHECK(access_key_index("wrong", "Bearer sk-0123456789abcdef", one, 1) == 0);
-    CHECK(access_key_index(k, "Bearer wrong", one, 1) == 0);
-    CHECK(access_key_index(NULL, "sk-0123456789abcdef", one, 1) == -1); /* no scheme */
-    CHECK(access_key_index(NULL, "Basic sk-0123456789abcdef", one, 1) == -1);
-    CHECK(access_key_index("wrong", "Bearer wrong", one, 1) == -1);
-    CHECK(access_key_index(NULL, NULL, one, 1) == -1);
-    CHECK(access_key_index(k, NULL, one, 0) == -1);
+    CHECK(key_of(k, NULL, one, 1) == 0);
+    CHECK(key_of(NULL, "Bearer sk-0123456789abcdef", one, 1) == 0);
+    CHECK(key_of(NULL, "bearer sk-0123456789abcdef", one, 1) == 0);
+    CHECK(key_of(k, "Bearer sk-0123456789abcdef", one, 1) == 0); /* the same key in both */
+    CHECK(key_of(NULL, "sk-0123456789abcdef", one, 1) == -1);    /* no scheme */
+    CHECK(key_of(NULL, "Basic sk-0123456789abcdef", one, 1) == -1);
+    CHECK(key_of("wrong", "Bearer wrong", one, 1) == -1);
+    CHECK(key_of(NULL, NULL, one, 1) == -1);
+    CHECK(key_of(k, NULL, one, 0) == -1);
+    /* two credentials that differ are refused, whichever of them is valid */
+    CHECK(key_of("wrong", "Bearer sk-0123456789abcdef", one, 1) == -1);
+    CHECK(key_of(k, "Bearer wrong", one, 1) == -1);
+    CHECK(key_of(k, "Basic dXNlcjpwYXNz", one, 1) == -1);
+    CHECK(key_of(k, "Bearer sk-0123456789abcdef ", one, 1) == -1); /* not the same bytes */
+    /* a credential header given twice is refused, even with the valid key twice */
+    access_creds twice = {.authorization = "Bearer sk-0123456789abcdef", .n_authorization = 2};
+    CHECK(access_key_index(&twice, one, 1) == -1);
+    CHECK(access_creds_problem(&twice) != NULL);
+    twice = (access_creds){.x_api_key = k, .n_x_api_key = 2};
+    CHECK(access_key_index(&twice, one, 1) == -1);
+    CHECK(access_creds_problem(&twice) != NULL);
+    access_creds fine = {
+        .x_api_key = k, .n_x_api_key = 1, .authorization = "Bearer sk-0123456789abcdef", .n_authorization = 1};
+    CHECK(access_creds_problem(&fine) == NULL);
     /* several keys: the index of the one given, by either header */
     const char *three[] = {"sk-alice-0001", "sk-bob-0002", "sk-carol-000003"};
     for (int i = 0; i < 3; i++) {
         char bearer[64];
         snprintf(bearer, sizeof bearer, "Bearer %s", three[i]);
-        CHECKF(access_key_index(three[i], NULL, three, 3) == i, "key %d by x-api-key", i);
-        CHECKF(access_key_index(NULL, bearer, three, 3) == i, "key %d by Authorization", i);
-        CHECKF(access_key_index(three[i], bearer, three, 3) == i, "key %d by both", i);
-        CHECKF(access_key_index("wrong", bearer, three, 3) == i, "key %d with a wrong x-api-key", i);
+        CHECKF(key_of(three[i], NULL, three, 3) == i, "key %d by x-api-key", i);
+        CHECKF(key_of(NULL, bearer, three, 3) == i, "key %d by Authorization", i);
+        CHECKF(key_of(three[i], bearer, three, 3) == i, "key %d by both", i);
+        CHECKF(key_of("wrong", bearer, three, 3) == -1, "key %d with a wrong x-api-key", i);
     }
-    CHECK(access_key_index("sk-alice-000", NULL, three, 3) == -1);                  /* a prefix */
-    CHECK(access_key_index("sk-bob-00020", NULL, three, 3) == -1);                  /* longer */
-    CHECK(access_key_index("sk-alice-0001", "Bearer sk-bob-0002", three, 3) == -1); /* two keys at once */
+    CHECK(key_of("sk-alice-000", NULL, three, 3) == -1);                  /* a prefix */
+    CHECK(key_of("sk-bob-00020", NULL, three, 3) == -1);                  /* longer */
+    CHECK(key_of("sk-alice-0001", "Bearer sk-bob-0002", three, 3) == -1); /* two keys at once */
     CHECK(access_key_problem("sk-x") == NULL);
     CHECK(access_key_problem("") != NULL);
     CHECK(access_key_problem(NULL) != NULL);
     CHECK(access_key_problem("a\tb") != NULL);
     CHECK(access_key_problem(" sk") != NULL);
     CHECK(access_key_problem("sk ") != NULL);
+}
+
+/* Request targets in absolute form (RFC 9112, 3.2.2). */
+static void test_targets(void) {
+    char a[64];
+    size_t at;
+    CHECK(access_target_split("/health", a, sizeof a, &at) == 0 && !a[0] && at == 0);
+    CHECK(access_target_split("*", a, sizeof a, &at) == 0);
+    CHECK(access_target_split("http://127.0.0.1:8080/health", a, sizeof a, &at) == 1);
+    CHECK(!strcmp(a, "127.0.0.1:8080") && at == strlen("http://127.0.0.1:8080"));
+    CHECK(access_target_split("HTTPS://LocalHost/v1/models?x=1", a, sizeof a, &at) == 1);
+    CHECK(!strcmp(a, "LocalHost") && at == strlen("HTTPS://LocalHost"));
+    CHECK(access_target_split("http://[::1]:80", a, sizeof a, &at) == 1 && !strcmp(a, "[::1]:80") && at == 15);
+    CHECK(access_target_split("http:///health", a, sizeof a, &at) == -1);         /* no host */
+    CHECK(access_target_split("http://user@localhost/", a, sizeof a, &at) == -1); /* userinfo */
+    CHECK(access_target_split("http://local%68ost/", a, sizeof a, &at) == -1);    /* escaped */
+    char longer[100];
+    snprintf(longer, sizeof longer, "http://%070d/", 0);
+    CHECK(access_target_split(longer, a, sizeof a, &at) == -1);
+    CHECK(access_target_split("ftp://localhost/", a, sizeof a, &at) == 0);
 }
 
 static bool is_zero(const uint8_t d[32]) {
@@ -165,6 +208,7 @@ int main(void) {
     test_origins();
     test_content_type();
     test_keys();
+    test_targets();
     test_domains();
     TEST_END();
 }

@@ -87,12 +87,14 @@ static void render_json(line *l, log_level level, const log_ctx *c, const char *
         if (c->status) putf(l, ",\"status\":%d,\"ms\":%.1f", c->status, c->ms);
         for (int i = 0; i < c->n_fields && i < LOG_MAX_FIELDS; i++)
             putf(l, ",\"%s\":%lld", c->fields[i].key, (long long)c->fields[i].value);
+        put_json_str(l, "error_type", c->error_type);
+        put_json_str(l, "error", c->error);
     }
     put_json_str(l, "msg", msg);
     put(l, "}", 1);
 }
 
-/* [TS ]pinhole: [LEVEL: ][EVENT ][METHOD PATH][ from CLIENT][ id=ID][ STATUS][ in MS ms][: ]msg */
+/* [TS ]pinhole: [LEVEL: ][EVENT ][METHOD PATH][ from CLIENT][ id=ID][ STATUS][ in MS ms][: ][ERROR_TYPE: ERROR][; ]msg */
 static void render_text(line *l, log_level level, const log_ctx *c, const char *msg) {
     if (g_format == LOG_TEXT) {
         put_timestamp(l);
@@ -111,7 +113,14 @@ static void render_text(line *l, log_level level, const log_ctx *c, const char *
         if (c->client) putf(l, " from %s", c->client);
         if (c->id) putf(l, " id=%s", c->id);
         if (c->status) putf(l, " %d in %.0f ms", c->status, c->ms);
-        if (l->n > head && *msg) put(l, ": ", 2);
+        const bool error = c->error_type || c->error;
+        if (l->n > head && (*msg || error)) put(l, ": ", 2);
+        if (c->error_type) {
+            put_escaped(l, c->error_type, false);
+            if (c->error) put(l, ": ", 2);
+        }
+        if (c->error) put_escaped(l, c->error, false);
+        if (error && *msg) put(l, "; ", 2);
     }
     put_escaped(l, msg, false);
 }

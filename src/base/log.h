@@ -29,9 +29,14 @@ typedef struct log_field {
 
 /* What a line is about. Strings may be NULL (left out); status 0: not
  * answered yet (ms, the time since the request arrived, left out too).
- * event: "start" or "end" (NULL: a line in between). */
+ * event: "start" or "end" (NULL: a line in between). error_type and
+ * error: why the request was refused or did not finish (the error's type
+ * and message as the client got them, or "cancelled" and why): json
+ * fields, and in a text line the start of what follows the request's
+ * names ("TYPE: MESSAGE; msg"). */
 typedef struct log_ctx {
     const char *id, *client, *method, *path, *event;
+    const char *error_type, *error;
     int status;
     double ms;
     log_field fields[LOG_MAX_FIELDS];

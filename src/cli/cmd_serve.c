@@ -43,6 +43,10 @@ static void serve_usage(FILE *out) {
                  "                            of opening (or of its previous answer), or it is closed\n"
                  "                            (default 10)\n"
                  "  --body-timeout-s S        and the whole body within S seconds of the head (default 60)\n"
+                 "  --send-timeout-s S        close a connection whose client has read nothing of its answer\n"
+                 "                            for S seconds while more of it waits (its receive buffer full):\n"
+                 "                            a stream so closed is cancelled and the model goes on to the\n"
+                 "                            next request (default 60; 0: no limit)\n"
                  "  --api-key KEY             require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
                  "                            on every request but GET /health and the web page (GET /); other\n"
                  "                            local users can read it in the process list: prefer\n"
@@ -217,6 +221,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
                       .max_connections_per_ip = 64,
                       .header_timeout_s = 10,
                       .body_timeout_s = 60,
+                      .send_timeout_s = 60,
                       .temperature = 1.0,
                       .top_p = 1.0,
                       .top_k = 0,
@@ -302,6 +307,9 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         } else if (!strcmp(a, "--body-timeout-s")) {
             if (arg_float(a, v, 0.1, 1e6, &d)) return 2;
             cfg.body_timeout_s = d;
+        } else if (!strcmp(a, "--send-timeout-s")) {
+            if (arg_float(a, v, 0, 1e6, &d)) return 2;
+            cfg.send_timeout_s = d;
         } else if (!strcmp(a, "--api-key")) {
             one_key[0] = v;
             key_flag = true;

@@ -135,16 +135,45 @@ static int key_index(const char *given, const char *const *keys, size_t n) {
     return (int)found - 1;
 }
 
-int access_key_index(const char *x_api_key, const char *authorization, const char *const *keys, size_t n) {
-    const char *bearer = NULL;
-    if (authorization && !strncasecmp(authorization, "Bearer ", 7)) {
-        bearer = authorization + 7;
-        while (*bearer == ' ') bearer++;
+/* The key an Authorization value carries ("Bearer KEY"), or NULL. */
+static const char *bearer_of(const char *authorization) {
+    if (!authorization || strncasecmp(authorization, "Bearer ", 7)) return NULL;
+    const char *b = authorization + 7;
+    while (*b == ' ') b++;
+    return b;
+}
+
+const char *access_creds_problem(const access_creds *c) {
+    if (c->n_x_api_key > 1) return "the request has more than one x-api-key header: send the key once";
+    if (c->n_authorization > 1) return "the request has more than one Authorization header: send the key once";
+    if (c->x_api_key && c->authorization) {
+        const char *b = bearer_of(c->authorization);
+        if (!b || strcmp(b, c->x_api_key))
+            return "the request's x-api-key and Authorization headers carry different credentials: send one key "
+                   "(or the same key in both)";
     }
-    /* both are compared, whichever matches; two different keys are none */
-    int x = key_index(x_api_key, keys, n), b = key_index(bearer, keys, n);
-    if (x >= 0 && b >= 0 && x != b) return -1;
-    return x >= 0 ? x : b;
+    return NULL;
+}
+
+int access_key_index(const access_creds *c, const char *const *keys, size_t n) {
+    if (access_creds_problem(c)) return -1;
+    return key_index(c->x_api_key ? c->x_api_key : bearer_of(c->authorization), keys, n);
+}
+
+int access_target_split(const char *target, char *authority, size_t cap, size_t *path_at) {
+    authority[0] = '\0';
+    *path_at = 0;
+    size_t scheme;
+    if (!strncasecmp(target, "http://", 7)) scheme = 7;
+    else if (!strncasecmp(target, "https://", 8)) scheme = 8;
+    else return 0;
+    const char *a = target + scheme;
+    size_t n = strcspn(a, "/?#");
+    if (n == 0 || n >= cap || memchr(a, '@', n) || memchr(a, '%', n)) return -1;
+    memcpy(authority, a, n);
+    authority[n] = '\0';
+    *path_at = scheme + n;
+    return 1;
 }
 
 const char *access_key_problem(const char *key) {

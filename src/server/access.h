@@ -34,13 +34,37 @@ bool access_is_json(const char *content_type);
  * a different length does not end the comparison early. NULL given: false. */
 bool access_key_equal(const char *given, const char *key);
 
+/* The credential headers of a request: each one's (first) value, NULL when
+ * absent, and how many times it came. */
+typedef struct access_creds {
+    const char *x_api_key, *authorization;
+    int n_x_api_key, n_authorization;
+} access_creds;
+
+/* Why a request's credentials are refused whatever the keys are, or NULL:
+ * a credential header given twice, or both headers given with credentials
+ * that differ (x-api-key: K and Authorization: Bearer K must carry the same
+ * K; any other Authorization beside x-api-key differs). The comparison is
+ * between the client's own strings: no key is read. */
+const char *access_creds_problem(const access_creds *c);
+
 /* Which of the n keys the request's headers carry (x-api-key: KEY, or
  * Authorization: Bearer KEY, the scheme case-insensitive): its index, or
- * -1 for none (or for two headers that carry two different keys). Both
- * headers are compared with every key, with no early exit, and the index
- * is picked without a branch on which key matched: the time depends on
- * the keys' lengths only. The keys must differ from each other. */
-int access_key_index(const char *x_api_key, const char *authorization, const char *const *keys, size_t n);
+ * -1 for none (or for credentials access_creds_problem refuses). The key
+ * given is compared with every key, with no early exit, and the index is
+ * picked without a branch on which key matched: the time depends on the
+ * keys' lengths only. The keys must differ from each other. */
+int access_key_index(const access_creds *c, const char *const *keys, size_t n);
+
+/* A request target (as sent, before percent-decoding) in absolute form
+ * (http://HOST[:PORT]/PATH, the scheme case-insensitive: RFC 9112, 3.2.2)
+ * is split: its authority is written to authority (cap bytes) and *path_at
+ * is where its path begins (its length from the start; the target decoded
+ * has the same prefix, since an authority with '%' is refused). Returns 1
+ * for that form, 0 for any other (authority "", *path_at 0), -1 for an
+ * absolute form that is not sound (no host, userinfo, '%' in the
+ * authority, longer than cap). */
+int access_target_split(const char *target, char *authority, size_t cap, size_t *path_at);
 
 /* Checks an API key's text: not empty, no control characters, no
  * leading or trailing blanks (HTTP trims them from header values, so such

@@ -2,14 +2,18 @@
 #include "server/conns.h"
 
 #include <arpa/inet.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "base/log.h"
 
-void conns_init(conns *t, int max_total, int max_per_ip, double header_s, double body_s) {
+void conns_init(conns *t, int max_total, int max_per_ip, double header_s, double body_s, double send_s) {
     memset(t, 0, sizeof *t);
     pthread_mutex_init(&t->mu, NULL);
     t->last_said = -1e9;
@@ -17,6 +21,7 @@ void conns_init(conns *t, int max_total, int max_per_ip, double header_s, double
     t->max_per_ip = max_per_ip;
     t->header_s = header_s;
     t->body_s = body_s;
+    t->send_s = send_s;
 }
 
 void conns_free(conns *t) {
@@ -150,13 +155,49 @@ void conns_set_phase(conns *t, conn_rec *r, conn_phase p, double now) {
     pthread_mutex_lock(&t->mu);
     r->phase = p;
     r->since = now;
+    r->acked = UINT64_MAX; /* not read yet: the first look starts the clock */
+    r->acked_at = now;
     pthread_mutex_unlock(&t->mu);
+}
+
+/* How far the answer on socket fd has gone: the bytes the client's kernel
+ * acknowledged, and whether some wait to be (sent and) acknowledged.
+ * False when the socket tells neither (not TCP). */
+static bool send_progress(int fd, uint64_t *acked, bool *waiting) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    int outq = 0;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked || ioctl(fd, SIOCOUTQ, &outq))
+        return false;
+    *acked = ti.tcpi_bytes_acked;
+    *waiting = outq > 0;
+    return true;
+}
+
+/* A connection being answered whose client reads nothing (t->mu held). */
+static void sweep_busy(conns *t, conn_rec *r, double now) {
+    uint64_t acked;
+    bool waiting;
+    if (t->send_s <= 0 || !send_progress(r->fd, &acked, &waiting)) return;
+    if (!waiting || acked != r->acked) {
+        r->acked = acked;
+        r->acked_at = now;
+    } else if (now - r->acked_at > t->send_s) {
+        close_rec(t, r);
+        r->marks |= CONN_STALLED;
+        t->closed_stalled++;
+    }
 }
 
 void conns_sweep(conns *t, double now) {
     pthread_mutex_lock(&t->mu);
     for (conn_rec *r = t->head; r; r = r->next) {
-        if (r->closing || r->phase == CONN_BUSY) continue;
+        if (r->closing) continue;
+        if (r->phase == CONN_BUSY) {
+            sweep_busy(t, r, now);
+            continue;
+        }
         double limit = r->phase == CONN_HEAD ? t->header_s : t->body_s;
         if (limit > 0 && now - r->since > limit) {
             close_rec(t, r);
@@ -166,11 +207,28 @@ void conns_sweep(conns *t, double now) {
     pthread_mutex_unlock(&t->mu);
 }
 
-void conns_stats(conns *t, int *open, uint64_t *closed_deadline, uint64_t *closed_limit, uint64_t *refused) {
+void conns_mark(conns *t, conn_rec *r, conn_mark m) {
+    if (!r) return;
+    pthread_mutex_lock(&t->mu);
+    r->marks |= (unsigned)m;
+    pthread_mutex_unlock(&t->mu);
+}
+
+bool conns_marked(conns *t, const conn_rec *r, conn_mark m) {
+    if (!r) return false;
+    pthread_mutex_lock(&t->mu);
+    const bool marked = r->marks & (unsigned)m;
+    pthread_mutex_unlock(&t->mu);
+    return marked;
+}
+
+void conns_stats(conns *t, int *open, uint64_t *closed_deadline, uint64_t *closed_limit, uint64_t *refused,
+                 uint64_t *closed_stalled) {
     pthread_mutex_lock(&t->mu);
     *open = t->n;
     *closed_deadline = t->closed_deadline;
     *closed_limit = t->closed_limit;
     *refused = t->refused;
+    *closed_stalled = t->closed_stalled;
     pthread_mutex_unlock(&t->mu);
 }

@@ -6,6 +6,12 @@
  *   header_s of its start (accepted, or its previous answer sent), or the
  *   whole body within body_s of the head, is closed. Both are absolute:
  *   sending a byte now and then does not extend them.
+ * - Sending: a connection being answered whose client reads nothing for
+ *   send_s (its kernel acknowledges no more of the answer while some of it
+ *   waits to be sent: the client's receive buffer is full) is closed, so
+ *   that the answer's work stops (a stream is cancelled) and the worker is
+ *   free for the next request. Sent bytes are read from TCP_INFO; on a
+ *   socket that has none (not TCP) the rule does not apply.
  * - Limits: at most max_total connections, at most max_per_ip from one
  *   address. A new connection past a limit closes the oldest connection of
  *   the limit's scope that is still waiting for its request (head or body);
@@ -30,6 +36,12 @@ typedef enum conn_phase {
     CONN_BUSY, /* the request is being answered */
 } conn_phase;
 
+/* What happened to a connection, for its end. */
+typedef enum conn_mark {
+    CONN_STALLED = 1, /* closed because its client read nothing of its answer for send_s */
+    CONN_LINGER = 2,  /* answered before its request's body was read: to be closed in stages (door_linger) */
+} conn_mark;
+
 typedef struct conn_rec {
     struct conn_rec *prev, *next;
     int fd;
@@ -37,6 +49,12 @@ typedef struct conn_rec {
     conn_phase phase;
     double since; /* when the phase began */
     bool closing; /* shut down by a deadline or a limit: no longer counted */
+    /* CONN_BUSY: the bytes of the answer the client's kernel acknowledged,
+     * when that count last moved (or nothing waited to be sent), and
+     * whether the connection was closed for standing still (send_s) */
+    uint64_t acked;
+    double acked_at;
+    unsigned marks; /* conn_mark bits */
 } conn_rec;
 
 typedef struct conns {
@@ -44,12 +62,13 @@ typedef struct conns {
     conn_rec *head; /* in no particular order: the oldest is found by `since` */
     int n;          /* records not closing */
     int max_total, max_per_ip;
-    double header_s, body_s;
-    uint64_t closed_deadline, closed_limit, refused; /* counters for /metrics */
-    double last_said;                                /* when a refusal was last logged */
+    double header_s, body_s, send_s;
+    uint64_t closed_deadline, closed_limit, refused, closed_stalled; /* counters for /metrics */
+    double last_said;                                                /* when a refusal was last logged */
 } conns;
 
-void conns_init(conns *t, int max_total, int max_per_ip, double header_s, double body_s);
+/* send_s: the sending rule's time (0: none). */
+void conns_init(conns *t, int max_total, int max_per_ip, double header_s, double body_s, double send_s);
 void conns_free(conns *t);
 
 /* A connection from addr is about to be accepted: makes room (closing the
@@ -65,9 +84,14 @@ conn_rec *conns_find_fd(conns *t, int fd);
 /* Removes the record of the connection on socket fd, if there is one. */
 void conns_remove_fd(conns *t, int fd);
 void conns_set_phase(conns *t, conn_rec *r, conn_phase p, double now);
-/* Closes the connections past their deadline. */
+/* Closes the connections past their deadline, and those whose client has
+ * read nothing of their answer for send_s. */
 void conns_sweep(conns *t, double now);
+/* Marks a connection (r may be NULL), and whether it has the mark. */
+void conns_mark(conns *t, conn_rec *r, conn_mark m);
+bool conns_marked(conns *t, const conn_rec *r, conn_mark m);
 /* The numbers for /metrics. */
-void conns_stats(conns *t, int *open, uint64_t *closed_deadline, uint64_t *closed_limit, uint64_t *refused);
+void conns_stats(conns *t, int *open, uint64_t *closed_deadline, uint64_t *closed_limit, uint64_t *refused,
+                 uint64_t *closed_stalled);
 
 #endif

@@ -237,6 +237,10 @@ char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns 
             cs->closed_limit);
     counter(f, "pinhole_connections_refused_total",
             "New connections refused: every connection in their scope was busy.", cs->refused);
+    counter(f, "pinhole_connections_send_timeout_closed_total",
+            "Connections closed because their client read nothing of its answer for --send-timeout-s (a stream "
+            "so closed is cancelled).",
+            cs->closed_stalled);
     gauge(f, "pinhole_encoder_loaded", "Whether the vision encoder is in memory.", st->encoder_loaded ? 1 : 0);
     fprintf(f,
             "# HELP pinhole_disk_cache_write_seconds_total Time the writer thread spent writing checkpoint files.\n"

@@ -53,7 +53,7 @@ void metrics_timed_out(metrics *m);
 /* The connections' numbers (conns.h), read when /metrics is rendered. */
 typedef struct metrics_conns {
     int open;
-    uint64_t closed_deadline, closed_limit, refused;
+    uint64_t closed_deadline, closed_limit, refused, closed_stalled;
 } metrics_conns;
 /* The exposition text (malloc'd). */
 char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns *cs);

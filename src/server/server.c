@@ -10,6 +10,7 @@
  * clients left or whose time is up, and keeps quiet streams alive. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <signal.h>
@@ -87,6 +88,12 @@ struct srv {
     atomic_bool ready;
     double load_fraction; /* under mu */
     run_ctx *cur;         /* the worker's job (its thread only) */
+    /* the longest token's bytes: a text of N bytes takes at least N / this
+     * many rows (set by server_run; 0 until then) */
+    size_t max_token_bytes;
+    /* connections that ended before their job: their end lines wait for it */
+    pthread_mutex_t late_mu;
+    struct conn *late;
 };
 
 /* ---- jobs ---------------------------------------------------------------------- */
@@ -185,11 +192,16 @@ static void job_suspend_locked(job *j) {
     MHD_suspend_connection(j->conn);
 }
 
+static void end_late(srv *s, const job *j);
+
+/* The job is done: its connection (if waiting) resumes, and the end line
+ * of a connection that ended first is written now (after the job's own). */
 static void job_finish(job *j) {
     pthread_mutex_lock(&j->mu);
     j->done = true;
     job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
+    end_late(j->s, j);
 }
 
 static bool job_cancelled(job *j) {
@@ -229,6 +241,54 @@ static int check_pictures(const srv *s, const job *j, ph_err *err) {
                         "once (--max-pixels-in-flight)",
                         (unsigned long long)j->pixels, (unsigned long long)most);
     return 0;
+}
+
+/* Whether a chat format may trim byte c at a message's edges: ASCII
+ * whitespace, and any byte of a multi-byte character (some are spaces). */
+static bool maybe_trimmed(unsigned char c) {
+    return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) || c >= 0x80;
+}
+
+/* The bytes of a message's text that every chat format renders as they
+ * are: all of a system, user or tool message's text but what it may trim
+ * at the message's edges (a picture is an edge). None of an assistant's
+ * (its content is split at </think>, and part of it may be dropped). */
+static size_t rendered_text_bytes(const ph_chat_msg *m) {
+    if (m->role == PH_ROLE_ASSISTANT) return 0;
+    size_t total = 0, lead = 0, trail = 0, i = 0;
+    for (size_t k = 0; k < m->n_parts; k++) total += m->parts[k].text ? m->parts[k].len : 0;
+    for (; i < m->n_parts && m->parts[i].text; i++) {
+        const ph_chat_part *p = &m->parts[i];
+        size_t k = 0;
+        while (k < p->len && maybe_trimmed((unsigned char)p->text[k])) k++;
+        lead += k;
+        if (k < p->len) break;
+    }
+    if (i == m->n_parts) return 0; /* all of it may be trimmed */
+    for (size_t k = m->n_parts; k-- > 0 && m->parts[k].text;) {
+        const ph_chat_part *p = &m->parts[k];
+        size_t e = p->len;
+        while (e > 0 && maybe_trimmed((unsigned char)p->text[e - 1])) e--;
+        trail += p->len - e;
+        if (e > 0) break;
+    }
+    return total - lead - trail;
+}
+
+/* A prompt whose text alone proves that it cannot fit the context, before
+ * it is tokenized (a token is at most max_token_bytes long, so N bytes of
+ * text are at least N / that many rows) and before it is queued. */
+static int check_text(const srv *s, const job *j, ph_err *err) {
+    if (!s->max_token_bytes || j->count_only) return 0;
+    size_t bytes = 0;
+    for (size_t i = 0; i < j->n_msgs; i++) bytes += rendered_text_bytes(&j->msgs[i]);
+    const int64_t rows = (int64_t)((bytes + s->max_token_bytes - 1) / s->max_token_bytes) + j->picture_rows;
+    const int32_t n_ctx = ph_engine_n_ctx(s->e);
+    if (rows + 1 <= n_ctx) return 0;
+    return err_setc(err, PH_ERR_TOO_LONG,
+                    "the prompt is at least %lld tokens long (its messages' %zu bytes of text, at most %zu bytes a "
+                    "token%s) but the context holds %d (and needs room for the answer)",
+                    (long long)rows, bytes, s->max_token_bytes, j->picture_rows ? ", and its pictures" : "", n_ctx);
 }
 
 /* Counts a job's pictures in (s->mu held); false when they would pass
@@ -466,6 +526,20 @@ typedef struct conn {
     log_level lv;    /* of its start and end lines (debug for /health and /metrics) */
     int status;      /* the answer's, once queued */
     job *answered_j; /* the job answered (a reference): its figures go in the end line */
+    /* the request target as sent (on_target, before it is decoded) */
+    bool begun;          /* on_request has seen the request */
+    bool target_nul;     /* its path has %00 */
+    int target_form;     /* access_target_split: 1 absolute form, -1 unsound */
+    size_t path_at;      /* absolute form: where its path begins */
+    char authority[256]; /* absolute form: its host[:port] */
+    /* the error answered (its type and message as the client got them), for the end line */
+    char err_type[40];
+    char err_msg[400];
+    /* the end line waits for the job when the connection ended first
+     * (s->late, under s->late_mu) */
+    enum MHD_RequestTerminationCode toe;
+    bool stalled; /* closed because its client read nothing of its answer (--send-timeout-s) */
+    struct conn *late_next;
 } conn;
 
 /* The request whose callback the thread is in: on_request sets it, and
@@ -519,8 +593,20 @@ static enum MHD_Result send_bytes(srv *s, struct MHD_Connection *c, int status, 
     return send_bytes_ex(s, c, status, type, data, n, false, NULL, NULL);
 }
 
+/* Keeps an error body's type and message (both APIs' shapes have them
+ * in "error") for the request's end line. */
+static void note_error(conn *cn, json_t *body) {
+    json_t *e = json_object_get(body, "error");
+    const char *type = json_string_value(json_object_get(e, "type"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    if (!cn || !msg) return;
+    snprintf(cn->err_type, sizeof cn->err_type, "%s", type ? type : "error");
+    snprintf(cn->err_msg, sizeof cn->err_msg, "%s", msg);
+}
+
 static enum MHD_Result send_json_ex(srv *s, struct MHD_Connection *c, int status, json_t *v, bool close,
                                     const char *hname, const char *hvalue) {
+    if (status >= 400) note_error(tl_conn, v);
     char *t = v ? json_dumps(v, JSON_COMPACT) : NULL;
     json_decref(v);
     if (!t) return send_bytes_ex(s, c, 500, "text/plain", strdup("out of memory\n"), 14, close, NULL, NULL);
@@ -543,6 +629,10 @@ static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, const char *
 static enum MHD_Result refuse_now_h(srv *s, struct MHD_Connection *c, conn *cn, const char *endpoint, bool anthropic,
                                     int status, const char *msg, const char *hname, const char *hvalue) {
     cn->answered = true;
+    /* a body the client may be sending: the connection is closed in stages */
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if ((cl && strcmp(cl, "0")) || MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding"))
+        conns_mark(&s->conns, cn->rec, CONN_LINGER);
     metrics_request(&s->met, endpoint, status);
     return send_json_ex(s, c, status, anthropic ? anthropic_error_body(status, msg) : openai_error_body(status, msg),
                         true, hname, hvalue);
@@ -640,17 +730,6 @@ static void stream_free(void *cls) {
     s->n_streams--;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-}
-
-/* Whether the request carries an API key (or needs none); *key: which
- * (-1: none needed). */
-static bool authorized(srv *s, struct MHD_Connection *c, int *key) {
-    *key = -1;
-    if (!s->cfg.n_api_keys) return true;
-    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
-    *key = access_key_index(x, a, s->cfg.api_keys, s->cfg.n_api_keys); /* constant time in the keys' bytes */
-    return *key >= 0;
 }
 
 #define CACHE_SALT_MAX 256
@@ -805,7 +884,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     int q = 0;
     const int parsed = parse_domain(s, j, cn->key, &err) || api->parse(j, &err) || parse_auxiliary(j, c, &err);
     if (!parsed) note_ignored(s, j);
-    if (parsed || check_pictures(s, j, &err) || (q = enqueue(s, j)) != 0) {
+    if (parsed || check_text(s, j, &err) || check_pictures(s, j, &err) || (q = enqueue(s, j)) != 0) {
         const uint64_t pixels = j->pixels;
         job_unref(j);
         char busy[200];
@@ -880,7 +959,7 @@ static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *
         ph_engine_get_disk_stats(s->e, &st); /* the writer thread's work goes on between jobs */
         metrics_request(&s->met, "metrics", 200);
         metrics_conns cs;
-        conns_stats(&s->conns, &cs.open, &cs.closed_deadline, &cs.closed_limit, &cs.refused);
+        conns_stats(&s->conns, &cs.open, &cs.closed_deadline, &cs.closed_limit, &cs.refused, &cs.closed_stalled);
         char *text = metrics_render(&s->met, &st, &cs);
         if (!text) return send_bytes(s, c, 500, "text/plain", strdup("out of memory\n"), 14);
         return send_bytes(s, c, 200, "text/plain; version=0.0.4", text, strlen(text));
@@ -960,58 +1039,149 @@ static enum MHD_Result handle_options(srv *s, struct MHD_Connection *c, conn *cn
     return queue_answer(c, 204, r);
 }
 
-/* The body's framing headers: a request whose length two parties could
- * read differently (request smuggling through a proxy) is refused. */
-typedef struct framing {
+/* What a request's head says about its framing and its credentials, in
+ * one pass over its headers (a repeated header is counted). */
+#define HEAD_TE_MAX 4
+typedef struct head_facts {
     int n_length;       /* Content-Length headers */
     const char *length; /* the first one's value */
     bool lengths_differ;
-    bool chunked; /* a Transfer-Encoding header */
-} framing;
+    int n_te;                    /* Transfer-Encoding headers */
+    const char *te[HEAD_TE_MAX]; /* the first ones' values */
+    int n_host;
+    int n_expect;
+    const char *expect;   /* the first one's value */
+    const char *bad_name; /* a header name that is not a token */
+    access_creds creds;
+} head_facts;
 
-static enum MHD_Result note_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+/* Whether s is an HTTP token (RFC 9110, 5.6.2): a method, a header name. */
+static bool is_token(const char *s) {
+    if (!*s) return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("!#$%&'*+-.^_`|~", *s)) return false;
+    return true;
+}
+
+static enum MHD_Result note_head(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
     (void)kind;
-    framing *f = cls;
+    head_facts *f = cls;
     if (!value) value = "";
+    if (!f->bad_name && !is_token(key)) f->bad_name = key;
     if (!strcasecmp(key, "Content-Length")) {
         if (f->n_length++ == 0) f->length = value;
         else if (strcmp(f->length, value)) f->lengths_differ = true;
     } else if (!strcasecmp(key, "Transfer-Encoding")) {
-        f->chunked = true;
+        if (f->n_te < HEAD_TE_MAX) f->te[f->n_te] = value;
+        f->n_te++;
+    } else if (!strcasecmp(key, "Host")) {
+        f->n_host++;
+    } else if (!strcasecmp(key, "Expect")) {
+        if (f->n_expect++ == 0) f->expect = value;
+    } else if (!strcasecmp(key, "Authorization")) {
+        if (f->creds.n_authorization++ == 0) f->creds.authorization = value;
+    } else if (!strcasecmp(key, "x-api-key")) {
+        if (f->creds.n_x_api_key++ == 0) f->creds.x_api_key = value;
     }
     return MHD_YES;
 }
 
-/* Whether a request method is an HTTP token (RFC 9110, 5.6.2). */
-static bool method_is_token(const char *m) {
-    if (!*m) return false;
-    for (; *m; m++)
-        if (!isalnum((unsigned char)*m) && !strchr("!#$%&'*+-.^_`|~", *m)) return false;
-    return true;
+/* Transfer-Encoding (RFC 9112, 6.1). The HTTP library reads a body as
+ * chunked only when the first header is "chunked", and otherwise until
+ * the connection closes: any other use is refused at once. Returns 0 (none,
+ * or one header that is "chunked"), or the status and why: 400 when the
+ * body's length cannot be known (HTTP/1.0, chunked not last, chunked
+ * twice, an empty or odd value), 501 for a coding before chunked that
+ * this server does not decode (gzip, ...). */
+static int te_refusal(const head_facts *f, const char *version, char *why, size_t cap) {
+    if (!f->n_te) return 0;
+    if (!strcmp(version, "HTTP/1.0")) {
+        snprintf(why, cap, "an HTTP/1.0 request may not have a Transfer-Encoding: its length would be ambiguous");
+        return 400;
+    }
+    if (f->n_te == 1 && !strcasecmp(f->te[0], "chunked")) return 0;
+    char last[64] = "", other[64] = "";
+    int n_chunked = 0;
+    for (int i = 0; i < f->n_te && i < HEAD_TE_MAX; i++)
+        for (const char *p = f->te[i]; *(p += strspn(p, " \t,"));) {
+            const size_t n = strcspn(p, ","), w = strcspn(p, "; \t,");
+            snprintf(last, sizeof last, "%.*s", (int)w, p);
+            if (!strcasecmp(last, "chunked")) n_chunked++;
+            else if (!other[0]) snprintf(other, sizeof other, "%s", last);
+            p += n;
+        }
+    int status = 400;
+    if (!last[0]) snprintf(why, cap, "the request's Transfer-Encoding is empty");
+    else if (strcasecmp(last, "chunked"))
+        snprintf(why, cap,
+                 "the request's Transfer-Encoding does not end with chunked ('%.60s' is last): its length "
+                 "cannot be known",
+                 last);
+    else if (n_chunked > 1) snprintf(why, cap, "the request's Transfer-Encoding has chunked more than once");
+    else if (other[0]) {
+        status = 501;
+        snprintf(why, cap,
+                 "the transfer coding '%.60s' is not supported: send the body with Transfer-Encoding: chunked alone, "
+                 "or with a Content-Length",
+                 other);
+    } else snprintf(why, cap, "the request's Transfer-Encoding must be the one word chunked");
+    return status;
 }
 
-/* The checks made from the headers alone, in this order, each answered at
- * once (the body is never read) and closing the connection: the body's
- * framing (400: differing Content-Length headers, or Content-Length with
- * Transfer-Encoding), the method (400: not a token; 405: not one served),
- * the Host (DNS rebinding: 403), CORS preflights, the
- * API key (401: every request but GET /health and the web page), and for the API endpoints'
- * POSTs the Content-Type (415). Returns MHD_YES with *done false when the
- * request goes on. */
+/* The checks made from the request's head alone, in this order, each
+ * answered at once (the body is never read) and closing the connection:
+ * the head's form (400: a header name that is not a token, %00 in the
+ * path, an absolute-form target without a sound host), the body's framing
+ * (400: differing Content-Length headers, Content-Length with
+ * Transfer-Encoding, a Transfer-Encoding whose length cannot be known;
+ * 501: a transfer coding besides chunked), Host (400: more than one, or
+ * none in HTTP/1.1), Expect (417: anything but 100-continue), the method
+ * (400: not a token; 405: not one served), the Host's name (DNS
+ * rebinding: 403; an absolute-form target's host stands for it), CORS
+ * preflights, the API key (401: every request but GET /health and the web
+ * page), for the API endpoints' POSTs the Content-Type (415), and the
+ * body's declared length (413: past --max-body-mb). Returns MHD_YES with
+ * *done false when the request goes on. */
 static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, const char *url, const char *method,
-                                   const api_kind *api, bool *done) {
+                                   const char *version, const api_kind *api, bool *done) {
     *done = true;
     const char *label = endpoint_label(url, api);
     const bool anth = api && api->anthropic;
     char msg[400];
-    framing f = {0};
-    MHD_get_connection_values(c, MHD_HEADER_KIND, note_framing, &f);
+    head_facts f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, note_head, &f);
+    if (f.bad_name) {
+        snprintf(msg, sizeof msg,
+                 "the header name '%.60s' is not a token (a space before its colon, or a line folded onto the one "
+                 "before it?)",
+                 f.bad_name);
+        return refuse_now(s, c, cn, label, anth, 400, msg);
+    }
+    if (cn->target_nul)
+        return refuse_now(s, c, cn, label, anth, 400, "the request target has %00 (a NUL byte) in its path");
+    if (cn->target_form < 0)
+        return refuse_now(s, c, cn, label, anth, 400,
+                          "the request target is an absolute URL without a sound host (http://HOST[:PORT]/PATH)");
     if (f.lengths_differ)
         return refuse_now(s, c, cn, label, anth, 400, "the request has Content-Length headers that differ");
-    if (f.n_length && f.chunked)
+    if (f.n_length && f.n_te)
         return refuse_now(s, c, cn, label, anth, 400,
                           "the request has both Content-Length and Transfer-Encoding: its length is ambiguous");
-    if (!method_is_token(method)) {
+    const int te = te_refusal(&f, version, msg, sizeof msg);
+    if (te) return refuse_now(s, c, cn, label, anth, te, msg);
+    if (f.n_host > 1) {
+        snprintf(msg, sizeof msg, "the request has %d Host headers: send one", f.n_host);
+        return refuse_now(s, c, cn, label, anth, 400, msg);
+    }
+    /* a request without Host (HTTP/1.0) passes: it cannot come from a browser page */
+    if (!f.n_host && !cn->authority[0] && !strcmp(version, "HTTP/1.1"))
+        return refuse_now(s, c, cn, label, anth, 400, "an HTTP/1.1 request must have a Host header");
+    if (f.n_expect > 1 || (f.n_expect && strcasecmp(f.expect, "100-continue"))) {
+        snprintf(msg, sizeof msg, "the expectation '%.60s' cannot be met: only Expect: 100-continue is",
+                 f.n_expect > 1 ? "(several Expect headers)" : f.expect);
+        return refuse_now(s, c, cn, label, anth, 417, msg);
+    }
+    if (!is_token(method)) {
         snprintf(msg, sizeof msg, "the request line is not HTTP: '%.40s' is not a method", method);
         return refuse_now(s, c, cn, label, anth, 400, msg);
     }
@@ -1019,8 +1189,8 @@ static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, c
         snprintf(msg, sizeof msg, "the method %.40s is not served here (GET, POST, OPTIONS)", method);
         return refuse_now_h(s, c, cn, label, anth, 405, msg, "Allow", "GET, POST, OPTIONS");
     }
-    /* a request without Host (HTTP/1.0) passes: it cannot come from a browser page */
-    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    /* RFC 9112, 3.2.2: an absolute-form target's host is the request's Host */
+    const char *host = cn->authority[0] ? cn->authority : MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (host && !access_host_allowed(host, s->cfg.host, s->cfg.allow_hosts, s->cfg.n_allow_hosts)) {
         snprintf(msg, sizeof msg,
                  "the Host '%.200s' is not allowed: this server answers requests addressed to localhost, "
@@ -1031,9 +1201,15 @@ static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, c
         return refuse_now(s, c, cn, label, anth, 403, msg);
     }
     if (!strcmp(method, "OPTIONS")) return handle_options(s, c, cn, url, api);
-    if (strcmp(url, "/health") && !is_page(url, method) && !authorized(s, c, &cn->key))
-        return refuse_now(s, c, cn, label, anth, 401,
-                          "a valid API key is required (Authorization: Bearer KEY or x-api-key: KEY)");
+    cn->key = -1;
+    if (s->cfg.n_api_keys && strcmp(url, "/health") && !is_page(url, method)) {
+        const char *why = access_creds_problem(&f.creds);
+        cn->key = access_key_index(&f.creds, s->cfg.api_keys, s->cfg.n_api_keys); /* constant time in the keys */
+        if (cn->key < 0)
+            return refuse_now(s, c, cn, label, anth, 401,
+                              why ? why
+                                  : "a valid API key is required (Authorization: Bearer KEY or x-api-key: KEY)");
+    }
     if (strcmp(url, "/health") && !is_page(url, method) && !atomic_load(&s->ready))
         return refuse_now_h(s, c, cn, label, anth, 503,
                             "the model is still loading; try again shortly (GET /health says how far it is)",
@@ -1050,6 +1226,14 @@ static enum MHD_Result at_the_door(srv *s, struct MHD_Connection *c, conn *cn, c
                     "the body must be JSON sent as Content-Type: application/json (the request has no Content-Type)");
             return refuse_now(s, c, cn, label, anth, 415, msg);
         }
+    }
+    /* an oversize body is refused from its header, before it is read: a
+     * client that waits for "100 Continue" never sends it, another one gets
+     * the answer as it sends */
+    if (f.n_length && strtoull(f.length, NULL, 10) > s->cfg.max_body) {
+        snprintf(msg, sizeof msg, "the request body is %.30s bytes; at most %zu MiB are accepted (--max-body-mb)",
+                 f.length, s->cfg.max_body >> 20);
+        return refuse_now(s, c, cn, label, anth, 413, msg);
     }
     *done = false;
     return MHD_YES;
@@ -1074,19 +1258,23 @@ static void request_begin(struct MHD_Connection *c, conn *cn, const char *url, c
     log_line(cn->lv, &lc, "%s", "");
 }
 
-/* The request's end line: status, time since its head, and for a turn
- * its rows (once the job is done: a client that left a stream early
- * ends before it). */
-static void request_end(conn *cn, enum MHD_RequestTerminationCode toe) {
+/* The request's end line: status, time since its head, why it was refused
+ * (the error's type and message), and for a turn its rows. A connection
+ * that ended before its job's end (a client that left, or read nothing
+ * for --send-timeout-s) has its line written once the job has ended, as
+ * cancelled (499 when nothing was sent: nginx's "client closed request"). */
+static void request_end(const srv *s, conn *cn) {
     log_ctx lc = req_ctx(&cn->req);
     lc.event = "end";
     lc.status = cn->status;
     lc.ms = (time_now_s() - cn->req.t0) * 1e3;
-    char msg[200] = "";
-    job *j = cn->answered_j;
+    char msg[200] = "", why[200];
+    job *j = cn->answered_j ? cn->answered_j : cn->j;
+    const bool cut = cn->toe != MHD_REQUEST_TERMINATED_COMPLETED_OK; /* the connection ended before the answer */
+    bool done = false;
     if (j) {
         pthread_mutex_lock(&j->mu);
-        const bool done = j->done;
+        done = j->done;
         pthread_mutex_unlock(&j->mu);
         const ph_turn_report *r = &j->rep;
         if (done && !j->count_only) {
@@ -1100,51 +1288,62 @@ static void request_end(conn *cn, enum MHD_RequestTerminationCode toe) {
                      r->n_prefilled, r->n_generated);
         }
     }
-    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+    if (cn->err_msg[0]) { /* refused, or failed before its answer began */
+        lc.error_type = cn->err_type;
+        lc.error = cn->err_msg;
+    } else if (j && done && cut && j->rep.finish == PH_FINISH_CANCELLED) {
+        lc.error_type = "cancelled";
+        if (cn->stalled)
+            snprintf(why, sizeof why, "the client read nothing of its answer for %g s (--send-timeout-s)",
+                     s->cfg.send_timeout_s);
+        else snprintf(why, sizeof why, "the client went away before its answer was complete");
+        lc.error = why;
+        if (!lc.status) lc.status = 499;
+    } else if (j && done && j->failed && cn->answered_j) { /* an error event after the stream began */
+        lc.error_type = "stream_error";
+        lc.error = j->err.msg;
+    } else if (cut) {
         snprintf(msg + strlen(msg), sizeof msg - strlen(msg),
                  "%sthe connection ended before the whole answer was sent", msg[0] ? "; " : "");
+    }
     log_line(cn->lv, &lc, "%s", msg);
+}
+
+/* The request target as sent, before the library decodes it (its
+ * uri_log_callback, called for every request of a connection): %00 in
+ * its path, and its absolute form (on_request takes the path at the same
+ * place in the decoded target). Returns the request's conn (*con_cls). */
+static void *on_target(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)cls;
+    (void)c;
+    conn *cn = calloc(1, sizeof *cn);
+    if (!cn || !uri) return cn;
+    cn->target_nul = memmem(uri, strcspn(uri, "?"), "%00", 3) != NULL;
+    cn->target_form = access_target_split(uri, cn->authority, sizeof cn->authority, &cn->path_at);
+    return cn;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     srv *s = cls;
-    const api_kind *api = api_for(url);
-    if (!*con_cls) {
-        conn *cn = calloc(1, sizeof *cn);
-        if (!cn) return MHD_NO;
+    conn *cn = *con_cls;
+    if (!cn) {
+        if (!(cn = calloc(1, sizeof *cn))) return MHD_NO;
         *con_cls = cn;
-        tl_conn = cn;
+    }
+    tl_conn = cn;
+    if (cn->target_form > 0) url = url[cn->path_at] ? url + cn->path_at : "/";
+    const api_kind *api = api_for(url);
+    if (!cn->begun) {
+        cn->begun = true;
         request_begin(c, cn, url, method);
         const union MHD_ConnectionInfo *ctx = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         cn->rec = ctx ? ctx->socket_context : NULL;
         /* the head is in: the body's deadline starts (or the answer's work) */
         conns_set_phase(&s->conns, cn->rec, strcmp(method, "POST") ? CONN_BUSY : CONN_BODY, time_now_s());
         bool done;
-        enum MHD_Result mr = at_the_door(s, c, cn, url, method, api, &done);
-        if (done) return mr;
-        if (!strcmp(method, "POST") && api) {
-            /* an oversize body is refused from its header, before it is read */
-            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-            if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
-                cn->refused = 413;
-                snprintf(cn->why, sizeof cn->why,
-                         "the request body is %s bytes; at most %zu MiB are accepted (--max-body-mb)", cl,
-                         s->cfg.max_body >> 20);
-            }
-            /* A client that waits for "100 Continue" gets the answer now and
-             * never sends its body. Others are already sending: the body is
-             * read and dropped (never stored) and the answer follows, since
-             * closing on unread data would reset the connection and lose it. */
-            const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
-            if (cn->refused && expect && !strcasecmp(expect, "100-continue"))
-                return send_error(s, c, api->endpoint, api->anthropic, cn->refused, cn->why);
-        }
-        return MHD_YES;
+        return at_the_door(s, c, cn, url, method, version, api, &done);
     }
-    conn *cn = *con_cls;
-    tl_conn = cn;
     if (cn->j) return answer_or_wait(s, c, cn); /* resumed: its job is ready */
     if (cn->answered) {                         /* refused at the door: nothing more is read */
         *upload_size = 0;
@@ -1173,25 +1372,65 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return send_error(s, c, "other", false, 404, "no such endpoint");
 }
 
+/* A connection's end line (if its request began), then its references
+ * and memory go. */
+static void conn_end(const srv *s, conn *cn) {
+    if (cn->begun) request_end(s, cn);
+    if (cn->answered_j) job_unref(cn->answered_j);
+    if (cn->j) job_unref(cn->j);
+    free(cn);
+}
+
+/* The end lines of the connections that ended before j did. */
+static void end_late(srv *s, const job *j) {
+    conn *mine = NULL;
+    pthread_mutex_lock(&s->late_mu);
+    for (conn **p = &s->late; *p;) {
+        conn *cn = *p;
+        if (cn->answered_j == j || cn->j == j) {
+            *p = cn->late_next;
+            cn->late_next = mine;
+            mine = cn;
+        } else {
+            p = &cn->late_next;
+        }
+    }
+    pthread_mutex_unlock(&s->late_mu);
+    while (mine) {
+        conn *next = mine->late_next;
+        conn_end(s, mine);
+        mine = next;
+    }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)c;
     srv *s = cls;
     conn *cn = *con_cls;
     if (!cn) return;
-    request_end(cn, toe);
-    if (cn->answered_j) job_unref(cn->answered_j);
+    *con_cls = NULL;
     if (tl_conn == cn) tl_conn = NULL;
-    if (cn->j) { /* ended before its answer: nobody waits for the job any more */
-        pthread_mutex_lock(&cn->j->mu);
-        if (!cn->j->done) cn->j->cancelled = true;
-        pthread_mutex_unlock(&cn->j->mu);
-        job_unref(cn->j);
-    }
+    cn->toe = toe;
+    cn->stalled = conns_marked(&s->conns, cn->rec, CONN_STALLED);
+    strbuf_free(&cn->body);
     /* a kept-alive connection waits for its next request's head */
     conns_set_phase(&s->conns, cn->rec, CONN_HEAD, time_now_s());
-    strbuf_free(&cn->body);
-    free(cn);
-    *con_cls = NULL;
+    job *j = cn->answered_j ? cn->answered_j : cn->j;
+    if (j && cn->begun) {
+        /* under late_mu: job_finish sets done before it looks for late lines */
+        pthread_mutex_lock(&s->late_mu);
+        pthread_mutex_lock(&j->mu);
+        const bool wait = !j->done;
+        if (wait && cn->j) j->cancelled = true; /* ended before its answer: nobody waits for the job any more */
+        pthread_mutex_unlock(&j->mu);
+        if (wait) {
+            cn->late_next = s->late;
+            s->late = cn;
+        }
+        pthread_mutex_unlock(&s->late_mu);
+        if (wait) return;
+    }
+    conn_end(s, cn);
 }
 
 /* A connection's record in the table, made by the door at accept, goes
@@ -1204,6 +1443,15 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         *socket_context = fd ? conns_find_fd(&s->conns, fd->connect_fd) : NULL;
     } else {
+        /* the library closes the socket next: a connection answered before
+         * its body was read is closed in stages instead (door_linger) */
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (fd && conns_marked(&s->conns, *socket_context, CONN_LINGER)) {
+            pthread_mutex_lock(&s->mu);
+            const int kept = s->door ? fcntl(fd->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
+            if (kept >= 0) door_linger(s->door, kept);
+            pthread_mutex_unlock(&s->mu);
+        }
         conns_remove(&s->conns, *socket_context);
         *socket_context = NULL;
     }
@@ -1314,7 +1562,11 @@ static void fit_connections(srv_config *cfg) {
 /* Stops what server_open started (and what server_run left) and frees it. */
 void server_close(srv *s) {
     if (!s) return;
-    door_close(s->door);
+    pthread_mutex_lock(&s->mu);
+    door *d = s->door;
+    s->door = NULL;
+    pthread_mutex_unlock(&s->mu);
+    door_close(d);
     for (int i = 0; i < HTTP_THREADS; i++)
         if (s->d[i]) MHD_stop_daemon(s->d[i]);
     if (s->watcher_started) {
@@ -1323,6 +1575,12 @@ void server_close(srv *s) {
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->watcher, NULL);
     }
+    while (s->late) { /* none after server_run: every job has ended */
+        conn *cn = s->late;
+        s->late = cn->late_next;
+        conn_end(s, cn);
+    }
+    pthread_mutex_destroy(&s->late_mu);
     conns_free(&s->conns);
     metrics_free(&s->met);
     free(s->key_domains);
@@ -1342,9 +1600,10 @@ srv *server_open(const srv_config *cfg, ph_err *err) {
     fit_connections(&s->cfg);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->late_mu, NULL);
     metrics_init(&s->met);
     conns_init(&s->conns, s->cfg.max_connections, s->cfg.max_connections_per_ip, s->cfg.header_timeout_s,
-               s->cfg.body_timeout_s);
+               s->cfg.body_timeout_s, s->cfg.send_timeout_s);
     if (web_page_init(&s->page, err)) goto fail;
     if (cfg->n_api_keys > 1) { /* each key its own isolation domain */
         if (!(s->key_domains = calloc(cfg->n_api_keys, sizeof *s->key_domains))) {
@@ -1360,13 +1619,13 @@ srv *server_open(const srv_config *cfg, ph_err *err) {
     }
     s->watcher_started = true;
     for (int i = 0; i < HTTP_THREADS; i++) {
-        s->d[i] = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET |
-                                       MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
-                                   0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT,
-                                   (unsigned)(s->cfg.max_connections + CONN_SLACK), MHD_OPTION_NOTIFY_COMPLETED,
-                                   on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                                   (size_t)256 * 1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+        s->d[i] = MHD_start_daemon(
+            MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
+            0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)(s->cfg.max_connections + CONN_SLACK), MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024, MHD_OPTION_URI_LOG_CALLBACK, on_target, s,
+            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
         if (!s->d[i]) {
             err_set(err, "cannot start the HTTP threads: %s", strerror(errno));
             goto fail;
@@ -1398,6 +1657,13 @@ static void forward_signal(int sig) { pthread_kill(g_signal_thread, sig); }
 
 int server_run(srv *s, ph_engine *e) {
     s->e = e;
+    /* the longest token: no prompt of N bytes of text is under N / it rows */
+    const int32_t n_vocab = ph_engine_model_info(e)->n_vocab;
+    for (int32_t id = 0; id < n_vocab; id++) {
+        char b[8];
+        const size_t n = ph_engine_token_bytes(e, id, b, sizeof b);
+        if (n > s->max_token_bytes) s->max_token_bytes = n;
+    }
     ph_engine_get_stats(e, &s->snap);
     ph_engine_set_progress(e, on_progress, s);
     /* signals go to sigwait below, not to any thread */
@@ -1428,8 +1694,11 @@ int server_run(srv *s, ph_engine *e) {
     PH_INFO("%s, stopping", sig == SIGINT ? "interrupted" : "terminated");
     /* stop taking connections and requests, cancel the running one, refuse
      * the queued ones */
-    door_close(s->door);
+    pthread_mutex_lock(&s->mu);
+    door *d = s->door; /* on_connection hands it lingering closes under mu */
     s->door = NULL;
+    pthread_mutex_unlock(&s->mu);
+    door_close(d);
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     if (s->running) {

@@ -26,6 +26,10 @@ typedef struct srv_config {
     int max_connections_per_ip;
     double header_timeout_s;
     double body_timeout_s;
+    /* a connection whose client has read nothing of its answer for
+     * send_timeout_s while more of it waits is closed; a stream so closed
+     * is cancelled (0: no limit) */
+    double send_timeout_s;
     uint64_t max_pixels_in_flight; /* the pictures of the queued and running requests, in pixels
                                     * (their headers' sizes); past it 503 (0: no bound) */
     size_t max_body;               /* bytes */

@@ -163,6 +163,61 @@ describe('X-Request-Id and text logs', { timeout: 120_000 }, () => {
   });
 });
 
+describe('why a request ended as it did (issue 23, item 4)', { timeout: 120_000 }, () => {
+  let srv;
+  before(async () => { srv = await startServer({ vision: false, extra: ['--api-key', 'k-progress-logs-1234567890'] }); });
+  after(() => stopServer(srv));
+  const auth = { authorization: 'Bearer k-progress-logs-1234567890' };
+  const endLine = async (id) => {
+    const re = new RegExp(`^.* pinhole: end \\S+ \\S+ from 127\\.0\\.0\\.1 id=${id} .*$`, 'm');
+    const t0 = Date.now();
+    while (!re.test(srv.stderr) && Date.now() - t0 < 10_000) await sleep(20);
+    assert.match(srv.stderr, re);
+    return re.exec(srv.stderr)[0];
+  };
+
+  test('a refused request\'s end line has the error\'s type and message', async () => {
+    const cases = [
+      ['refused-json', '/v1/chat/completions', '{not json', auth,
+        /400 in \d+ ms: invalid_request_error: the body is not valid JSON/],
+      ['refused-key', '/v1/chat/completions', JSON.stringify(chat()), {},
+        /401 in \d+ ms: authentication_error: a valid API key is required/],
+      ['refused-anthropic', '/v1/messages', JSON.stringify({ messages: [] }), auth,
+        /400 in \d+ ms: invalid_request_error: \S/],
+      ['refused-long', '/v1/chat/completions', JSON.stringify(chat({ max_tokens: -1 })), auth,
+        /400 in \d+ ms: invalid_request_error: .*max_tokens/],
+    ];
+    for (const [id, path, body, headers, want] of cases) {
+      const r = await post(srv, path, body, { ...headers, 'x-request-id': id });
+      assert.ok(r.status >= 400, `${id}: ${r.status}`);
+      assert.match(await endLine(id), want);
+    }
+  });
+
+  test('a client that leaves a stream: one end line, after the turn\'s, and it says cancelled', async () => {
+    const id = 'left-mid-stream';
+    const ac = new AbortController();
+    const r = await fetch(`${srv.url}/v1/chat/completions`, {
+      method: 'POST', signal: ac.signal,
+      headers: { 'content-type': 'application/json', ...auth, 'x-request-id': id },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'Tell me a long story.' }], max_tokens: 3000, stream: true }),
+    });
+    assert.equal(r.status, 200);
+    const reader = r.body.getReader();
+    await reader.read();
+    await reader.read();
+    ac.abort();
+    const end = await endLine(id);
+    assert.match(end, /200 in \d+ ms: cancelled: the client went away before its answer was complete; prompt \d+ .*generated \d+/);
+    await sleep(300);
+    const mine = srv.stderr.split('\n').filter((l) => l.includes(`id=${id}`));
+    assert.equal(mine.filter((l) => / pinhole: end /.test(l)).length, 1, mine.join('\n'));
+    const turn = mine.findIndex((l) => /chat_completions cancelled: prompt/.test(l));
+    const last = mine.findIndex((l) => / pinhole: end /.test(l));
+    assert.ok(turn >= 0 && turn < last, `the turn's line, then the end line:\n${mine.join('\n')}`);
+  });
+});
+
 describe('--log-format json', { timeout: 120_000 }, () => {
   test('every line is a JSON object; a request\'s start and end lines carry its id, client, method, path', async () => {
     const srv = await startServer({ extra: ['--log-format', 'json'] });
@@ -201,6 +256,9 @@ describe('--log-format json', { timeout: 120_000 }, () => {
     assert.ok(mine.some((l) => !l.event && /done: prompt/.test(l.msg)), 'the turn\'s own line names the request');
     const badEnd = lines.find((l) => l.id === 'json-log-bad' && l.event === 'end');
     assert.equal(badEnd?.status, 400);
+    assert.equal(badEnd.error_type, 'invalid_request_error');
+    assert.match(badEnd.error, /^the body is not valid JSON/);
+    assert.equal(end.error_type, undefined, 'a request that went well has no error');
   });
 
   test('a bad --log-format is refused', async () => {

@@ -344,6 +344,32 @@ describe('security: the API key', { timeout: 300_000 }, () => {
     }
   });
 
+  test('a valid key beside a different credential, or a key header given twice, is 401 (issue 23, item 10)', async () => {
+    await withServer({ vision: false, extra: ['--api-key', KEY] }, async (srv) => {
+      // node:http takes a flat [name, value, ...] list for repeated headers
+      // (and then adds no Host of its own)
+      const get = (headers) => raw(srv, { path: '/v1/models', headers: Array.isArray(headers) ? ['Host', 'localhost', ...headers] : headers });
+      assert.equal((await get({ authorization: `Bearer ${KEY}` })).status, 200);
+      assert.equal((await get({ 'x-api-key': KEY, authorization: `Bearer ${KEY}` })).status, 200, 'the same key in both');
+      for (const [what, headers] of [
+        ['a valid Authorization and a bogus x-api-key', { authorization: `Bearer ${KEY}`, 'x-api-key': 'sk-bogus' }],
+        ['a valid x-api-key and a bogus Authorization', { 'x-api-key': KEY, authorization: 'Bearer sk-bogus' }],
+        ['a valid x-api-key and a Basic Authorization', { 'x-api-key': KEY, authorization: 'Basic dXNlcjpwYXNz' }],
+        ['two Authorization headers, the first valid', ['Authorization', `Bearer ${KEY}`, 'Authorization', 'Bearer sk-bogus']],
+        ['two Authorization headers, the second valid', ['Authorization', 'Bearer sk-bogus', 'Authorization', `Bearer ${KEY}`]],
+        ['the valid Authorization twice', ['Authorization', `Bearer ${KEY}`, 'Authorization', `Bearer ${KEY}`]],
+        ['two x-api-key headers, the first valid', ['x-api-key', KEY, 'x-api-key', 'sk-bogus']],
+      ]) {
+        const r = await get(headers);
+        assert.equal(r.status, 401, what);
+        checkOpenAIErrorBody(r.json, /more than one|different credentials/);
+      }
+      const m = await raw(srv, jsonPost('/v1/messages', MSG, { 'x-api-key': KEY, authorization: 'Bearer sk-bogus' }));
+      assert.equal(m.status, 401);
+      checkAnthropicErrorBody(m.json, 'authentication_error', /different credentials/);
+    });
+  });
+
   test('PINHOLE_API_KEY is the key when no flag is given; a flag wins over it', async () => {
     await withServer({ vision: false, env: { PINHOLE_API_KEY: KEY } }, async (srv) => {
       assert.match(srv.stderr, /API key is required \(from PINHOLE_API_KEY\)/);
