@@ -12,9 +12,13 @@
  * block with the tools, assistant turns with their calls, trimming) is in
  * the family table at the end.
  *
- * The rendered text between pictures is tokenized with special tokens
- * parsed, as llama.cpp does with the rendered template, so the same
- * conversation gives the same tokens in both.
+ * The rendered text between pictures is tokenized in one run, as llama.cpp
+ * does with the rendered template, but only the template's own markers are
+ * control tokens: the client's text (message contents, reasoning, tool
+ * calls, tool results, the tools' declarations) is plain text, where
+ * <|im_end|> or <|image_pad|> is the characters it is written with
+ * (docs/chat-format.md, Special tokens in messages). A conversation whose
+ * text holds no control token's text gets the tokens llama.cpp gives it.
  *
  * Choices where the templates leave room:
  * - Hermes arguments: ph_tool_call.arguments is the client's JSON text; it
@@ -34,6 +38,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/grow.h"
 #include "text/prompt.h"
 #include "text/tokenizer.h"
 #include "text/tool_json.h"
@@ -113,7 +118,11 @@ typedef struct chat_render {
     ph_prompt *out;
     ph_picture **pics;
     size_t n_pics;
-    strbuf buf;               /* the text since the last picture (all of it when text only) */
+    strbuf buf;        /* the text since the last picture (all of it when text only) */
+    vocab_span *plain; /* the client's text in buf: no control tokens there */
+    size_t n_plain, cap_plain;
+    size_t plain_from; /* where the client's text being written began */
+    bool plain_oom;
     const char *picture_text; /* text only: what a picture is written as */
     ph_err *err;
 } chat_render;
@@ -121,16 +130,45 @@ typedef struct chat_render {
 static void puts_(chat_render *r, const char *s) { strbuf_puts(&r->buf, s); }
 static void put(chat_render *r, const char *s, size_t n) { strbuf_put(&r->buf, s, n); }
 
+/* The client's text (messages, reasoning, tool calls, tools) is written
+ * between plain_begin and plain_end: a control token's text there is plain
+ * text (docs/chat-format.md, Special tokens in messages); only the markers
+ * the template writes are control tokens. */
+static void plain_begin(chat_render *r) { r->plain_from = r->buf.n; }
+
+static void plain_end(chat_render *r) {
+    if (!r->v || r->buf.n <= r->plain_from) return;
+    if (r->n_plain && r->plain[r->n_plain - 1].end == r->plain_from) { /* it goes on */
+        r->plain[r->n_plain - 1].end = r->buf.n;
+        return;
+    }
+    vocab_span *g = grow_array(r->plain, &r->cap_plain, r->n_plain, sizeof *g, 16);
+    if (!g) {
+        r->plain_oom = true;
+        return;
+    }
+    r->plain = g;
+    r->plain[r->n_plain++] = (vocab_span){r->plain_from, r->buf.n};
+}
+
+/* The client's text s[0..n), plain. */
+static void put_plain(chat_render *r, const char *s, size_t n) {
+    plain_begin(r);
+    put(r, s, n);
+    plain_end(r);
+}
+
 static int oom(chat_render *r) { return err_set(r->err, "out of memory rendering the conversation"); }
 
 /* Tokenizes the pending text into a text item. */
 static int flush_text(chat_render *r) {
-    if (r->buf.oom) return oom(r);
+    if (r->buf.oom || r->plain_oom) return oom(r);
     if (!r->v || r->buf.n == 0) return 0;
     ph_prompt_item *it = prompt_new_item(r->out);
     if (!it) return oom(r);
-    if (vocab_tokenize(r->v, r->buf.p, r->buf.n, true, &it->tokens, r->err)) return -1;
+    if (vocab_tokenize_spans(r->v, r->buf.p, r->buf.n, r->plain, r->n_plain, &it->tokens, r->err)) return -1;
     r->buf.n = 0;
+    r->n_plain = 0;
     return 0;
 }
 
@@ -271,7 +309,7 @@ static int put_parts(chat_render *r, const ph_chat_msg *m) {
         }
         size_t from = j == first ? first_off : 0;
         size_t to = r->fam->trim && j == last - 1 ? last_end : p->len;
-        if (to > from) put(r, p->text + from, to - from);
+        if (to > from) put_plain(r, p->text + from, to - from);
     }
     return 0;
 }
@@ -343,7 +381,7 @@ static int render_all(chat_render *r, const ph_chat_msg *msgs, size_t n_msgs, co
             int rc = content_text(r, m, i, &t);
             if (!rc) {
                 puts_(r, "<|im_start|>system\n");
-                if (t.n) put(r, t.p, t.n);
+                if (t.n) put_plain(r, t.p, t.n);
                 puts_(r, "<|im_end|>\n");
             }
             strbuf_free(&t);
@@ -402,10 +440,12 @@ int chat_format_render(const chat_fmt *f, const bpe_vocab *v, const ph_chat_msg 
     }
     if (render_all(&r, msgs, n_msgs, tools, n_tools, o) || flush_text(&r)) goto fail;
     strbuf_free(&r.buf);
+    free(r.plain);
     *pictures = r.pics;
     return 0;
 fail:
     strbuf_free(&r.buf);
+    free(r.plain);
     free(r.pics);
     ph_prompt_free(out);
     return -1;
@@ -438,7 +478,9 @@ int chat_format_render_text(const chat_fmt *f, const ph_chat_msg *msgs, size_t n
 static int tools_list(chat_render *r, const ph_tool *tools, size_t n_tools) {
     for (size_t i = 0; i < n_tools; i++) {
         puts_(r, "\n");
+        plain_begin(r);
         if (tool_json_render(&r->buf, &tools[i], r->err)) return -1;
+        plain_end(r);
     }
     return 0;
 }
@@ -448,7 +490,7 @@ static int hermes_system(chat_render *r, const ph_chat_msg *sys, const ph_tool *
     if (sys) {
         strbuf t = {0};
         int rc = content_text(r, sys, 0, &t);
-        if (t.n) put(r, t.p, t.n);
+        if (t.n) put_plain(r, t.p, t.n);
         strbuf_free(&t);
         if (rc) return -1;
         puts_(r, "\n\n");
@@ -494,22 +536,24 @@ static int hermes_assistant(chat_render *r, const ph_chat_msg *m, bool after_que
         reason = lstrip_nl(reason, &reason_len);
         reason_len = rstrip_nl(reason, reason_len);
         puts_(r, "<think>\n");
-        put(r, reason, reason_len);
+        put_plain(r, reason, reason_len);
         puts_(r, "\n</think>\n\n");
         size_t l = content_len;
         const char *c = lstrip_nl(content, &l);
-        put(r, c, l);
+        put_plain(r, c, l);
     } else {
-        put(r, content, content_len);
+        put_plain(r, content, content_len);
     }
     for (size_t j = 0; j < m->n_tool_calls; j++) {
         const ph_tool_call *c = &m->tool_calls[j];
         if (j > 0 || shown_len) puts_(r, "\n");
         puts_(r, "<tool_call>\n{\"name\": \"");
-        puts_(r, c->name ? c->name : "");
+        if (c->name) put_plain(r, c->name, strlen(c->name));
         puts_(r, "\", \"arguments\": ");
+        plain_begin(r);
         if (!c->arguments || !c->arguments_len) puts_(r, "{}");
         else if (tojson_text(&r->buf, c->arguments, c->arguments_len)) put(r, c->arguments, c->arguments_len);
+        plain_end(r);
         puts_(r, "}\n</tool_call>");
     }
     puts_(r, "<|im_end|>\n");
@@ -537,7 +581,7 @@ static int xml_system(chat_render *r, const ph_chat_msg *sys, const ph_tool *too
         int rc = content_text(r, sys, 0, &t);
         if (t.n) {
             puts_(r, "\n\n");
-            put(r, t.p, t.n);
+            put_plain(r, t.p, t.n);
         }
         strbuf_free(&t);
         if (rc) return -1;
@@ -548,7 +592,7 @@ static int xml_system(chat_render *r, const ph_chat_msg *sys, const ph_tool *too
 
 static void xml_call(chat_render *r, const ph_tool_call *c) {
     puts_(r, "<function=");
-    puts_(r, c->name ? c->name : "");
+    if (c->name) put_plain(r, c->name, strlen(c->name));
     puts_(r, ">\n");
     json_t *args = c->arguments && c->arguments_len ? tool_json_parse(c->arguments, c->arguments_len) : NULL;
     if (json_is_object(args)) {
@@ -557,9 +601,11 @@ static void xml_call(chat_render *r, const ph_tool_call *c) {
         json_t *v;
         json_object_keylen_foreach(args, k, kl, v) {
             puts_(r, "<parameter=");
-            put(r, k, kl);
+            put_plain(r, k, kl);
             puts_(r, ">\n");
+            plain_begin(r);
             pystr_value(&r->buf, v);
+            plain_end(r);
             puts_(r, "\n</parameter>\n");
         }
     }
@@ -586,10 +632,10 @@ static int xml_assistant(chat_render *r, const ph_chat_msg *m, bool after_query,
     puts_(r, "<|im_start|>assistant\n");
     if (r->f->reasoning_history && after_query) {
         puts_(r, "<think>\n");
-        put(r, reason, reason_len);
+        put_plain(r, reason, reason_len);
         puts_(r, "\n</think>\n\n");
     }
-    put(r, content, content_len);
+    put_plain(r, content, content_len);
     size_t tl = content_len;
     trim(content, &tl);
     for (size_t j = 0; j < m->n_tool_calls; j++) {

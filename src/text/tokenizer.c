@@ -807,18 +807,22 @@ static int cmp_hit_pos(const void *pa, const void *pb) {
     return (a->pos > b->pos) - (a->pos < b->pos);
 }
 
-/* Fills *hits with the accepted occurrences in text order. */
-static int find_specials(const bpe_vocab *v, const uint8_t *s, size_t len, bool parse_special, special_hit **hits,
-                         size_t *n_hits) {
+/* Fills *hits with the accepted occurrences in text order. Control tokens
+ * are candidates where parse_special and the occurrence has no byte in a
+ * plain span (spans: n_spans sorted, disjoint [start, end) pairs). */
+static int find_specials(const bpe_vocab *v, const uint8_t *s, size_t len, bool parse_special,
+                         const vocab_span *spans, size_t n_spans, special_hit **hits, size_t *n_hits) {
     special_hit *h = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0, cap = 0, sp = 0;
     *hits = NULL;
     *n_hits = 0;
     for (size_t p = 0; p < len; p++) {
         if (!v->special_first[s[p]]) continue;
+        while (sp < n_spans && spans[sp].end <= p) sp++; /* the first span that ends after p */
         int32_t node = 0;
         for (size_t q = p; q < len && (node = trie_child(v, node, s[q])) >= 0; q++) {
-            const int32_t rank = parse_special ? v->trie[node].best_any : v->trie[node].best_user;
+            const bool control = parse_special && !(sp < n_spans && spans[sp].start <= q);
+            const int32_t rank = control ? v->trie[node].best_any : v->trie[node].best_user;
             if (rank < 0) continue;
             if (n == cap) {
                 cap = cap ? cap * 2 : 16;
@@ -853,12 +857,13 @@ static int find_specials(const bpe_vocab *v, const uint8_t *s, size_t len, bool 
     return 0;
 }
 
-int vocab_tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_special, ph_tokens *out,
-                   ph_err *err) {
+static int tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_special, const vocab_span *spans,
+                    size_t n_spans, ph_tokens *out, ph_err *err) {
     const uint8_t *s = (const uint8_t *)text;
     special_hit *hits;
     size_t n_hits;
-    if (find_specials(v, s, len, parse_special, &hits, &n_hits)) return err_set(err, "tokenizer: out of memory");
+    if (find_specials(v, s, len, parse_special, spans, n_spans, &hits, &n_hits))
+        return err_set(err, "tokenizer: out of memory");
     tok_work w = {.v = v, .out = out};
     int rc = 0;
     size_t pos = 0;
@@ -876,6 +881,16 @@ int vocab_tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_
     free(w.syms);
     free(w.heap);
     return rc ? err_set(err, "tokenizer: out of memory") : 0;
+}
+
+int vocab_tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_special, ph_tokens *out,
+                   ph_err *err) {
+    return tokenize(v, text, len, parse_special, NULL, 0, out, err);
+}
+
+int vocab_tokenize_spans(const bpe_vocab *v, const char *text, size_t len, const vocab_span *plain, size_t n_plain,
+                         ph_tokens *out, ph_err *err) {
+    return tokenize(v, text, len, true, plain, n_plain, out, err);
 }
 
 /* ---- token text (docs/numerics.md, Byte map: detokenization) ------------ */
@@ -917,7 +932,9 @@ int token_bytes(const bpe_vocab *v, int32_t id, char *buf, size_t cap) {
         return 0;
     case PH_TOK_CONTROL:
     case PH_TOK_USER_DEFINED:
-    case PH_TOK_UNKNOWN: memcpy(buf, s, n < cap ? n : cap); return (int)n;
+    case PH_TOK_UNKNOWN:
+        if (cap) memcpy(buf, s, n < cap ? n : cap); /* buf may be NULL with cap 0 (the length asked) */
+        return (int)n;
     default: /* unused or undefined: nothing */ return 0;
     }
 }

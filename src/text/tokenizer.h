@@ -50,6 +50,22 @@ bool vocab_is_eog(const bpe_vocab *v, int32_t id);
  * No BOS/EOS is added. Returns 0 or -1 (out of memory, e set). */
 int vocab_tokenize(const bpe_vocab *v, const char *text, size_t len, bool parse_special, ph_tokens *out, ph_err *err);
 
+/* A byte range [start, end) of a text. */
+typedef struct vocab_span {
+    size_t start, end;
+} vocab_span;
+
+/* vocab_tokenize with parse_special, except in the plain spans (n_plain,
+ * sorted and disjoint): a control token whose text has a byte there is
+ * plain text, as without parse_special (user-defined ones still match).
+ * The chat format's own markers are control tokens; message text is
+ * plain, so a message cannot write <|im_end|> or <|image_pad|> as a token.
+ * Between the control tokens found, text is tokenized in one run across
+ * span edges, so text without control tokens gets the tokens of
+ * vocab_tokenize(..., true, ...). */
+int vocab_tokenize_spans(const bpe_vocab *v, const char *text, size_t len, const vocab_span *plain, size_t n_plain,
+                         ph_tokens *out, ph_err *err);
+
 /* The bytes a token stands for (byte map undone; special tokens as their
  * text). Writes up to cap bytes, returns the full length, or -1 for an id
  * out of range. */
