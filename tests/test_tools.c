@@ -438,6 +438,22 @@ static void test_more_renderings(const ph_model *m, const chat_fmt *vl, const ch
               "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call><|im_end|>\n"
               "<|im_start|>assistant\n");
     }
+    { /* a call cut off by max_tokens goes back as the model wrote it (the parser's arguments of
+       * '<tool_call>\n{"name": "get_weather", "arguments": {"city":'); a NUL in a string is \u0000 */
+        static const ph_tool_call cut[] = {{.name = "get_weather", ARGS("{\"city\":")},
+                                           {.name = "get_weather", ARGS("{\"city\":\"a\\u0000b\"}")}};
+        const ph_chat_msg msgs[] = {USER, {.role = PH_ROLE_ASSISTANT, .tool_calls = cut, .n_tool_calls = 2}};
+        expect_render("hermes cut-off arguments", vl, m, msgs, 2, 0, -1,
+                      U "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":}\n"
+                        "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                        "\"a\\u0000b\"}}\n</tool_call><|im_end|>\n<|im_start|>assistant\n");
+        /* xml: the parameters of an object; text that is not one gives none */
+        const ph_chat_msg one[] = {USER, {.role = PH_ROLE_ASSISTANT, .tool_calls = cut, .n_tool_calls = 1}};
+        expect_render(
+            "xml cut-off arguments", q35, m, one, 2, 0, -1,
+            U "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n<function=get_weather>\n</function>\n"
+              "</tool_call><|im_end|>\n<|im_start|>assistant\n<think>\n");
+    }
 }
 
 /* ---- the answer parser ------------------------------------------------------------ */
@@ -586,8 +602,13 @@ static const pcase cases[] = {
      .n_calls = 1,
      {"special_function"},
      {"{\"arg"}},
-    {"cut off before the name", .text = "Hi <tool_call>\n{\"name\": \"special_fu",
-     .content = "Hi <tool_call>\n{\"name\": \"special_fu", .reasoning = ""},
+    /* call markup never reaches content: a call cut before its name came out is dropped, with the
+     * separator before it */
+    {"cut off before the name", .text = "Hi <tool_call>\n{\"name\": \"special_fu", .content = "Hi ", .reasoning = ""},
+    {"cut off after the name's key", .text = "Hi\n<tool_call>\n{\"name\":", .content = "Hi", .reasoning = ""},
+    {"cut off after the tag", .text = "\n<tool_call>", .content = "", .reasoning = ""},
+    {"cut off before the name, arguments first", .text = "<tool_call>\n{\"arguments\": {\"n\": 2}", .content = "",
+     .reasoning = ""},
     {"cut off in the tag", .text = "Hi <tool_ca", .content = "Hi <tool_ca", .reasoning = ""},
     {"cut off at the closing tag",
      .text = "<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_",
@@ -815,6 +836,10 @@ static const pcase cases[] = {
      .n_calls = 1,
      {"get_weather"},
      {"{\"city\": \"Paris\"}"}},
+    {"xml cut off in the name", .xml = true, .text = "Checking.\n\n<tool_call>\n<function=get_wea",
+     .content = "Checking.", .reasoning = ""},
+    {"xml cut off in the name, in reasoning", .xml = true, .in_reasoning = true,
+     .text = "Hmm <tool_call>\n<function=get", .content = "", .reasoning = "Hmm "},
     {"xml unknown tool", .xml = true, .text = "<tool_call>\n<function=nope>\n</function>\n</tool_call>",
      .content = "<tool_call>\n<function=nope>\n</function>\n</tool_call>", .reasoning = ""},
     {"xml not a call, in reasoning", .xml = true, .in_reasoning = true, .text = "a <tool_call> b</think>c",

@@ -735,6 +735,16 @@ static void call_cut(out_parser *p) {
     p->st = p->closed ? P_AFTER_CALL : P_CONTENT;
 }
 
+/* The answer ended inside a call whose name had not come out: what it
+ * wrote is call markup, which reaches neither content nor reasoning; it
+ * is dropped, with the separator that waits with it. */
+static void call_cut_unnamed(out_parser *p) {
+    p->ws.n = 0;
+    p->body.n = 0;
+    p->st = p->call_in_reasoning ? P_REASON : P_CONTENT;
+    p->skip_ws = false;
+}
+
 /* ---- the text states ----------------------------------------------------------- */
 
 static bool step(out_parser *p, char c) {
@@ -919,7 +929,7 @@ void out_parser_finish(out_parser *p, out_fn fn, void *ud) {
         run(p, NULL, 0);
         if (p->st != P_CALL) break;
         if (p->header_sent) call_cut(p);
-        else call_broken(p);
+        else call_cut_unnamed(p);
         /* what was given back is read as content */
         if (p->back.n) {
             strbuf t = p->pb;

@@ -40,7 +40,8 @@
  *   name came out is ended there (its arguments as streamed) and the
  *   unparsed rest of it becomes content after it. Cut off in the middle
  *   (out_parser_finish), a call whose name came out keeps its partial
- *   arguments ({"arg for hermes); one whose name did not is content.
+ *   arguments ({"arg for hermes); one whose name did not is dropped (call
+ *   markup never reaches content), with the separator before it.
  * - calls are parsed only with parse_calls and at least one tool;
  *   otherwise <tool_call> is plain text (tool_choice none). */
 #ifndef PH_TEXT_OUTPUT_PARSER_H
