@@ -28,7 +28,9 @@ typedef enum ph_err_code {
 
 typedef struct ph_err {
     char msg[512];
-    int code; /* ph_err_code; set by the functions that document it */
+    int code;        /* ph_err_code; set by the functions that document it */
+    char param[128]; /* PH_ERR_INPUT: the request field at fault, as a path
+                        ("messages[2].content[0].image_url.url"), or "" */
 } ph_err;
 
 /* ---- models ---------------------------------------------------------------- */

@@ -4,17 +4,18 @@
 #include <stdio.h>
 #include <string.h>
 
-static int set_v(ph_err *err, int code, const char *fmt, va_list ap) {
+static int set_v(ph_err *err, int code, const char *param, const char *fmt, va_list ap) {
     if (!err) return -1;
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     err->code = code;
-    return -1;
+    err->param[0] = '\0';
+    return err_at(err, param);
 }
 
 int err_set(ph_err *err, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    set_v(err, PH_ERR_INTERNAL, fmt, ap);
+    set_v(err, PH_ERR_INTERNAL, NULL, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -22,8 +23,24 @@ int err_set(ph_err *err, const char *fmt, ...) {
 int err_setc(ph_err *err, int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    set_v(err, code, fmt, ap);
+    set_v(err, code, NULL, fmt, ap);
     va_end(ap);
+    return -1;
+}
+
+int err_setp(ph_err *err, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    set_v(err, PH_ERR_INPUT, param, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int err_at(ph_err *err, const char *param) {
+    if (!err || err->code != PH_ERR_INPUT || err->param[0] || !param) return -1;
+    const size_t n = strnlen(param, sizeof err->param - 1);
+    memcpy(err->param, param, n);
+    err->param[n] = '\0';
     return -1;
 }
 

@@ -11,24 +11,28 @@ static int add_block(job *j, json_t *b, const char *type, const char *path, ph_e
     if (!strcmp(type, "image")) {
         json_t *src = json_object_get(b, "source");
         const char *st = json_string_value(json_object_get(src, "type"));
-        char at[160];
-        snprintf(at, sizeof at, "%s.source", path);
-        if (!json_is_object(src) || !st) return err_setc(err, PH_ERR_INPUT, "%s must be an object with a 'type'", at);
+        char at[160], field[176];
+        api_path(at, sizeof at, "%s.source", path);
+        if (!json_is_object(src) || !st) return err_setp(err, at, "%s must be an object with a 'type'", at);
         if (!strcmp(st, "base64")) {
-            const char *data = json_string_value(json_object_get(src, "data"));
-            if (!data) return err_setc(err, PH_ERR_INPUT, "%s.data must be a string", at);
-            return job_add_image_b64(j, json_string_value(json_object_get(src, "media_type")), data, at, err);
+            json_t *data = json_object_get(src, "data");
+            if (!json_is_string(data))
+                return err_setp(err, api_path(field, sizeof field, "%s.data", at), "%s.data must be a string", at);
+            return job_add_image_b64(j, json_string_value(json_object_get(src, "media_type")),
+                                     json_string_value(data), json_string_length(data), at, err);
         }
         if (!strcmp(st, "url")) {
-            const char *url = json_string_value(json_object_get(src, "url"));
-            strncat(at, ".url", sizeof at - strlen(at) - 1);
-            return job_add_image_url(j, url ? url : "", at, err);
+            json_t *url = json_object_get(src, "url");
+            api_path(field, sizeof field, "%s.url", at);
+            return job_add_image_url(j, json_is_string(url) ? json_string_value(url) : "",
+                                     json_is_string(url) ? json_string_length(url) : 0, field, err);
         }
-        return err_setc(
-            err, PH_ERR_INPUT,
+        return err_setp(
+            err, api_path(field, sizeof field, "%s.type", at),
             "%s: image source type '%s' is not supported; only data: URIs and base64 sources are accepted", path, st);
     }
-    return err_setc(err, PH_ERR_INPUT,
+    char at[160];
+    return err_setp(err, api_path(at, sizeof at, "%s.type", path),
                     "%s: block type '%s' is not supported here (text, image, and in turns thinking, tool_use, "
                     "tool_result)",
                     path, type);
@@ -44,11 +48,13 @@ static int add_assistant_block(job *j, json_t *b, const char *type, const char *
     if (!strcmp(type, "redacted_thinking")) return 0; /* opaque: nothing to render */
     if (!strcmp(type, "tool_use")) {
         json_t *input = json_object_get(b, "input");
-        if (!json_is_object(input)) return err_setc(err, PH_ERR_INPUT, "%s.input must be an object", path);
+        char at[160];
+        if (!json_is_object(input))
+            return err_setp(err, api_path(at, sizeof at, "%s.input", path), "%s.input must be an object", path);
         char *args = job_own(j, json_dumps(input, JSON_COMPACT));
         if (!args) return err_set(err, "out of memory");
-        return job_add_call(j, json_string_value(json_object_get(b, "id")),
-                            json_string_value(json_object_get(b, "name")), args, strlen(args), path, err);
+        return job_add_call(j, json_string_value(json_object_get(b, "id")), json_object_get(b, "name"), args,
+                            strlen(args), path, api_path(at, sizeof at, "%s.name", path), err);
     }
     return add_block(j, b, type, path, err);
 }
@@ -91,7 +97,7 @@ static int add_system(job *j, json_t *root, json_t *msgs, ph_err *err) {
     json_t *sys = json_object_get(root, "system");
     bool any = sys && !json_is_null(sys);
     if (any && !json_is_string(sys) && !json_is_array(sys))
-        return err_setc(err, PH_ERR_INPUT, "'system' must be a string or an array of text blocks");
+        return err_setp(err, "system", "'system' must be a string or an array of text blocks");
     size_t mi;
     json_t *m;
     json_array_foreach(msgs, mi, m) any |= json_is_object(m) && json_is_string(json_object_get(m, "role")) &&
@@ -122,17 +128,16 @@ static int parse_tools(job *j, json_t *root, ph_err *err) {
     if (!tc || json_is_null(tc)) return 0;
     const char *type = json_string_value(json_object_get(tc, "type"));
     if (!json_is_object(tc) || !type)
-        return err_setc(err, PH_ERR_INPUT, "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
+        return err_setp(err, "tool_choice", "'tool_choice' must be an object with a 'type' (auto, any, tool, none)");
     bool one = false;
-    if (api_get_bool(tc, "disable_parallel_tool_use", &one, err)) return -1;
+    if (api_get_bool(tc, "tool_choice.disable_parallel_tool_use", &one, err)) return -1;
     if (one) j->gen.parallel_tool_calls = false;
     if (!strcmp(type, "auto")) return job_set_tool_choice(j, PH_TOOL_AUTO, NULL, "tool_choice", err);
     if (!strcmp(type, "none")) return job_set_tool_choice(j, PH_TOOL_NONE, NULL, "tool_choice", err);
     if (!strcmp(type, "any")) return job_set_tool_choice(j, PH_TOOL_REQUIRED, NULL, "tool_choice", err);
     if (!strcmp(type, "tool"))
-        return job_set_tool_choice(j, PH_TOOL_NAMED, json_string_value(json_object_get(tc, "name")), "tool_choice",
-                                   err);
-    return err_setc(err, PH_ERR_INPUT, "'tool_choice.type' must be auto, any, tool or none, not '%s'", type);
+        return job_set_tool_choice(j, PH_TOOL_NAMED, json_object_get(tc, "name"), "tool_choice", err);
+    return err_setp(err, "tool_choice.type", "'tool_choice.type' must be auto, any, tool or none, not '%s'", type);
 }
 
 /* thinking: {"type": "enabled", "budget_tokens": N} | {"type": "disabled"} | {"type": "adaptive"}. */
@@ -141,15 +146,16 @@ static int parse_thinking(job *j, json_t *root, ph_err *err) {
     if (!t || json_is_null(t)) return 0;
     const char *type = json_string_value(json_object_get(t, "type"));
     if (!json_is_object(t) || !type)
-        return err_setc(err, PH_ERR_INPUT,
-                        "'thinking' must be an object with a 'type' (enabled, disabled, adaptive)");
+        return err_setp(err, "thinking", "'thinking' must be an object with a 'type' (enabled, disabled, adaptive)");
     int64_t budget = -1;
-    if (!strcmp(type, "enabled") && api_get_int(t, "budget_tokens", 0, INT32_MAX, &budget, err)) return -1;
+    if (!strcmp(type, "enabled") && api_get_int(t, "thinking.budget_tokens", 0, INT32_MAX, &budget, err)) return -1;
     j->gen.thinking_budget = (int32_t)budget;
     if (!strcmp(type, "enabled")) j->gen.thinking = 1;
     else if (!strcmp(type, "disabled")) j->gen.thinking = 0;
     else if (!strcmp(type, "adaptive")) j->gen.thinking = -1; /* the model's own default */
-    else return err_setc(err, PH_ERR_INPUT, "'thinking.type' must be enabled, disabled or adaptive, not '%s'", type);
+    else
+        return err_setp(err, "thinking.type", "'thinking.type' must be enabled, disabled or adaptive, not '%s'",
+                        type);
     return 0;
 }
 
@@ -159,19 +165,25 @@ static int parse_output_config(job *j, json_t *root, ph_err *err) {
     for (size_t i = 0; i < 2; i++) {
         json_t *oc = json_object_get(root, keys[i]);
         if (!oc || json_is_null(oc)) continue;
-        if (!json_is_object(oc)) return err_setc(err, PH_ERR_INPUT, "'%s' must be an object", keys[i]);
+        if (!json_is_object(oc)) return err_setp(err, keys[i], "'%s' must be an object", keys[i]);
         json_t *f = i == 0 ? json_object_get(oc, "format") : oc;
         if (i == 0) {
             const char *k;
             json_t *v;
-            json_object_foreach(oc, k, v) if (strcmp(k, "format") && strcmp(k, "effort")) return err_setc(
-                err, PH_ERR_INPUT, "'output_config.%.32s' is not supported (effort, format are)", k);
+            json_object_foreach(oc, k, v) {
+                char at[64];
+                if (strcmp(k, "format") && strcmp(k, "effort"))
+                    return err_setp(err, api_path(at, sizeof at, "output_config.%.32s", k),
+                                    "'output_config.%.32s' is not supported (effort, format are)", k);
+            }
             json_t *effort = json_object_get(oc, "effort");
             if (effort && !json_is_null(effort) && !json_is_string(effort))
-                return err_setc(err, PH_ERR_INPUT, "'output_config.effort' must be a string");
+                return err_setp(err, "output_config.effort", "'output_config.effort' must be a string");
         }
         if (f && !json_is_null(f)) {
-            if (!json_is_object(f)) return err_setc(err, PH_ERR_INPUT, "the output format must be an object");
+            if (!json_is_object(f))
+                return err_setp(err, i == 0 ? "output_config.format" : keys[i],
+                                "the output format must be an object");
             if (job_set_format(j, json_string_value(json_object_get(f, "type")), json_object_get(f, "schema"),
                                keys[i], err))
                 return -1;
@@ -210,17 +222,18 @@ static int parse(job *j, ph_err *err) {
     json_t *root = j->root;
     if (api_check_fields(j, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Messages API", err)) return -1;
     json_t *msgs = json_object_get(root, "messages");
-    if (!json_is_array(msgs)) return err_setc(err, PH_ERR_INPUT, "'messages' must be an array");
+    if (!json_is_array(msgs)) return err_setp(err, "messages", "'messages' must be an array");
     if (parse_tools(j, root, err) || add_system(j, root, msgs, err)) return -1;
     size_t mi;
     json_t *m;
     json_array_foreach(msgs, mi, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
-        if (!json_is_object(m) || !role)
-            return err_setc(err, PH_ERR_INPUT, "messages[%zu] must be an object with a 'role'", mi);
-        json_t *c = json_object_get(m, "content");
         char path[64];
-        snprintf(path, sizeof path, "messages[%zu].content", mi);
+        if (!json_is_object(m) || !role)
+            return err_setp(err, api_path(path, sizeof path, "messages[%zu]", mi),
+                            "messages[%zu] must be an object with a 'role'", mi);
+        json_t *c = json_object_get(m, "content");
+        api_path(path, sizeof path, "messages[%zu].content", mi);
         if (!strcmp(role, "system")) continue; /* in the system message */
         if (!strcmp(role, "user")) {
             if (add_user(j, c, path, err)) return -1;
@@ -229,13 +242,13 @@ static int parse(job *j, ph_err *err) {
                 job_add_content(j, c, path, "blocks", add_assistant_block, err))
                 return -1;
         } else {
-            return err_setc(err, PH_ERR_INPUT, "messages[%zu].role '%s' is not supported (user, assistant, system)",
-                            mi, role);
+            return err_setp(err, api_path(path, sizeof path, "messages[%zu].role", mi),
+                            "messages[%zu].role '%s' is not supported (user, assistant, system)", mi, role);
         }
     }
-    if (job_finish_msgs(j, err)) return -1;
+    if (job_finish_msgs(j, "messages", "message", err)) return -1;
     json_t *mt = json_object_get(root, "max_tokens");
-    if (!mt && !j->count_only) return err_setc(err, PH_ERR_INPUT, "'max_tokens' is required");
+    if (!mt && !j->count_only) return err_setp(err, "max_tokens", "'max_tokens' is required");
     int64_t max_tokens = j->gen.max_tokens;
     if (job_sampling(j, 1, err) || api_get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
         api_get_bool(root, "stream", &j->stream, err) || parse_thinking(j, root, err) ||
@@ -244,7 +257,7 @@ static int parse(job *j, ph_err *err) {
         return -1;
     json_t *ss = json_object_get(root, "stop_sequences");
     if (ss && !json_is_null(ss) && !json_is_array(ss))
-        return err_setc(err, PH_ERR_INPUT, "'stop_sequences' must be an array of strings");
+        return err_setp(err, "stop_sequences", "'stop_sequences' must be an array of strings");
     j->gen.max_tokens = (int32_t)max_tokens;
     if (j->count_only) j->stream = false;
     api_make_id(j->id, sizeof j->id, "msg_");
@@ -363,7 +376,7 @@ static json_t *result(job *j) {
     for (size_t i = 0; i < j->n_out_calls; i++) {
         const out_call *oc = &j->out_calls[i];
         /* the arguments of a call cut short by max_tokens do not parse: {} */
-        json_t *input = json_loadb(oc->args.p ? oc->args.p : "", oc->args.n, 0, NULL);
+        json_t *input = json_loadb(oc->args.p ? oc->args.p : "", oc->args.n, JSON_ALLOW_NUL, NULL);
         if (!json_is_object(input)) {
             json_decref(input);
             input = json_object();

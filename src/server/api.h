@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/error.h"
 #include "base/strbuf.h"
 #include "pinhole.h"
 
@@ -143,22 +144,29 @@ int job_add_content(job *j, json_t *content, const char *path, const char *parts
  * type the decoders read (image/png, image/jpeg, image/webp, image/gif;
  * case-insensitive, parameters allowed) are accepted. where names the field
  * in error messages ("messages[0].content[1].image_url.url"). */
-int job_add_image_url(job *j, const char *url, const char *where, ph_err *err);
-/* A picture given as base64 (Anthropic's source), media_type checked as
- * above; where names the source object ("messages[0].content[1].source"). */
-int job_add_image_b64(job *j, const char *media_type, const char *b64, const char *where, ph_err *err);
-int job_finish_msgs(job *j, ph_err *err);
+int job_add_image_url(job *j, const char *url, size_t len, const char *where, ph_err *err);
+/* A picture given as base64 (len bytes; Anthropic's source), media_type
+ * checked as above; where names the source object
+ * ("messages[0].content[1].source"). */
+int job_add_image_b64(job *j, const char *media_type, const char *b64, size_t len, const char *where, ph_err *err);
+/* Ends the conversation; none: refused, naming field ("messages", "input")
+ * and what it needs at least one of ("message", "input item"). */
+int job_finish_msgs(job *j, const char *field, const char *items, ph_err *err);
 /* The last message's reasoning (an assistant turn of the history). */
 void job_set_reasoning(job *j, const char *text, size_t len);
-/* A call of the last message (an assistant turn): args is the JSON text of
- * an object (checked; PH_ERR_INPUT naming where otherwise). */
-int job_add_call(job *j, const char *id, const char *name, const char *args, size_t len, const char *where,
-                 ph_err *err);
+/* A call of the last message (an assistant turn): name a non-empty string
+ * (name_at: its path), args its arguments as they came back (any text:
+ * what the model wrote, JSON or cut off; rendered as it is when it is not
+ * a JSON object). where names the call in errors. */
+int job_add_call(job *j, const char *id, json_t *name, const char *args, size_t len, const char *where,
+                 const char *name_at, ph_err *err);
 /* Keeps a malloc'd string until the job ends; returns it (NULL: out of memory, s freed). */
 char *job_own(job *j, char *s);
-/* Adds a declared tool (name, description may be NULL, parameters a JSON
- * schema object or NULL). where names the field in errors. */
-int job_add_tool(job *j, json_t *name, json_t *description, json_t *parameters, const char *where, ph_err *err);
+/* Adds a declared tool from its declaration decl: "name" (1 to 64 of
+ * [A-Za-z0-9_-], as OpenAI and Anthropic take them), "description" (may
+ * be absent), and its JSON schema object in schema_key (may be absent).
+ * where names decl in errors ("tools[0].function"). */
+int job_add_tool(job *j, json_t *decl, const char *schema_key, const char *where, ph_err *err);
 /* How an API declares a function tool: each element of "tools" has "type"
  * `type` (or none, when type_optional), and its name, description and JSON
  * schema (the member `schema`) are members of `holder` (NULL: of the tool
@@ -171,9 +179,9 @@ typedef struct tool_shape {
 } tool_shape;
 /* The request's "tools" (absent or null: none), each through job_add_tool. */
 int job_parse_tools(job *j, json_t *root, const tool_shape *shape, ph_err *err);
-/* After the tools: checks tool_choice's name against them and fills the
- * tool fields of j->gen. */
-int job_set_tool_choice(job *j, ph_tool_choice choice, const char *name, const char *where, ph_err *err);
+/* After the tools: checks tool_choice's name (a JSON string, for
+ * PH_TOOL_NAMED) against them and fills the tool fields of j->gen. */
+int job_set_tool_choice(job *j, ph_tool_choice choice, json_t *name, const char *where, ph_err *err);
 /* OpenAI's "tool_choice" (absent or null: auto): "auto", "none",
  * "required", or {"type": "function", ...} with the tool's name in
  * `holder`.name (NULL: name). */
@@ -212,10 +220,19 @@ bool api_ignored_header(const job *j, char *buf, size_t cap);
 out_call *job_out_call(job *j, int32_t index, const char *id_prefix);
 /* The stop strings: a string or an array of strings (or null). */
 int job_set_stop(job *j, json_t *v, const char *field, ph_err *err);
-/* Reads common fields with type and range checks. absent: leaves *out. */
-int api_get_number(json_t *root, const char *key, double lo, double hi, double *out, ph_err *err);
-int api_get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out, ph_err *err);
-int api_get_bool(json_t *root, const char *key, bool *out, ph_err *err);
+/* Reads common fields with type and range checks. absent: leaves *out.
+ * path names the field in errors (and in err->param); the member read is
+ * its last component ("thinking.budget_tokens": root's "budget_tokens"). */
+int api_get_number(json_t *root, const char *path, double lo, double hi, double *out, ph_err *err);
+int api_get_int(json_t *root, const char *path, int64_t lo, int64_t hi, int64_t *out, ph_err *err);
+int api_get_bool(json_t *root, const char *path, bool *out, ph_err *err);
+/* A field's path written into buf (printf-like); returns buf. */
+const char *api_path(char *buf, size_t cap, const char *fmt, ...) PH_PRINTF(3, 4);
+
+/* The request body read as JSON: an object (NUL allowed in its strings, a
+ * repeated key refused). NULL: msg (cap bytes) says why in this server's
+ * words. */
+json_t *api_parse_body(const char *body, size_t len, char *msg, size_t cap);
 
 /* A JSON string of n bytes; invalid UTF-8 becomes U+FFFD. */
 json_t *api_utf8_string(const char *s, size_t n);
@@ -225,6 +242,9 @@ json_t *openai_error_body(int status, const char *msg);
 json_t *anthropic_error_body(int status, const char *msg);
 /* OpenAI's shape with error.param and error.code set (NULL: null). */
 json_t *openai_error_body_code(int status, const char *msg, const char *param, const char *code);
+/* An error body in the API's shape; param is the field at fault (OpenAI's
+ * error.param; NULL or "": null; Anthropic's shape has none). */
+json_t *api_error_body(bool anthropic, int status, const char *msg, const char *param);
 int api_status_for(const ph_err *err);
 
 void api_make_id(char *out, size_t cap, const char *prefix);

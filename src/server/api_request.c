@@ -58,31 +58,31 @@ int job_add_text(job *j, const char *text, size_t len, ph_err *err) {
 
 int job_add_text_field(job *j, json_t *part, const char *key, const char *path, ph_err *err) {
     json_t *t = json_object_get(part, key);
-    if (!json_is_string(t)) return err_setc(err, PH_ERR_INPUT, "%s.%s must be a string", path, key);
+    char at[160];
+    if (!json_is_string(t))
+        return err_setp(err, api_path(at, sizeof at, "%s.%s", path, key), "%s.%s must be a string", path, key);
     return job_add_text(j, json_string_value(t), json_string_length(t), err);
 }
 
 int job_add_content(job *j, json_t *content, const char *path, const char *parts, job_part_fn add_part, ph_err *err) {
     if (json_is_string(content)) return job_add_text(j, json_string_value(content), json_string_length(content), err);
-    if (!json_is_array(content))
-        return err_setc(err, PH_ERR_INPUT, "%s must be a string or an array of %s", path, parts);
+    if (!json_is_array(content)) return err_setp(err, path, "%s must be a string or an array of %s", path, parts);
     size_t i;
     json_t *part;
     json_array_foreach(content, i, part) {
         char at[128];
         snprintf(at, sizeof at, "%s[%zu]", path, i);
         const char *type = json_string_value(json_object_get(part, "type"));
-        if (!json_is_object(part) || !type)
-            return err_setc(err, PH_ERR_INPUT, "%s must be an object with a 'type'", at);
+        if (!json_is_object(part) || !type) return err_setp(err, at, "%s must be an object with a 'type'", at);
         if (add_part(j, part, type, at, err)) return -1;
     }
     return 0;
 }
 
-static int add_image_bytes(job *j, void *bytes, size_t len, ph_err *err) {
+static int add_image_bytes(job *j, void *bytes, size_t len, const char *where, ph_err *err) {
     if ((int)j->n_images >= j->max_images) {
         free(bytes);
-        return err_setc(err, PH_ERR_INPUT, "too many pictures: at most %d per request (--max-images)", j->max_images);
+        return err_setp(err, where, "too many pictures: at most %d per request (--max-images)", j->max_images);
     }
     if (grow((void **)&j->images, &j->cap_images, j->n_images + 1, sizeof *j->images)) {
         free(bytes);
@@ -92,7 +92,7 @@ static int add_image_bytes(job *j, void *bytes, size_t len, ph_err *err) {
     snprintf(label, sizeof label, "picture %zu", j->n_images + 1);
     ph_picture *im = ph_picture_new(bytes, len, label, err);
     free(bytes);
-    if (!im) return -1;
+    if (!im) return err_at(err, where);
     j->images[j->n_images++] = im;
     if (!j->count_only && ph_engine_has_vision(j->e)) { /* else nothing is decoded */
         int w, h;
@@ -116,8 +116,8 @@ static int b64_val(unsigned char c) {
 }
 
 /* Decodes base64 (standard or URL alphabet, padding optional, whitespace
- * ignored). */
-static int b64_decode(const char *s, size_t n, void **out, size_t *out_len, ph_err *err) {
+ * ignored); where names the field in errors. */
+static int b64_decode(const char *s, size_t n, void **out, size_t *out_len, const char *where, ph_err *err) {
     unsigned char *o = malloc(n / 4 * 3 + 3);
     if (!o) return err_set(err, "out of memory");
     size_t k = 0;
@@ -131,7 +131,7 @@ static int b64_decode(const char *s, size_t n, void **out, size_t *out_len, ph_e
         int v = b64_val(c);
         if (v < 0) {
             free(o);
-            return err_setc(err, PH_ERR_INPUT, "the picture's base64 data has an invalid character at %zu", i);
+            return err_setp(err, where, "%s: the picture's base64 data has an invalid character at %zu", where, i);
         }
         acc = (acc << 6) | (uint32_t)v;
         bits += 6;
@@ -143,7 +143,7 @@ static int b64_decode(const char *s, size_t n, void **out, size_t *out_len, ph_e
     for (; i < n; i++)
         if (s[i] != '=' && s[i] != ' ' && s[i] != '\n' && s[i] != '\r') {
             free(o);
-            return err_setc(err, PH_ERR_INPUT, "the picture's base64 data continues after its padding");
+            return err_setp(err, where, "%s: the picture's base64 data continues after its padding", where);
         }
     *out = o;
     *out_len = k;
@@ -167,51 +167,54 @@ static bool image_media_type(const char *t, size_t n) {
     return false;
 }
 
-int job_add_image_url(job *j, const char *url, const char *where, ph_err *err) {
-    if (strncasecmp(url, "data:", 5) != 0) {
+int job_add_image_url(job *j, const char *url, size_t len, const char *where, ph_err *err) {
+    if (len < 5 || strncasecmp(url, "data:", 5) != 0) {
         char shown[64];
         snprintf(shown, sizeof shown, "%.48s%s", url, strlen(url) > 48 ? "..." : "");
-        return err_setc(err, PH_ERR_INPUT,
+        return err_setp(err, where,
                         "%s: picture '%s' is not a data: URI; only data: URIs are accepted (this server does not "
                         "fetch URLs or read files)",
                         where, shown);
     }
-    const char *comma = strchr(url, ',');
-    if (!comma) return err_setc(err, PH_ERR_INPUT, "%s: the picture's data: URI has no ',' before its data", where);
+    const char *comma = memchr(url, ',', len);
+    if (!comma) return err_setp(err, where, "%s: the picture's data: URI has no ',' before its data", where);
     /* data:[<media type>][;<parameter>]*[;base64],<data> (RFC 2397) */
     const char *meta = url + 5;
     const size_t n_meta = (size_t)(comma - meta);
     const char *semi = memchr(meta, ';', n_meta);
     const size_t n_type = semi ? (size_t)(semi - meta) : n_meta;
     if (!image_media_type(meta, n_type))
-        return err_setc(err, PH_ERR_INPUT,
+        return err_setp(err, where,
                         "%s: the data: URI's media type '%.*s' is not a picture type this server decodes (%s)", where,
                         (int)(n_type > 64 ? 64 : n_type), meta, IMAGE_TYPES);
     const char *last = meta + n_meta;
     while (last > meta && last[-1] != ';') last--;
     if (!semi || (size_t)(comma - last) != 6 || strncasecmp(last, "base64", 6) != 0)
-        return err_setc(err, PH_ERR_INPUT,
+        return err_setp(err, where,
                         "%s: the data: URI is not base64; only base64 data: URIs are accepted "
                         "(data:image/png;base64,...)",
                         where);
     void *bytes;
-    size_t len;
-    if (b64_decode(comma + 1, strlen(comma + 1), &bytes, &len, err)) return err_prefix(err, "%s", where);
-    return add_image_bytes(j, bytes, len, err);
+    size_t n_bytes;
+    if (b64_decode(comma + 1, len - (size_t)(comma + 1 - url), &bytes, &n_bytes, where, err)) return -1;
+    return add_image_bytes(j, bytes, n_bytes, where, err);
 }
 
-int job_add_image_b64(job *j, const char *media_type, const char *b64, const char *where, ph_err *err) {
+int job_add_image_b64(job *j, const char *media_type, const char *b64, size_t len, const char *where, ph_err *err) {
+    char at[160];
     if (!media_type || !image_media_type(media_type, strlen(media_type)))
-        return err_setc(err, PH_ERR_INPUT, "%s.media_type: '%.64s' is not a picture type this server decodes (%s)",
-                        where, media_type ? media_type : "", IMAGE_TYPES);
+        return err_setp(err, api_path(at, sizeof at, "%s.media_type", where),
+                        "%s.media_type: '%.64s' is not a picture type this server decodes (%s)", where,
+                        media_type ? media_type : "", IMAGE_TYPES);
     void *bytes;
-    size_t len;
-    if (b64_decode(b64, strlen(b64), &bytes, &len, err)) return err_prefix(err, "%s.data", where);
-    return add_image_bytes(j, bytes, len, err);
+    size_t n_bytes;
+    api_path(at, sizeof at, "%s.data", where);
+    if (b64_decode(b64, len, &bytes, &n_bytes, at, err)) return -1;
+    return add_image_bytes(j, bytes, n_bytes, at, err);
 }
 
-int job_finish_msgs(job *j, ph_err *err) {
-    if (j->n_msgs == 0) return err_setc(err, PH_ERR_INPUT, "the request has no messages");
+int job_finish_msgs(job *j, const char *field, const char *items, ph_err *err) {
+    if (j->n_msgs == 0) return err_setp(err, field, "'%s' is empty: a request needs at least one %s", field, items);
     for (size_t i = 0; i < j->n_msgs; i++) {
         size_t end = i + 1 < j->n_msgs ? j->msg_first[i + 1] : j->n_parts;
         j->msgs[i].parts = j->parts + j->msg_first[i];
@@ -226,14 +229,19 @@ int job_finish_msgs(job *j, ph_err *err) {
 int job_set_stop(job *j, json_t *v, const char *field, ph_err *err) {
     if (!v || json_is_null(v)) return 0;
     size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : (size_t)-1;
-    if (n == (size_t)-1) return err_setc(err, PH_ERR_INPUT, "'%s' must be a string or an array of strings", field);
-    if (n > 16) return err_setc(err, PH_ERR_INPUT, "'%s' has %zu entries; at most 16", field, n);
+    if (n == (size_t)-1) return err_setp(err, field, "'%s' must be a string or an array of strings", field);
+    if (n > 16) return err_setp(err, field, "'%s' has %zu entries; at most 16", field, n);
     j->stop = calloc(n + 1, sizeof *j->stop);
     if (!j->stop) return err_set(err, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+        char at[64];
+        if (json_is_array(v)) api_path(at, sizeof at, "%s[%zu]", field, i);
+        else api_path(at, sizeof at, "%s", field);
         if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > 256)
-            return err_setc(err, PH_ERR_INPUT, "'%s' entries must be non-empty strings of at most 256 bytes", field);
+            return err_setp(err, at, "'%s' entries must be non-empty strings of at most 256 bytes", field);
+        if (strlen(json_string_value(s)) != json_string_length(s)) /* matched as C strings */
+            return err_setp(err, at, "'%s' holds \\u0000, which a stop string may not", at);
         j->stop[i] = json_string_value(s);
     }
     j->gen.stop = j->stop;

@@ -2,6 +2,7 @@
  * readers, JSON strings from model text, error statuses and bodies, ids
  * and seeds from getrandom(2). */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,33 +13,81 @@
 #include "base/error.h"
 #include "server/api.h"
 
-int api_get_number(json_t *root, const char *key, double lo, double hi, double *out, ph_err *err) {
-    json_t *v = json_object_get(root, key);
+/* The member of root that path names: its last component ("budget_tokens"
+ * of "thinking.budget_tokens"). */
+static json_t *member(json_t *root, const char *path) {
+    const char *dot = strrchr(path, '.');
+    return json_object_get(root, dot ? dot + 1 : path);
+}
+
+int api_get_number(json_t *root, const char *path, double lo, double hi, double *out, ph_err *err) {
+    json_t *v = member(root, path);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return err_setc(err, PH_ERR_INPUT, "'%s' must be a number", key);
+    if (!json_is_number(v)) return err_setp(err, path, "'%s' must be a number", path);
     double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) return err_setc(err, PH_ERR_INPUT, "'%s' must be between %g and %g", key, lo, hi);
+    if (!(d >= lo && d <= hi)) return err_setp(err, path, "'%s' must be between %g and %g", path, lo, hi);
     *out = d;
     return 0;
 }
 
-int api_get_int(json_t *root, const char *key, int64_t lo, int64_t hi, int64_t *out, ph_err *err) {
-    json_t *v = json_object_get(root, key);
+int api_get_int(json_t *root, const char *path, int64_t lo, int64_t hi, int64_t *out, ph_err *err) {
+    json_t *v = member(root, path);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v)) return err_setc(err, PH_ERR_INPUT, "'%s' must be an integer", key);
+    if (!json_is_integer(v)) return err_setp(err, path, "'%s' must be an integer", path);
     json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
-        return err_setc(err, PH_ERR_INPUT, "'%s' must be between %lld and %lld", key, (long long)lo, (long long)hi);
+        return err_setp(err, path, "'%s' must be between %lld and %lld", path, (long long)lo, (long long)hi);
     *out = x;
     return 0;
 }
 
-int api_get_bool(json_t *root, const char *key, bool *out, ph_err *err) {
-    json_t *v = json_object_get(root, key);
+int api_get_bool(json_t *root, const char *path, bool *out, ph_err *err) {
+    json_t *v = member(root, path);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return err_setc(err, PH_ERR_INPUT, "'%s' must be true or false", key);
+    if (!json_is_boolean(v)) return err_setp(err, path, "'%s' must be true or false", path);
     *out = json_is_true(v);
     return 0;
+}
+
+const char *api_path(char *buf, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+/* ---- the body ----------------------------------------------------------------- */
+
+json_t *api_parse_body(const char *body, size_t len, char *msg, size_t cap) {
+    json_error_t je;
+    /* texts are bytes: a string may hold \u0000 (the model may write one, and
+     * what the server answered comes back as history) */
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (root && json_is_object(root)) return root;
+    if (root) {
+        json_decref(root);
+        snprintf(msg, cap, "the body must be a JSON object");
+        return NULL;
+    }
+    /* jansson's words are its own (some name its flags): this server's */
+    const char *what;
+    switch (json_error_code(&je)) {
+    case json_error_out_of_memory: what = "the server ran out of memory reading it"; break;
+    case json_error_stack_overflow: what = "it nests arrays and objects too deeply"; break;
+    case json_error_invalid_utf8: what = "it is not valid UTF-8"; break;
+    case json_error_premature_end_of_input: what = "it ends before its value does"; break;
+    case json_error_end_of_input_expected: what = "more follows its value"; break;
+    case json_error_null_character:
+    case json_error_null_byte_in_key: what = "an object key holds \\u0000, which keys may not"; break;
+    case json_error_duplicate_key: what = "an object has the same key twice"; break;
+    case json_error_numeric_overflow: what = "a number is too large"; break;
+    case json_error_invalid_syntax: what = NULL; break; /* its text names the token at fault */
+    default: what = "it cannot be read"; break;
+    }
+    if (what) snprintf(msg, cap, "the body is not valid JSON: %s (line %d, column %d)", what, je.line, je.column);
+    else snprintf(msg, cap, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    return NULL;
 }
 
 json_t *api_utf8_string(const char *s, size_t n) {
@@ -93,6 +142,11 @@ json_t *openai_error_body(int status, const char *msg) { return openai_error_bod
 json_t *openai_error_body_code(int status, const char *msg, const char *param, const char *code) {
     return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", openai_type(status), "param",
                      param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
+}
+
+json_t *api_error_body(bool anthropic, int status, const char *msg, const char *param) {
+    if (anthropic) return anthropic_error_body(status, msg);
+    return openai_error_body_code(status, msg, param && *param ? param : NULL, NULL);
 }
 
 json_t *anthropic_error_body(int status, const char *msg) {

@@ -19,14 +19,15 @@ static int add_part(job *j, json_t *part, const char *type, const char *path, ph
     if (!strcmp(type, "refusal")) return job_add_text_field(j, part, "refusal", path, err);
     if (!strcmp(type, "image_url")) {
         json_t *iu = json_object_get(part, "image_url");
-        const char *url = json_is_string(iu) ? json_string_value(iu) : json_string_value(json_object_get(iu, "url"));
-        if (!url) return err_setc(err, PH_ERR_INPUT, "%s.image_url.url must be a string", path);
+        json_t *url = json_is_string(iu) ? iu : json_object_get(iu, "url");
         char at[160];
-        snprintf(at, sizeof at, "%s.image_url%s", path, json_is_string(iu) ? "" : ".url");
-        return job_add_image_url(j, url, at, err);
+        api_path(at, sizeof at, "%s.image_url%s", path, json_is_string(iu) ? "" : ".url");
+        if (!json_is_string(url)) return err_setp(err, at, "%s.image_url.url must be a string", path);
+        return job_add_image_url(j, json_string_value(url), json_string_length(url), at, err);
     }
-    return err_setc(err, PH_ERR_INPUT, "%s: part type '%s' is not supported (text, image_url, refusal are)", path,
-                    type);
+    char at[160];
+    return err_setp(err, api_path(at, sizeof at, "%s.type", path),
+                    "%s: part type '%s' is not supported (text, image_url, refusal are)", path, type);
 }
 
 static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
@@ -39,16 +40,18 @@ static int parse_content(job *j, json_t *content, size_t mi, ph_err *err) {
 /* An assistant turn's tool_calls: [{id, type: "function", function: {name, arguments: "<json>"}}]. */
 static int parse_calls(job *j, json_t *calls, size_t mi, ph_err *err) {
     if (!calls || json_is_null(calls)) return 0;
-    if (!json_is_array(calls)) return err_setc(err, PH_ERR_INPUT, "messages[%zu].tool_calls must be an array", mi);
+    char where[64], at[96];
+    if (!json_is_array(calls))
+        return err_setp(err, api_path(where, sizeof where, "messages[%zu].tool_calls", mi),
+                        "messages[%zu].tool_calls must be an array", mi);
     size_t ci;
     json_t *c;
     json_array_foreach(calls, ci, c) {
-        char where[64];
-        snprintf(where, sizeof where, "messages[%zu].tool_calls[%zu]", mi, ci);
+        api_path(where, sizeof where, "messages[%zu].tool_calls[%zu]", mi, ci);
         json_t *fn = json_object_get(c, "function");
         const char *type = json_string_value(json_object_get(c, "type"));
         if (!json_is_object(fn) || (type && strcmp(type, "function")))
-            return err_setc(err, PH_ERR_INPUT, "%s must be a function call with a 'function' object", where);
+            return err_setp(err, where, "%s must be a function call with a 'function' object", where);
         json_t *args = json_object_get(fn, "arguments");
         const char *text;
         size_t len;
@@ -59,10 +62,11 @@ static int parse_calls(job *j, json_t *calls, size_t mi, ph_err *err) {
             if (!(text = job_own(j, json_dumps(args, JSON_COMPACT)))) return err_set(err, "out of memory");
             len = strlen(text);
         } else {
-            return err_setc(err, PH_ERR_INPUT, "%s.function.arguments must be a JSON string", where);
+            return err_setp(err, api_path(at, sizeof at, "%s.function.arguments", where),
+                            "%s.function.arguments must be a JSON string", where);
         }
-        if (job_add_call(j, json_string_value(json_object_get(c, "id")),
-                         json_string_value(json_object_get(fn, "name")), text, len, where, err))
+        if (job_add_call(j, json_string_value(json_object_get(c, "id")), json_object_get(fn, "name"), text, len,
+                         where, api_path(at, sizeof at, "%s.function.name", where), err))
             return -1;
     }
     return 0;
@@ -77,7 +81,7 @@ static int parse_tools(job *j, json_t *root, ph_err *err) {
 static int parse_format(job *j, json_t *root, ph_err *err) {
     json_t *rf = json_object_get(root, "response_format");
     if (!rf || json_is_null(rf)) return 0;
-    if (!json_is_object(rf)) return err_setc(err, PH_ERR_INPUT, "'response_format' must be an object");
+    if (!json_is_object(rf)) return err_setp(err, "response_format", "'response_format' must be an object");
     json_t *js = json_object_get(rf, "json_schema");
     return job_set_format(j, json_string_value(json_object_get(rf, "type")), json_object_get(js, "schema"),
                           "response_format", err);
@@ -123,26 +127,29 @@ static int parse(job *j, ph_err *err) {
         json_t *x;
         json_array_foreach(mod, i, x) ok &= json_is_string(x) && !strcmp(json_string_value(x), "text");
         if (!ok)
-            return err_setc(err, PH_ERR_INPUT, "'modalities' may only be [\"text\"]: this server answers with text");
+            return err_setp(err, "modalities", "'modalities' may only be [\"text\"]: this server answers with text");
     }
     if (parse_tools(j, root, err)) return -1;
     json_t *msgs = json_object_get(root, "messages");
-    if (!json_is_array(msgs)) return err_setc(err, PH_ERR_INPUT, "'messages' must be an array");
+    if (!json_is_array(msgs)) return err_setp(err, "messages", "'messages' must be an array");
     size_t mi;
     json_t *m;
     json_array_foreach(msgs, mi, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         ph_role r;
+        char at[64];
         if (!json_is_object(m) || !role)
-            return err_setc(err, PH_ERR_INPUT, "messages[%zu] must be an object with a 'role'", mi);
+            return err_setp(err, api_path(at, sizeof at, "messages[%zu]", mi),
+                            "messages[%zu] must be an object with a 'role'", mi);
         if (role_of(role, &r))
-            return err_setc(err, PH_ERR_INPUT,
+            return err_setp(err, api_path(at, sizeof at, "messages[%zu].role", mi),
                             "messages[%zu].role '%s' is not supported (system, developer, "
                             "user, assistant, tool)",
                             mi, role);
         json_t *content = json_object_get(m, "content");
         if (r != PH_ROLE_ASSISTANT && !json_is_string(content) && !json_is_array(content))
-            return err_setc(err, PH_ERR_INPUT, "messages[%zu].content must be a string or an array of parts", mi);
+            return err_setp(err, api_path(at, sizeof at, "messages[%zu].content", mi),
+                            "messages[%zu].content must be a string or an array of parts", mi);
         if (job_begin_msg(j, r, err) || parse_content(j, content, mi, err)) return -1;
         if (r == PH_ROLE_ASSISTANT) {
             json_t *rc = json_object_get(m, "reasoning_content");
@@ -150,7 +157,7 @@ static int parse(job *j, ph_err *err) {
             if (parse_calls(j, json_object_get(m, "tool_calls"), mi, err)) return -1;
         }
     }
-    if (job_finish_msgs(j, err)) return -1;
+    if (job_finish_msgs(j, "messages", "message", err)) return -1;
     int64_t max_tokens = j->gen.max_tokens, top_lp = 0, budget = -1;
     bool logprobs = false;
     if (job_sampling(j, 2, err) || api_get_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, err) ||
@@ -164,23 +171,20 @@ static int parse(job *j, ph_err *err) {
         return -1;
     json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
-        if (!json_is_object(so)) return err_setc(err, PH_ERR_INPUT, "'stream_options' must be an object");
+        if (!json_is_object(so)) return err_setp(err, "stream_options", "'stream_options' must be an object");
         const char *k;
         json_t *v;
-        json_object_foreach(
-            so, k,
-            v) if (strcmp(k, "include_usage") &&
-                   strcmp(
-                       k,
-                       "include_"
-                       "obfuscation")) return err_setc(err, PH_ERR_INPUT,
-                                                       "'stream_options.%.32s' is not supported (include_usage is)",
-                                                       k);
-        if (api_get_bool(so, "include_usage", &j->include_usage, err)) return -1;
+        json_object_foreach(so, k, v) {
+            char at[64];
+            if (strcmp(k, "include_usage") && strcmp(k, "include_obfuscation"))
+                return err_setp(err, api_path(at, sizeof at, "stream_options.%.32s", k),
+                                "'stream_options.%.32s' is not supported (include_usage is)", k);
+        }
+        if (api_get_bool(so, "stream_options.include_usage", &j->include_usage, err)) return -1;
     }
     json_t *n = json_object_get(root, "n");
-    if (n && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
-        return err_setc(err, PH_ERR_INPUT, "'n' must be 1: this server makes one answer per request");
+    if (n && !json_is_null(n) && !(json_is_number(n) && json_number_value(n) == 1)) /* 1 or 1.0 */
+        return err_setp(err, "n", "'n' must be 1: this server makes one answer per request");
     j->gen.max_tokens = (int32_t)max_tokens;
     j->gen.thinking_budget = (int32_t)budget;
     j->logprobs = logprobs;
@@ -204,8 +208,8 @@ static json_t *usage(const job *j) {
     const ph_turn_report *r = &j->rep;
     return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i},s:o}", "prompt_tokens", r->n_prompt, "completion_tokens",
                      r->n_generated, "total_tokens", r->n_prompt + r->n_generated, "prompt_tokens_details",
-                     "cached_tokens", r->n_reused, "completion_tokens_details", "reasoning_tokens", r->n_reasoning, "pinhole",
-                     usage_pinhole(r));
+                     "cached_tokens", r->n_reused, "completion_tokens_details", "reasoning_tokens", r->n_reasoning,
+                     "pinhole", usage_pinhole(r));
 }
 
 static const char *finish_reason(const job *j) {

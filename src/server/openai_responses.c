@@ -11,17 +11,19 @@ static int add_part(job *j, json_t *part, const char *type, const char *path, ph
     if (!strcmp(type, "refusal")) return job_add_text_field(j, part, "refusal", path, err);
     if (!strcmp(type, "input_image")) {
         json_t *iu = json_object_get(part, "image_url"), *u = json_is_object(iu) ? json_object_get(iu, "url") : iu;
+        char at[160];
         if (!json_is_string(u)) {
             if (json_object_get(part, "file_id"))
-                return err_setc(err, PH_ERR_INPUT,
+                return err_setp(err, api_path(at, sizeof at, "%s.file_id", path),
                                 "%s: file_id pictures are not supported; only data: URIs are accepted", path);
-            return err_setc(err, PH_ERR_INPUT, "%s.image_url must be a string", path);
+            return err_setp(err, api_path(at, sizeof at, "%s.image_url", path), "%s.image_url must be a string",
+                            path);
         }
-        char at[160];
-        snprintf(at, sizeof at, "%s.image_url%s", path, json_is_object(iu) ? ".url" : "");
-        return job_add_image_url(j, json_string_value(u), at, err);
+        api_path(at, sizeof at, "%s.image_url%s", path, json_is_object(iu) ? ".url" : "");
+        return job_add_image_url(j, json_string_value(u), json_string_length(u), at, err);
     }
-    return err_setc(err, PH_ERR_INPUT,
+    char at[160];
+    return err_setp(err, api_path(at, sizeof at, "%s.type", path),
                     "%s: type '%s' is not supported (input_text, input_image, output_text, refusal are)", path, type);
 }
 
@@ -52,31 +54,34 @@ static int parse_input(job *j, json_t *input, ph_err *err) {
     input_state st = {0};
     json_array_foreach(input, mi, item) {
         const char *type = json_string_value(json_object_get(item, "type"));
-        if (!json_is_object(item)) return err_setc(err, PH_ERR_INPUT, "input[%zu] must be an object", mi);
+        char at[64], where[64];
+        api_path(where, sizeof where, "input[%zu]", mi);
+        if (!json_is_object(item)) return err_setp(err, where, "input[%zu] must be an object", mi);
         if (!type || !strcmp(type, "message")) {
             const char *role = json_string_value(json_object_get(item, "role"));
-            if (!role) return err_setc(err, PH_ERR_INPUT, "input[%zu] must be a message with a 'role'", mi);
+            if (!role) return err_setp(err, where, "input[%zu] must be a message with a 'role'", mi);
             if (!strcmp(role, "assistant")) {
                 if (begin_assistant(j, &st, err)) return -1;
             } else {
                 ph_role r;
                 if (!strcmp(role, "user")) r = PH_ROLE_USER;
                 else if (!strcmp(role, "system") || !strcmp(role, "developer")) r = PH_ROLE_SYSTEM;
-                else return err_setc(err, PH_ERR_INPUT, "input[%zu].role '%s' is not supported", mi, role);
+                else
+                    return err_setp(err, api_path(at, sizeof at, "input[%zu].role", mi),
+                                    "input[%zu].role '%s' is not supported", mi, role);
                 if (job_begin_msg(j, r, err)) return -1;
                 st.open = false;
             }
             if (add_parts(j, json_object_get(item, "content"), "content", mi, err)) return -1;
         } else if (!strcmp(type, "function_call")) {
-            char where[64];
-            snprintf(where, sizeof where, "input[%zu]", mi);
             json_t *args = json_object_get(item, "arguments");
             if (!json_is_string(args))
-                return err_setc(err, PH_ERR_INPUT, "input[%zu].arguments must be a JSON string", mi);
+                return err_setp(err, api_path(at, sizeof at, "input[%zu].arguments", mi),
+                                "input[%zu].arguments must be a JSON string", mi);
             if ((!st.open || st.reasoning) && begin_assistant(j, &st, err)) return -1;
-            if (job_add_call(j, json_string_value(json_object_get(item, "call_id")),
-                             json_string_value(json_object_get(item, "name")), json_string_value(args),
-                             json_string_length(args), where, err))
+            if (job_add_call(j, json_string_value(json_object_get(item, "call_id")), json_object_get(item, "name"),
+                             json_string_value(args), json_string_length(args), where,
+                             api_path(at, sizeof at, "input[%zu].name", mi), err))
                 return -1;
         } else if (!strcmp(type, "function_call_output")) {
             if (job_begin_msg(j, PH_ROLE_TOOL, err) ||
@@ -91,7 +96,7 @@ static int parse_input(job *j, json_t *input, ph_err *err) {
             st.reasoning = json_is_string(t) ? t : NULL;
             st.open = false;
         } else {
-            return err_setc(err, PH_ERR_INPUT,
+            return err_setp(err, api_path(at, sizeof at, "input[%zu].type", mi),
                             "input[%zu]: item type '%s' is not supported (message, "
                             "function_call, function_call_output, reasoning are)",
                             mi, type);
@@ -109,14 +114,18 @@ static int parse_tools(job *j, json_t *root, ph_err *err) {
 static int parse_text(job *j, json_t *root, ph_err *err) {
     json_t *text = json_object_get(root, "text");
     if (!text || json_is_null(text)) return 0;
-    if (!json_is_object(text)) return err_setc(err, PH_ERR_INPUT, "'text' must be an object");
+    if (!json_is_object(text)) return err_setp(err, "text", "'text' must be an object");
     const char *k;
     json_t *v;
-    json_object_foreach(text, k, v) if (strcmp(k, "format") && strcmp(k, "verbosity")) return err_setc(
-        err, PH_ERR_INPUT, "'text.%.32s' is not supported (format, verbosity are)", k);
+    json_object_foreach(text, k, v) {
+        char at[64];
+        if (strcmp(k, "format") && strcmp(k, "verbosity"))
+            return err_setp(err, api_path(at, sizeof at, "text.%.32s", k),
+                            "'text.%.32s' is not supported (format, verbosity are)", k);
+    }
     json_t *f = json_object_get(text, "format");
     if (!f || json_is_null(f)) return 0;
-    if (!json_is_object(f)) return err_setc(err, PH_ERR_INPUT, "'text.format' must be an object");
+    if (!json_is_object(f)) return err_setp(err, "text.format", "'text.format' must be an object");
     return job_set_format(j, json_string_value(json_object_get(f, "type")), json_object_get(f, "schema"),
                           "text.format", err);
 }
@@ -158,27 +167,28 @@ static int parse(job *j, ph_err *err) {
     if (api_check_fields(j, FIELDS, sizeof FIELDS / sizeof *FIELDS, "the Responses API", err)) return -1;
     json_t *tr = json_object_get(root, "truncation");
     if (tr && !json_is_null(tr) && !(json_is_string(tr) && !strcmp(json_string_value(tr), "disabled")))
-        return err_setc(err, PH_ERR_INPUT,
+        return err_setp(err, "truncation",
                         "'truncation' may only be \"disabled\": a conversation that does not "
                         "fit is refused, never cut");
     /* reasoning.encrypted_content (sent by agents that keep no state on the server): the reasoning items
      * already carry their text, and are taken back as they are */
     json_t *inc = json_object_get(root, "include");
     if (inc && !json_is_null(inc) && !json_is_array(inc))
-        return err_setc(err, PH_ERR_INPUT, "'include' must be an array");
+        return err_setp(err, "include", "'include' must be an array");
     size_t ii;
     json_t *iv;
     json_array_foreach(inc, ii, iv) {
         const char *v = json_string_value(iv);
+        char at[64];
         if (!v || strcmp(v, "reasoning.encrypted_content"))
-            return err_setc(err, PH_ERR_INPUT,
+            return err_setp(err, api_path(at, sizeof at, "include[%zu]", ii),
                             "'include[%zu]' (%.64s) is not supported: only \"reasoning.encrypted_content\" is (the "
                             "reasoning items carry their text)",
                             ii, v ? v : "not a string");
     }
     json_t *instr = json_object_get(root, "instructions");
     if (instr && !json_is_null(instr)) {
-        if (!json_is_string(instr)) return err_setc(err, PH_ERR_INPUT, "'instructions' must be a string");
+        if (!json_is_string(instr)) return err_setp(err, "instructions", "'instructions' must be a string");
         if (job_begin_msg(j, PH_ROLE_SYSTEM, err) ||
             job_add_text(j, json_string_value(instr), json_string_length(instr), err))
             return -1;
@@ -189,16 +199,18 @@ static int parse(job *j, ph_err *err) {
         if (job_begin_msg(j, PH_ROLE_USER, err) ||
             job_add_text(j, json_string_value(input), json_string_length(input), err))
             return -1;
-    } else if (json_is_array(input)) {
+    } else if (json_is_array(input) && json_array_size(input)) {
         if (parse_input(j, input, err)) return -1;
+    } else if (json_is_array(input)) {
+        return err_setp(err, "input", "'input' is empty: a response needs at least one input item");
     } else {
-        return err_setc(err, PH_ERR_INPUT, "'input' must be a string or an array of items");
+        return err_setp(err, "input", "'input' must be a string or an array of items");
     }
-    if (job_finish_msgs(j, err)) return -1;
+    if (job_finish_msgs(j, "input", "input item", err)) return -1;
     int64_t max_tokens = j->gen.max_tokens, budget = -1;
     json_t *rs = json_object_get(root, "reasoning");
     if (rs && !json_is_null(rs) && !json_is_object(rs))
-        return err_setc(err, PH_ERR_INPUT, "'reasoning' must be an object");
+        return err_setp(err, "reasoning", "'reasoning' must be an object");
     if (job_sampling(j, 2, err) || api_get_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, err) ||
         api_get_bool(root, "stream", &j->stream, err) ||
         api_get_bool(root, "parallel_tool_calls", &j->gen.parallel_tool_calls, err) || parse_text(j, root, err) ||

@@ -307,6 +307,96 @@ describe('refusals', { timeout: 300_000 }, () => {
     assert.deepEqual(failed, []);
   });
 
+  test('a 400 names the field at fault in error.param, as OpenAI does (null when no one field is)', async () => {
+    const oa = openai(srv);
+    const param = async (promise, want, re = /./) => {
+      const e = await openaiError(promise, 400, re);
+      assert.equal(e.error.param ?? e.param, want, `param of "${e.message}"`);
+    };
+    const chat = (o) => oa.chat.completions.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, ...o });
+    const resp = (o) => oa.responses.create({ model: MODEL_ID, input: 'hi', max_output_tokens: N, ...o });
+    await param(chat({ messages: chatWith(chatImage('https://example.com/cat.png')) }), 'messages[0].content[0].image_url.url');
+    await param(chat({ messages: chatWith(chatImage('https://example.com/cat.png')), stream: true }), 'messages[0].content[0].image_url.url');
+    await param(chat({ messages: [...HELLO, { role: 'wizard', content: 'x' }] }), 'messages[1].role');
+    await param(chat({ messages: [{ role: 'user', content: [{ type: 'text', text: 5 }] }] }), 'messages[0].content[0].text');
+    await param(chat({ tools: [{ type: 'function', function: { name: 'bad name' } }] }), 'tools[0].function.name');
+    await param(chat({ temperature: 5 }), 'temperature');
+    await param(chat({ messages: [] }), 'messages', /'messages' is empty/);
+    await param(chat({ stream_options: { include_usage: 3 }, stream: true }), 'stream_options.include_usage');
+    await param(chat({ messages: [...HELLO, { role: 'assistant', tool_calls: [{ id: 'c', type: 'function', function: { name: '', arguments: '{}' } }] }] }),
+                'messages[1].tool_calls[0].function.name');
+    await param(resp({ input: respWith('https://example.com/cat.png') }), 'input[0].content[0].image_url');
+    await param(resp({ tools: [{ type: 'function', name: 'a.b' }] }), 'tools[0].name');
+    await param(resp({ reasoning: { effort: 'extreme' } }), 'reasoning.effort');
+    // Responses with an empty input says so in its own words
+    await param(resp({ input: [] }), 'input', /'input' is empty/);
+    // no one field: null
+    const r = await post(srv, '/v1/chat/completions', 'not json');
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.param, null);
+  });
+
+  test('tool names: 1 to 64 of [A-Za-z0-9_-], as OpenAI and Anthropic take them; others 400 naming the tool', async () => {
+    const oa = openai(srv);
+    const an = anthropic(srv);
+    const ok64 = 'a'.repeat(63) + 'Z';
+    for (const name of [ok64, 'get-weather_2']) {
+      const tools = [{ type: 'function', function: { name, parameters: { type: 'object' } } }];
+      assert.ok(chatResult(await oa.chat.completions.create({ model: MODEL_ID, messages: HELLO, max_tokens: 2, tools })).prompt > 0, name);
+      assert.ok(responsesResult(await oa.responses.create({ model: MODEL_ID, input: 'hi', max_output_tokens: 2, tools: [{ type: 'function', name }] })));
+      assert.ok(messagesResult(await an.messages.create({ model: MODEL_ID, messages: HELLO, max_tokens: 2, tools: [{ name, input_schema: { type: 'object' } }] })));
+    }
+    for (const name of [`${ok64}x`, 'a'.repeat(5000), 'get.weather', 'get weather', 'wetter\u00e9', 'a\u0000b']) {
+      const what = JSON.stringify(name.length > 80 ? `${name.slice(0, 8)}... (${name.length})` : name);
+      const e = await openaiError(oa.chat.completions.create({
+        model: MODEL_ID, messages: HELLO, max_tokens: N, tools: [{ type: 'function', function: { name } }],
+      }), 400, /tools\[0\]\.function\.name .*not a tool name: 1 to 64 letters, digits, '_' or '-'/);
+      assert.equal(e.error.param, 'tools[0].function.name', what);
+      assert.ok(e.message.length < 400, `${what}: the message quotes a bounded part of the name`);
+      await openaiError(oa.responses.create({ model: MODEL_ID, input: 'hi', max_output_tokens: N, tools: [{ type: 'function', name }] }),
+                        400, /tools\[0\]\.name .*not a tool name/);
+      await anthropicError(an.messages.create({ model: MODEL_ID, messages: HELLO, max_tokens: N, tools: [{ name, input_schema: { type: 'object' } }] }),
+                           400, 'invalid_request_error', /tools\[0\]\.name .*not a tool name/);
+    }
+  });
+
+  test('n: a number equal to 1 (1, 1.0) is one answer; any other is refused', async () => {
+    for (const n of ['1', '1.0', '1e0']) {
+      const r = await post(srv, '/v1/chat/completions', `{"model": "${MODEL_ID}", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "n": ${n}}`);
+      assert.equal(r.status, 200, `n: ${n}: ${r.text}`);
+      assert.equal(r.json.choices.length, 1);
+    }
+    for (const n of ['2', '1.5', '0', '"1"', 'true']) {
+      const r = await post(srv, '/v1/chat/completions', `{"model": "${MODEL_ID}", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "n": ${n}}`);
+      assert.equal(r.status, 400, `n: ${n}`);
+      assert.equal(r.json.error.param, 'n');
+    }
+  });
+
+  test('JSON errors in this server\'s words: never a flag of the JSON library', async () => {
+    const bodies = {
+      'a key holding \\u0000': [`{"model": "${MODEL_ID}", "max_tokens": 2, "messages": [{"role": "user", "content": "hi", "a\\u0000b": 1}]}`, /key holds \\u0000/],
+      'a repeated key': [`{"model": "${MODEL_ID}", "max_tokens": 2, "max_tokens": 3, "messages": []}`, /the same key twice/],
+      'cut short': ['{"messages": [', /ends before its value does/],
+      'more after the value': ['{} {}', /more follows its value/],
+      'not UTF-8': [Buffer.from([0x7b, 0x22, 0xff, 0x22, 0x3a, 0x31, 0x7d]), /not valid UTF-8/],
+      'nested too deeply': ['['.repeat(5000), /too deeply/],
+    };
+    for (const path of ['/v1/chat/completions', '/v1/responses', '/v1/messages']) {
+      for (const [what, [body, re]] of Object.entries(bodies)) {
+        const r = await fetch(srv.url + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body }).then(async (x) => ({ status: x.status, json: await x.json() }));
+        assert.equal(r.status, 400, `${path} ${what}`);
+        const msg = path === '/v1/messages' ? r.json.error.message : r.json.error.message;
+        assert.match(msg, /^the body is not valid JSON: /, `${path} ${what}: ${msg}`);
+        assert.match(msg, re, `${path} ${what}: ${msg}`);
+        assert.doesNotMatch(msg, /JSON_[A-Z]|ALLOW_NUL|REJECT_DUPLICATES/, `${path} ${what}: no flag of the library: ${msg}`);
+      }
+    }
+    // a NUL in a string is text like any other
+    const r = await post(srv, '/v1/chat/completions', `{"model": "${MODEL_ID}", "max_tokens": 2, "messages": [{"role": "user", "content": "a\\u0000b"}]}`);
+    assert.equal(r.status, 200, r.text);
+  });
+
   test('a body over --max-body-mb: 413 before it is read', async () => {
     const size = 65 * 1024 * 1024;
     const r = await bigPost(srv, '/v1/chat/completions', size);
