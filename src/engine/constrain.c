@@ -28,7 +28,7 @@ static json_t *tool_params(const ph_tool *t) {
         jc_schema *s = jc_schema_compile_lenient(t->parameters, strlen(t->parameters), &dropped, &e);
         if (s) {
             jc_schema_free(s);
-            params = json_loads(t->parameters, JSON_DECODE_ANY, NULL);
+            params = json_loads(t->parameters, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
             if (dropped) PH_WARN("the arguments of tool '%s' are constrained without %s", t->name, dropped);
             free(dropped);
         } else {

@@ -623,6 +623,12 @@ static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, const char *
     return send_json(s, c, status, anthropic ? anthropic_error_body(status, msg) : openai_error_body(status, msg));
 }
 
+/* A request's error: its message, and the field at fault (OpenAI's error.param). */
+static enum MHD_Result send_err(srv *s, struct MHD_Connection *c, const api_kind *api, int status, const ph_err *err) {
+    metrics_request(&s->met, api->endpoint, status);
+    return send_json(s, c, status, api_error_body(api->anthropic, status, err->msg, err->param));
+}
+
 /* A refusal at the door, from the headers alone: answered at once and the
  * connection closed, so the body (if any) is never read. hname: one more
  * header (NULL: none). */
@@ -667,7 +673,7 @@ static enum MHD_Result check_model(srv *s, struct MHD_Connection *c, const api_k
         snprintf(msg, sizeof msg, "the field 'model' must be a string");
     } else {
         const char *name = json_string_value(m);
-        if (model_served(s, name)) { /* (json_loadb refuses \u0000 in strings) */
+        if (strlen(name) == json_string_length(m) && model_served(s, name)) { /* "name\u0000..." is not name */
             *sent = false;
             return MHD_YES;
         }
@@ -838,8 +844,7 @@ static enum MHD_Result answer_or_wait(srv *s, struct MHD_Connection *c, conn *cn
     }
     enum MHD_Result ok;
     if (j->failed)
-        ok = send_error(s, c, api->endpoint, api->anthropic,
-                        j->rep.finish == PH_FINISH_CANCELLED ? 503 : api_status_for(&j->err), j->err.msg);
+        ok = send_err(s, c, api, j->rep.finish == PH_FINISH_CANCELLED ? 503 : api_status_for(&j->err), &j->err);
     else {
         metrics_request(&s->met, api->endpoint, 200);
         char ig[IGNORED_HEADER_CAP];
@@ -853,17 +858,9 @@ static enum MHD_Result answer_or_wait(srv *s, struct MHD_Connection *c, conn *cn
 }
 
 static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_kind *api, bool count_only, conn *cn) {
-    json_error_t je;
-    json_t *root = json_loadb(cn->body.p ? cn->body.p : "", cn->body.n, JSON_REJECT_DUPLICATES, &je);
-    if (!root || !json_is_object(root)) {
-        char msg[300];
-        if (!root)
-            snprintf(msg, sizeof msg, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
-                     je.column);
-        else snprintf(msg, sizeof msg, "the body must be a JSON object");
-        json_decref(root);
-        return send_error(s, c, api->endpoint, api->anthropic, 400, msg);
-    }
+    char msg[300];
+    json_t *root = api_parse_body(cn->body.p ? cn->body.p : "", cn->body.n, msg, sizeof msg);
+    if (!root) return send_error(s, c, api->endpoint, api->anthropic, 400, msg);
     bool sent;
     enum MHD_Result mr = check_model(s, c, api, root, &sent);
     if (sent) {
@@ -900,9 +897,8 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
                      (unsigned long long)pixels, (unsigned long long)s->cfg.max_pixels_in_flight);
             return send_busy(s, c, api, busy);
         }
-        int status = err.msg[0] ? api_status_for(&err) : 503;
-        const char *msg = err.msg[0] ? err.msg : "the server is shutting down";
-        return send_error(s, c, api->endpoint, api->anthropic, status, msg);
+        if (!err.msg[0]) return send_error(s, c, api->endpoint, api->anthropic, 503, "the server is shutting down");
+        return send_err(s, c, api, api_status_for(&err), &err);
     }
     cn->j = j; /* the handler's reference: the connection waits for the job */
     return answer_or_wait(s, c, cn);

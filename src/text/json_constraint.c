@@ -1439,7 +1439,7 @@ static int builtins(cc *c) {
 static jc_schema *compile_text(const char *json, size_t len, bool lenient, char **dropped, ph_err *err) {
     if (dropped) *dropped = NULL;
     json_error_t je;
-    json_t *doc = json_loadb(json, len, JSON_DECODE_ANY, &je);
+    json_t *doc = json_loadb(json, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!doc) {
         err_setc(err, PH_ERR_INPUT, "the schema is not valid JSON: %s (line %d, column %d)", je.text, je.line,
                  je.column);
