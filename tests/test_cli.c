@@ -474,7 +474,7 @@ int main(void) {
              PH_ORACLE_DIR, PH_ORACLE_DIR);
     check_refusal(args, "--mmproj goes with --image");
     /* an unknown option is named as unknown whatever follows it */
-    static const char *const cmds[] = {"run", "chat", "bench", "pull", "demo", "synth"};
+    static const char *const cmds[] = {"run", "chat", "serve", "bench", "pull", "demo", "synth"};
     for (size_t k = 0; k < sizeof cmds / sizeof *cmds; k++) {
         char want[128];
         snprintf(want, sizeof want, "pinhole %s: unknown option '--bogus'", cmds[k]);

@@ -4,6 +4,7 @@
 #define PH_CLI_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "pinhole.h"
@@ -32,9 +33,42 @@ int arg_next(const char *cmd, int argc, char **argv, const char *shortopts, cons
 /* Where the operands start after arg_next returned -1 (getopt_long moves
  * them to the end of argv). */
 int arg_rest(void);
+/* A typed option table: each option's value goes straight to its
+ * destination, checked against [lo, hi] (ARG_CALL: to the caller's
+ * handler). */
+typedef enum arg_kind {
+    ARG_SET,       /* a flag: *(bool *)dst = true */
+    ARG_STR,       /* const char ** */
+    ARG_INT,       /* int *, a whole number in [lo, hi] */
+    ARG_I32,       /* int32_t *, the same */
+    ARG_U64,       /* uint64_t *, any non-negative whole number */
+    ARG_F64,       /* double *, in [lo, hi] */
+    ARG_MIB,       /* size_t *: MiB in [lo, hi], stored in bytes */
+    ARG_MIB_U64,   /* uint64_t *: the same */
+    ARG_CALL,      /* the handler's */
+    ARG_CALL_FLAG, /* the handler's, no value */
+} arg_kind;
+typedef struct arg_opt {
+    const char *name; /* the long name, without "--" */
+    char short_name;  /* or 0 */
+    arg_kind kind;
+    void *dst;
+    double lo, hi;
+} arg_opt;
+/* Parses argv[1..] by opts (n of them; -h and --help are built in: 1 is
+ * returned at once). ARG_CALL and ARG_CALL_FLAG options go to call(ud, o,
+ * flag, value),
+ * which returns 0 or -1 after a message. Operands are refused. 0, 1 for
+ * help, or -1 after a message (an unknown option, a missing or bad value). */
+int arg_parse(const char *cmd, int argc, char **argv, const arg_opt *opts, size_t n,
+              int (*call)(void *ud, const arg_opt *o, const char *flag, const char *v), void *ud);
+
 /* The engine's flags that chat and serve share (-c, -t, --image-min-tokens,
- * --image-max-tokens) into ep: 1 when flag is one of them, 0 when not, -1
- * (with a message) when its value is bad. */
+ * --image-max-tokens): their table into ep (arg_engine_opts), or by name
+ * (arg_engine): 1 when flag is one of them, 0 when not, -1 (with a message)
+ * when its value is bad. */
+enum { ARG_ENGINE_N = 4 };
+size_t arg_engine_opts(arg_opt out[ARG_ENGINE_N], ph_engine_params *ep);
 int arg_engine(const char *flag, const char *v, ph_engine_params *ep);
 /* The sampling flags of run and chat (--temp, --top-k, --top-p, --min-p,
  * --seed): whether flag is one, and its value into sp (0, or -1 with a

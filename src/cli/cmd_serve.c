@@ -13,13 +13,6 @@
 #include "server/access.h"
 #include "server/server.h"
 
-/* The default token limit of an answer when the request gives none: a
- * bound on a model that loops or never emits its end token, which would
- * otherwise generate until the context is full (minutes on a long
- * context, with the single worker busy), and far more than a normal
- * answer, reasoning included, needs. */
-#define PH_SERVE_MAX_TOKENS 4096
-
 static void serve_usage(FILE *out) {
     fprintf(out, "usage: pinhole serve -m LLM.gguf|DIR [--mmproj MMPROJ.gguf] [options]\n");
     model_help(out, 28, HELP_CTX | HELP_BUDGET);
@@ -203,6 +196,64 @@ static int read_key_file(const char *path, key_list *keys) {
     return rc;
 }
 
+/* What serve_main's option table hands its handler: the lists and the
+ * options that need more than a store. */
+typedef struct serve_args {
+    srv_config *cfg;
+    ph_engine_params *ep;
+    const char **aliases, **cors, **hosts; /* room for argc names each */
+    const char *key, *key_file;
+    log_format log_fmt;
+} serve_args;
+
+static int serve_option(void *ud, const arg_opt *o, const char *flag, const char *v) {
+    serve_args *sa = ud;
+    srv_config *cfg = sa->cfg;
+    const char *n = o->name;
+    if (!strcmp(n, "verbose")) log_set_level(LOG_DEBUG);
+    else if (!strcmp(n, "no-reuse")) sa->ep->reuse = false;
+    else if (!strcmp(n, "no-cache")) {
+        sa->ep->reuse = false;
+        sa->ep->picture_cache_entries = 0;
+    } else if (!strcmp(n, "log-format")) {
+        if (log_parse_format(v, &sa->log_fmt)) {
+            fprintf(stderr, "pinhole serve: --log-format '%s': give text or json\n", v);
+            return -1;
+        }
+    } else if (!strcmp(n, "api-key")) sa->key = v;
+    else if (!strcmp(n, "cors-origin")) {
+        if (!access_origin_valid(v)) {
+            fprintf(stderr,
+                    "pinhole serve: --cors-origin '%s' is not an origin: give scheme://host[:port] "
+                    "(no path, as in http://localhost:3000) or *\n",
+                    v);
+            return -1;
+        }
+        sa->cors[cfg->n_cors_origins++] = v;
+    } else if (!strcmp(n, "allow-host")) {
+        if (!*v || strchr(v, '/') || strchr(v, ' ')) {
+            fprintf(stderr, "pinhole serve: --allow-host '%s' is not a host name (NAME, NAME:PORT or *)\n", v);
+            return -1;
+        }
+        sa->hosts[cfg->n_allow_hosts++] = v;
+    } else if (!strcmp(n, "alias")) {
+        if (!*v) {
+            fprintf(stderr, "pinhole serve: --alias needs a name\n");
+            return -1;
+        }
+        sa->aliases[cfg->n_aliases++] = v;
+    } else if (!strcmp(n, "top-p")) {
+        double d;
+        if (arg_float(flag, v, 0, 1, &d)) return -1;
+        if (!(d > 0)) {
+            fprintf(stderr, "pinhole: %s: '%s' must be above 0 (at most 1)\n", flag, v);
+            return -1;
+        }
+        cfg->top_p = d;
+    }
+    return 0;
+}
+
 /* aliases, cors, hosts: room for argc names each (the --alias,
  * --cors-origin and --allow-host values). file_keys: the keys read from a
  * file (freed by the caller). */
@@ -211,181 +262,65 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     ph_engine_params ep;
     ph_engine_params_default(&ep);
     model_args ma = {0};
-    srv_config cfg = {.host = "127.0.0.1",
-                      .port = 8080,
-                      .max_images = 16,
-                      .max_queue = 64,
-                      .max_pixels_in_flight = (uint64_t)256 << 20,
-                      .max_body = (size_t)64 << 20,
-                      .max_connections = 256,
-                      .max_connections_per_ip = 64,
-                      .header_timeout_s = 10,
-                      .body_timeout_s = 60,
-                      .send_timeout_s = 60,
-                      .temperature = 1.0,
-                      .top_p = 1.0,
-                      .top_k = 0,
-                      .max_tokens = PH_SERVE_MAX_TOKENS};
-    long l;
-    double d;
-    const char *key_file = NULL, *one_key[1] = {NULL};
-    log_format log_fmt = LOG_TEXT;
-    bool key_flag = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            serve_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--any-model")) {
-            cfg.any_model = true;
-            continue;
-        }
-        if (!strcmp(a, "--allow-forced-output")) {
-            cfg.allow_forced_output = true;
-            continue;
-        }
-        if (!strcmp(a, "--strict-fields")) {
-            cfg.strict_fields = true;
-            continue;
-        }
-        if (!strcmp(a, "--no-reuse")) {
-            ep.reuse = false;
-            continue;
-        }
-        if (!strcmp(a, "--no-cache")) {
-            ep.reuse = false;
-            ep.picture_cache_entries = 0;
-            continue;
-        }
-        if (!strcmp(a, "--no-mmproj")) {
-            ma.no_mmproj = true;
-            continue;
-        }
-        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            log_set_level(LOG_DEBUG);
-            continue;
-        }
-        if (!(v = arg_value(argc, argv, &i))) return 2;
-        const int engine_flag = arg_engine(a, v, &ep);
-        if (engine_flag < 0) return 2;
-        if (engine_flag) continue;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ma.model = v;
-        else if (!strcmp(a, "--mmproj")) ma.mmproj = v;
-        else if (!strcmp(a, "--host")) cfg.host = v;
-        else if (!strcmp(a, "--log-format")) {
-            if (log_parse_format(v, &log_fmt)) {
-                fprintf(stderr, "pinhole serve: --log-format '%s': give text or json\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--port")) {
-            if (arg_int(a, v, 0, 65535, &l)) return 2;
-            cfg.port = (int)l;
-        } else if (!strcmp(a, "--max-images")) {
-            if (arg_int(a, v, 0, 4096, &l)) return 2;
-            cfg.max_images = (int)l;
-        } else if (!strcmp(a, "--max-queue")) {
-            if (arg_int(a, v, 0, 1 << 20, &l)) return 2;
-            cfg.max_queue = (int)l;
-        } else if (!strcmp(a, "--max-pixels-in-flight")) {
-            if (arg_u64(a, v, &cfg.max_pixels_in_flight)) return 2;
-        } else if (!strcmp(a, "--max-body-mb")) {
-            if (arg_int(a, v, 1, 1 << 20, &l)) return 2;
-            cfg.max_body = (size_t)l << 20;
-        } else if (!strcmp(a, "--request-timeout-s")) {
-            if (arg_float(a, v, 0, 1e9, &d)) return 2;
-            cfg.request_timeout_s = d;
-        } else if (!strcmp(a, "--max-connections")) {
-            if (arg_int(a, v, 8, 1 << 20, &l)) return 2;
-            cfg.max_connections = (int)l;
-        } else if (!strcmp(a, "--max-connections-per-ip")) {
-            if (arg_int(a, v, 1, 1 << 20, &l)) return 2;
-            cfg.max_connections_per_ip = (int)l;
-        } else if (!strcmp(a, "--header-timeout-s")) {
-            if (arg_float(a, v, 0.1, 1e6, &d)) return 2;
-            cfg.header_timeout_s = d;
-        } else if (!strcmp(a, "--body-timeout-s")) {
-            if (arg_float(a, v, 0.1, 1e6, &d)) return 2;
-            cfg.body_timeout_s = d;
-        } else if (!strcmp(a, "--send-timeout-s")) {
-            if (arg_float(a, v, 0, 1e6, &d)) return 2;
-            cfg.send_timeout_s = d;
-        } else if (!strcmp(a, "--api-key")) {
-            one_key[0] = v;
-            key_flag = true;
-        } else if (!strcmp(a, "--api-key-file")) key_file = v;
-        else if (!strcmp(a, "--cors-origin")) {
-            if (!access_origin_valid(v)) {
-                fprintf(stderr,
-                        "pinhole serve: --cors-origin '%s' is not an origin: give scheme://host[:port] "
-                        "(no path, as in http://localhost:3000) or *\n",
-                        v);
-                return 2;
-            }
-            cors[cfg.n_cors_origins++] = v;
-        } else if (!strcmp(a, "--allow-host")) {
-            if (!*v || strchr(v, '/') || strchr(v, ' ')) {
-                fprintf(stderr, "pinhole serve: --allow-host '%s' is not a host name (NAME, NAME:PORT or *)\n", v);
-                return 2;
-            }
-            hosts[cfg.n_allow_hosts++] = v;
-        } else if (!strcmp(a, "--alias")) {
-            if (!*v) {
-                fprintf(stderr, "pinhole serve: --alias needs a name\n");
-                return 2;
-            }
-            aliases[cfg.n_aliases++] = v;
-        } else if (!strcmp(a, "--temp")) {
-            if (arg_float(a, v, 0, 2, &d)) return 2;
-            cfg.temperature = d;
-        } else if (!strcmp(a, "--top-p")) {
-            if (arg_float(a, v, 0, 1, &d)) return 2;
-            if (!(d > 0)) {
-                fprintf(stderr, "pinhole: %s: '%s' must be above 0 (at most 1)\n", a, v);
-                return 2;
-            }
-            cfg.top_p = d;
-        } else if (!strcmp(a, "--top-k")) {
-            if (arg_int(a, v, 0, INT32_MAX, &l)) return 2;
-            cfg.top_k = (int)l;
-        } else if (!strcmp(a, "--max-tokens")) {
-            if (arg_int(a, v, 0, INT32_MAX, &l)) return 2;
-            cfg.max_tokens = (int)l;
-        } else if (!strcmp(a, "--image-cache-entries")) {
-            if (arg_int(a, v, 0, 1 << 20, &l)) return 2;
-            ep.picture_cache_entries = (int)l;
-        } else if (!strcmp(a, "--image-cache-mib")) {
-            if (arg_int(a, v, 0, 1 << 24, &l)) return 2;
-            ep.picture_cache_bytes = (size_t)l << 20;
-        } else if (!strcmp(a, "--image-cache-dir")) ep.picture_cache_dir = v;
-        else if (!strcmp(a, "--image-cache-disk-mib")) {
-            if (arg_int(a, v, 1, 1 << 30, &l)) return 2;
-            ep.picture_cache_disk_bytes = (uint64_t)l << 20;
-        } else if (!strcmp(a, "--conversation-cache-mib")) {
-            if (arg_int(a, v, 0, 1 << 30, &l)) return 2;
-            ep.conversation_cache_bytes = (size_t)l << 20;
-        } else if (!strcmp(a, "--cache-ram-mib")) {
-            if (arg_int(a, v, 0, 1 << 30, &l)) return 2;
-            ep.ram_cache_bytes = (size_t)l << 20;
-        } else if (!strcmp(a, "--kv-disk-dir")) ep.kv_disk_dir = v;
-        else if (!strcmp(a, "--kv-disk-space-mb")) {
-            if (arg_int(a, v, 1, 1L << 30, &l)) return 2;
-            ep.kv_disk_bytes = (uint64_t)l << 20;
-        } else if (!strcmp(a, "--checkpoint-every")) {
-            if (arg_int(a, v, 0, 1 << 22, &l)) return 2;
-            ep.checkpoint_every = (int32_t)l;
-        } else if (!strcmp(a, "--vision-idle-s")) {
-            if (arg_float(a, v, 0.001, 1e9, &d)) return 2;
-            ep.vision_idle_s = d;
-        } else {
-            fprintf(stderr, "pinhole serve: unknown option '%s' (see pinhole serve --help)\n", a);
-            return 2;
-        }
-    }
+    srv_config cfg;
+    server_config_default(&cfg);
+    serve_args sa = {&cfg, &ep, aliases, cors, hosts, NULL, NULL, LOG_TEXT};
+    arg_opt opts[64] = {
+        {"model", 'm', ARG_STR, &ma.model, 0, 0},
+        {"mmproj", 0, ARG_STR, &ma.mmproj, 0, 0},
+        {"no-mmproj", 0, ARG_SET, &ma.no_mmproj, 0, 0},
+        {"host", 0, ARG_STR, &cfg.host, 0, 0},
+        {"port", 0, ARG_INT, &cfg.port, 0, 65535},
+        {"max-images", 0, ARG_INT, &cfg.max_images, 0, 4096},
+        {"max-queue", 0, ARG_INT, &cfg.max_queue, 0, 1 << 20},
+        {"max-pixels-in-flight", 0, ARG_U64, &cfg.max_pixels_in_flight, 0, 0},
+        {"max-body-mb", 0, ARG_MIB, &cfg.max_body, 1, 1 << 20},
+        {"request-timeout-s", 0, ARG_F64, &cfg.request_timeout_s, 0, 1e9},
+        {"max-connections", 0, ARG_INT, &cfg.max_connections, 8, 1 << 20},
+        {"max-connections-per-ip", 0, ARG_INT, &cfg.max_connections_per_ip, 1, 1 << 20},
+        {"header-timeout-s", 0, ARG_F64, &cfg.header_timeout_s, 0.1, 1e6},
+        {"body-timeout-s", 0, ARG_F64, &cfg.body_timeout_s, 0.1, 1e6},
+        {"send-timeout-s", 0, ARG_F64, &cfg.send_timeout_s, 0, 1e6},
+        {"api-key", 0, ARG_CALL, NULL, 0, 0},
+        {"api-key-file", 0, ARG_STR, &sa.key_file, 0, 0},
+        {"cors-origin", 0, ARG_CALL, NULL, 0, 0},
+        {"allow-host", 0, ARG_CALL, NULL, 0, 0},
+        {"alias", 0, ARG_CALL, NULL, 0, 0},
+        {"any-model", 0, ARG_SET, &cfg.any_model, 0, 0},
+        {"allow-forced-output", 0, ARG_SET, &cfg.allow_forced_output, 0, 0},
+        {"strict-fields", 0, ARG_SET, &cfg.strict_fields, 0, 0},
+        {"temp", 0, ARG_F64, &cfg.temperature, 0, 2},
+        {"top-p", 0, ARG_CALL, NULL, 0, 0},
+        {"top-k", 0, ARG_INT, &cfg.top_k, 0, INT32_MAX},
+        {"max-tokens", 0, ARG_INT, &cfg.max_tokens, 0, INT32_MAX},
+        {"image-cache-entries", 0, ARG_INT, &ep.picture_cache_entries, 0, 1 << 20},
+        {"image-cache-mib", 0, ARG_MIB, &ep.picture_cache_bytes, 0, 1 << 24},
+        {"image-cache-dir", 0, ARG_STR, &ep.picture_cache_dir, 0, 0},
+        {"image-cache-disk-mib", 0, ARG_MIB_U64, &ep.picture_cache_disk_bytes, 1, 1 << 30},
+        {"conversation-cache-mib", 0, ARG_MIB, &ep.conversation_cache_bytes, 0, 1 << 30},
+        {"cache-ram-mib", 0, ARG_MIB, &ep.ram_cache_bytes, 0, 1 << 30},
+        {"kv-disk-dir", 0, ARG_STR, &ep.kv_disk_dir, 0, 0},
+        {"kv-disk-space-mb", 0, ARG_MIB_U64, &ep.kv_disk_bytes, 1, 1L << 30},
+        {"checkpoint-every", 0, ARG_I32, &ep.checkpoint_every, 0, 1 << 22},
+        {"vision-idle-s", 0, ARG_F64, &ep.vision_idle_s, 0.001, 1e9},
+        {"no-reuse", 0, ARG_CALL_FLAG, NULL, 0, 0},
+        {"no-cache", 0, ARG_CALL_FLAG, NULL, 0, 0},
+        {"log-format", 0, ARG_CALL, NULL, 0, 0},
+        {"verbose", 'v', ARG_CALL_FLAG, NULL, 0, 0},
+    };
+    size_t n = 0;
+    while (n < sizeof opts / sizeof *opts && opts[n].name) n++;
+    n += arg_engine_opts(opts + n, &ep);
+    const int parsed = arg_parse("serve", argc, argv, opts, n, serve_option, &sa);
+    if (parsed == 1) serve_usage(stdout);
+    if (parsed) return parsed < 0 ? 2 : 0;
     if (!ma.model) {
         fprintf(stderr, "pinhole serve: -m MODEL is required (see pinhole serve --help)\n");
         return 2;
     }
+    const char *key_file = sa.key_file, *one_key[1] = {sa.key};
+    const bool key_flag = sa.key != NULL;
+    const log_format log_fmt = sa.log_fmt;
     log_set_format(log_fmt);
     /* the key: --api-key, --api-key-file, or PINHOLE_API_KEY */
     if (key_flag && key_file) {

@@ -4,6 +4,7 @@
  * then run: prefill, sample, stream. */
 #include "engine/engine.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/strbuf.h"
+#include "base/test_hook.h"
 #include "base/timeutil.h"
 #include "state/file_id.h"
 #include "engine/constrain.h"
@@ -40,13 +42,6 @@ void ph_gen_params_default(ph_gen_params *g) {
 
 static void progress(const ph_engine_params *p, const char *what, double f) {
     if (p->progress) p->progress(p->progress_ud, what, f);
-}
-
-/* A delay a test asks for (set by tests only): the environment variable
- * name's milliseconds, or 0. */
-static int test_delay_ms(const char *name) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : 0;
 }
 
 static void sleep_ms(int ms) {
@@ -97,8 +92,8 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
         (p->mmproj_path && file_identity(p, p->mmproj_path, "identifying the vision file", 0.1, 0.2, enc_id, err)))
         goto fail;
     progress(p, "loading the model", 0.2);
-    sleep_ms(test_delay_ms("PINHOLE_TEST_LOAD_DELAY_MS"));
-    e->test_step_delay_ms = test_delay_ms("PINHOLE_TEST_PREFILL_DELAY_MS");
+    sleep_ms(test_hook_ms("PINHOLE_TEST_LOAD_DELAY_MS"));
+    e->test_step_delay_ms = test_hook_ms("PINHOLE_TEST_PREFILL_DELAY_MS");
     if (!(e->m = ph_model_load(p->model_path, p->n_threads, err))) goto fail;
     /* A recurrent layer's state (qwen35) is what all of a sequence's rows
      * left behind: the live state and a RAM checkpoint can be cut back only
@@ -193,7 +188,17 @@ static void on_encoder_step(void *ud, int done, int total) {
 void ph_engine_free(ph_engine *e) {
     if (!e) return;
     if (e->disk) { /* the live state too (a clean shutdown), then whatever is queued */
-        if (e->s) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv, 0);
+        const double t0 = time_now_s();
+        const int32_t live = e->s ? e->live.n_rows : 0;
+        disk_tier_stats a, b;
+        disk_tier_get_stats(e->disk, &a);
+        if (live) disk_tier_save(e->disk, &e->live, live, &e->s->kv, 0);
+        disk_tier_flush(e->disk);
+        disk_tier_get_stats(e->disk, &b);
+        PH_INFO("shutdown: the live conversation (%d rows) and what was queued: %" PRIu64
+                " checkpoint files written (%.1f MiB), %" PRIu64 " skipped (held already, or no room), in %.2f s",
+                (int)live, b.saves - a.saves, (double)(b.bytes_written - a.bytes_written) / (1 << 20),
+                b.skipped - a.skipped, time_now_s() - t0);
         disk_tier_close(e->disk);
     }
     embed_cache_free(e->cache);

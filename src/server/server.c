@@ -849,9 +849,9 @@ static enum MHD_Result answer_or_wait(srv *s, struct MHD_Connection *c, conn *cn
         metrics_request(&s->met, api->endpoint, 200);
         char ig[IGNORED_HEADER_CAP];
         const bool named = api_ignored_header(j, ig, sizeof ig);
-        ok = send_json_ex(s, c, 200,
-                          j->count_only ? json_pack("{s:i}", "input_tokens", j->n_counted) : api->result(j), false,
-                          named ? "X-Pinhole-Ignored-Fields" : NULL, ig);
+        ok =
+            send_json_ex(s, c, 200, j->count_only ? json_pack("{s:i}", "input_tokens", j->n_counted) : api->result(j),
+                         false, named ? "X-Pinhole-Ignored-Fields" : NULL, ig);
     }
     job_unref(j);
     return ok;
@@ -1586,6 +1586,24 @@ void server_close(srv *s) {
     free(s);
 }
 
+void server_config_default(srv_config *c) {
+    *c = (srv_config){.host = "127.0.0.1",
+                      .port = 8080,
+                      .max_images = 16,
+                      .max_queue = 64,
+                      .max_pixels_in_flight = (uint64_t)256 << 20,
+                      .max_body = (size_t)64 << 20,
+                      .max_connections = 256,
+                      .max_connections_per_ip = 64,
+                      .header_timeout_s = 10,
+                      .body_timeout_s = 60,
+                      .send_timeout_s = 60,
+                      .temperature = 1.0,
+                      .top_p = 1.0,
+                      .top_k = 0,
+                      .max_tokens = SERVER_MAX_TOKENS};
+}
+
 srv *server_open(const srv_config *cfg, ph_err *err) {
     srv *s = calloc(1, sizeof *s);
     if (!s) {
@@ -1687,7 +1705,14 @@ int server_run(srv *s, ph_engine *e) {
     /* a second signal during the shutdown ends the process, as before */
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    PH_INFO("%s, stopping", sig == SIGINT ? "interrupted" : "terminated");
+    const double t_stop = time_now_s();
+    pthread_mutex_lock(&s->mu);
+    const bool was_running = s->running != NULL;
+    const size_t queued = s->q_len;
+    pthread_mutex_unlock(&s->mu);
+    PH_INFO("%s (%s), stopping: no new requests; %s; %zu queued refused",
+            sig == SIGINT ? "interrupted" : "terminated", sig == SIGINT ? "SIGINT" : "SIGTERM",
+            was_running ? "the running request cut short" : "no request was running", queued);
     /* stop taking connections and requests, cancel the running one, refuse
      * the queued ones */
     pthread_mutex_lock(&s->mu);
@@ -1714,5 +1739,6 @@ int server_run(srv *s, ph_engine *e) {
     }
     pthread_mutex_unlock(&s->mu);
     server_close(s);
+    PH_INFO("the server stopped in %.2f s", time_now_s() - t_stop);
     return 0;
 }

@@ -13,7 +13,7 @@
 #include "pinhole.h"
 
 typedef struct srv_config {
-    const char *host;         /* default 127.0.0.1 */
+    const char *host;         /* the IPv4 address to listen on */
     int port;                 /* 0: any free port */
     int max_images;           /* per request */
     int max_queue;            /* requests waiting for the worker; past it 503 (0: no bound) */
@@ -53,7 +53,7 @@ typedef struct srv_config {
     const char *const *aliases;
     size_t n_aliases;
     bool any_model;           /* --any-model: accept any "model" */
-    bool allow_forced_output; /* --allow-forced-output: a test switch (see README) */
+    bool allow_forced_output; /* --allow-forced-output: a test switch (docs/server.md) */
     bool strict_fields;       /* --strict-fields: a request field in no list is refused (else ignored, named) */
     /* sampling defaults for requests that leave these fields out (--temp,
      * --top-p, --top-k, --max-tokens); a field in the request always wins */
@@ -62,6 +62,20 @@ typedef struct srv_config {
     int top_k;          /* 0: off */
     int max_tokens;     /* 0: until the context is full */
 } srv_config;
+
+/* The defaults (the flags' documented ones): 127.0.0.1:8080, 16 pictures
+ * a request, a queue of 64, 256 Mpx of pictures in flight, 64 MiB bodies,
+ * 256 connections (64 an address), 10 s for a head, 60 s for a body and for
+ * a client that reads nothing, temperature 1, top-p 1, top-k off, and
+ * SERVER_MAX_TOKENS tokens an answer; no keys, origins, hosts or aliases. */
+void server_config_default(srv_config *c);
+
+/* The default token limit of an answer when the request gives none: a
+ * bound on a model that loops or never emits its end token, which would
+ * otherwise generate until the context is full (minutes on a long context,
+ * with the single worker busy), and far more than a normal answer,
+ * reasoning included, needs. */
+enum { SERVER_MAX_TOKENS = 4096 };
 
 typedef struct srv srv;
 

@@ -20,6 +20,7 @@
 #include "base/fs_space.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "base/test_hook.h"
 #include "base/timeutil.h"
 #include "state/domain.h"
 
@@ -1229,9 +1230,9 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *err) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the writer waits for due times */
     pthread_cond_init(&t->q_cv, &ca);
     pthread_condattr_destroy(&ca);
-    const char *full = getenv("PINHOLE_TEST_DISK_ENOSPC"); /* set by tests only */
+    const char *full = test_hook("PINHOLE_TEST_DISK_ENOSPC");
     if (full && *full) t->enospc_at = atoi(full);
-    const char *f = getenv("PINHOLE_TEST_DISK_KILL"); /* set by tests only */
+    const char *f = test_hook("PINHOLE_TEST_DISK_KILL");
     if (f && *f) {
         t->fault = !strcmp(f, "before-fsync")    ? FAULT_BEFORE_FSYNC
                    : !strcmp(f, "before-rename") ? FAULT_BEFORE_RENAME

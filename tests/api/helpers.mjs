@@ -2,8 +2,8 @@
 // official clients pointed at it, one conversation in each API's shape, the
 // reference answer from `pinhole run`, error and metrics checks.
 //
-// Environment: PINHOLE_BIN (the pinhole binary) and PH_ORACLE_DIR (the
-// oracle folder: models/ and img/); ctest sets both.
+// Environment: PINHOLE_BIN (the pinhole binary), PINHOLE_TEST_BIN (pinhole-test) and PH_ORACLE_DIR (the
+// oracle folder: models/ and img/); ctest sets them.
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -32,6 +32,9 @@ function required(name, hint) {
 }
 
 export const BIN = required('PINHOLE_BIN', 'point it at the pinhole binary (ctest sets it)');
+// pinhole-test: the same program with the test hooks on (PINHOLE_TEST_*
+// delays and faults, src/base/test_hook.h); the shipped pinhole ignores them.
+export const TEST_BIN = required('PINHOLE_TEST_BIN', 'point it at the pinhole-test binary (ctest sets it)');
 export const ORACLE = process.env.PH_ORACLE_DIR || join(HERE, '..', '..', '..', 'shared', 'oracle');
 export const MODEL = join(ORACLE, 'models', 'tiny-f16.gguf');
 export const MMPROJ = join(ORACLE, 'models', 'tiny-f16-mmproj.gguf');
@@ -84,13 +87,13 @@ function cacheDir() {
  * (--max-images 2, -c 128 ...); env: more environment variables
  * (PINHOLE_API_KEY ...).
  */
-export async function startServer({ model = QWEN3VL, vision = true, extra = [], env = {} } = {}) {
+export async function startServer({ model = QWEN3VL, vision = true, extra = [], env = {}, bin = BIN } = {}) {
   const named = typeof model === 'string';
   const visionArgs = vision === false ? ['--no-mmproj'] : vision && !named ? ['--mmproj', model.mmproj] : [];
   const args = ['serve', '-m', named ? model : model.llm, ...visionArgs, '--port', '0', '-t', '2', ...extra];
   const inherited = { ...process.env };
   delete inherited.PINHOLE_API_KEY; // a key of the caller's shell would lock every test out
-  const proc = spawn(BIN, args, {
+  const proc = spawn(bin, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...inherited, XDG_CACHE_HOME: cacheDir(), ...env },
   });
@@ -103,7 +106,7 @@ export async function startServer({ model = QWEN3VL, vision = true, extra = [], 
   const exited = new Promise((resolve) => {
     proc.on('exit', (code, signal) => { exit = { code, signal }; live.delete(proc); resolve(exit); });
   });
-  const cmd = `${BIN} ${args.join(' ')}`;
+  const cmd = `${bin} ${args.join(' ')}`;
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       proc.kill('SIGKILL');
@@ -115,7 +118,7 @@ export async function startServer({ model = QWEN3VL, vision = true, extra = [], 
       if (m) { clearTimeout(timer); resolve(Number(m[1])); }
     };
     proc.stderr.on('data', look);
-    proc.on('error', (e) => { clearTimeout(timer); reject(new Error(`cannot start ${BIN}: ${e.message}`)); });
+    proc.on('error', (e) => { clearTimeout(timer); reject(new Error(`cannot start ${bin}: ${e.message}`)); });
     exited.then(({ code, signal }) => {
       clearTimeout(timer);
       reject(new Error(`${cmd} exited (${signal ?? code}) before listening; stderr:\n${stderr}`));

@@ -12,16 +12,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { BIN, MMPROJ, MODEL, get, post, sleep, startServer, stopServer } from './helpers.mjs';
+import { BIN, MMPROJ, MODEL, TEST_BIN, get, post, sleep, startServer, stopServer } from './helpers.mjs';
 
 const cache = mkdtempSync(join(tmpdir(), 'pinhole-progress-'));
 after(() => rmSync(cache, { recursive: true, force: true }));
 
-/** `pinhole serve ARGS` with env; resolves {proc, err(), exited} at once. */
-function spawnServe(args, env = {}) {
+/** `pinhole-test serve ARGS` (or bin) with env; resolves {proc, err(), exited} at once. */
+function spawnServe(args, env = {}, bin = TEST_BIN) {
   const inherited = { ...process.env };
   delete inherited.PINHOLE_API_KEY; // a key of the caller's shell would lock the tests out
-  const proc = spawn(BIN, ['serve', '-m', MODEL, '--mmproj', MMPROJ, '-t', '2', ...args], {
+  const proc = spawn(bin, ['serve', '-m', MODEL, '--mmproj', MMPROJ, '-t', '2', ...args], {
     stdio: ['ignore', 'ignore', 'pipe'],
     env: { ...inherited, XDG_CACHE_HOME: cache, ...env },
   });
@@ -63,6 +63,16 @@ describe('the port before the model', { timeout: 120_000 }, () => {
       assert.doesNotMatch(s.err(), /loading the model/);
     } finally {
       taken.close();
+    }
+  });
+
+  test('the shipped pinhole ignores the test hooks (only pinhole-test reads PINHOLE_TEST_*)', async () => {
+    const s = spawnServe(['--port', '0'], { PINHOLE_TEST_LOAD_DELAY_MS: '600000' }, BIN);
+    try {
+      await waitFor(s, /listening on http:\/\/127\.0\.0\.1:\d+/, 30_000); // not 10 minutes later
+    } finally {
+      s.proc.kill('SIGTERM');
+      await s.exited;
     }
   });
 
@@ -272,7 +282,7 @@ describe('--log-format json', { timeout: 120_000 }, () => {
 describe('keep-alive while a long prompt is prefilled', { timeout: 120_000 }, () => {
   // each prefill chunk (512 rows) takes 2 s more: about 10 s for this prompt
   let srv;
-  before(async () => { srv = await startServer({ vision: false, env: { PINHOLE_TEST_PREFILL_DELAY_MS: '2000' } }); });
+  before(async () => { srv = await startServer({ vision: false, bin: TEST_BIN, env: { PINHOLE_TEST_PREFILL_DELAY_MS: '2000' } }); });
   after(() => stopServer(srv));
 
   test('the stream begins and sends keep-alive comments before the first token', async () => {
