@@ -54,9 +54,3 @@ fail:
     ph_prompt_free(out);
     return -1;
 }
-
-void ph_prompt_free(ph_prompt *p) {
-    for (size_t i = 0; i < p->n; i++) ph_tokens_free(&p->items[i].tokens);
-    free(p->items);
-    memset(p, 0, sizeof *p);
-}
