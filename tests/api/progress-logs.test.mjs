@@ -228,6 +228,27 @@ describe('why a request ended as it did (issue 23, item 4)', { timeout: 120_000 
   });
 });
 
+describe('Ctrl-C says what it stopped and what it saved (issue 23, item 5)', { timeout: 120_000 }, () => {
+  test('SIGINT: the stop line names the signal and the requests, then how long it took and the checkpoints written', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pinhole-stop-'));
+    try {
+      const s = spawnServe(['--port', '0', '--kv-disk-dir', dir]);
+      const port = Number((await waitFor(s, /listening on http:\/\/127\.0\.0\.1:(\d+)/))[1]);
+      const r = await post({ url: `http://127.0.0.1:${port}` }, '/v1/chat/completions',
+        { model: 'tiny-f16', messages: [{ role: 'user', content: 'Hi.' }], max_tokens: 4 });
+      assert.equal(r.status, 200);
+      s.proc.kill('SIGINT');
+      const { code } = await s.exited;
+      assert.equal(code, 0);
+      assert.match(s.err(), /interrupted \(SIGINT\), stopping: no new requests; no request was running; 0 queued refused/);
+      assert.match(s.err(), /the server stopped in \d+\.\d\d s/);
+      assert.match(s.err(), /shutdown: the live conversation \(\d+ rows\) and what was queued: \d+ checkpoint files written \([\d.]+ MiB\), \d+ skipped/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('--log-format json', { timeout: 120_000 }, () => {
   test('every line is a JSON object; a request\'s start and end lines carry its id, client, method, path', async () => {
     const srv = await startServer({ extra: ['--log-format', 'json'] });
