@@ -7,7 +7,8 @@
  * tensors of the oracle's qwen35 pair, a text and a picture prompt with
  * finite logits, the same on a second run, the Qwen3.5 chat format (its
  * renderings as llama.cpp renders the template); unknown architectures,
- * shapes and template files refused. */
+ * shapes and template files refused. The test oracle's options: an MTP
+ * block, the output type, the name, mksynth's weight scales. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,11 +308,22 @@ static void remove_pair(const char *out) {
     unlink(path);
 }
 
-static void test_qwen35(const char *dir) {
+/* DIR/NAME, and the pair's files DIR/NAME.gguf and DIR/NAME-mmproj.gguf */
+typedef struct pair_paths {
     char out[256], llm[300], mmproj[300];
-    snprintf(out, sizeof out, "%s/q35", dir);
-    snprintf(llm, sizeof llm, "%s.gguf", out);
-    snprintf(mmproj, sizeof mmproj, "%s-mmproj.gguf", out);
+} pair_paths;
+
+static pair_paths pair_in(const char *dir, const char *name) {
+    pair_paths p;
+    snprintf(p.out, sizeof p.out, "%s/%s", dir, name);
+    snprintf(p.llm, sizeof p.llm, "%s.gguf", p.out);
+    snprintf(p.mmproj, sizeof p.mmproj, "%s-mmproj.gguf", p.out);
+    return p;
+}
+
+static void test_qwen35(const char *dir) {
+    const pair_paths pp = pair_in(dir, "q35");
+    const char *out = pp.out, *llm = pp.llm, *mmproj = pp.mmproj;
     ph_err e;
     CHECKF(synth("qwen35", out, 1, &e) == 0, "%s", e.msg);
     CHECK(same_names(llm, ORACLE35 "tiny.gguf"));
@@ -346,7 +358,8 @@ static void test_qwen35(const char *dir) {
     CHECK(synth_write(&p, &e) == -1 && strstr(e.msg, "unknown architecture 'llama' (qwen3vl, qwen35)"));
     p.arch = "qwen35";
     p.shape = "7b";
-    CHECK(synth_write(&p, &e) == -1 && strstr(e.msg, "unknown shape '7b' (tiny, 2b)"));
+    CHECK(synth_write(&p, &e) == -1 &&
+          strstr(e.msg, "unknown shape '7b' (tiny, 2b, oracle-tiny, oracle-mid, oracle-q4k)"));
     p.shape = "tiny";
     p.chat_template = PH_ORACLE_DIR "/no-such-template.jinja";
     CHECK(synth_write(&p, &e) == -1 && strstr(e.msg, "no-such-template.jinja"));
@@ -372,6 +385,81 @@ static void test_qwen35(const char *dir) {
         ph_model_free(m);
     }
     remove_pair(out);
+}
+
+/* The test oracle's options (cmake/oracle.cmake): an MTP block, the output
+ * type, the name, mksynth's weight scales; and what they refuse. */
+static void test_oracle_options(const char *dir) {
+    const pair_paths pp = pair_in(dir, "opt");
+    const char *out = pp.out, *llm = pp.llm, *mmproj = pp.mmproj;
+    ph_err e;
+    synth_params p = {.arch = "qwen35",
+                      .shape = "oracle-mid",
+                      .type = "q8_0",
+                      .mtp = true,
+                      .name = "opt",
+                      .out = out,
+                      .seed = 5,
+                      .n_threads = 2};
+    CHECKF(synth_write(&p, &e) == 0, "%s", e.msg);
+    gguf_file *g = gguf_open(llm, &e);
+    uint32_t blocks = 0, nextn = 0;
+    gguf_str name = {0};
+    CHECK(g && gguf_get_u32(g, "qwen35.block_count", &blocks) == 0 && blocks == 5 &&
+          gguf_get_u32(g, "qwen35.nextn_predict_layers", &nextn) == 0 && nextn == 1);
+    CHECK(g && gguf_get_str(g, "general.name", &name) == 0 && gguf_str_eq(name, "opt"));
+    const gguf_tensor *eh = gguf_find_tensor(g, "blk.4.nextn.eh_proj.weight"),
+                      *q = gguf_find_tensor(g, "blk.4.attn_q.weight");
+    CHECK(eh && eh->type == PH_TYPE_Q8_0 && eh->ne[0] == 192 && eh->ne[1] == 96 && q);
+    /* the weights spread as mksynth's: a norm near 1, not 1 */
+    const gguf_tensor *norm = gguf_find_tensor(g, "blk.0.attn_norm.weight");
+    bool spread = norm && norm->type == PH_TYPE_F32;
+    float lo = 9, hi = -9;
+    for (int64_t i = 0; spread && i < norm->ne[0]; i++) {
+        float v;
+        memcpy(&v, (const uint8_t *)norm->data + 4 * i, 4);
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    CHECKF(spread && lo > 0.6f && lo < 0.95f && hi > 1.05f && hi < 1.4f, "norm in [%g, %g]", lo, hi);
+    gguf_close(g);
+    g = gguf_open(mmproj, &e);
+    CHECK(g && gguf_get_str(g, "general.name", &name) == 0 && gguf_str_eq(name, "opt-mmproj"));
+    gguf_close(g);
+    ph_model *m = ph_model_load(llm, 2, &e);
+    CHECKF(m != NULL, "%s", e.msg);
+    if (m) {
+        CHECKF(ph_model_get_info(m)->n_layer == 4, "%d layers (the MTP block is not one)",
+               ph_model_get_info(m)->n_layer);
+        float *last = malloc((size_t)ph_model_get_info(m)->n_vocab * sizeof *last);
+        if (last) test_picture(m, mmproj, last);
+        free(last);
+        ph_model_free(m);
+    }
+    remove_pair(out);
+
+    /* Q4_K_M: a tied embedding is Q6_K unless --output-type says otherwise */
+    p = (synth_params){.arch = "qwen35", .shape = "oracle-q4k", .type = "q4_k_m", .out = out, .n_threads = 2};
+    for (int k = 0; k < 2; k++) {
+        p.output_type = k ? "q4_k" : NULL;
+        CHECKF(synth_write(&p, &e) == 0, "%s", e.msg);
+        g = gguf_open(llm, &e);
+        const gguf_tensor *embd = gguf_find_tensor(g, "token_embd.weight"),
+                          *qkv = gguf_find_tensor(g, "blk.2.attn_qkv.weight");
+        CHECK(embd && embd->type == (k ? PH_TYPE_Q4_K : PH_TYPE_Q6_K) && qkv && qkv->type == PH_TYPE_Q6_K &&
+              !gguf_find_tensor(g, "output.weight"));
+        gguf_close(g);
+        remove_pair(out);
+    }
+
+    /* refusals */
+    p = (synth_params){.shape = "oracle-tiny", .mtp = true, .out = out, .n_threads = 2};
+    CHECK(synth_write(&p, &e) == -1 && strstr(e.msg, "MTP block is for qwen35"));
+    p = (synth_params){.shape = "oracle-tiny", .output_type = "q4_k_m", .out = out, .n_threads = 2};
+    CHECK(synth_write(&p, &e) == -1 && strstr(e.msg, "unknown output type 'q4_k_m'"));
+    p = (synth_params){.shape = "oracle-tiny", .vocab_pre = "qwen35", .out = out, .n_threads = 2};
+    CHECK(synth_write(&p, &e) == -1 && strstr(e.msg, "only for --vocab"));
+    CHECK(access(llm, F_OK) != 0 && access(mmproj, F_OK) != 0);
 }
 
 int main(void) {
@@ -414,6 +502,7 @@ int main(void) {
         ph_model_free(m);
     }
     test_qwen35(dir);
+    test_oracle_options(dir);
 
     const char *names[] = {a, b, c};
     for (int n = 0; n < 3; n++) {

@@ -4,6 +4,7 @@
  * layer, a vision tower without deepstack),
  * in the same GGUF layout as converted checkpoints, so llama.cpp loads them
  * too. Benchmarks use them for models of real sizes. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,21 +31,58 @@ typedef struct synth_shape {
     int v_embd, v_layer, v_head, v_ff, v_patch, v_npos;
     int n_deepstack;
     int deepstack[4]; /* vision layer indices */
+    /* the weights as tools/mksynth.py draws them (roughly normal, scaled by
+     * 1/sqrt(fan-in), norms near 1, nonzero biases: peaked logits, stable
+     * greedy choices), not uniform in +-0.035 with norms at 1 */
+    bool gauss;
 } synth_shape;
 
+/* The test oracle's pairs (tests/oracle/README.md): the shapes of the
+ * models llama.cpp's references were recorded with (tools/mksynth.py's
+ * tiny, mid, small and, for qwen35, tiny, mid, q4k), small enough for the
+ * parity tests to run every case on every kernel level. Qwen3-VL: 4 heads,
+ * 2 KV heads, untied output. */
+#define ORACLE_VL(nm, E, L, D, F, s0, s1, s2, VE, VL, VH, VF, npos, nds, ...)                                        \
+    {                                                                                                                \
+        .arch = "qwen3vl", .name = nm, .n_embd = E, .n_layer = L, .n_head = 4, .n_head_kv = 2, .head_dim = D,        \
+        .n_ff = F, .n_ctx = 4096, .sections = {s0, s1, s2, 0}, .freq_base = 5e6f, .v_embd = VE, .v_layer = VL,       \
+        .v_head = VH, .v_ff = VF, .v_patch = 16, .v_npos = npos, .n_deepstack = nds, .deepstack = __VA_ARGS__,       \
+        .gauss = true                                                                                                \
+    }
+/* Qwen3.5: tied output, 2 key heads of the delta net, conv kernel 4 */
+#define ORACLE_35(nm, E, H, KV, D, rot, s0, s1, s2, F, L, fa, hv, dk, VE, VL, VH, VF, npos)                          \
+    {                                                                                                                \
+        .arch = "qwen35", .name = nm, .n_embd = E, .n_layer = L, .n_head = H, .n_head_kv = KV, .head_dim = D,        \
+        .n_ff = F, .n_ctx = 4096, .sections = {s0, s1, s2, 0}, .freq_base = 1e7f, .tied = true, .n_rot = rot,        \
+        .fa_interval = fa, .ssm_hk = 2, .ssm_hv = hv, .ssm_d = dk, .conv_k = 4, .v_embd = VE, .v_layer = VL,         \
+        .v_head = VH, .v_ff = VF, .v_patch = 16, .v_npos = npos, .gauss = true                                       \
+    }
+
+// clang-format off
 static const synth_shape shapes[] = {
-    {"qwen3vl", "tiny", 256, 4, 4, 2,   64, 768, 4096, {12, 10, 10, 0}, 5e6f, false, 0, 0, 0, 0,
-     0,         0,      128, 4, 4, 256, 16, 576, 2,    {1, 2}},
-    {"qwen3vl", "2b", 2048, 28, 16, 8,    128, 6144, 262144, {24, 20, 20, 0}, 5e6f, true, 0, 0, 0, 0,
-     0,         0,    1024, 24, 16, 4096, 16,  2304, 3,      {5, 11, 17}},
+    {"qwen3vl", "tiny", 256, 4, 4, 2, 64, 768, 4096, {12, 10, 10, 0}, 5e6f, false, 0, 0, 0, 0, 0, 0,
+     128, 4, 4, 256, 16, 576, 2, {1, 2}, false},
+    {"qwen3vl", "2b", 2048, 28, 16, 8, 128, 6144, 262144, {24, 20, 20, 0}, 5e6f, true, 0, 0, 0, 0, 0, 0,
+     1024, 24, 16, 4096, 16, 2304, 3, {5, 11, 17}, false},
     /* more value heads than key heads (the tiled mapping); every matrix's
      * input a multiple of 256, so the K-quants apply everywhere */
-    {"qwen35", "tiny", 256, 8,  4, 2,   64, 768, 4096, {3, 3, 2, 0}, 1e7f, true, 16,
-     4,        2,      4,   64, 4, 128, 4,  4,   256,  16,           576,  0,    {0}},
+    {"qwen35", "tiny", 256, 8, 4, 2, 64, 768, 4096, {3, 3, 2, 0}, 1e7f, true, 16, 4, 2, 4, 64, 4,
+     128, 4, 4, 256, 16, 576, 0, {0}, false},
     /* Qwen3.5-2B's sizes */
-    {"qwen35", "2b", 2048, 24, 8,    2,  256,  6144, 262144, {11, 11, 10, 0}, 1e7f, true, 64, 4, 16, 16, 128,
-     4,        1024, 24,   16, 4096, 16, 2304, 0,    {0}},
+    {"qwen35", "2b", 2048, 24, 8, 2, 256, 6144, 262144, {11, 11, 10, 0}, 1e7f, true, 64, 4, 16, 16, 128, 4,
+     1024, 24, 16, 4096, 16, 2304, 0, {0}, false},
+    /*        name            E    L  D   F    sections     VE   VL VH VF   npos deepstack */
+    ORACLE_VL("oracle-tiny",  64,  3, 16, 192, 3, 3, 2,    32,  2, 2, 64,  256, 1, {0}),
+    ORACLE_VL("oracle-mid",   128, 3, 32, 384, 6, 5, 5,    64,  3, 4, 128, 256, 2, {0, 1}),
+    ORACLE_VL("oracle-small", 256, 4, 64, 768, 12, 10, 10, 128, 4, 4, 256, 576, 2, {1, 2}),
+    /*        name          E    H  KV D    rot sections F    L  fa hv dk  VE  VL VH VF   npos */
+    ORACLE_35("oracle-tiny", 64,  2, 1, 64,  16, 3, 3, 2, 192, 8, 4, 2, 16, 32, 2, 2, 64,  256),
+    ORACLE_35("oracle-mid",  96,  4, 2, 64,  16, 3, 3, 2, 288, 4, 2, 4, 32, 64, 3, 4, 128, 256),
+    ORACLE_35("oracle-q4k",  256, 2, 1, 128, 32, 6, 5, 5, 512, 4, 4, 4, 64, 64, 3, 4, 128, 576),
 };
+// clang-format on
+#undef ORACLE_VL
+#undef ORACLE_35
 
 static bool is_qwen35(const synth_shape *s) { return !strcmp(s->arch, "qwen35"); }
 
@@ -64,17 +102,23 @@ static const synth_type types[] = {
     {"q5_k", PH_TYPE_Q5_K, 16}, {"q6_k", PH_TYPE_Q6_K, 18}, {"q4_k_m", PH_TYPE_Q4_K, 15},
 };
 
-/* What one tensor is filled with: FILL_NEGATIVE is uniform in [-scale,
- * -scale/50] (qwen35's ssm_a = -exp(A_log): every head's state decays). */
-typedef enum { FILL_RANDOM, FILL_ONES, FILL_ZEROS, FILL_NEGATIVE } fill_kind;
+/* What one tensor is filled with: FILL_RANDOM is uniform in [-scale, scale],
+ * FILL_NEGATIVE uniform in [-scale, -scale/50] (qwen35's ssm_a =
+ * -exp(A_log): every head's state decays), FILL_NORMAL offset + scale * g
+ * with g roughly normal (mean 0, variance 1). */
+typedef enum { FILL_RANDOM, FILL_ONES, FILL_ZEROS, FILL_NEGATIVE, FILL_NORMAL } fill_kind;
+
+typedef struct fill {
+    fill_kind kind;
+    float scale, offset;
+} fill;
 
 typedef struct synth_tensor {
     char name[64];
     int type;
     uint32_t n_dims;
     int64_t ne[4];
-    fill_kind fill;
-    float scale; /* uniform in [-scale, scale] */
+    fill fill;
 } synth_tensor;
 
 typedef struct synth_list {
@@ -83,11 +127,11 @@ typedef struct synth_list {
     int failed;
 } synth_list;
 
-static void add(synth_list *l, int type, fill_kind fill, float scale, uint32_t n_dims, int64_t ne0, int64_t ne1,
-                int64_t ne2, int64_t ne3, const char *fmt, ...) PH_PRINTF(10, 11);
+static void add(synth_list *l, int type, fill f, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3,
+                const char *fmt, ...) PH_PRINTF(9, 10);
 
-static void add(synth_list *l, int type, fill_kind fill, float scale, uint32_t n_dims, int64_t ne0, int64_t ne1,
-                int64_t ne2, int64_t ne3, const char *fmt, ...) {
+static void add(synth_list *l, int type, fill f, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3,
+                const char *fmt, ...) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
         synth_tensor *t = realloc(l->t, cap * sizeof *t);
@@ -104,8 +148,7 @@ static void add(synth_list *l, int type, fill_kind fill, float scale, uint32_t n
     vsnprintf(t->name, sizeof t->name, fmt, ap);
     va_end(ap);
     t->type = type;
-    t->fill = fill;
-    t->scale = scale;
+    t->fill = f;
     t->n_dims = n_dims;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
@@ -113,92 +156,127 @@ static void add(synth_list *l, int type, fill_kind fill, float scale, uint32_t n
     t->ne[3] = ne3;
 }
 
+/* The fills of a shape's tensors by role: a matrix (gain / sqrt(fan_in)
+ * when gauss, else uniform in +-0.035), a norm's weight (1 + 0.1 g, or 1),
+ * a bias (0.1 g, or uniform in +-legacy, or 0 when legacy is 0); `pick`
+ * chooses between a fill of each kind. sqrtf is exact (IEEE), so the files
+ * are the same everywhere. */
+static const fill ONES = {FILL_ONES, 0, 0}, ZEROS = {FILL_ZEROS, 0, 0};
+
+static fill pick(const synth_shape *s, fill legacy, fill gauss) { return s->gauss ? gauss : legacy; }
+
+static fill f_mat(const synth_shape *s, float gain, int64_t fan_in) {
+    return pick(s, (fill){FILL_RANDOM, 0.035f, 0}, (fill){FILL_NORMAL, gain / sqrtf((float)fan_in), 0});
+}
+
+static fill f_norm(const synth_shape *s, float gain) { return pick(s, ONES, (fill){FILL_NORMAL, 0.1f * gain, gain}); }
+
+static fill f_bias(const synth_shape *s, float legacy) {
+    return pick(s, legacy > 0 ? (fill){FILL_RANDOM, legacy, 0} : ZEROS, (fill){FILL_NORMAL, 0.1f, 0});
+}
+
 /* Q4_K_M's choice of more bits for some layers (llama.cpp's use_more_bits). */
 static bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-static void llm_tensors(synth_list *l, const synth_shape *s, const synth_type *ty, int64_t n_vocab) {
-    const int64_t E = s->n_embd, F = s->n_ff, nq = (int64_t)s->n_head * s->head_dim,
-                  nkv = (int64_t)s->n_head_kv * s->head_dim;
+/* A full-attention block's attention tensors (blk.i.attn_*) */
+static void attn_tensors(synth_list *l, const synth_shape *s, int i, int base, int vtype) {
+    const int64_t E = s->n_embd, nq = (int64_t)s->n_head * s->head_dim, nkv = (int64_t)s->n_head_kv * s->head_dim;
+    /* qwen35's query rows hold each head's query, then its gate */
+    add(l, base, f_mat(s, 1, E), 2, E, is_qwen35(s) ? 2 * nq : nq, 1, 1, "blk.%d.attn_q.weight", i);
+    add(l, base, f_mat(s, 1, E), 2, E, nkv, 1, 1, "blk.%d.attn_k.weight", i);
+    add(l, vtype, f_mat(s, 1, E), 2, E, nkv, 1, 1, "blk.%d.attn_v.weight", i);
+    add(l, base, f_mat(s, 4, nq), 2, nq, E, 1, 1, "blk.%d.attn_output.weight", i);
+    add(l, PH_TYPE_F32, f_norm(s, 1), 1, s->head_dim, 1, 1, 1, "blk.%d.attn_q_norm.weight", i);
+    add(l, PH_TYPE_F32, f_norm(s, 1), 1, s->head_dim, 1, 1, 1, "blk.%d.attn_k_norm.weight", i);
+}
+
+static void llm_tensors(synth_list *l, const synth_shape *s, const synth_type *ty, int out_type, bool mtp,
+                        int64_t n_vocab) {
+    const int64_t E = s->n_embd, F = s->n_ff;
     /* qwen35's delta net: q and k heads, then v heads, through the convolution */
     const int64_t hv = s->ssm_hv, dk = s->ssm_d, vdim = hv * dk, conv = 2 * s->ssm_hk * dk + vdim;
     const bool km = !strcmp(ty->name, "q4_k_m"), q35 = is_qwen35(s);
     const int base = ty->base;
-    const float w = 0.035f; /* ~ 0.02 standard deviation */
-    int embd_type = base, out_type = base;
-    if (km) {
-        embd_type = s->tied ? PH_TYPE_Q6_K : PH_TYPE_Q4_K;
-        out_type = PH_TYPE_Q6_K;
-    }
-    add(l, embd_type, FILL_RANDOM, w, 2, E, n_vocab, 1, 1, "token_embd.weight");
-    add(l, PH_TYPE_F32, FILL_ONES, 0, 1, E, 1, 1, 1, "output_norm.weight");
-    if (!s->tied) add(l, out_type, FILL_RANDOM, w, 2, E, n_vocab, 1, 1, "output.weight");
-    for (int i = 0; i < s->n_layer; i++) {
+    const int embd_type = s->tied ? out_type : km ? PH_TYPE_Q4_K : base;
+    /* tied: the final norm sets the logits' scale */
+    const float out_gain = s->tied && s->gauss ? 3.5f / sqrtf((float)E) : 1.0f;
+    add(l, embd_type, f_mat(s, 1, 1), 2, E, n_vocab, 1, 1, "token_embd.weight");
+    add(l, PH_TYPE_F32, f_norm(s, out_gain), 1, E, 1, 1, 1, "output_norm.weight");
+    if (!s->tied) add(l, out_type, f_mat(s, 3, E), 2, E, n_vocab, 1, 1, "output.weight");
+    for (int i = 0; i < s->n_layer + (mtp ? 1 : 0); i++) {
         /* Q4_K_M's attn_v counter counts qwen35's attn_qkv too: one per layer */
-        int vtype = km && more_bits(i, s->n_layer) ? PH_TYPE_Q6_K : base;
-        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, E, 1, 1, 1, "blk.%d.attn_norm.weight", i);
-        if (recurrent(s, i)) {
-            add(l, vtype, FILL_RANDOM, w, 2, E, conv, 1, 1, "blk.%d.attn_qkv.weight", i);
-            add(l, base, FILL_RANDOM, w, 2, E, vdim, 1, 1, "blk.%d.attn_gate.weight", i);
-            add(l, PH_TYPE_F32, FILL_RANDOM, 0.5f, 2, s->conv_k, conv, 1, 1, "blk.%d.ssm_conv1d.weight", i);
-            add(l, PH_TYPE_F32, FILL_RANDOM, 0.5f, 1, hv, 1, 1, 1, "blk.%d.ssm_dt.bias", i);
-            add(l, PH_TYPE_F32, FILL_NEGATIVE, 1.0f, 1, hv, 1, 1, 1, "blk.%d.ssm_a", i);
-            add(l, base, FILL_RANDOM, w, 2, E, hv, 1, 1, "blk.%d.ssm_beta.weight", i);
-            add(l, base, FILL_RANDOM, w, 2, E, hv, 1, 1, "blk.%d.ssm_alpha.weight", i);
-            add(l, PH_TYPE_F32, FILL_ONES, 0, 1, dk, 1, 1, 1, "blk.%d.ssm_norm.weight", i);
-            add(l, base, FILL_RANDOM, w, 2, vdim, E, 1, 1, "blk.%d.ssm_out.weight", i);
+        const int vtype = km && more_bits(i, s->n_layer) ? PH_TYPE_Q6_K : base;
+        add(l, PH_TYPE_F32, f_norm(s, 1), 1, E, 1, 1, 1, "blk.%d.attn_norm.weight", i);
+        if (i < s->n_layer && recurrent(s, i)) {
+            add(l, vtype, f_mat(s, 1, E), 2, E, conv, 1, 1, "blk.%d.attn_qkv.weight", i);
+            add(l, base, f_mat(s, 1, E), 2, E, vdim, 1, 1, "blk.%d.attn_gate.weight", i);
+            add(l, PH_TYPE_F32, pick(s, (fill){FILL_RANDOM, 0.5f, 0}, (fill){FILL_NORMAL, 0.5f, 0}), 2, s->conv_k,
+                conv, 1, 1, "blk.%d.ssm_conv1d.weight", i);
+            add(l, PH_TYPE_F32, pick(s, (fill){FILL_RANDOM, 0.5f, 0}, (fill){FILL_NORMAL, 0.5f, 0}), 1, hv, 1, 1, 1,
+                "blk.%d.ssm_dt.bias", i);
+            add(l, PH_TYPE_F32, (fill){FILL_NEGATIVE, 1.0f, 0}, 1, hv, 1, 1, 1, "blk.%d.ssm_a", i);
+            add(l, base, f_mat(s, 1, E), 2, E, hv, 1, 1, "blk.%d.ssm_beta.weight", i);
+            add(l, base, f_mat(s, 1, E), 2, E, hv, 1, 1, "blk.%d.ssm_alpha.weight", i);
+            add(l, PH_TYPE_F32, f_norm(s, 1), 1, dk, 1, 1, 1, "blk.%d.ssm_norm.weight", i);
+            add(l, base, f_mat(s, 4, vdim), 2, vdim, E, 1, 1, "blk.%d.ssm_out.weight", i);
         } else {
-            /* qwen35's query rows hold each head's query, then its gate */
-            add(l, base, FILL_RANDOM, w, 2, E, q35 ? 2 * nq : nq, 1, 1, "blk.%d.attn_q.weight", i);
-            add(l, base, FILL_RANDOM, w, 2, E, nkv, 1, 1, "blk.%d.attn_k.weight", i);
-            add(l, vtype, FILL_RANDOM, w, 2, E, nkv, 1, 1, "blk.%d.attn_v.weight", i);
-            add(l, base, FILL_RANDOM, w, 2, nq, E, 1, 1, "blk.%d.attn_output.weight", i);
-            add(l, PH_TYPE_F32, FILL_ONES, 0, 1, s->head_dim, 1, 1, 1, "blk.%d.attn_q_norm.weight", i);
-            add(l, PH_TYPE_F32, FILL_ONES, 0, 1, s->head_dim, 1, 1, 1, "blk.%d.attn_k_norm.weight", i);
+            attn_tensors(l, s, i, base, vtype);
         }
-        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, E, 1, 1, 1,
+        add(l, PH_TYPE_F32, f_norm(s, 1), 1, E, 1, 1, 1,
             q35 ? "blk.%d.post_attention_norm.weight" : "blk.%d.ffn_norm.weight", i);
-        add(l, base, FILL_RANDOM, w, 2, E, F, 1, 1, "blk.%d.ffn_gate.weight", i);
-        add(l, base, FILL_RANDOM, w, 2, E, F, 1, 1, "blk.%d.ffn_up.weight", i);
-        add(l, vtype, FILL_RANDOM, w, 2, F, E, 1, 1, "blk.%d.ffn_down.weight", i);
+        add(l, base, f_mat(s, 1, E), 2, E, F, 1, 1, "blk.%d.ffn_gate.weight", i);
+        add(l, base, f_mat(s, 1, E), 2, E, F, 1, 1, "blk.%d.ffn_up.weight", i);
+        add(l, vtype, f_mat(s, 4, F), 2, F, E, 1, 1, "blk.%d.ffn_down.weight", i);
+    }
+    if (mtp) {
+        /* the MTP block's own tensors: the projection of [embedding, hidden] and its norms */
+        const int i = s->n_layer;
+        add(l, base, f_mat(s, 1, 2 * E), 2, 2 * E, E, 1, 1, "blk.%d.nextn.eh_proj.weight", i);
+        add(l, PH_TYPE_F32, f_norm(s, 1), 1, E, 1, 1, 1, "blk.%d.nextn.enorm.weight", i);
+        add(l, PH_TYPE_F32, f_norm(s, 1), 1, E, 1, 1, 1, "blk.%d.nextn.hnorm.weight", i);
+        add(l, PH_TYPE_F32, f_norm(s, 1), 1, E, 1, 1, 1, "blk.%d.nextn.shared_head_norm.weight", i);
     }
 }
 
 static void vision_tensors(synth_list *l, const synth_shape *s, int vt) {
     const int64_t C = s->v_embd, C4 = 4 * C, P = s->n_embd, Fv = s->v_ff, ps = s->v_patch;
     const float w = 0.035f;
-    add(l, vt == PH_TYPE_Q8_0 ? PH_TYPE_F16 : vt, FILL_RANDOM, w, 4, ps, ps, 3, C, "v.patch_embd.weight");
-    add(l, vt == PH_TYPE_Q8_0 ? PH_TYPE_F16 : vt, FILL_RANDOM, w, 4, ps, ps, 3, C, "v.patch_embd.weight.1");
-    add(l, PH_TYPE_F32, FILL_ZEROS, 0, 1, C, 1, 1, 1, "v.patch_embd.bias");
-    add(l, PH_TYPE_F32, FILL_RANDOM, 0.1f, 2, C, s->v_npos, 1, 1, "v.position_embd.weight");
+    /* the patch kernels: F16 for a quantized tower (F32 with gauss, as mksynth.py) */
+    const int pt = vt != PH_TYPE_Q8_0 ? vt : s->gauss ? PH_TYPE_F32 : PH_TYPE_F16;
+    add(l, pt, f_mat(s, 1, 3 * ps * ps), 4, ps, ps, 3, C, "v.patch_embd.weight");
+    add(l, pt, f_mat(s, 1, 3 * ps * ps), 4, ps, ps, 3, C, "v.patch_embd.weight.1");
+    add(l, PH_TYPE_F32, f_bias(s, 0), 1, C, 1, 1, 1, "v.patch_embd.bias");
+    add(l, PH_TYPE_F32, pick(s, (fill){FILL_RANDOM, 0.1f, 0}, (fill){FILL_NORMAL, 0.5f, 0}), 2, C, s->v_npos, 1, 1,
+        "v.position_embd.weight");
     for (int i = 0; i < s->v_layer; i++) {
-        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, C, 1, 1, 1, "v.blk.%d.ln1.weight", i);
-        add(l, PH_TYPE_F32, FILL_ZEROS, 0, 1, C, 1, 1, 1, "v.blk.%d.ln1.bias", i);
-        add(l, vt, FILL_RANDOM, w, 2, C, 3 * C, 1, 1, "v.blk.%d.attn_qkv.weight", i);
-        add(l, PH_TYPE_F32, FILL_RANDOM, w, 1, 3 * C, 1, 1, 1, "v.blk.%d.attn_qkv.bias", i);
-        add(l, vt, FILL_RANDOM, w, 2, C, C, 1, 1, "v.blk.%d.attn_out.weight", i);
-        add(l, PH_TYPE_F32, FILL_RANDOM, w, 1, C, 1, 1, 1, "v.blk.%d.attn_out.bias", i);
-        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, C, 1, 1, 1, "v.blk.%d.ln2.weight", i);
-        add(l, PH_TYPE_F32, FILL_ZEROS, 0, 1, C, 1, 1, 1, "v.blk.%d.ln2.bias", i);
-        add(l, vt, FILL_RANDOM, w, 2, C, Fv, 1, 1, "v.blk.%d.ffn_up.weight", i);
-        add(l, PH_TYPE_F32, FILL_RANDOM, w, 1, Fv, 1, 1, 1, "v.blk.%d.ffn_up.bias", i);
-        add(l, vt, FILL_RANDOM, w, 2, Fv, C, 1, 1, "v.blk.%d.ffn_down.weight", i);
-        add(l, PH_TYPE_F32, FILL_RANDOM, w, 1, C, 1, 1, 1, "v.blk.%d.ffn_down.bias", i);
+        add(l, PH_TYPE_F32, f_norm(s, 1), 1, C, 1, 1, 1, "v.blk.%d.ln1.weight", i);
+        add(l, PH_TYPE_F32, f_bias(s, 0), 1, C, 1, 1, 1, "v.blk.%d.ln1.bias", i);
+        add(l, vt, f_mat(s, 1, C), 2, C, 3 * C, 1, 1, "v.blk.%d.attn_qkv.weight", i);
+        add(l, PH_TYPE_F32, f_bias(s, w), 1, 3 * C, 1, 1, 1, "v.blk.%d.attn_qkv.bias", i);
+        add(l, vt, f_mat(s, 1, C), 2, C, C, 1, 1, "v.blk.%d.attn_out.weight", i);
+        add(l, PH_TYPE_F32, f_bias(s, w), 1, C, 1, 1, 1, "v.blk.%d.attn_out.bias", i);
+        add(l, PH_TYPE_F32, f_norm(s, 1), 1, C, 1, 1, 1, "v.blk.%d.ln2.weight", i);
+        add(l, PH_TYPE_F32, f_bias(s, 0), 1, C, 1, 1, 1, "v.blk.%d.ln2.bias", i);
+        add(l, vt, f_mat(s, 1, C), 2, C, Fv, 1, 1, "v.blk.%d.ffn_up.weight", i);
+        add(l, PH_TYPE_F32, f_bias(s, w), 1, Fv, 1, 1, 1, "v.blk.%d.ffn_up.bias", i);
+        add(l, vt, f_mat(s, 1, Fv), 2, Fv, C, 1, 1, "v.blk.%d.ffn_down.weight", i);
+        add(l, PH_TYPE_F32, f_bias(s, w), 1, C, 1, 1, 1, "v.blk.%d.ffn_down.bias", i);
     }
     for (int d = 0; d < s->n_deepstack; d++) {
         int i = s->deepstack[d];
-        add(l, PH_TYPE_F32, FILL_ONES, 0, 1, C4, 1, 1, 1, "v.deepstack.%d.norm.weight", i);
-        add(l, PH_TYPE_F32, FILL_ZEROS, 0, 1, C4, 1, 1, 1, "v.deepstack.%d.norm.bias", i);
-        add(l, vt, FILL_RANDOM, w, 2, C4, C4, 1, 1, "v.deepstack.%d.fc1.weight", i);
-        add(l, PH_TYPE_F32, FILL_RANDOM, w, 1, C4, 1, 1, 1, "v.deepstack.%d.fc1.bias", i);
-        add(l, vt, FILL_RANDOM, w, 2, C4, P, 1, 1, "v.deepstack.%d.fc2.weight", i);
-        add(l, PH_TYPE_F32, FILL_RANDOM, w, 1, P, 1, 1, 1, "v.deepstack.%d.fc2.bias", i);
+        add(l, PH_TYPE_F32, f_norm(s, 1), 1, C4, 1, 1, 1, "v.deepstack.%d.norm.weight", i);
+        add(l, PH_TYPE_F32, f_bias(s, 0), 1, C4, 1, 1, 1, "v.deepstack.%d.norm.bias", i);
+        add(l, vt, f_mat(s, 1, C4), 2, C4, C4, 1, 1, "v.deepstack.%d.fc1.weight", i);
+        add(l, PH_TYPE_F32, f_bias(s, w), 1, C4, 1, 1, 1, "v.deepstack.%d.fc1.bias", i);
+        add(l, vt, f_mat(s, 1, C4), 2, C4, P, 1, 1, "v.deepstack.%d.fc2.weight", i);
+        add(l, PH_TYPE_F32, f_bias(s, w), 1, P, 1, 1, 1, "v.deepstack.%d.fc2.bias", i);
     }
-    add(l, PH_TYPE_F32, FILL_ONES, 0, 1, C, 1, 1, 1, "v.post_ln.weight");
-    add(l, PH_TYPE_F32, FILL_ZEROS, 0, 1, C, 1, 1, 1, "v.post_ln.bias");
-    add(l, vt, FILL_RANDOM, w, 2, C4, C4, 1, 1, "mm.0.weight");
-    add(l, PH_TYPE_F32, FILL_RANDOM, w, 1, C4, 1, 1, 1, "mm.0.bias");
-    add(l, vt, FILL_RANDOM, w, 2, C4, P, 1, 1, "mm.2.weight");
-    add(l, PH_TYPE_F32, FILL_RANDOM, w, 1, P, 1, 1, 1, "mm.2.bias");
+    add(l, PH_TYPE_F32, f_norm(s, 1), 1, C, 1, 1, 1, "v.post_ln.weight");
+    add(l, PH_TYPE_F32, f_bias(s, 0), 1, C, 1, 1, 1, "v.post_ln.bias");
+    add(l, vt, f_mat(s, 1, C4), 2, C4, C4, 1, 1, "mm.0.weight");
+    add(l, PH_TYPE_F32, f_bias(s, w), 1, C4, 1, 1, 1, "mm.0.bias");
+    add(l, vt, f_mat(s, 1, C4), 2, C4, P, 1, 1, "mm.2.weight");
+    add(l, PH_TYPE_F32, f_bias(s, w), 1, P, 1, 1, 1, "mm.2.bias");
 }
 
 /* ---- a vocabulary of our own -------------------------------------------- */
@@ -551,16 +629,35 @@ static void fill_rows(void *p, int ith, int nth) {
         /* each row's numbers depend only on (seed, tensor, row): the same
          * file whatever the thread count */
         uint64_t st = mix64(c->seed ^ mix64(c->t_index * 0x100000001B3ull + (uint64_t)r));
+        const fill f = t->fill;
         for (int64_t i = 0; i < c->row_len; i++) {
-            if (t->fill == FILL_ONES) {
+            if (f.kind == FILL_ONES) {
                 row[i] = 1.0f;
-            } else if (t->fill == FILL_ZEROS) {
+            } else if (f.kind == FILL_ZEROS) {
                 row[i] = 0.0f;
             } else {
                 st += 0x9E3779B97F4A7C15ull;
                 uint64_t z = mix64(st);
+                if (f.kind == FILL_NORMAL) {
+                    /* the sum of four 16-bit uniforms (Irwin-Hall), centred and
+                     * scaled to variance 1: integer sums, then one rounding per
+                     * float operation (each its own statement, never fused),
+                     * so the same bytes on every machine and compiler */
+                    const int32_t sum = (int32_t)(z & 0xffff) + (int32_t)(z >> 16 & 0xffff) +
+                                        (int32_t)(z >> 32 & 0xffff) + (int32_t)(z >> 48) - 131070;
+                    const float g = (float)sum * (1.7320508f / 65536.0f);
+                    const float v = g * f.scale;
+                    row[i] = v + f.offset;
+                    continue;
+                }
                 const float u = (float)(z >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
-                row[i] = t->fill == FILL_NEGATIVE ? -(0.02f + 0.98f * u) * t->scale : (u * 2.0f - 1.0f) * t->scale;
+                if (f.kind == FILL_NEGATIVE) {
+                    const float a = 0.98f * u;
+                    const float b = 0.02f + a;
+                    row[i] = -b * f.scale;
+                } else {
+                    row[i] = (u * 2.0f - 1.0f) * f.scale; /* u * 2 is exact: nothing to fuse */
+                }
             }
         }
         quantize_weight_row(t->type, row, c->buf + (size_t)r * c->row_bytes, c->row_len);
@@ -616,18 +713,16 @@ static void set_u32s(gguf_writer *w, const synth_shape *s, const u32_key *keys, 
     for (size_t i = 0; i < n; i++) gguf_writer_set_u32(w, akey(&k, s, keys[i].key), (uint32_t)keys[i].v);
 }
 
-static void llm_metadata(gguf_writer *w, const synth_shape *s, const synth_type *ty) {
+static void llm_metadata(gguf_writer *w, const synth_shape *s, const synth_type *ty, const char *name, bool mtp) {
     arch_key k;
-    char name[128];
-    /* a qwen3vl pair's names (and bytes) are those of the versions before qwen35 */
-    snprintf(name, sizeof name, "pinhole-synth-%s%s-%s", is_qwen35(s) ? "qwen35-" : "", s->name, ty->name);
     gguf_writer_set_str(w, "general.architecture", s->arch);
     gguf_writer_set_str(w, "general.name", name);
     gguf_writer_set_u32(w, "general.file_type", (uint32_t)ty->file_type);
     gguf_writer_set_u32(w, "general.quantization_version", 2);
+    /* an MTP block is counted in block_count (docs/numerics.md, Qwen3.5) */
     const u32_key common[] = {
         {"context_length", s->n_ctx},          {"embedding_length", s->n_embd},
-        {"block_count", s->n_layer},           {"feed_forward_length", s->n_ff},
+        {"block_count", s->n_layer + mtp},     {"feed_forward_length", s->n_ff},
         {"attention.head_count", s->n_head},   {"attention.head_count_kv", s->n_head_kv},
         {"attention.key_length", s->head_dim}, {"attention.value_length", s->head_dim},
     };
@@ -647,6 +742,65 @@ static void llm_metadata(gguf_writer *w, const synth_shape *s, const synth_type 
         {"ssm.inner_size", s->ssm_hv * s->ssm_d},
     };
     set_u32s(w, s, q35, sizeof q35 / sizeof *q35);
+    if (mtp) gguf_writer_set_u32(w, akey(&k, s, "nextn_predict_layers"), 1);
+}
+
+/* Copies the tokenizer.* keys of voc. A Qwen2 vocabulary (llama.cpp's
+ * models/ggml-vocab-qwen2.gguf) holds placeholders [PADn] where Qwen3-VL's
+ * added tokens go, after <|im_end|>: they are written in (with their types,
+ * as Qwen3-VL's converter does, SV_ADDED's order) and <|im_end|> becomes
+ * the end token. pre, when given, replaces tokenizer.ggml.pre (Qwen3.5's
+ * test vocabulary is Qwen2's with pre "qwen35"). */
+static int copy_vocab(gguf_writer *w, const gguf_file *voc, const char *pre, ph_err *err) {
+    for (uint64_t k = 0; k < voc->n_kv; k++) {
+        const gguf_kv *kv = &voc->kv[k];
+        if (kv->key.len > 10 && !memcmp(kv->key.ptr, "tokenizer.", 10)) gguf_writer_copy_kv(w, kv);
+    }
+    if (pre) gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    const gguf_kv *toks = gguf_find_kv(voc, "tokenizer.ggml.tokens"),
+                  *types = gguf_find_kv(voc, "tokenizer.ggml.token_type");
+    const uint64_t n = toks->v.arr.n;
+    uint64_t im_end = 0;
+    while (im_end < n && !gguf_str_eq(toks->v.arr.strs[im_end], "<|im_end|>")) im_end++;
+    const uint64_t first = im_end + 1, n_add = SV_N_ADDED - 3; /* SV_ADDED after <|im_end|> */
+    for (uint64_t i = 0; i < n_add; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "[PAD%" PRIu64 "]", first + i);
+        if (first + i >= n || !gguf_str_eq(toks->v.arr.strs[first + i], want)) return 0; /* nothing to fill */
+    }
+    if (!types || types->type != GGUF_ARRAY || types->v.arr.type != GGUF_INT32 || types->v.arr.n != n)
+        return err_set(err, "tokenizer.ggml.token_type is not %" PRIu64 " INT32 values", n);
+    size_t bytes = 0;
+    for (uint64_t i = 0; i < n; i++) bytes += toks->v.arr.strs[i].len + 1;
+    const char **texts = malloc(n * sizeof *texts);
+    char *buf = malloc(bytes);
+    int32_t *type = malloc(n * sizeof *type);
+    if (!texts || !buf || !type) {
+        free(texts);
+        free(buf);
+        free(type);
+        return err_set(err, "out of memory");
+    }
+    char *at = buf;
+    for (uint64_t i = 0; i < n; i++) {
+        const gguf_str t = toks->v.arr.strs[i];
+        memcpy(at, t.ptr, t.len);
+        at[t.len] = '\0';
+        texts[i] = at;
+        at += t.len + 1;
+        memcpy(&type[i], types->v.arr.data + 4 * i, 4);
+    }
+    for (uint64_t i = 0; i < n_add; i++) {
+        texts[first + i] = SV_ADDED[3 + i];
+        type[first + i] = 3 + i < SV_N_CONTROL ? SV_TYPE_CONTROL : SV_TYPE_USER;
+    }
+    gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_STRING, texts, n);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, type, n);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)im_end);
+    free(texts);
+    free(buf);
+    free(type);
+    return 0;
 }
 
 int synth_write(const synth_params *p, ph_err *err) {
@@ -660,9 +814,22 @@ int synth_write(const synth_params *p, ph_err *err) {
         if (p->shape && !strcmp(shapes[i].name, p->shape)) s = &shapes[i];
     }
     if (!known_arch) return err_set(err, "unknown architecture '%s' (qwen3vl, qwen35)", arch);
-    if (!s) return err_set(err, "unknown shape '%s' (tiny, 2b)", p->shape ? p->shape : "");
+    if (!s) {
+        char names[256] = "";
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+            if (!strcmp(shapes[i].arch, arch))
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? ", " : "",
+                         shapes[i].name);
+        return err_set(err, "unknown shape '%s' (%s)", p->shape ? p->shape : "", names);
+    }
     const synth_type *ty = find_type(p->type ? p->type : "f16");
     if (!ty) return err_set(err, "unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m)", p->type);
+    const synth_type *oty = p->output_type ? find_type(p->output_type) : NULL;
+    if (p->output_type && (!oty || !strcmp(oty->name, "q4_k_m")))
+        return err_set(err, "unknown output type '%s' (f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k)", p->output_type);
+    const int out_type = oty ? oty->base : !strcmp(ty->name, "q4_k_m") ? PH_TYPE_Q6_K : ty->base;
+    if (p->mtp && !is_qwen35(s)) return err_set(err, "an MTP block is for qwen35 models only");
+    if (p->vocab_pre && !p->vocab) return err_set(err, "the tokenizer's pre-tokenizer is set only for --vocab");
     const synth_type *vty = find_type(p->vision_type ? p->vision_type : "f16");
     if (!vty || (vty->base != PH_TYPE_F32 && vty->base != PH_TYPE_F16 && vty->base != PH_TYPE_BF16 &&
                  vty->base != PH_TYPE_Q8_0))
@@ -709,7 +876,7 @@ int synth_write(const synth_params *p, ph_err *err) {
         err_set(err, "cannot start threads");
         goto done;
     }
-    llm_tensors(&llm, s, ty, n_vocab);
+    llm_tensors(&llm, s, ty, out_type, p->mtp, n_vocab);
     vision_tensors(&vis, s, vty->base);
     if (llm.failed || vis.failed) {
         err_set(err, "out of memory");
@@ -717,12 +884,13 @@ int synth_write(const synth_params *p, ph_err *err) {
     }
 
     /* the LLM */
+    char name[160];
+    /* a qwen3vl pair's names (and bytes) are those of the versions before qwen35 */
+    if (p->name) snprintf(name, sizeof name, "%s", p->name);
+    else snprintf(name, sizeof name, "pinhole-synth-%s%s-%s", is_qwen35(s) ? "qwen35-" : "", s->name, ty->name);
     w = gguf_writer_new();
-    llm_metadata(w, s, ty);
-    for (uint64_t k = 0; voc && k < voc->n_kv; k++) {
-        const gguf_kv *kv = &voc->kv[k];
-        if (kv->key.len > 10 && !memcmp(kv->key.ptr, "tokenizer.", 10)) gguf_writer_copy_kv(w, kv);
-    }
+    llm_metadata(w, s, ty, name, p->mtp);
+    if (voc && copy_vocab(w, voc, p->vocab_pre, err)) goto done;
     if (own) self_vocab_write(w, own);
     if (tmpl) gguf_writer_set_str(w, "tokenizer.chat_template", tmpl);
     snprintf(path, sizeof path, "%s.gguf", p->out);
@@ -731,8 +899,10 @@ int synth_write(const synth_params *p, ph_err *err) {
 
     /* the mmproj */
     w = gguf_writer_new();
-    char name[128];
-    snprintf(name, sizeof name, "pinhole-synth-%s%s-%s-mmproj", is_qwen35(s) ? "qwen35-" : "", s->name, vty->name);
+    if (p->name) snprintf(name, sizeof name, "%s-mmproj", p->name);
+    else
+        snprintf(name, sizeof name, "pinhole-synth-%s%s-%s-mmproj", is_qwen35(s) ? "qwen35-" : "", s->name,
+                 vty->name);
     gguf_writer_set_str(w, "general.architecture", "clip");
     gguf_writer_set_str(w, "general.type", "mmproj");
     gguf_writer_set_str(w, "general.name", name);
