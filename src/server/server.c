@@ -881,7 +881,7 @@ static enum MHD_Result handle_api(srv *s, struct MHD_Connection *c, const api_ki
     int q = 0;
     const int parsed = parse_domain(s, j, cn->key, &err) || api->parse(j, &err) || parse_auxiliary(j, c, &err);
     if (!parsed) note_ignored(s, j);
-    if (parsed || check_text(s, j, &err) || check_pictures(s, j, &err) || (q = enqueue(s, j)) != 0) {
+    if (parsed || check_pictures(s, j, &err) || check_text(s, j, &err) || (q = enqueue(s, j)) != 0) {
         const uint64_t pixels = j->pixels;
         job_unref(j);
         char busy[200];
