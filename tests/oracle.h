@@ -1,6 +1,7 @@
-/* Reading ../shared/oracle and comparing results with it, as its README
- * says (tolerances, teacher forcing). Header-only: each parity test
- * includes it. */
+/* Reading the oracle (tests/oracle/README.md: llama.cpp's references for
+ * the models the build makes, in PH_ORACLE_DIR) and comparing results with
+ * it, as its README says (tolerances, teacher forcing). Header-only: each
+ * parity test includes it. */
 #ifndef PH_TESTS_ORACLE_H
 #define PH_TESTS_ORACLE_H
 
@@ -9,6 +10,20 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The oracle folder: PH_ORACLE_DIR, or another one of the same layout
+ * (the shared oracle's extra cases) after oracle_use(argc, argv) took it
+ * from the command line. */
+static inline const char **oracle_dir_slot(void) {
+    static const char *dir = PH_ORACLE_DIR;
+    return &dir;
+}
+static inline const char *oracle_dir(void) { return *oracle_dir_slot(); }
+/* `test [ORACLE_DIR]`: the folder given, else PH_ORACLE_DIR */
+static inline void oracle_use(int argc, char **argv) {
+    if (argc > 1) *oracle_dir_slot() = argv[1];
+    printf("oracle: %s\n", oracle_dir());
+}
+
 /* The path of one of model `model`'s files in the oracle folder:
  * <prefix><model><suffix>, for a model of a subfolder ("qwen35/tiny") in
  * that subfolder: oracle_path(p, n, "qwen35/tiny", "models/", ".gguf") is
@@ -16,8 +31,8 @@
 static inline void oracle_path(char *path, size_t n, const char *model, const char *prefix, const char *suffix) {
     const char *slash = strrchr(model, '/');
     if (slash)
-        snprintf(path, n, "%s/%.*s/%s%s%s", PH_ORACLE_DIR, (int)(slash - model), model, prefix, slash + 1, suffix);
-    else snprintf(path, n, "%s/%s%s%s", PH_ORACLE_DIR, prefix, model, suffix);
+        snprintf(path, n, "%s/%.*s/%s%s%s", oracle_dir(), (int)(slash - model), model, prefix, slash + 1, suffix);
+    else snprintf(path, n, "%s/%s%s%s", oracle_dir(), prefix, model, suffix);
 }
 
 /* The reference line for case `id` of model `model` ("tiny-f16", ...,

@@ -278,7 +278,7 @@ int main(void) {
         CHECKF(l[i].rows == order[i]->n_prompt && l[i].pics == order[i]->n_pictures,
                "ls line %d: %d rows %d pictures, expected %d and %d", i, l[i].rows, l[i].pics, order[i]->n_prompt,
                order[i]->n_pictures);
-        CHECKF(!strcmp(l[i].model, "7826ee2fd85d"), "ls line %d: model %s", i, l[i].model);
+        CHECKF(!strcmp(l[i].model, "82496f4bcb69"), "ls line %d: model %s", i, l[i].model);
         long long sz = file_size(dir, l[i].name);
         CHECKF(sz > 0 && l[i].mib > 0 && (sz / MIB - l[i].mib) < 0.006 && (l[i].mib - sz / MIB) < 0.006,
                "ls line %d: %s: %.2f MiB, the file has %lld bytes", i, l[i].name, l[i].mib, sz);
@@ -311,7 +311,7 @@ int main(void) {
         }
         CHECKF(nm && bytes == file_size(dir, nm), "ls --json: %s: %lld bytes", nm, bytes);
         const char *id = json_string_value(json_object_get(o, "model_id"));
-        CHECKF(id && !strcmp(id, "7826ee2fd85d5c5fe11017621ebf860e5e3c4450dcfd897988ba072969e20b68"),
+        CHECKF(id && !strcmp(id, "82496f4bcb69d57e6ac6b0537c4dfd454995dd1c424852953459e241576237c2"),
                "ls --json: model_id %s", id ? id : "(none)");
         CHECK(json_integer_value(json_object_get(o, "created_s")) > 1600000000);
         CHECK(use > 1600000000000LL && (prev_use < 0 || use <= prev_use));
@@ -336,7 +336,7 @@ int main(void) {
     CHECKF(has_line(out, "rows", want), "stats: rows %s", want);
     CHECK(has_line(out, "pictures", " 1"));
     CHECK(has_line(out, "oldest use", "-") && has_line(out, "newest use", ":"));
-    snprintf(want, sizeof want, "7826ee2fd85d5c5fe11017621ebf860e5e3c4450dcfd897988ba072969e20b68       3  %14lld",
+    snprintf(want, sizeof want, "82496f4bcb69d57e6ac6b0537c4dfd454995dd1c424852953459e241576237c2       3  %14lld",
              total);
     CHECKF(has_line(out, " ", want), "stats: per model '%s'", want);
     free(out);

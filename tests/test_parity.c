@@ -1,9 +1,10 @@
-/* Parity with llama.cpp on every case of ../shared/oracle (text and
+/* Parity with llama.cpp on every case of the oracle (tests/oracle: text and
  * pictures), for all three Qwen3-VL models and the three Qwen3.5 ones of
  * oracle/qwen35 (with that folder's extra cases): the prompt split exactly
  * (text chunks' ids, each picture's grid and positions), then 24
  * teacher-forced steps whose logits must match within the READMEs'
- * tolerances. */
+ * tolerances. `test_parity DIR` runs another oracle folder of the same
+ * layout (the shared one's extra cases). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,7 +75,7 @@ static void run_case(ph_model *m, ph_mmproj *mm, ph_session *s, const char *mode
             continue;
         }
         char path[1024];
-        snprintf(path, sizeof path, "%s/%s", PH_ORACLE_DIR,
+        snprintf(path, sizeof path, "%s/%s", oracle_dir(),
                  json_string_value(json_array_get(images, (size_t)it->picture)));
         ph_picture *pic = ph_picture_load(path, &err);
         ok = pic && it->picture < 8 && ph_session_eval_picture(s, mm, pic, &pcs[it->picture], NULL, &err) == 0;
@@ -129,11 +130,11 @@ static void run_case(ph_model *m, ph_mmproj *mm, ph_session *s, const char *mode
 /* The cases of cases.json, then those of `extra` (a file of the oracle folder) when given. */
 static json_t *load_cases(const char *extra) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/cases.json", PH_ORACLE_DIR);
+    snprintf(path, sizeof path, "%s/cases.json", oracle_dir());
     json_t *cases = json_load_file(path, 0, NULL);
     CHECKF(cases != NULL, "cannot read %s", path);
     if (!cases || !extra) return cases;
-    snprintf(path, sizeof path, "%s/%s", PH_ORACLE_DIR, extra);
+    snprintf(path, sizeof path, "%s/%s", oracle_dir(), extra);
     json_t *more = json_load_file(path, 0, NULL);
     CHECKF(more != NULL, "cannot read %s", path);
     if (more) json_array_extend(cases, more);
@@ -141,7 +142,8 @@ static json_t *load_cases(const char *extra) {
     return cases;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    oracle_use(argc, argv);
     char path[1024];
     for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++) {
         const char *name = models[mi].name;

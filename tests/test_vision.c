@@ -1,6 +1,7 @@
-/* The Qwen3-VL vision tower against ../shared/oracle: every picture of every
- * case, on all three model pairs and the three Qwen3.5 ones of
- * oracle/qwen35 (no deepstack), decoded, preprocessed and encoded here,
+/* The Qwen3-VL vision tower against the oracle (tests/oracle, or the folder
+ * given: `test_vision DIR`): every picture of every case, on all three
+ * model pairs and the three Qwen3.5 ones of oracle/qwen35 (no deepstack),
+ * decoded, preprocessed and encoded here,
  * then compared with llama.cpp's rows (README tolerances: every row norm
  * within 1%, every value of the first and last rows within 0.03 + 1%, four
  * times that for the JPEG case). Also: malformed mmproj files fail to load
@@ -25,7 +26,7 @@ static const char *models[] = {"tiny-f16", "mid-q8", "small-q4k", "qwen35/tiny",
 static void check_picture(vis_tower *v, const char *model, const char *id, const char *img_rel, json_t *chunk,
                           double *model_worst_norm, double *model_worst_val) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s", PH_ORACLE_DIR, img_rel);
+    snprintf(path, sizeof path, "%s/%s", oracle_dir(), img_rel);
     ph_err e = {0};
     image_limits lim;
     image_limits_default(&lim);
@@ -153,7 +154,7 @@ static void run_model(tpool *pool, const char *model) {
 
 static void check_malformed(tpool *pool) {
     char src[1024], dir[] = "/tmp/ph_test_vision_XXXXXX", dst[1100];
-    snprintf(src, sizeof src, "%s/models/tiny-f16-mmproj.gguf", PH_ORACLE_DIR);
+    snprintf(src, sizeof src, "%s/models/tiny-f16-mmproj.gguf", oracle_dir());
     CHECK(mkdtemp(dir) != NULL);
     snprintf(dst, sizeof dst, "%s/bad-mmproj.gguf", dir);
     static const struct {
@@ -182,7 +183,7 @@ static void check_malformed(tpool *pool) {
     rmdir(dir);
 
     /* the LLM file is not an mmproj */
-    snprintf(src, sizeof src, "%s/models/tiny-f16.gguf", PH_ORACLE_DIR);
+    snprintf(src, sizeof src, "%s/models/tiny-f16.gguf", oracle_dir());
     ph_err e = {0};
     vis_tower *v = vision_load(src, pool, &e);
     CHECKF(v == NULL && strstr(e.msg, "is not an mmproj"), "LLM as mmproj: %s", v ? "(loaded)" : e.msg);
@@ -192,7 +193,7 @@ static void check_malformed(tpool *pool) {
 /* Pictures the tower cannot take are refused, not encoded. */
 static void check_bad_input(tpool *pool) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/tiny-f16-mmproj.gguf", PH_ORACLE_DIR);
+    snprintf(path, sizeof path, "%s/models/tiny-f16-mmproj.gguf", oracle_dir());
     ph_err e = {0};
     vis_tower *v = vision_load(path, pool, &e);
     CHECKF(v != NULL, "%s", e.msg);
@@ -207,7 +208,8 @@ static void check_bad_input(tpool *pool) {
     vision_free(v);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    oracle_use(argc, argv);
     tpool *pool = tpool_create(2);
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) run_model(pool, models[i]);
     check_malformed(pool);

@@ -2,8 +2,9 @@
 // official clients pointed at it, one conversation in each API's shape, the
 // reference answer from `pinhole run`, error and metrics checks.
 //
-// Environment: PINHOLE_BIN (the pinhole binary), PINHOLE_TEST_BIN (pinhole-test) and PH_ORACLE_DIR (the
-// oracle folder: models/ and img/); ctest sets them.
+// Environment: PINHOLE_BIN (the pinhole binary), PINHOLE_TEST_BIN (pinhole-test)
+// and PH_ORACLE_DIR (the oracle folder the build makes: models/ and img/);
+// ctest sets them.
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -35,7 +36,7 @@ export const BIN = required('PINHOLE_BIN', 'point it at the pinhole binary (ctes
 // pinhole-test: the same program with the test hooks on (PINHOLE_TEST_*
 // delays and faults, src/base/test_hook.h); the shipped pinhole ignores them.
 export const TEST_BIN = required('PINHOLE_TEST_BIN', 'point it at the pinhole-test binary (ctest sets it)');
-export const ORACLE = process.env.PH_ORACLE_DIR || join(HERE, '..', '..', '..', 'shared', 'oracle');
+export const ORACLE = process.env.PH_ORACLE_DIR || join(HERE, '..', '..', 'build', 'testdata', 'oracle');
 export const MODEL = join(ORACLE, 'models', 'tiny-f16.gguf');
 export const MMPROJ = join(ORACLE, 'models', 'tiny-f16-mmproj.gguf');
 export const MODEL_ID = 'tiny-f16';
