@@ -8,6 +8,7 @@
 //   node bench/disk_writes.mjs --pinhole BIN --model LLM.gguf --mmproj MMPROJ.gguf
 //       [--picture PNG] [--parts chat,agent] [--turns 20] [--ctx 8192]
 //       [--agent-tokens 30000] [--agent-ctx 32768] [--threads 2] [--max-tokens 8]
+//       [--row-bytes N]  (the KV bytes of a row: read from the model's metadata otherwise)
 //
 // Parts:
 //  chat   a picture chat of --turns turns: turn 1 a picture and a question,
@@ -19,7 +20,10 @@
 // (pinhole_disk_cache_writes_queued 0) and prints one JSON line: the turn,
 // the prompt's tokens, the bytes written by the turn and in all, the bytes
 // the folder keeps (pinhole_disk_cache_bytes). The last line of a part is its
-// summary: total written / kept at the end (the write amplification).
+// summary: the conversation's KV at the end (its rows times the KV bytes of a
+// row, from the GGUF file's metadata: a Qwen3-VL model's layers, KV heads
+// and head size, f16 K and V) and the write amplification, the bytes
+// written in all over that.
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
@@ -39,6 +43,31 @@ if (!o.model || (o.parts.includes('chat') && (!o.mmproj || !o.picture))) {
                        '--picture PNG [--parts chat,agent] [--turns 20] ...\n')
   process.exit(2)
 }
+
+// The KV bytes of one row: K and V cells of every layer, f16 (a Qwen3-VL
+// file: every layer has attention). Reads the GGUF header's key-value pairs.
+function rowBytes(file) {
+  const fd = fs.openSync(file, 'r'), b = Buffer.alloc(16 << 20) // the metadata (a vocabulary is a few MiB)
+  fs.readSync(fd, b, 0, b.length, 0)
+  fs.closeSync(fd)
+  let at = 16
+  const n = Number(b.readBigUInt64LE(at)); at += 8
+  const str = () => { const l = Number(b.readBigUInt64LE(at)); at += 8; at += l; return b.toString('utf8', at - l, at) }
+  const SIZES = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 }
+  const val = (t) => {
+    if (t === 8) return str()
+    if (t === 9) { const et = b.readUInt32LE(at); at += 4; const c = Number(b.readBigUInt64LE(at)); at += 8
+                   for (let i = 0; i < c; i++) val(et); return null }
+    const v = t === 4 ? b.readUInt32LE(at) : t === 5 ? b.readInt32LE(at) : null
+    at += SIZES[t]; return v
+  }
+  const kv = {}
+  for (let i = 0; i < n; i++) { const k = str(); const t = b.readUInt32LE(at); at += 4; kv[k] = val(t) }
+  const a = kv['general.architecture'], get = (k) => kv[`${a}.${k}`]
+  const hd = get('attention.key_length') ?? get('embedding_length') / get('attention.head_count')
+  return 2 * get('block_count') * get('attention.head_count_kv') * hd * 2
+}
+const ROW_BYTES = Number(args['row-bytes']) || rowBytes(o.model)
 
 async function start(ctx, dir) {
   const argv = ['serve', '-m', o.model, '--port', '0', '-t', String(o.threads), '-c', String(ctx), '--kv-disk-dir', dir]
@@ -108,8 +137,10 @@ async function part(name, ctx, first, next, done) {
     before = m
   }
   const m = await metrics(s.url)
-  console.log(JSON.stringify({ part: name, summary: true, rows, written_total: m.disk_cache_written_bytes_total,
-    kept: m.disk_cache_bytes, amplification: +(m.disk_cache_written_bytes_total / m.disk_cache_bytes).toFixed(3) }))
+  const kv = rows * ROW_BYTES
+  console.log(JSON.stringify({ part: name, summary: true, rows, row_bytes: ROW_BYTES, final_kv: kv,
+    written_total: m.disk_cache_written_bytes_total, kept: m.disk_cache_bytes,
+    amplification: +(m.disk_cache_written_bytes_total / kv).toFixed(3) }))
   await s.stop()
   fs.rmSync(dir, { recursive: true, force: true })
 }
