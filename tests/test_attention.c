@@ -5,7 +5,8 @@
  * bidirectional, with GQA, partial tiles and head sizes that are not a
  * multiple of 16; each SIMD primitive against its scalar reference; results
  * independent of the thread count except where llama.cpp's own chunking
- * depends on it. */
+ * depends on it; and cells read through a table of blocks lying out of
+ * order in memory, bit for bit the result of one contiguous buffer. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +29,8 @@ typedef struct shape {
     int first_cell;
 } shape;
 
-/* The reference in double over the same f16 K and V. */
-static void reference(const attn_args *a, double *out) {
+/* The reference in double over the same f16 K and V ([n_kv][kv_stride]). */
+static void reference(const attn_args *a, const f16_bits *k, const f16_bits *v, double *out) {
     const int d = a->head_dim, group = a->n_head / a->n_head_kv;
     double *p = malloc((size_t)a->n_kv * sizeof(double));
     for (int64_t i = 0; i < a->n_q; i++)
@@ -40,14 +41,14 @@ static void reference(const attn_args *a, double *out) {
             for (int64_t c = 0; c < n; c++) {
                 double s = 0.0;
                 for (int t = 0; t < d; t++)
-                    s += (double)a->q[i * a->q_stride + h * d + t] * fp16_to_f32(a->k[c * a->kv_stride + g * d + t]);
+                    s += (double)a->q[i * a->q_stride + h * d + t] * fp16_to_f32(k[c * a->kv_stride + g * d + t]);
                 p[c] = s * a->scale;
                 if (p[c] > m) m = p[c];
             }
             for (int64_t c = 0; c < n; c++) sum += p[c] = exp(p[c] - m);
             for (int t = 0; t < d; t++) {
                 double o = 0.0;
-                for (int64_t c = 0; c < n; c++) o += p[c] * fp16_to_f32(a->v[c * a->kv_stride + g * d + t]);
+                for (int64_t c = 0; c < n; c++) o += p[c] * fp16_to_f32(v[c * a->kv_stride + g * d + t]);
                 out[(i * a->n_head + h) * d + t] = o / sum;
             }
         }
@@ -55,12 +56,14 @@ static void reference(const attn_args *a, double *out) {
 }
 
 /* Runs one shape through attn_compute with the current kernels and pool;
- * returns the largest difference from the reference. */
-static double run_shape(const shape *s, tpool *pool, float *out_copy) {
+ * returns the largest difference from the reference. block_rows 0: K and V
+ * in one contiguous buffer (attn_kv_contiguous); else in blocks of that
+ * many cells (K's cells, then V's, as a sequence's KV blocks hold one
+ * layer's), which lie in memory in a shuffled order. */
+static double run_shape(const shape *s, tpool *pool, float *out_copy, int block_rows) {
     const int64_t qs = (int64_t)s->n_head * s->d + 3, kvs = (int64_t)s->n_head_kv * s->d + 5; /* odd strides */
     float *q = malloc((size_t)(s->n_q * qs) * sizeof(float));
-    f16_bits *k = malloc((size_t)(s->n_kv * kvs) * sizeof(f16_bits)),
-             *v = malloc((size_t)(s->n_kv * kvs) * sizeof(f16_bits));
+    f16_bits *kv = malloc((size_t)(2 * s->n_kv * kvs) * sizeof(f16_bits)), *k = kv, *v = kv + s->n_kv * kvs;
     float *out = malloc((size_t)s->n_q * s->n_head * s->d * sizeof(float));
     double *ref = malloc((size_t)s->n_q * s->n_head * s->d * sizeof(double));
     uint64_t seed = rng;
@@ -69,12 +72,9 @@ static double run_shape(const shape *s, tpool *pool, float *out_copy) {
         k[i] = f32_to_fp16(2.0f * frand());
         v[i] = f32_to_fp16(frand());
     }
-    rng = seed; /* the same data on every call with this shape */
     attn_args a = {
         .q = q,
         .q_stride = qs,
-        .k = k,
-        .v = v,
         .kv_stride = kvs,
         .n_q = s->n_q,
         .n_kv = s->n_kv,
@@ -87,8 +87,39 @@ static double run_shape(const shape *s, tpool *pool, float *out_copy) {
         .out = out,
         .out_stride = (int64_t)s->n_head * s->d,
     };
+    const uint8_t *one[1], **table = NULL;
+    f16_bits *blocks = NULL;
+    if (!block_rows) {
+        attn_kv_contiguous(&a, one, kv, 0, (size_t)(s->n_kv * kvs) * sizeof(f16_bits));
+    } else {
+        /* block b at slot perm[b]: a shuffle, so no block follows its predecessor */
+        const int64_t nb = (s->n_kv + block_rows - 1) / block_rows, cells = (int64_t)block_rows * kvs;
+        blocks = malloc((size_t)(nb * 2 * cells) * sizeof(f16_bits));
+        table = malloc((size_t)nb * sizeof *table);
+        int64_t *perm = malloc((size_t)nb * sizeof *perm);
+        for (int64_t b = 0; b < nb; b++) perm[b] = b;
+        for (int64_t b = nb - 1; b > 0; b--) {
+            const int64_t o = (int64_t)((frand() + 1.0f) * 0.5f * (float)(b + 1)) % (b + 1), t = perm[b];
+            perm[b] = perm[o], perm[o] = t;
+        }
+        if (nb > 1 && perm[0] == 0) perm[0] = perm[1], perm[1] = 0; /* never the contiguous order */
+        for (int64_t b = 0; b < nb; b++) {
+            f16_bits *blk = blocks + perm[b] * 2 * cells;
+            for (int64_t i = 0; i < 2 * cells; i++) blk[i] = f32_to_fp16(NAN); /* cells past n_kv are never read */
+            const int64_t n = s->n_kv - b * block_rows < block_rows ? s->n_kv - b * block_rows : block_rows;
+            memcpy(blk, k + b * cells, (size_t)(n * kvs) * sizeof(f16_bits));
+            memcpy(blk + cells, v + b * cells, (size_t)(n * kvs) * sizeof(f16_bits));
+            table[b] = (const uint8_t *)blk;
+        }
+        free(perm);
+        a.blocks = table;
+        a.block_rows = block_rows;
+        a.k_off = 0;
+        a.v_off = (size_t)cells * sizeof(f16_bits);
+    }
+    rng = seed; /* the same data on every call with this shape */
     attn_compute(pool, &a);
-    reference(&a, ref);
+    reference(&a, k, v, ref);
     double worst = 0.0;
     for (int64_t i = 0; i < s->n_q * s->n_head * s->d; i++) {
         double diff = fabs(out[i] - ref[i]);
@@ -96,8 +127,9 @@ static double run_shape(const shape *s, tpool *pool, float *out_copy) {
     }
     if (out_copy) memcpy(out_copy, out, (size_t)s->n_q * s->n_head * s->d * sizeof(float));
     free(q);
-    free(k);
-    free(v);
+    free(kv);
+    free(blocks);
+    free(table);
     free(out);
     free(ref);
     return worst;
@@ -122,6 +154,44 @@ static const shape shapes[] = {
     {3, 120, 8, 4, 64, true, 117},
     {1, 700, 16, 8, 128, true, 699}, /* and one chunk per thread */
 };
+
+/* Shapes for the block tables: n_kv not a multiple of 64, causal or not;
+ * one query row (per-cell, and views of 512 cells or more: the split
+ * path, whose chunks end inside blocks), a few rows, and tiled. */
+static const shape block_shapes[] = {
+    {1, 200, 4, 2, 64, true, 199},   {1, 300, 4, 2, 64, true, 299},   {1, 1000, 2, 2, 32, false, 0},
+    {1, 700, 16, 8, 128, true, 699}, {1, 90, 16, 8, 128, false, 0},   {5, 150, 2, 2, 16, false, 0},
+    {3, 190, 8, 4, 64, true, 187},   {130, 167, 8, 2, 128, true, 37}, {150, 150, 3, 3, 20, false, 0},
+    {64, 1000, 2, 1, 32, true, 936}, {70, 600, 4, 4, 64, false, 0},
+};
+
+/* Each block shape through a shuffled table of 64- and 128-cell blocks:
+ * within the tolerance of the reference, and bit for bit the result of
+ * the same cells in one contiguous buffer, on one thread and on the pool. */
+static void check_blocks(tpool *pool, isa_level isa) {
+    static const int block_rows[] = {64, 128};
+    for (size_t i = 0; i < sizeof block_shapes / sizeof block_shapes[0]; i++) {
+        const shape *s = &block_shapes[i];
+        const size_t n_out = (size_t)s->n_q * s->n_head * s->d;
+        float *flat = malloc(n_out * sizeof(float)), *got = malloc(n_out * sizeof(float));
+        const double tol = s->n_q >= PH_ATTN_TILE_Q ? 2e-5 : 5e-3;
+        for (int p = 0; p < 2; p++) {
+            tpool *tp = p ? pool : NULL;
+            run_shape(s, tp, flat, 0);
+            for (size_t b = 0; b < sizeof block_rows / sizeof *block_rows; b++) {
+                const double worst = run_shape(s, tp, got, block_rows[b]);
+                CHECKF(worst < tol, "%s: block shape %zu (%d queries, %d cells, blocks of %d): off by %g",
+                       isa_name(isa), i, s->n_q, s->n_kv, block_rows[b], worst);
+                CHECKF(memcmp(flat, got, n_out * sizeof(float)) == 0,
+                       "%s: block shape %zu (%d queries, %d cells%s, blocks of %d, %s): not the contiguous result",
+                       isa_name(isa), i, s->n_q, s->n_kv, s->causal ? ", causal" : "", block_rows[b],
+                       p ? "pool" : "one thread");
+            }
+        }
+        free(flat);
+        free(got);
+    }
+}
 
 static void check_kernels(const attn_kernels *simd, const char *name) {
     enum { TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV, D = 40 };
@@ -285,8 +355,8 @@ int main(void) {
             const shape *s = &shapes[i];
             const size_t n_out = (size_t)s->n_q * s->n_head * s->d;
             float *one = malloc(n_out * sizeof(float)), *three = malloc(n_out * sizeof(float));
-            const double worst = run_shape(s, NULL, one);
-            run_shape(s, pool, three);
+            const double worst = run_shape(s, NULL, one, 0);
+            run_shape(s, pool, three, 0);
             /* tiled: f32 throughout; per-cell: whatever rounding llama.cpp's
              * short-batch path does to q and the sums (spec B.4) */
             const double tol = s->n_q >= PH_ATTN_TILE_Q ? 2e-5 : 5e-3;
@@ -300,6 +370,7 @@ int main(void) {
             free(one);
             free(three);
         }
+        check_blocks(pool, isas[n]);
     }
     check_cells(&attn_kernels_ref, "scalar");
     if (kernels_cpu_has(PH_ISA_AVX2)) {

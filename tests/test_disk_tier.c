@@ -56,50 +56,30 @@ static void die(const char *what) {
 /* ---- KV cells ------------------------------------------------------------ */
 
 static void kv_make(kv_cache *c) {
-    memset(c, 0, sizeof *c);
-    c->n_layer = NL;
-    c->row_bytes = RB;
-    c->rows.n_ctx = NCTX;
-    c->rows.k = calloc(NL, sizeof *c->rows.k);
-    c->rows.v = calloc(NL, sizeof *c->rows.v);
-    if (!c->rows.k || !c->rows.v) die("out of memory");
-    for (int l = 0; l < NL; l++) {
-        c->rows.k[l] = malloc((size_t)NCTX * RB);
-        c->rows.v[l] = malloc((size_t)NCTX * RB);
-        if (!c->rows.k[l] || !c->rows.v[l]) die("out of memory");
-    }
+    if (kv_cache_init_cells(c, NL, RB, NCTX)) die("out of memory");
 }
 
-static void kv_drop(kv_cache *c) {
-    for (int l = 0; l < NL; l++) {
-        free(c->rows.k[l]);
-        free(c->rows.v[l]);
-    }
-    free(c->rows.k);
-    free(c->rows.v);
-    memset(c, 0, sizeof *c);
-}
+static void kv_drop(kv_cache *c) { kv_cache_free(c); /* with its recurrent state and snapshots */ }
 
 /* Cells of conversation seed: every byte a function of (seed, layer, K/V, row, byte). */
 static void kv_fill(kv_cache *c, uint32_t seed, int32_t n) {
     for (int l = 0; l < NL; l++)
-        for (int kvi = 0; kvi < 2; kvi++) {
-            uint8_t *p = (uint8_t *)(kvi ? c->rows.v[l] : c->rows.k[l]);
+        for (int kvi = 0; kvi < 2; kvi++)
             for (size_t i = 0; i < (size_t)n * RB; i++) {
                 uint32_t x = seed * 2654435761u ^ (uint32_t)(l * 2 + kvi + 1) * 40503u ^ (uint32_t)i * 2246822519u;
                 x ^= x >> 15;
                 x *= 3266489917u;
                 x ^= x >> 13;
-                p[i] = (uint8_t)x;
+                kv_cache_cells(c, (int32_t)(i / RB), l, kvi)[i % RB] = (uint8_t)x;
             }
-        }
     c->rows.n_rows = n;
 }
 
 static bool kv_equal(const kv_cache *a, const kv_cache *b, int32_t n) {
     for (int l = 0; l < NL; l++)
-        if (memcmp(a->rows.k[l], b->rows.k[l], (size_t)n * RB) || memcmp(a->rows.v[l], b->rows.v[l], (size_t)n * RB))
-            return false;
+        for (int kvi = 0; kvi < 2; kvi++)
+            for (int32_t r = 0; r < n; r++)
+                if (memcmp(kv_cache_cells(a, r, l, kvi), kv_cache_cells(b, r, l, kvi), RB)) return false;
     return true;
 }
 
@@ -1277,12 +1257,6 @@ static void rec_make(kv_cache *c) {
     if (!(c->recurrent = calloc(RF, sizeof(float)))) die("out of memory");
 }
 
-static void rec_drop(kv_cache *c) {
-    free(c->recurrent);
-    for (int i = 0; i < KV_SNAPSHOTS; i++) free(c->snap[i]);
-    kv_drop(c);
-}
-
 static void rec_fill(float *dst, int32_t row) {
     for (int i = 0; i < RF; i++) dst[i] = rec_value(row, i);
 }
@@ -1331,7 +1305,7 @@ static void rec_restores_at(int line, disk_tier *t, const seq_state *want, const
            "line %d: recurrent state after the load (%d snapshots)", line, got.n_snap);
     for (int i = 0; rc == 0 && i < got.n_snap; i++)
         CHECKF(rec_is(got.snap[i], got.snap_rows[i]), "line %d: snapshot %d", line, i);
-    rec_drop(&got);
+    kv_drop(&got);
     disk_match_free(t, &m);
 }
 #define REC_RESTORES(t, want, kv, prefix, snaps) rec_restores_at(__LINE__, t, want, kv, prefix, snaps)
@@ -1415,7 +1389,7 @@ static void recurrent(void) {
            exists(dir, name), (unsigned long long)stats(t).evictions);
     REC_RESTORES(t, &A, &kvC, CONV_ROWS, 3);
     disk_tier_close(t);
-    rec_drop(&kvC);
+    kv_drop(&kvC);
 
     /* a damaged state, a damaged state row: refused, removed */
     const off_t states_at = (off_t)REC_FILE(CONV_ROWS, 3) - 3 * RF * 4;
@@ -1435,7 +1409,7 @@ static void recurrent(void) {
             rec_make(&got);
             ph_err e = {0};
             CHECKF(disk_tier_load(t, &m, &got, m.prefix, &e) == -1, "damage %zu: loaded", i);
-            rec_drop(&got);
+            kv_drop(&got);
             disk_match_free(t, &m);
         }
         CHECKF(stats(t).rejected == 1 && !exists(dir, name) && list(t).n == 0, "damage %zu: kept", i);
@@ -1464,7 +1438,7 @@ static void recurrent(void) {
         int n_tmp = -1;
         CHECKF(count_files(dir, &n_tmp) == (renamed ? 2 : 1) && n_tmp == 0 && stats(t).rejected == 0, "%s", modes[i]);
         disk_tier_close(t);
-        rec_drop(&kvD);
+        kv_drop(&kvD);
     }
 
     /* a newer version's file (an unindexed one at open): left alone */
@@ -1484,7 +1458,7 @@ static void recurrent(void) {
     ph_err e = {0};
     CHECK(disk_tier_verify(t, NULL, NULL, &ok, &bad, &e) == 0 && ok == 0 && bad == 0 && exists(dir, name));
     disk_tier_close(t);
-    rec_drop(&kv);
+    kv_drop(&kv);
 }
 
 int main(void) {

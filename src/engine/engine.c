@@ -785,7 +785,7 @@ static bool move_live(ph_engine *e, ram_ckpt *c, int32_t keep, bool (*put)(ph_en
     kv_cache_swap_map(kv, fresh);
     kv_cache_trim_map(kv, old, n);
     if (keep > 0) {
-        kv_cache_load(kv, old, kv->rows.n_ctx, keep);
+        kv_cache_load(kv, old, keep);
         if (held.rec) kv_cache_load_recurrent(kv, held.rec, held.rec_rows, held.n_rec, keep);
     }
     return true;
@@ -920,7 +920,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
             kv_cache_adopt_map(&e->s->kv, c.kv, best); /* its cells become the live ones: no copy */
             c.kv = NULL;
         } else {
-            kv_cache_load(&e->s->kv, c.kv, c.kv_rows, best);
+            kv_cache_load(&e->s->kv, c.kv, best);
         }
         if (c.rec) kv_cache_load_recurrent(&e->s->kv, c.rec, c.rec_rows, c.n_rec, best);
         if (!used_up) ram_tier_return(&e->ram, &c);

@@ -158,25 +158,33 @@ static void cell_pass(const attn_args *a, const attn_kernels *kk, int g0, int g1
     int64_t last = a->causal ? a->first_cell + q1 : a->n_kv; /* cells [0, last) */
     if (last > a->n_kv) last = a->n_kv;
     if (c1 > last) c1 = last;
-    const attn_cells x = {.k = a->k + (int64_t)g0 * hd,
-                          .v = a->v + (int64_t)g0 * hd,
-                          .stride = a->kv_stride,
-                          .c0 = c0,
-                          .c1 = c1,
-                          .n_g = g1 - g0,
-                          .q = w->qf,
-                          .nq = (int)nq,
-                          .hd = hd,
-                          .group = group,
-                          .causal = a->causal,
-                          .last0 = a->first_cell + q0,
-                          .scale = a->scale,
-                          .M = w->M,
-                          .S = w->S,
-                          .acc = w->acc,
-                          .kf = w->kf,
-                          .vf = w->vf};
-    if (c0 < c1) kk->cells(&x);
+    attn_cells x = {.stride = a->kv_stride,
+                    .n_g = g1 - g0,
+                    .q = w->qf,
+                    .nq = (int)nq,
+                    .hd = hd,
+                    .group = group,
+                    .causal = a->causal,
+                    .scale = a->scale,
+                    .M = w->M,
+                    .S = w->S,
+                    .acc = w->acc,
+                    .kf = w->kf,
+                    .vf = w->vf};
+    /* one pass per block the cells cross, in cell order: the running max,
+     * sum and accumulators carry from one to the next, so the result is
+     * that of a single pass; cells are counted from the block's first */
+    while (c0 < c1) {
+        const int64_t b = c0 / a->block_rows, base = b * a->block_rows;
+        const int64_t end = c1 - base < a->block_rows ? c1 : base + a->block_rows;
+        x.k = (const f16_bits *)(a->blocks[b] + a->k_off) + (int64_t)g0 * hd;
+        x.v = (const f16_bits *)(a->blocks[b] + a->v_off) + (int64_t)g0 * hd;
+        x.c0 = c0 - base;
+        x.c1 = end - base;
+        x.last0 = a->first_cell + q0 - base;
+        kk->cells(&x);
+        c0 = end;
+    }
 }
 
 /* KV heads [g0, g1), query rows [q0, q1), all query heads of each group. */
@@ -332,10 +340,14 @@ static void tiled_task(const tiled_job *job, int h, int64_t q0, int64_t q1, cons
     if (last > a->n_kv) last = a->n_kv;
     for (int64_t c0 = 0; c0 < last; c0 += TK) {
         const int nk = (int)(last - c0 < TK ? last - c0 : TK);
+        /* the tile lies in one block (attn_args) */
+        const int64_t b = c0 / a->block_rows;
+        const f16_bits *kt = (const f16_bits *)(a->blocks[b] + a->k_off) + (c0 - b * a->block_rows) * a->kv_stride,
+                       *vt = (const f16_bits *)(a->blocks[b] + a->v_off) + (c0 - b * a->block_rows) * a->kv_stride;
         for (int j = 0; j < nk; j++) {
-            const int64_t off = (c0 + j) * a->kv_stride + (int64_t)g * d;
-            kk->f16_to_f32(a->k + off, w->kf + (size_t)j * d, d);
-            kk->f16_to_f32(a->v + off, w->vf + (size_t)j * d, d);
+            const int64_t off = j * a->kv_stride + (int64_t)g * d;
+            kk->f16_to_f32(kt + off, w->kf + (size_t)j * d, d);
+            kk->f16_to_f32(vt + off, w->vf + (size_t)j * d, d);
         }
         for (int b = 0; b < nt; b++) {
             const int64_t qb = q0 + (int64_t)b * TQ;
@@ -386,6 +398,14 @@ static void tiled_worker(void *ctx, int ith, int nth) {
         tiled_task(job, h, q0, q0 + span < a->n_q ? q0 + span : a->n_q, &w);
     }
     free(buf);
+}
+
+void attn_kv_contiguous(attn_args *a, const uint8_t **table, const void *base, size_t k_off, size_t v_off) {
+    table[0] = base;
+    a->blocks = table;
+    a->block_rows = a->n_kv > 0 ? a->n_kv : 1;
+    a->k_off = k_off;
+    a->v_off = v_off;
 }
 
 void attn_compute(tpool *pool, const attn_args *a) {

@@ -21,11 +21,22 @@
 #include "base/threadpool.h"
 #include "kernels/types.h"
 
+/* The KV cells are read through a table of blocks (a sequence's KV blocks,
+ * docs/state-cache.md, Live state): cell c lies in block c / block_rows, as
+ * its row r = c % block_rows; its K values at blocks[b] + k_off + r *
+ * kv_stride f16 values, its V values at blocks[b] + v_off + r * kv_stride
+ * (KV head g at g * head_dim of either). block_rows is a multiple of
+ * PH_ATTN_TILE_KV unless the table has one block (block_rows >= n_kv: a
+ * contiguous buffer, attn_kv_contiguous), so that no tile of the tiled
+ * path straddles two blocks. The results do not depend on the table: the
+ * cells are met in the same order with the same operations. */
 typedef struct attn_args {
     const float *q; /* [n_q][q_stride], head h at h * head_dim */
     int64_t q_stride;
-    const f16_bits *k, *v; /* [n_kv][kv_stride], KV head g at g * head_dim */
-    int64_t kv_stride;
+    const uint8_t *const *blocks;
+    int64_t block_rows;
+    size_t k_off, v_off; /* bytes */
+    int64_t kv_stride;   /* f16 values from one cell to the next */
     int64_t n_q;
     int64_t n_kv; /* cells available */
     /* causal: query i sees cells [0, first_cell + i]; otherwise all n_kv. */
@@ -39,6 +50,12 @@ typedef struct attn_args {
 } attn_args;
 
 void attn_compute(tpool *pool, const attn_args *a);
+
+/* Sets a's table to one block holding all a->n_kv cells (set n_kv first):
+ * K's cells from byte k_off of base, V's from v_off, kv_stride apart;
+ * table is the caller's one-entry array, which must outlive the call to
+ * attn_compute. */
+void attn_kv_contiguous(attn_args *a, const uint8_t **table, const void *base, size_t k_off, size_t v_off);
 
 /* Query rows per tile of the tiled path, and KV cells per tile. */
 #define PH_ATTN_TILE_Q  64

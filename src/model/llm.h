@@ -61,13 +61,18 @@ struct ph_model {
 
 /* The KV rows the forward pass reads and appends to: per attention layer
  * n_ctx cells of n_head_kv * head_dim F16 values for K and for V, the first
- * n_rows in use (the attention mask is the cell order); and per recurrent
+ * n_rows in use (the attention mask is the cell order), held in blocks of
+ * block_rows rows: row p is row p % block_rows of blocks[p / block_rows],
+ * whose bytes are, per attention layer l (its slot), the K cells of its
+ * rows, then their V cells (state/kv_block.h; attention reads them through
+ * this table, kernels/attention.h); and per recurrent
  * layer the state after those n_rows rows: the convolution's last conv_k - 1
  * input rows ([conv_k - 1][conv_dim]) and the delta net's matrices
  * ([ssm_hv][ssm_d][ssm_d]; docs/numerics.md, Recurrent state), zero for an empty sequence. The memory
  * is owned by state/kv_cache, which also saves, restores and truncates it. */
 typedef struct llm_kv {
-    f16_bits **k, **v;
+    uint8_t **blocks; /* [ceil(n_ctx / block_rows)] */
+    int32_t block_rows;
     float **conv, **ssm;
     int32_t n_ctx;
     int32_t n_rows;

@@ -336,6 +336,9 @@ static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scr
     const llm_hparams *hp = &m->hp;
     const int64_t hd = hp->head_dim, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
     const int32_t c = L->slot;
+    /* this layer's K and V cells in a block (llm_kv) */
+    const size_t cell = (size_t)nkv * sizeof(f16_bits), k_off = (size_t)(2 * c) * (size_t)kv->block_rows * cell,
+                 v_off = k_off + (size_t)kv->block_rows * cell;
     mat_mul(m->pool, &L->wq, s->h, n, s->q);
     mat_mul(m->pool, &L->wk, s->h, n, s->kx);
     mat_mul(m->pool, &L->wv, s->h, n, s->vx);
@@ -358,14 +361,18 @@ static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scr
             rms_norm(kh, kh, L->k_norm, hd, hp->rms_eps);
             rope_apply(kh, hp->rope.n_dims, cs);
         }
-        quantize_act_row(PH_TYPE_F16, s->kx + i * nkv, kv->k[c] + (kv->n_rows + i) * nkv, nkv);
-        quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, kv->v[c] + (kv->n_rows + i) * nkv, nkv);
+        const int64_t p = kv->n_rows + i, r = p % kv->block_rows;
+        uint8_t *block = kv->blocks[p / kv->block_rows];
+        quantize_act_row(PH_TYPE_F16, s->kx + i * nkv, (f16_bits *)(block + k_off) + r * nkv, nkv);
+        quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, (f16_bits *)(block + v_off) + r * nkv, nkv);
     }
     attn_args aa = {
         .q = s->q,
         .q_stride = nq,
-        .k = kv->k[c],
-        .v = kv->v[c],
+        .blocks = (const uint8_t *const *)kv->blocks,
+        .block_rows = kv->block_rows,
+        .k_off = k_off,
+        .v_off = v_off,
         .kv_stride = nkv,
         .n_q = n,
         .n_kv = kv->n_rows + n,

@@ -481,7 +481,7 @@ typedef struct vis_bufs {
     float *proj; /* [N/4][P] */
     float *rope_cs;
     int32_t *pos;
-    f16_bits *k16, *v16;
+    f16_bits *k16, *v16; /* [N][C] each, v16 right after k16 (one allocation) */
 } vis_bufs;
 
 /* Runs a merger on the [N][C] stream x and writes its P outputs plus bias
@@ -534,8 +534,6 @@ static void run_layer(const vis_tower *v, const vis_layer *L, const vis_bufs *b,
     attn_args aa = {
         .q = b->big,
         .q_stride = 3 * C,
-        .k = b->k16,
-        .v = b->v16,
         .kv_stride = C,
         .n_q = N,
         .n_kv = N,
@@ -547,6 +545,8 @@ static void run_layer(const vis_tower *v, const vis_layer *L, const vis_bufs *b,
         .out = b->a,
         .out_stride = C,
     };
+    const uint8_t *table[1];
+    attn_kv_contiguous(&aa, table, b->k16, 0, (size_t)N * C * sizeof(f16_bits));
     attn_compute(pool, &aa);
     mat_mul(pool, &L->out, b->a, N, b->h);
     j = (rows_job){.fn = residual_rows, .n_rows = N, .v = v, .y = b->x, .x = b->h, .b = L->out_b, .width = C};
@@ -597,8 +597,8 @@ int vision_encode(vis_tower *v, const prep_image *img, float *rows, const vision
     b.proj = alloc_floats(N / 4 * in->proj_dim, sizeof(float), &failed);
     b.rope_cs = alloc_floats(N * v->head_dim, sizeof(float), &failed);
     b.pos = alloc_floats(4 * N, sizeof(int32_t), &failed);
-    b.k16 = alloc_floats(N * C, sizeof(f16_bits), &failed);
-    b.v16 = alloc_floats(N * C, sizeof(f16_bits), &failed);
+    b.k16 = alloc_floats(2 * N * C, sizeof(f16_bits), &failed); /* K's cells, then V's: one block for attention */
+    b.v16 = b.k16 ? b.k16 + N * C : NULL;
     int rc = 0;
     if (failed) {
         rc = err_set(err, "out of memory encoding a picture of %lld patches", (long long)N);
@@ -646,6 +646,5 @@ done:
     free(b.rope_cs);
     free(b.pos);
     free(b.k16);
-    free(b.v16);
     return rc;
 }

@@ -23,6 +23,7 @@
 #include "base/test_hook.h"
 #include "base/timeutil.h"
 #include "state/domain.h"
+#include "state/kv_block.h"
 
 #define HDR_V1         256 /* version 1: the default domain */
 #define HDR_V2         288 /* version 2: the domain in the header */
@@ -449,9 +450,19 @@ static int read_kv(int fd, const header *h, kv_cache *kv, float **rec, double *s
     int rc = 0;
     for (int l = 0; rc == 0 && l < h->n_layer; l++)
         for (int kvi = 0; rc == 0 && kvi < 2; kvi++) {
-            uint8_t *dst = kv ? (uint8_t *)(kvi ? kv->rows.v[l] : kv->rows.k[l]) : buf;
-            if (read_at(fd, dst, part, off, x)) rc = fail(why, cap, "cannot read its KV bytes");
-            off += (off_t)part;
+            if (!kv) {
+                if (read_at(fd, buf, part, off, x)) rc = fail(why, cap, "cannot read its KV bytes");
+                off += (off_t)part;
+                continue;
+            }
+            /* into the cells, one block's run of them at a time */
+            for (int32_t r = 0; rc == 0 && r < h->n_rows; r += KV_BLOCK_ROWS) {
+                const size_t run =
+                    (size_t)(h->n_rows - r < KV_BLOCK_ROWS ? h->n_rows - r : KV_BLOCK_ROWS) * h->row_bytes;
+                if (read_at(fd, kv_cache_cells(kv, r, l, kvi), run, off, x))
+                    rc = fail(why, cap, "cannot read its KV bytes");
+                off += (off_t)run;
+            }
         }
     for (int i = 0; rc == 0 && i < h->n_rec; i++, off += (off_t)one)
         if (read_at(fd, states ? (uint8_t *)states + (size_t)i * one : buf, one, off, x))
@@ -787,7 +798,7 @@ static void write_job(disk_tier *t, job *j) {
     h.n_spans = s->n_spans;
     h.n_layer = kv->n_layer;
     h.row_bytes = (uint32_t)kv->row_bytes;
-    h.kv_bytes = kv_cache_bytes(kv, n);
+    h.kv_bytes = 2 * (uint64_t)kv->n_layer * (uint64_t)n * kv->row_bytes; /* the file's layout, not a copy's */
     h.created = (int64_t)time(NULL);
     const size_t np = prov_bytes(n, s->n_spans);
     const uint64_t bytes = h.hdr_bytes + np + h.kv_bytes + rec_bytes(&h);
@@ -828,12 +839,16 @@ static void write_job(disk_tier *t, job *j) {
         }
         if (rc == 0) {
             XXH3_64bits_reset(x);
-            const size_t part = (size_t)n * kv->row_bytes;
-            for (int l = 0; rc == 0 && l < kv->n_layer; l++) {
-                rc = cache_dir_write_all(fd, kv->rows.k[l], part) || cache_dir_write_all(fd, kv->rows.v[l], part);
-                XXH3_64bits_update(x, kv->rows.k[l], part);
-                XXH3_64bits_update(x, kv->rows.v[l], part);
-            }
+            /* per layer its n K cells, then its n V cells, from the live
+             * cells: one block's run of them at a time */
+            for (int l = 0; rc == 0 && l < kv->n_layer; l++)
+                for (int kvi = 0; rc == 0 && kvi < 2; kvi++)
+                    for (int32_t r = 0; rc == 0 && r < n; r += KV_BLOCK_ROWS) {
+                        const uint8_t *cells = kv_cache_cells(kv, r, l, kvi);
+                        const size_t run = (size_t)(n - r < KV_BLOCK_ROWS ? n - r : KV_BLOCK_ROWS) * kv->row_bytes;
+                        rc = cache_dir_write_all(fd, cells, run);
+                        XXH3_64bits_update(x, cells, run);
+                    }
             if (rc == 0 && h.n_rec) { /* the recurrent states copied when it was queued */
                 rc = cache_dir_write_all(fd, j->rec, (size_t)rec_bytes(&h));
                 XXH3_64bits_update(x, j->rec, (size_t)rec_bytes(&h));

@@ -48,7 +48,8 @@
  *       grid_x, grid_y, positions (i32 each), image_id, embed_key,
  *       cond_hash (32 each)
  *  then the KV bytes: per layer its n K cells then its n V cells
- *       (state/kv_cache's checkpoint layout);
+ *       (read into and written from the live KV blocks, a block's run
+ *       of cells at a time);
  *  version 3, then the recurrent states: S times F floats (f32), the
  *       state after each of those rows (kv_cache_save_recurrent's layout).
  * A version 3 file resumes only at one of its state rows: a lookup cuts

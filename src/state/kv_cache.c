@@ -1,4 +1,4 @@
-/* The KV cache of one sequence: per-layer cells, checkpoint copies. */
+/* The KV cache of one sequence: a table of KV blocks, checkpoint copies. */
 #include "state/kv_cache.h"
 
 #include <stdbool.h>
@@ -8,16 +8,17 @@
 #include <unistd.h>
 
 #include "base/bigbuf.h"
+#include "state/kv_block.h"
 
-static size_t part_bytes(const kv_cache *c) { return (size_t)c->rows.n_ctx * c->row_bytes; }
+/* One block: KV_BLOCK_ROWS rows of every layer's K and V cells. */
+static size_t block_bytes(const kv_cache *c) { return (size_t)KV_BLOCK_ROWS * 2 * (size_t)c->n_layer * c->row_bytes; }
 
-/* Points the layers' K and V cells into the mapping. */
+static int32_t blocks_for(int32_t n) { return (n + KV_BLOCK_ROWS - 1) / KV_BLOCK_ROWS; }
+
+/* Points the block table into the mapping. */
 static void point(kv_cache *c) {
-    uint8_t *p = c->map;
-    for (int l = 0; l < c->n_layer; l++) {
-        c->rows.k[l] = (f16_bits *)(p + (size_t)(2 * l) * part_bytes(c));
-        c->rows.v[l] = (f16_bits *)(p + (size_t)(2 * l + 1) * part_bytes(c));
-    }
+    for (int32_t b = 0; b < blocks_for(c->rows.n_ctx); b++)
+        c->rows.blocks[b] = (uint8_t *)c->map + b * block_bytes(c);
 }
 
 /* Back to the state of an empty sequence (no snapshots). */
@@ -52,26 +53,37 @@ static size_t cell_bytes(const llm_hparams *hp) {
 
 size_t kv_cache_row_bytes(const llm_hparams *hp) { return 2 * (size_t)hp->n_attn_layer * cell_bytes(hp); }
 
-int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *err) {
+int kv_cache_init_cells(kv_cache *c, int32_t n_layer, size_t row_bytes, int32_t n_ctx) {
     memset(c, 0, sizeof *c);
-    c->n_layer = m->hp.n_attn_layer;
-    c->row_bytes = cell_bytes(&m->hp);
+    c->n_layer = n_layer;
+    c->row_bytes = row_bytes;
     c->rows.n_ctx = n_ctx;
-    c->rows.k = calloc((size_t)c->n_layer, sizeof *c->rows.k);
-    c->rows.v = calloc((size_t)c->n_layer, sizeof *c->rows.v);
-    c->map_bytes = 2 * (size_t)c->n_layer * part_bytes(c);
-    if (c->rows.k && c->rows.v && init_recurrent(c, &m->hp) == 0 && (c->map = big_alloc(c->map_bytes))) {
+    c->rows.block_rows = KV_BLOCK_ROWS;
+    c->rows.blocks = calloc((size_t)blocks_for(n_ctx), sizeof *c->rows.blocks);
+    c->map_bytes = (size_t)blocks_for(n_ctx) * block_bytes(c);
+    if (c->rows.blocks && (c->map = big_alloc(c->map_bytes))) {
         point(c);
         return 0;
     }
     kv_cache_free(c);
+    return -1;
+}
+
+int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *err) {
+    if (kv_cache_init_cells(c, m->hp.n_attn_layer, cell_bytes(&m->hp), n_ctx) == 0 && init_recurrent(c, &m->hp) == 0)
+        return 0;
+    kv_cache_free(c);
     return err_set(err, "out of memory for a context of %d tokens", n_ctx);
+}
+
+uint8_t *kv_cache_cells(const kv_cache *c, int32_t row, int32_t l, int kind) {
+    const int32_t b = row / KV_BLOCK_ROWS, r = row % KV_BLOCK_ROWS;
+    return c->rows.blocks[b] + ((size_t)(2 * l + kind) * KV_BLOCK_ROWS + (size_t)r) * c->row_bytes;
 }
 
 void kv_cache_free(kv_cache *c) {
     big_free(c->map, c->map_bytes);
-    free(c->rows.k);
-    free(c->rows.v);
+    free(c->rows.blocks);
     free(c->rows.conv);
     free(c->rows.ssm);
     free(c->recurrent);
@@ -93,14 +105,24 @@ void kv_cache_adopt_map(kv_cache *c, void *map, int32_t n) {
     c->rows.n_rows = n;
 }
 
+/* Gives back the whole pages of [lo, hi) (a hint: an error keeps them). */
+static void give_back(uintptr_t lo, uintptr_t hi) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    lo = (lo + pg - 1) / pg * pg;
+    hi = hi / pg * pg;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 void kv_cache_trim_map(const kv_cache *c, void *map, int32_t n) {
-    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), used = (size_t)(n < 0 ? 0 : n) * c->row_bytes;
-    for (int i = 0; i < 2 * c->n_layer; i++) {
-        uintptr_t lo = (uintptr_t)map + (size_t)i * part_bytes(c) + used, hi = lo - used + part_bytes(c);
-        lo = (lo + pg - 1) / pg * pg;
-        hi = hi / pg * pg;
-        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* a hint: an error keeps the pages */
-    }
+    if (n < 0) n = 0;
+    const uintptr_t base = (uintptr_t)map, part = (size_t)KV_BLOCK_ROWS * c->row_bytes;
+    const int32_t full = n / KV_BLOCK_ROWS, r = n % KV_BLOCK_ROWS;
+    if (r) /* the block of row n: each part's cells past row r */
+        for (int i = 0; i < 2 * c->n_layer; i++) {
+            const uintptr_t p = base + full * block_bytes(c) + (size_t)i * part;
+            give_back(p + (size_t)r * c->row_bytes, p + part);
+        }
+    give_back(base + (size_t)(full + (r > 0)) * block_bytes(c), base + c->map_bytes);
 }
 
 void kv_cache_truncate(kv_cache *c, int32_t n) {
@@ -169,25 +191,23 @@ void kv_cache_load_recurrent(kv_cache *c, const float *src, const int32_t *rows,
     memcpy(c->recurrent, src + (size_t)at * c->recurrent_floats, c->recurrent_floats * sizeof(float));
 }
 
-size_t kv_cache_bytes(const kv_cache *c, int32_t n) { return 2 * (size_t)c->n_layer * (size_t)n * c->row_bytes; }
+size_t kv_cache_bytes(const kv_cache *c, int32_t n) { return (size_t)blocks_for(n) * block_bytes(c); }
 
-void kv_cache_save(const kv_cache *c, int32_t n, void *dst) {
-    const size_t part = (size_t)n * c->row_bytes;
-    uint8_t *d = dst;
-    for (int l = 0; l < c->n_layer; l++) {
-        memcpy(d, c->rows.k[l], part);
-        memcpy(d + part, c->rows.v[l], part);
-        d += 2 * part;
-    }
+/* The first n rows of src to dst, both in the block layout: whole blocks,
+ * then the rows of the last one part by part (the pages past them left
+ * untouched, so not backed in dst). */
+static void copy_rows(const kv_cache *c, uint8_t *dst, const uint8_t *src, int32_t n) {
+    const int32_t full = n / KV_BLOCK_ROWS, r = n % KV_BLOCK_ROWS;
+    const size_t at = (size_t)full * block_bytes(c), part = (size_t)KV_BLOCK_ROWS * c->row_bytes;
+    memcpy(dst, src, at);
+    if (r)
+        for (int i = 0; i < 2 * c->n_layer; i++)
+            memcpy(dst + at + (size_t)i * part, src + at + (size_t)i * part, (size_t)r * c->row_bytes);
 }
 
-void kv_cache_load(kv_cache *c, const void *src, int32_t src_rows, int32_t n) {
-    const size_t part = (size_t)src_rows * c->row_bytes, use = (size_t)n * c->row_bytes;
-    const uint8_t *p = src;
-    for (int l = 0; l < c->n_layer; l++) {
-        memcpy(c->rows.k[l], p, use);
-        memcpy(c->rows.v[l], p + part, use);
-        p += 2 * part;
-    }
+void kv_cache_save(const kv_cache *c, int32_t n, void *dst) { copy_rows(c, dst, c->map, n); }
+
+void kv_cache_load(kv_cache *c, const void *src, int32_t n) {
+    copy_rows(c, c->map, src, n);
     c->rows.n_rows = n;
 }

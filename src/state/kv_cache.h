@@ -3,15 +3,22 @@
  * and the operations on them that state needs: truncation, a copy of the
  * first n cells for a checkpoint (RAM tier), and restoring such a copy.
  *
- * Memory: one mapping (base/bigbuf) sized for the whole context, laid out
- * as a checkpoint of n_ctx cells (below); the kernel backs only the pages
- * that rows were written to, so a large context costs memory only as it
- * fills. The mapping can be handed over whole (kv_cache_swap_map): a
- * conversation switch then moves cells instead of copying them.
+ * Layout: ceil(n_ctx / KV_BLOCK_ROWS) KV blocks (state/kv_block.h: a block
+ * holds KV_BLOCK_ROWS rows, per attention layer the K cells of its rows,
+ * then their V cells, each cell row_bytes of F16 values), the table
+ * rows.blocks pointing at them in row order.
  *
- * Checkpoint layout (what kv_cache_save writes, kv_cache_load reads and the
- * disk tier stores): per layer, its n K cells then its n V cells, each cell
- * row_bytes of F16 values.
+ * Memory: one mapping (base/bigbuf) holding the blocks one after another,
+ * sized for the whole context; the kernel backs only the pages that rows
+ * were written to, so a large context costs memory only as it fills. The
+ * mapping can be handed over whole (kv_cache_swap_map): a conversation
+ * switch then moves cells instead of copying them.
+ *
+ * Copy layout (what kv_cache_save writes and kv_cache_load reads): the
+ * first ceil(n / KV_BLOCK_ROWS) blocks of the mapping, whole, in the same
+ * layout, so the mapping itself is a copy of n_ctx rows and a copy of n
+ * rows is kv_cache_bytes(n). (The disk tier's files keep their own layout:
+ * per layer its n K cells then its n V cells; state/disk_tier.h.)
  *
  * A model with recurrent layers (qwen35) also has their state here: what
  * its n_rows rows left behind, which no prefix of them can be cut from.
@@ -37,10 +44,10 @@
 #define KV_SNAPSHOTS 4
 
 typedef struct kv_cache {
-    llm_kv rows; /* the cells and how many are in use (pointers into map) */
+    llm_kv rows; /* the block table (pointers into map) and how many rows are in use */
     int32_t n_layer;
     size_t row_bytes; /* one K (or V) cell: n_head_kv * head_dim F16 values */
-    void *map;        /* the cells: a checkpoint of n_ctx cells */
+    void *map;        /* the blocks: a copy of n_ctx rows */
     size_t map_bytes;
     float *recurrent; /* the recurrent layers' states (rows.conv, rows.ssm point into it), or NULL */
     size_t recurrent_floats;
@@ -50,6 +57,14 @@ typedef struct kv_cache {
 } kv_cache;
 
 int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *err);
+/* The cells alone (no recurrent layers) of n_layer attention layers with
+ * cells of row_bytes, for n_ctx rows, no row in use: what kv_cache_init
+ * starts from; 0, or -1 when memory ran out (c is then cleared). */
+int kv_cache_init_cells(kv_cache *c, int32_t n_layer, size_t row_bytes, int32_t n_ctx);
+/* The K (kind 0) or V (kind 1) cell of a row in attention layer l; the
+ * cells of the next rows up to the end of its block (a multiple of
+ * KV_BLOCK_ROWS) follow it. */
+uint8_t *kv_cache_cells(const kv_cache *c, int32_t row, int32_t l, int kind);
 /* The bytes one row of context takes in a model's cache: its K and V cells
  * in every attention layer. */
 size_t kv_cache_row_bytes(const llm_hparams *hp);
@@ -82,22 +97,26 @@ void kv_cache_load_recurrent(kv_cache *c, const float *src, const int32_t *rows,
  * (a snapshot only saves work). */
 void kv_cache_snapshot(kv_cache *c);
 
-/* The size of a copy of the first n cells. */
+/* The size of a copy of the first n rows: ceil(n / KV_BLOCK_ROWS) blocks. */
 size_t kv_cache_bytes(const kv_cache *c, int32_t n);
+/* Copies the first n rows to dst (kv_cache_bytes(n); only their cells are
+ * written, so the pages of the last block past them are not touched). */
 void kv_cache_save(const kv_cache *c, int32_t n, void *dst);
 /* Installs `fresh` (a big_alloc of map_bytes) as the cells, with no rows
  * in use, and returns the mapping it replaces, which then belongs to the
- * caller: a checkpoint of n_ctx cells that kv_cache_load reads, or that
+ * caller: a copy of n_ctx rows that kv_cache_load reads, or that
  * kv_cache_swap_map installs again. */
 void *kv_cache_swap_map(kv_cache *c, void *fresh);
 /* Frees the cells and installs map (one that kv_cache_swap_map returned)
- * with its first n cells in use. */
+ * with its first n rows in use. */
 void kv_cache_adopt_map(kv_cache *c, void *map, int32_t n);
-/* Gives back the pages of such a mapping past its first n cells. */
+/* Gives back the pages of such a mapping past its first n rows, in every
+ * block: the blocks after row n's, and in row n's block each layer's K and
+ * V cells past it. */
 void kv_cache_trim_map(const kv_cache *c, void *map, int32_t n);
-/* Makes the cache the first n cells of a copy of src_rows cells (n <=
- * src_rows; n <= n_ctx); with recurrent layers, kv_cache_load_recurrent
- * then gives their state. */
-void kv_cache_load(kv_cache *c, const void *src, int32_t src_rows, int32_t n);
+/* Makes the cache the first n rows of a copy of at least n rows (n <=
+ * n_ctx); with recurrent layers, kv_cache_load_recurrent then gives their
+ * state. */
+void kv_cache_load(kv_cache *c, const void *src, int32_t n);
 
 #endif

@@ -39,8 +39,9 @@ typedef struct ram_ckpt {
     int32_t rec_rows[KV_SNAPSHOTS + 1];
     int n_rec;
     void *kv;        /* its KV cells, as the session wrote them (a big_alloc of map_bytes) */
-    int32_t kv_rows; /* cells per part of kv's layout: seq.n_rows for a copy, the context
-                          size for a session's own mapping (kv_cache_swap_map) */
+    int32_t kv_rows; /* the rows kv has room for (state/kv_cache.h, copy layout): seq.n_rows
+                          for a copy, the context size for a session's own mapping
+                          (kv_cache_swap_map) */
     size_t kv_bytes; /* what the cells of its rows take */
     size_t map_bytes;
     size_t bytes;  /* KV bytes plus bookkeeping */
@@ -93,8 +94,8 @@ int ram_ckpt_set_recurrent(ram_ckpt *c, const kv_cache *kv);
  * memory ran out. *c is cleared on failure. */
 int ram_ckpt_new(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, int64_t floor);
 
-/* Like ram_ckpt_new, but the cells are map (map_bytes, kv_rows cells per
- * part), which *c owns on success (0); on failure the caller keeps it. */
+/* Like ram_ckpt_new, but the cells are map (map_bytes, room for kv_rows
+ * rows), which *c owns on success (0); on failure the caller keeps it. */
 int ram_ckpt_wrap(ram_ckpt *c, const seq_state *seq, int32_t n, size_t kv_bytes, void *map, size_t map_bytes,
                   int32_t kv_rows, int64_t floor);
 /* Puts a made checkpoint in the tier as the most recent one (*c is then
