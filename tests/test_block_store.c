@@ -348,6 +348,15 @@ static void damage(void) {
     uint64_t ok = 0, bad = 0;
     ph_err e = {0};
     CHECK(block_store_verify(s, NULL, NULL, &ok, &bad, &e) == 0 && ok == 6 && bad == 0);
+    /* the segment removed under the store: a miss (its rows dropped), not a damaged record */
+    CHECK(segments(dir, NULL) == 1);
+    seg_file(p, sizeof p, dir, 2);
+    CHECK(unlink(p) == 0);
+    const uint64_t rejected = stats(s).rejected;
+    CHECK(reads(s, &a, 0) == 0 && block_store_find(s, a.p[0].key.name, NULL) == 0 && stats(s).rejected == rejected);
+    block_store_close(s);
+    s = open_store(dir, BIG, 0);
+    CHECK(stats(s).records == 0 && stats(s).segments == 0 && prefix(s, &a) == 0);
     block_store_close(s);
 }
 
