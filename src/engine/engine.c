@@ -864,7 +864,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     }
     int32_t from_ram = 0;
     const int32_t ck = e->reuse && best < most ? ram_tier_find(&e->ram, want, most, &from_ram) : -1;
-    disk_match dm = {.fd = -1};
+    disk_match dm = {0};
     int32_t from_disk = 0;
     if (e->disk && e->reuse && best < most && from_ram < most &&
         disk_tier_find(e->disk, want, best > from_ram ? best : from_ram, &dm))
@@ -875,7 +875,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         best = from_disk;
         r->from_parked = false;
     } else {
-        if (dm.fd >= 0) disk_match_free(e->disk, &dm);
+        disk_match_free(&dm);
         if (ck >= 0 && from_ram > best) {
             ram_ckpt_free(&c); /* a parked conversation that a checkpoint beats */
             ram_tier_take(&e->ram, ck, &c);
@@ -896,19 +896,22 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
      * the move is (a fresh mapping, the kept rows and states copied). */
     if (!pinned && (best > keep || keep + PARK_MIN_LOST < e->live_prompt)) park_live(e, best > keep ? 0 : keep);
     if (disk) {
-        ph_err lerr = {0};
-        if (disk_tier_load(e->disk, &dm, &e->s->kv, best, &lerr) == 0) {
-            seq_copy(&e->live, &dm.seq, best, NULL); /* live.cap is the context size */
-            e->s->next_pos = seq_pos_at(&dm.seq, best);
-            keep = best;
-            r->n_from_disk = best;
+        /* the rows that check out: all of them, or those before a record
+         * that failed (refused, logged and counted by the tier) */
+        const int32_t got = disk_tier_load(e->disk, &dm, &e->s->kv, best);
+        if (got > 0) {
+            seq_copy(&e->live, &dm.seq, got, NULL); /* live.cap is the context size */
+            e->s->next_pos = seq_pos_at(&dm.seq, got);
+            keep = got;
+            r->n_from_disk = got;
         } else {
-            PH_WARN("%s; the prompt is evaluated from the start", lerr.msg);
+            PH_WARN("the disk cache's records for this prompt failed their checks; the prompt is evaluated from the "
+                    "start");
             seq_clear(&e->live);
             ph_session_reset(e->s);
             keep = 0;
         }
-        disk_match_free(e->disk, &dm);
+        disk_match_free(&dm);
     } else if (best > keep) {
         seq_copy(&e->live, &c.seq, best, NULL);
         e->s->next_pos = seq_pos_at(&c.seq, best);
