@@ -365,6 +365,24 @@ static void only_new(void) {
     /* the same save again writes nothing */
     CHECK(save_flush(t, &B, B.n_rows, &kvB));
     CHECK(stats(t).saves == c.saves);
+    /* A grows past its tail's block: that block's record holds only the
+     * rows after the tail (its parent), then a new tail: no row twice */
+    add_text(&A, 1, 44);
+    kv_fill(&kvA, 1, A.n_rows);
+    CHECK(save_flush(t, &A, A.n_rows, &kvA));
+    disk_tier_stats d = stats(t);
+    const uint64_t rest = 320 + 16 + 28 * 8 + 2 * NL * 28 * RB, tail2 = 320 + 16 + 16 * 8 + 2 * NL * 16 * RB;
+    CHECKF(d.saves - c.saves == 2 && d.bytes_written - c.bytes_written == rest + tail2,
+           "a save past a tail wrote %llu records, %llu bytes", (unsigned long long)(d.saves - c.saves),
+           (unsigned long long)(d.bytes_written - c.bytes_written));
+    request(&A, A.n_rows, 9, 5);
+    RESTORES(t, &R, &A, &kvA, A.n_rows);
+    request(&A, 390, 9, 5); /* within the block after it */
+    RESTORES(t, &R, &A, &kvA, 390);
+    request(&A, 370, 9, 5); /* within the block made of a tail and the rest: up to the tail */
+    RESTORES(t, &R, &A, &kvA, 356);
+    request(&A, 340, 9, 5); /* leaves the tail part way */
+    RESTORES(t, &R, &A, &kvA, 340);
     listing l = list(t);
     CHECKF(l.n == 2, "ls: %d ends", l.n);
     disk_tier_close(t);
@@ -489,7 +507,8 @@ static void rec_restores_at(int line, disk_tier *t, const seq_state *want, const
     CHECKF(rows == prefix && got.rows.n_rows == prefix && kv_equal(&got, saved_kv, prefix), "line %d: load gave %d",
            line, rows);
     CHECKF(rows == prefix && rec_is(got.recurrent, prefix) && got.n_snap == 1 && got.snap_rows[0] == prefix,
-           "line %d: recurrent state after the load", line);
+           "line %d: recurrent state after the load (%d rows, %d snapshots, the last after row %d)", line, rows,
+           got.n_snap, got.n_snap ? got.snap_rows[got.n_snap - 1] : -1);
     kv_drop(&got);
     disk_match_free(&m);
 }

@@ -147,10 +147,57 @@ static int prov_check(const uint8_t *p, uint32_t len, seq_state *s, int32_t r0, 
     return 0;
 }
 
+/* ---- pieces ---------------------------------------------------------------------- */
+
+typedef disk_piece piece;
+
+#define MAX_PIECES DISK_PIECES
+_Static_assert(DISK_PIECES == KV_BLOCK_ROWS + 1, "a block's resume points: one at its start, one a row");
+
+/* The parent of the first piece of block b: the name of block b - 1, or for
+ * a resume point in block 0 the chain's root (a full block 0 has none:
+ * all zero). */
+static void block_start(const seq_state *s, const uint8_t (*names)[32], int32_t b, uint8_t out[32]) {
+    if (b) memcpy(out, names[b - 1], 32);
+    else kv_block_root(s, out);
+}
+
+/* The deepest chain of stored resume points in block b, from its start
+ * (parent: start, offset from), that s's rows agree with by their names,
+ * ending at most at row limit: how many pieces (each one row further than
+ * the one before), in path. */
+static int walk(disk_tier *t, const seq_state *s, int32_t b, const uint8_t start[32], const uint8_t parent[32],
+                int32_t from, int32_t limit, piece *path, int depth) {
+    if (depth >= MAX_PIECES) return 0;
+    block_info c[CHILDREN];
+    const int n = block_store_children(t->bs, parent, BLOCK_KIND_RESUME, c, CHILDREN);
+    int best = 0;
+    piece sub[MAX_PIECES];
+    for (int i = 0; i < n; i++) {
+        const int32_t to = from + (int32_t)c[i].n_rows, row = b * KV_BLOCK_ROWS + to;
+        uint8_t name[32];
+        if (to > KV_BLOCK_ROWS || row > limit || (to == from && from > 0) ||
+            !kv_resume_name(s, row, start, true, name) || memcmp(name, c[i].name, 32))
+            continue;
+        /* a resume point that holds no rows (the state at the block's start) continues no chain */
+        const int k = to > from ? walk(t, s, b, start, c[i].name, to, limit, sub, depth + 1) : 0;
+        const int32_t end = k ? sub[k - 1].to : to;
+        if (best == 0 || end > path[best - 1].to) {
+            memcpy(path[0].name, c[i].name, 32);
+            memcpy(path[0].parent, parent, 32);
+            path[0].from = from;
+            path[0].to = to;
+            memcpy(path + 1, sub, (size_t)k * sizeof *sub);
+            best = k + 1;
+        }
+    }
+    return best;
+}
+
 /* ---- the writer ---------------------------------------------------------------- */
 
-/* A record's payload the tier made (a resume point's), freed when the
- * store releases it; NULL for a block read from the live cells. */
+/* What the store reads of a record until it releases it: the job that
+ * waits for it, and a payload the tier made (NULL: the live cells). */
 typedef struct put_ud {
     job *j;
     void *own;
@@ -164,8 +211,9 @@ static void released(void *ctx, void *ud) {
     pthread_mutex_unlock(&t->lock);
 }
 
-/* The resume points of a checkpoint: its end when that is not a block
- * boundary; with recurrent layers every row where it holds their state. */
+/* The resume points of a checkpoint, increasing: its end when that is not
+ * a block boundary; with recurrent layers every row where it holds their
+ * state. */
 static int resume_points(const job *j, int32_t *rows) {
     if (j->n_rec) {
         int n = 0;
@@ -178,91 +226,139 @@ static int resume_points(const job *j, int32_t *rows) {
     return 1;
 }
 
-/* Hands one checkpoint's new records to the store and waits until it has
- * read them (the full blocks straight from the live cells). */
+/* The records of one checkpoint being made. */
+typedef struct batch {
+    job *j;
+    block_meta meta;
+    block_put *puts;
+    put_ud *uds;
+    uint8_t *provs;
+    int n, cap;
+} batch;
+
+/* Adds a record of block b's rows [from, to) (of each part: K then V of
+ * every layer), from the live cells when it is the whole block, else
+ * copied, with the recurrent state after row state_row (-1: none). false
+ * when memory ran out. */
+static bool add_record(batch *bt, uint32_t kind, const uint8_t name[32], const uint8_t parent[32], int32_t b,
+                       int32_t from, int32_t to, int state_at) {
+    const kv_cache *kv = bt->j->kv;
+    const size_t part = (size_t)KV_BLOCK_ROWS * kv->row_bytes, n_parts = 2 * (size_t)kv->n_layer,
+                 run = (size_t)(to - from) * kv->row_bytes, cells = n_parts * run,
+                 bytes = cells + (state_at >= 0 ? kv->recurrent_floats * sizeof(float) : 0);
+    const uint8_t *blk = kv->rows.blocks[b];
+    uint8_t *own = NULL;
+    if (bt->n == bt->cap) return false;
+    if (from > 0 || to < KV_BLOCK_ROWS || state_at >= 0) {
+        if (!(own = malloc(bytes ? bytes : 1))) return false;
+        for (size_t q = 0; q < n_parts && run; q++)
+            memcpy(own + q * run, blk + q * part + (size_t)from * kv->row_bytes, run);
+        if (state_at >= 0) memcpy(own + cells, bt->j->rec + (size_t)state_at * kv->recurrent_floats, bytes - cells);
+    }
+    block_put *p = &bt->puts[bt->n];
+    put_ud *u = &bt->uds[bt->n];
+    uint8_t *prov = bt->provs + (size_t)bt->n * PROV_MAX;
+    memcpy(p->key.name, name, 32);
+    memcpy(p->key.parent, parent, 32);
+    p->key.kind = kind;
+    p->key.meta = bt->meta;
+    p->n_rows = (uint32_t)(to - from);
+    p->prov = prov;
+    p->prov_bytes = prov_encode(&bt->j->seq, b * KV_BLOCK_ROWS + from, b * KV_BLOCK_ROWS + to, prov);
+    p->payload = own ? own : blk;
+    p->payload_bytes = own ? bytes : cells;
+    u->j = bt->j;
+    u->own = own;
+    p->ud = u;
+    bt->n++;
+    return true;
+}
+
+/* The records of block b that the store lacks: the resume points in it
+ * (pts, rows in it, increasing) and, when it is full and not stored
+ * (whole), the block itself, each holding only the rows after the stored
+ * pieces it follows. */
+static bool block_records(disk_tier *t, batch *bt, const uint8_t (*names)[32], int32_t b, const int32_t *pts,
+                          int n_pts, bool whole) {
+    const job *j = bt->j;
+    const seq_state *s = &j->seq;
+    uint8_t start[32];
+    block_start(s, names, b, start);
+    piece chain[MAX_PIECES];
+    int k = walk(t, s, b, start, start, 0, s->n_rows, chain, 0);
+    if (k == 1 && chain[0].to == 0) k = 0; /* the state at the block's start: no rows to follow */
+    for (int i = 0; i < n_pts; i++) {
+        const int32_t off = pts[i] - b * KV_BLOCK_ROWS;
+        uint8_t name[32];
+        if (!kv_resume_name(s, pts[i], start, false, name) || block_store_find(t->bs, name, NULL)) continue;
+        int at = k; /* the piece it follows: the last that ends at or before it */
+        while (at > 0 && chain[at - 1].to > off) at--;
+        const int32_t from = at ? chain[at - 1].to : 0;
+        int state_at = -1;
+        for (int r = 0; r < j->n_rec; r++)
+            if (j->rec_rows[r] == pts[i]) state_at = r;
+        if (!add_record(bt, BLOCK_KIND_RESUME, name, at ? chain[at - 1].name : start, b, from, off, state_at))
+            return false;
+        if (at == k && off > from && k < MAX_PIECES) { /* the chain goes on from it */
+            memcpy(chain[k].name, name, 32);
+            chain[k].from = from;
+            chain[k].to = off;
+            k++;
+        }
+    }
+    if (!whole) return true;
+    uint8_t parent[32] = {0};
+    if (k) memcpy(parent, chain[k - 1].name, 32);
+    else if (b) memcpy(parent, names[b - 1], 32);
+    return add_record(bt, BLOCK_KIND_KV, names[b], parent, b, k ? chain[k - 1].to : 0, KV_BLOCK_ROWS, -1);
+}
+
+/* Hands one checkpoint's new records to the store and waits until they are
+ * written (the full blocks read straight from the live cells; the next
+ * checkpoint's lookups then see them). */
 static void write_job(disk_tier *t, job *j) {
     const seq_state *s = &j->seq;
-    const kv_cache *kv = j->kv;
     const int32_t n = s->n_rows, nb = n / KV_BLOCK_ROWS;
-    const size_t part = (size_t)KV_BLOCK_ROWS * kv->row_bytes, n_parts = 2 * (size_t)kv->n_layer,
-                 block = part * n_parts, one_rec = kv->recurrent_floats * sizeof(float);
-    uint8_t(*names)[32] = malloc(((size_t)nb + 1) * 32);
     int32_t pts[REC_MAX];
     const int n_pts = resume_points(j, pts);
-    block_put *puts = calloc((size_t)nb + REC_MAX, sizeof *puts);
-    put_ud *uds = calloc((size_t)nb + REC_MAX, sizeof *uds);
-    uint8_t *provs = malloc(((size_t)nb + REC_MAX) * PROV_MAX);
-    int np = 0;
+    batch bt = {.j = j, .cap = nb + REC_MAX};
+    meta_of(s, &bt.meta);
+    uint8_t(*names)[32] = malloc(((size_t)nb + 1) * 32);
+    bt.puts = calloc((size_t)bt.cap, sizeof *bt.puts);
+    bt.uds = calloc((size_t)bt.cap, sizeof *bt.uds);
+    bt.provs = malloc((size_t)bt.cap * PROV_MAX);
     const double t0 = time_now_s();
-    if (names && puts && uds && provs) {
+    bool ok = names && bt.puts && bt.uds && bt.provs;
+    if (ok) {
         const int32_t named = kv_block_names(s, n, false, names);
         const int32_t stored = block_store_prefix(t->bs, (const uint8_t(*)[BLOCK_NAME_BYTES])names, named);
-        block_meta meta;
-        meta_of(s, &meta);
-        for (int32_t i = stored; i < named; i++, np++) {
-            block_put *p = &puts[np];
-            memcpy(p->key.name, names[i], 32);
-            if (i) memcpy(p->key.parent, names[i - 1], 32);
-            p->key.kind = BLOCK_KIND_KV;
-            p->key.meta = meta;
-            p->n_rows = KV_BLOCK_ROWS;
-            p->prov = provs + (size_t)np * PROV_MAX;
-            p->prov_bytes = prov_encode(s, i * KV_BLOCK_ROWS, (i + 1) * KV_BLOCK_ROWS, provs + (size_t)np * PROV_MAX);
-            p->payload = kv->rows.blocks[i];
-            p->payload_bytes = block;
-            uds[np].j = j;
-            p->ud = &uds[np];
+        int p = 0;
+        for (int32_t b = 0; ok && b <= nb && b <= named; b++) {
+            const int first = p;
+            while (p < n_pts && pts[p] / KV_BLOCK_ROWS == b) p++;
+            const bool whole = b >= stored && b < named;
+            if (whole || p > first) ok = block_records(t, &bt, (const uint8_t(*)[32])names, b, pts + first, p - first, whole);
         }
-        for (int k = 0; k < n_pts; k++) {
-            const int32_t row = pts[k], b = row / KV_BLOCK_ROWS, r = row % KV_BLOCK_ROWS;
-            uint8_t prev[32];
-            if (b > named) break; /* its block cannot be named */
-            if (b) memcpy(prev, names[b - 1], 32);
-            else kv_block_root(s, prev);
-            block_put *p = &puts[np];
-            if (!kv_resume_name(s, row, prev, false, p->key.name)) break;
-            if (block_store_find(t->bs, p->key.name, NULL)) continue;
-            const size_t cells = n_parts * (size_t)r * kv->row_bytes, bytes = cells + (j->n_rec ? one_rec : 0);
-            uint8_t *pay = malloc(bytes ? bytes : 1);
-            if (!pay) break;
-            for (size_t q = 0; q < n_parts && r; q++)
-                memcpy(pay + q * (size_t)r * kv->row_bytes, kv->rows.blocks[b] + q * part, (size_t)r * kv->row_bytes);
-            if (j->n_rec) {
-                int at = 0;
-                while (j->rec_rows[at] != row) at++;
-                memcpy(pay + cells, j->rec + (size_t)at * kv->recurrent_floats, one_rec);
-            }
-            memcpy(p->key.parent, prev, 32);
-            p->key.kind = BLOCK_KIND_RESUME;
-            p->key.meta = meta;
-            p->n_rows = (uint32_t)r;
-            p->prov = provs + (size_t)np * PROV_MAX;
-            p->prov_bytes = prov_encode(s, b * KV_BLOCK_ROWS, row, provs + (size_t)np * PROV_MAX);
-            p->payload = pay;
-            p->payload_bytes = bytes;
-            uds[np].j = j;
-            uds[np].own = pay;
-            p->ud = &uds[np];
-            np++;
-        }
-    } else {
-        PH_WARN("disk cache: out of memory queueing a checkpoint of %d rows", (int)n);
     }
+    if (!ok) PH_WARN("disk cache: out of memory writing a checkpoint of %d rows", (int)n);
     pthread_mutex_lock(&t->lock);
-    j->pending = np;
+    j->pending = bt.n;
     pthread_mutex_unlock(&t->lock);
-    if (np) block_store_put(t->bs, puts, np, released, t);
+    if (bt.n) block_store_put(t->bs, bt.puts, bt.n, released, t);
     pthread_mutex_lock(&t->lock);
     while (j->pending) pthread_cond_wait(&t->cv, &t->lock);
     j->reading = false; /* the store is done with the cells */
-    t->st.write_s += time_now_s() - t0;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->lock);
-    for (int i = 0; i < np; i++) free(uds[i].own);
+    block_store_flush(t->bs);
+    pthread_mutex_lock(&t->lock);
+    t->st.write_s += time_now_s() - t0;
+    pthread_mutex_unlock(&t->lock);
+    for (int i = 0; i < bt.n; i++) free(bt.uds[i].own);
     free(names);
-    free(puts);
-    free(uds);
-    free(provs);
+    free(bt.puts);
+    free(bt.uds);
+    free(bt.provs);
 }
 
 static void job_free(job *j) {
@@ -460,13 +556,6 @@ void disk_tier_close(disk_tier *t) {
 
 /* ---- lookups and loads ------------------------------------------------------------- */
 
-/* The parent of the resume points in block b of a chain: the name of block
- * b - 1, or the root. */
-static void parent_of(const disk_match *m, int32_t b, uint8_t out[32]) {
-    if (b) memcpy(out, m->names[b - 1], 32);
-    else kv_block_root(&m->seq, out);
-}
-
 /* Rows of want from row r0 on that a resume point's provenance p (len
  * bytes, of rows rows) holds the same: tokens and positions, pictures by
  * their rows (a picture row's embed_key and grid are in want's span). */
@@ -494,6 +583,35 @@ static int32_t prov_common(const uint8_t *p, uint32_t len, const seq_state *want
     return r - r0;
 }
 
+/* Without recurrent layers: the resume point after want's stored blocks
+ * that want leaves part way (it agrees with the chain up to m's path,
+ * then with one of the next piece's rows), by its provenance: how many of
+ * its rows want shares (0: none), the piece appended to m->path. */
+static int32_t partial_piece(disk_tier *t, const seq_state *want, disk_match *m, const uint8_t start[32]) {
+    const int32_t b = m->res_block, from = m->n_path ? m->path[m->n_path - 1].to : 0;
+    const uint8_t *parent = m->n_path ? m->path[m->n_path - 1].name : start;
+    block_info c[CHILDREN];
+    const int n = m->n_path < MAX_PIECES ? block_store_children(t->bs, parent, BLOCK_KIND_RESUME, c, CHILDREN) : 0;
+    int32_t best = 0;
+    for (int i = 0; i < n; i++) {
+        uint8_t prov[PROV_MAX];
+        block_meta meta;
+        uint32_t len = 0;
+        if (block_store_peek(t->bs, c[i].name, &meta, prov, sizeof prov, &len) != 1 || len > sizeof prov) continue;
+        const int32_t common = prov_common(prov, len, want, b * KV_BLOCK_ROWS + from, (int32_t)c[i].n_rows);
+        if (common > best) {
+            best = common;
+            piece *x = &m->path[m->n_path];
+            memcpy(x->name, c[i].name, 32);
+            memcpy(x->parent, parent, 32);
+            x->from = from;
+            x->to = from + (int32_t)c[i].n_rows;
+        }
+    }
+    if (best) m->n_path++;
+    return best;
+}
+
 int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match *m) {
     memset(m, 0, sizeof *m);
     const int32_t nb = want->n_rows / KV_BLOCK_ROWS;
@@ -506,38 +624,28 @@ int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match
     m->recurrent = is_recurrent(want);
     const int32_t named = kv_block_names(want, want->n_rows, true, m->names);
     m->n_full = block_store_prefix(t->bs, (const uint8_t(*)[BLOCK_NAME_BYTES])m->names, named);
-    if (!m->recurrent) best = m->n_full * KV_BLOCK_ROWS;
-    /* the resume points: without recurrent layers those past the stored
-     * blocks; with them the last one before want's last row (a block
-     * boundary is no resume point: the state there is not known) */
-    for (int32_t b = m->n_full; b >= 0 && (b + 1) * KV_BLOCK_ROWS > (best > beat ? best : beat); b--) {
-        if (b * KV_BLOCK_ROWS >= want->n_rows) continue;
-        uint8_t parent[32];
-        parent_of(m, b, parent);
-        block_info c[CHILDREN];
-        const int n = block_store_children(t->bs, parent, BLOCK_KIND_RESUME, c, CHILDREN);
-        for (int i = 0; i < n; i++) {
-            const int32_t row = b * KV_BLOCK_ROWS + (int32_t)c[i].n_rows;
-            if (row <= best || row > want->n_rows || (m->recurrent && row >= want->n_rows)) continue;
-            uint8_t name[32];
-            int32_t common = 0;
-            if (kv_resume_name(want, row, parent, true, name) && !memcmp(name, c[i].name, 32)) {
-                common = row;
-            } else if (!m->recurrent) { /* want leaves it part way: how far do they agree? */
-                uint8_t prov[PROV_MAX];
-                block_meta meta;
-                uint32_t len = 0;
-                if (block_store_peek(t->bs, c[i].name, &meta, prov, sizeof prov, &len) == 1 && len <= sizeof prov)
-                    common = b * KV_BLOCK_ROWS + prov_common(prov, len, want, b * KV_BLOCK_ROWS, (int32_t)c[i].n_rows);
-            }
-            if (common > best) {
-                best = common;
-                m->res_row = row;
-                memcpy(m->res_name, c[i].name, 32);
-                memcpy(m->res_parent, parent, 32);
-            }
+    uint8_t start[32];
+    if (!m->recurrent) {
+        /* the stored blocks, then the resume points after them */
+        best = m->n_full * KV_BLOCK_ROWS;
+        m->res_block = m->n_full;
+        if (best < want->n_rows && (best + KV_BLOCK_ROWS > beat)) {
+            block_start(want, (const uint8_t(*)[32])m->names, m->res_block, start);
+            m->n_path = walk(t, want, m->res_block, start, start, 0, want->n_rows, m->path, 0);
+            const int32_t exact = m->n_path ? m->path[m->n_path - 1].to : 0, part = partial_piece(t, want, m, start);
+            best += exact + part;
+            m->res_row = m->n_path ? m->res_block * KV_BLOCK_ROWS + m->path[m->n_path - 1].to : 0;
         }
-        if (m->recurrent && m->res_row) break;
+    } else {
+        /* the last resume point before want's last row (a block boundary
+         * is none: the state there is not known) */
+        for (int32_t b = m->n_full; b >= 0 && (b + 1) * KV_BLOCK_ROWS > beat && !m->n_path; b--) {
+            if (b * KV_BLOCK_ROWS >= want->n_rows) continue;
+            block_start(want, (const uint8_t(*)[32])m->names, b, start);
+            m->n_path = walk(t, want, b, start, start, 0, want->n_rows - 1, m->path, 0);
+            m->res_block = b;
+        }
+        if (m->n_path) best = m->res_row = m->res_block * KV_BLOCK_ROWS + m->path[m->n_path - 1].to;
     }
     best = seq_back_off(want, best);
     if (m->recurrent && best != m->res_row) best = 0;
@@ -559,9 +667,9 @@ int32_t disk_match_cut(const disk_match *m, int32_t n) {
     return m->res_row && n >= m->res_row ? m->res_row : 0;
 }
 
-/* Reads one record into prov and payload and checks its provenance for
- * rows [r0, r0 + rows): 0, or -1 (logged; the store counts what fails its
- * checks). */
+/* Reads one record into prov and payload (cap bytes, what it must hold)
+ * and checks its provenance for rows [r0, r0 + rows) of m->seq: 0, or -1
+ * (logged; the store counts what fails its own checks, the tier the rest). */
 static int read_record(disk_tier *t, const block_key *k, int32_t r0, int32_t rows, void *payload, size_t cap,
                        disk_match *m) {
     uint8_t prov[PROV_MAX];
@@ -583,43 +691,89 @@ static int read_record(disk_tier *t, const block_key *k, int32_t r0, int32_t row
     return -1;
 }
 
+/* Reads a piece of block b, rows [from, to) of which the first use go into
+ * kv's cells (and with recurrent layers, when state, its state into kv):
+ * 0, or -1. buf holds a block and a state. */
+static int read_piece(disk_tier *t, disk_match *m, kv_cache *kv, uint32_t kind, const piece *x, int32_t b,
+                      int32_t use, bool state, uint8_t *buf) {
+    const size_t part = (size_t)KV_BLOCK_ROWS * kv->row_bytes, n_parts = 2 * (size_t)kv->n_layer,
+                 run = (size_t)(x->to - x->from) * kv->row_bytes, cells = n_parts * run;
+    const bool rec = kind == BLOCK_KIND_RESUME && kv->recurrent;
+    block_key k = {.kind = kind};
+    meta_of(&m->seq, &k.meta);
+    memcpy(k.name, x->name, 32);
+    memcpy(k.parent, x->parent, 32);
+    uint8_t *blk = kv->rows.blocks[b];
+    const bool direct = x->from == 0 && x->to == KV_BLOCK_ROWS && !rec; /* a whole block: straight into its cells */
+    uint8_t *dst = direct ? blk : buf;
+    if (read_record(t, &k, b * KV_BLOCK_ROWS + x->from, x->to - x->from, dst,
+                    cells + (rec ? kv->recurrent_floats * sizeof(float) : 0), m))
+        return -1;
+    if (!direct)
+        for (size_t q = 0; q < n_parts && use > 0; q++)
+            memcpy(blk + q * part + (size_t)x->from * kv->row_bytes, buf + q * run, (size_t)use * kv->row_bytes);
+    if (rec && state) {
+        const int32_t row = b * KV_BLOCK_ROWS + x->to;
+        kv_cache_load_recurrent(kv, (const float *)(buf + cells), &row, 1, row);
+    }
+    return 0;
+}
+
+/* Reads stored block b of m's request into kv: its pieces, from the
+ * block's first row (found by walking its record's parents back to the
+ * block before it). 0, or -1. */
+static int read_block(disk_tier *t, disk_match *m, kv_cache *kv, int32_t b, uint8_t *buf) {
+    uint8_t start[32];
+    block_start(&m->seq, (const uint8_t(*)[32])m->names, b, start);
+    piece p[MAX_PIECES];
+    int n = 0;
+    block_info info;
+    uint8_t name[32];
+    memcpy(name, m->names[b], 32);
+    int32_t to = KV_BLOCK_ROWS;
+    for (;;) {
+        if (n == MAX_PIECES || block_store_find(t->bs, name, &info) != 1 || info.n_rows > (uint32_t)to) return -1;
+        piece *x = &p[n++];
+        memcpy(x->name, name, 32);
+        memcpy(x->parent, info.parent, 32);
+        x->to = to;
+        x->from = to - (int32_t)info.n_rows;
+        if (x->from == 0) break;
+        to = x->from;
+        memcpy(name, info.parent, 32);
+    }
+    /* the first piece's parent is the block before (all zero for block 0's full record) */
+    uint8_t zero[32] = {0};
+    if (memcmp(p[n - 1].parent, b || n > 1 ? start : zero, 32)) return -1;
+    for (int i = n - 1; i >= 0; i--)
+        if (read_piece(t, m, kv, i == 0 ? BLOCK_KIND_KV : BLOCK_KIND_RESUME, &p[i], b, p[i].to - p[i].from, false,
+                       buf))
+            return -1;
+    return 0;
+}
+
 int32_t disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n) {
     const double t0 = time_now_s();
-    const size_t part = (size_t)KV_BLOCK_ROWS * kv->row_bytes, n_parts = 2 * (size_t)kv->n_layer,
-                 block = part * n_parts;
     if (n > m->prefix || n > kv->rows.n_ctx) n = m->prefix < kv->rows.n_ctx ? m->prefix : kv->rows.n_ctx;
     n = disk_match_cut(m, n);
     if (n <= 0) return 0;
-    const bool resume = m->recurrent || n > m->n_full * KV_BLOCK_ROWS;
-    const int32_t full = resume ? n / KV_BLOCK_ROWS : (n + KV_BLOCK_ROWS - 1) / KV_BLOCK_ROWS;
-    block_meta meta;
-    meta_of(&m->seq, &meta);
+    const bool resume = m->recurrent || n > m->res_block * KV_BLOCK_ROWS;
+    const int32_t full = resume ? m->res_block : (n + KV_BLOCK_ROWS - 1) / KV_BLOCK_ROWS;
+    uint8_t *buf = malloc((size_t)KV_BLOCK_ROWS * 2 * (size_t)kv->n_layer * kv->row_bytes +
+                          kv->recurrent_floats * sizeof(float));
     int32_t got = 0;
-    for (int32_t i = 0; i < full; i++) {
-        block_key k = {.kind = BLOCK_KIND_KV, .meta = meta};
-        memcpy(k.name, m->names[i], 32);
-        if (i) memcpy(k.parent, m->names[i - 1], 32);
-        if (read_record(t, &k, i * KV_BLOCK_ROWS, KV_BLOCK_ROWS, kv->rows.blocks[i], block, m)) break;
-        got = (i + 1) * KV_BLOCK_ROWS;
-    }
+    for (int32_t i = 0; buf && i < full && read_block(t, m, kv, i, buf) == 0; i++) got = (i + 1) * KV_BLOCK_ROWS;
     if (got > n) got = n;
-    if (resume && got == full * KV_BLOCK_ROWS) {
-        const int32_t b = full, r = n - b * KV_BLOCK_ROWS, stored = m->res_row - b * KV_BLOCK_ROWS;
-        const size_t cells = n_parts * (size_t)stored * kv->row_bytes,
-                     bytes = cells + (m->recurrent ? kv->recurrent_floats * sizeof(float) : 0);
-        uint8_t *pay = malloc(bytes ? bytes : 1);
-        block_key k = {.kind = BLOCK_KIND_RESUME, .meta = meta};
-        memcpy(k.name, m->res_name, 32);
-        memcpy(k.parent, m->res_parent, 32);
-        if (pay && read_record(t, &k, b * KV_BLOCK_ROWS, stored, pay, bytes, m) == 0) {
-            for (size_t q = 0; q < n_parts && r; q++)
-                memcpy(kv->rows.blocks[b] + q * part, pay + q * (size_t)stored * kv->row_bytes,
-                       (size_t)r * kv->row_bytes);
-            if (m->recurrent) kv_cache_load_recurrent(kv, (const float *)(pay + cells), &n, 1, n);
-            got = n;
+    if (buf && resume && got == full * KV_BLOCK_ROWS) {
+        const int32_t b = m->res_block, base = b * KV_BLOCK_ROWS;
+        for (int i = 0; i < m->n_path; i++) {
+            const piece *x = &m->path[i];
+            const int32_t use = (n - base < x->to ? n - base : x->to) - x->from;
+            if (read_piece(t, m, kv, BLOCK_KIND_RESUME, x, b, use, i == m->n_path - 1, buf)) break;
+            got = base + x->from + use;
         }
-        free(pay);
     }
+    free(buf);
     if (m->recurrent && got != n) got = 0; /* its state is known only at the resume point */
     got = seq_back_off(&m->seq, got);
     kv->rows.n_rows = got;

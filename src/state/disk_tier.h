@@ -97,16 +97,31 @@ void disk_tier_release_rows(disk_tier *t, int32_t n);
 /* Writes everything queued (delays end) and waits for it. */
 void disk_tier_flush(disk_tier *t);
 
+/* A record as part of one block's rows: rows [from, to) of the block
+ * (offsets in it). A block on disk is a chain of pieces: the resume points
+ * written while it filled, each holding the rows since the one before,
+ * then the full block's record with the rest, so no row is written twice. */
+typedef struct disk_piece {
+    uint8_t name[32], parent[32];
+    int32_t from, to;
+} disk_piece;
+
+/* A block's resume points: each holds a row more than the one before, or
+ * is its first. */
+#define DISK_PIECES (64 + 1)
+
 /* What a lookup found for a request: the request's stored full blocks
- * and the resume point it resumes at. */
+ * and the resume points after them it resumes at. */
 typedef struct disk_match {
     seq_state seq;  /* the request's first prefix rows; a load puts the stored cond_hash of their pictures in */
     int32_t prefix; /* rows it shares with the request */
     int32_t n_full; /* the request's full blocks stored, from its first */
-    uint8_t (*names)[32];  /* their names */
-    bool recurrent;        /* the model has recurrent layers: it resumes only at res_row (or 0) */
-    int32_t res_row;       /* the resume point found (0: none) */
-    uint8_t res_name[32], res_parent[32];
+    uint8_t (*names)[32]; /* their names */
+    bool recurrent;       /* the model has recurrent layers: it resumes only at res_row (or 0) */
+    int32_t res_block;    /* the block of the resume points */
+    int32_t res_row;      /* the last one's row (0: none) */
+    int n_path;           /* the resume points from the block's start to res_row */
+    disk_piece path[DISK_PIECES];
 } disk_match;
 
 /* The longest common prefix of want with what the folder holds (same
