@@ -98,9 +98,8 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     /* A recurrent layer's state (qwen35) is what all of a sequence's rows
      * left behind: the live state and a RAM checkpoint can be cut back only
      * to a row after which a snapshot of it was taken (state/kv_cache.h;
-     * plan_reuse), and so can a checkpoint file, which holds copies of
-     * those snapshots and of the state at its end (state/disk_tier.h,
-     * version 3). */
+     * plan_reuse), and so can the disk tier, which stores the state at each
+     * of them and at a checkpoint's end as a resume point (state/disk_tier.h). */
     const bool recurrent = e->m->hp.n_rec_layer > 0;
     if (p->mmproj_path) {
         progress(p, "loading the vision encoder", 0.6);
@@ -196,7 +195,7 @@ void ph_engine_free(ph_engine *e) {
         disk_tier_flush(e->disk);
         disk_tier_get_stats(e->disk, &b);
         PH_INFO("shutdown: the live conversation (%d rows) and what was queued: %" PRIu64
-                " checkpoint files written (%.1f MiB), %" PRIu64 " skipped (held already, or no room), in %.2f s",
+                " block records written (%.1f MiB), %" PRIu64 " not written (no room, or an I/O error), in %.2f s",
                 (int)live, b.saves - a.saves, (double)(b.bytes_written - a.bytes_written) / (1 << 20),
                 b.skipped - a.skipped, time_now_s() - t0);
         disk_tier_close(e->disk);
@@ -828,14 +827,14 @@ static bool park_primary(ph_engine *e, int32_t keep) {
 
 /* The plan (docs/state-cache.md, The plan of a turn): the longest common prefix of the request with
  * the live state, the parked primary conversation (for a primary request),
- * a RAM checkpoint or a checkpoint file. The live state is saved in the RAM
+ * a RAM checkpoint or the disk tier. The live state is saved in the RAM
  * tier before a checkpoint replaces it, or before rows of its last prompt
  * are dropped (another conversation, or an edit): then the conversation it
  * holds can come back without a prefill. Dropping only the answer of the
  * last turn (a client that re-sends the conversation with the answer
- * rendered otherwise) saves nothing. A checkpoint file that fails its
- * checks on the way in leaves the live state empty (the prompt is then
- * evaluated from the start). Returns the rows kept; the session and the
+ * rendered otherwise) saves nothing. The disk tier's records are checked
+ * on the way in: one that fails leaves the rows before it (none: the
+ * prompt is evaluated from the start). Returns the rows kept; the session and the
  * live provenance hold exactly those. Nothing of another isolation domain
  * is ever a match (seq_common_prefix, and the disk tier's keys). */
 static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_report *r) {
