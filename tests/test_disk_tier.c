@@ -383,6 +383,26 @@ static void only_new(void) {
     RESTORES(t, &R, &A, &kvA, 356);
     request(&A, 340, 9, 5); /* leaves the tail part way */
     RESTORES(t, &R, &A, &kvA, 340);
+    /* the tail that block 5 follows damaged: the block is refused with it
+     * (the rows before it are kept) and written whole by the next save */
+    char seg[512];
+    const off_t after_tail = record_at(dir, 6, seg, sizeof seg); /* B0-B3, B4, then A's tail */
+    CHECK(after_tail > 0);
+    flip_byte(seg, after_tail - 10);
+    request(&A, A.n_rows, 9, 5);
+    disk_match m;
+    CHECK(disk_tier_find(t, &R, 0, &m) == 1 && m.prefix == A.n_rows);
+    kv_cache got;
+    kv_make(&got);
+    const int32_t rows = disk_tier_load(t, &m, &got, m.prefix);
+    CHECKF(rows == 320 && kv_equal(&got, &kvA, 320), "a block whose piece is damaged: %d rows restored", rows);
+    disk_match_free(&m);
+    kv_drop(&got);
+    const uint64_t before = stats(t).bytes_written;
+    CHECK(save_flush(t, &A, A.n_rows, &kvA));
+    CHECKF(stats(t).bytes_written - before == BLOCK_REC(0), "the block written again: %llu bytes",
+           (unsigned long long)(stats(t).bytes_written - before));
+    RESTORES(t, &R, &A, &kvA, A.n_rows);
     listing l = list(t);
     CHECKF(l.n == 2, "ls: %d ends", l.n);
     disk_tier_close(t);

@@ -1426,6 +1426,15 @@ int block_store_get(block_store *s, const block_key *want, void *prov, size_t pr
     }
 }
 
+void block_store_forget(block_store *s, const uint8_t name[BLOCK_NAME_BYTES]) {
+    pthread_mutex_lock(&s->db_lock);
+    if (indexed(s, name)) {
+        drop_name(s, name);
+        s->st.rejected++;
+    }
+    pthread_mutex_unlock(&s->db_lock);
+}
+
 int block_store_children(block_store *s, const uint8_t parent[BLOCK_NAME_BYTES], uint32_t kind, block_info *out,
                          int max) {
     pthread_mutex_lock(&s->db_lock);

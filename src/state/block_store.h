@@ -151,6 +151,10 @@ int block_store_find(block_store *s, const uint8_t name[BLOCK_NAME_BYTES], block
 int block_store_get(block_store *s, const block_key *want, void *prov, size_t prov_cap, void *payload,
                     size_t payload_cap, block_info *info);
 
+/* Drops name from the index (its bytes become dead): for a record that is
+ * whole but of no use, such as one whose parent is gone, so that it is
+ * written again. Counted as rejected. */
+void block_store_forget(block_store *s, const uint8_t name[BLOCK_NAME_BYTES]);
 /* The stored records of a kind whose parent is parent, most recently used
  * first, from the index alone (no file read): how many (at most max) into
  * out. The disk tier finds a chain's resume points this way. */

@@ -162,36 +162,56 @@ static void block_start(const seq_state *s, const uint8_t (*names)[32], int32_t 
     else kv_block_root(s, out);
 }
 
-/* The deepest chain of stored resume points in block b, from its start
- * (parent: start, offset from), that s's rows agree with by their names,
- * ending at most at row limit: how many pieces (each one row further than
- * the one before), in path. */
-static int walk(disk_tier *t, const seq_state *s, int32_t b, const uint8_t start[32], const uint8_t parent[32],
-                int32_t from, int32_t limit, piece *path, int depth) {
-    if (depth >= MAX_PIECES) return 0;
+/* A walk through a block's stored resume points (walk, below). */
+typedef struct walker {
+    disk_tier *t;
+    const seq_state *s;
+    int32_t b, limit;
+    const uint8_t *start;
+    piece path[MAX_PIECES], best[MAX_PIECES];
+    int n_best;
+} walker;
+
+/* From the resume point path[depth - 1] (depth 0: the block's start,
+ * offset 0), the children that s's rows agree with by their names, depth
+ * first: the deepest chain found is kept in w->best. */
+static void walk_from(walker *w, int depth) {
+    const uint8_t *parent = depth ? w->path[depth - 1].name : w->start;
+    const int32_t from = depth ? w->path[depth - 1].to : 0;
     block_info c[CHILDREN];
-    const int n = block_store_children(t->bs, parent, BLOCK_KIND_RESUME, c, CHILDREN);
-    int best = 0;
-    piece sub[MAX_PIECES];
+    const int n = depth < MAX_PIECES ? block_store_children(w->t->bs, parent, BLOCK_KIND_RESUME, c, CHILDREN) : 0;
     for (int i = 0; i < n; i++) {
-        const int32_t to = from + (int32_t)c[i].n_rows, row = b * KV_BLOCK_ROWS + to;
+        const int32_t to = from + (int32_t)c[i].n_rows, row = w->b * KV_BLOCK_ROWS + to;
         uint8_t name[32];
-        if (to > KV_BLOCK_ROWS || row > limit || (to == from && from > 0) ||
-            !kv_resume_name(s, row, start, true, name) || memcmp(name, c[i].name, 32))
+        if (to > KV_BLOCK_ROWS || row > w->limit || (to == from && from > 0) ||
+            !kv_resume_name(w->s, row, w->start, true, name) || memcmp(name, c[i].name, 32))
             continue;
-        /* a resume point that holds no rows (the state at the block's start) continues no chain */
-        const int k = to > from ? walk(t, s, b, start, c[i].name, to, limit, sub, depth + 1) : 0;
-        const int32_t end = k ? sub[k - 1].to : to;
-        if (best == 0 || end > path[best - 1].to) {
-            memcpy(path[0].name, c[i].name, 32);
-            memcpy(path[0].parent, parent, 32);
-            path[0].from = from;
-            path[0].to = to;
-            memcpy(path + 1, sub, (size_t)k * sizeof *sub);
-            best = k + 1;
+        piece *x = &w->path[depth];
+        memcpy(x->name, c[i].name, 32);
+        memcpy(x->parent, parent, 32);
+        x->from = from;
+        x->to = to;
+        if (w->n_best == 0 || to > w->best[w->n_best - 1].to) {
+            memcpy(w->best, w->path, (size_t)(depth + 1) * sizeof *x);
+            w->n_best = depth + 1;
         }
+        if (to > from) walk_from(w, depth + 1); /* one that holds no rows (the state at the block's start) ends a chain */
     }
-    return best;
+}
+
+/* The deepest chain of stored resume points in block b (its first piece's
+ * parent: start) that s's rows agree with by their names, ending at most
+ * at row limit: how many pieces (each one row further than the one
+ * before), in path. */
+static int walk(disk_tier *t, const seq_state *s, int32_t b, const uint8_t start[32], int32_t limit, piece *path) {
+    walker *w = calloc(1, sizeof *w);
+    if (!w) return 0;
+    *w = (walker){.t = t, .s = s, .b = b, .limit = limit, .start = start};
+    walk_from(w, 0);
+    const int n = w->n_best;
+    memcpy(path, w->best, (size_t)n * sizeof *path);
+    free(w);
+    return n;
 }
 
 /* ---- the writer ---------------------------------------------------------------- */
@@ -285,7 +305,7 @@ static bool block_records(disk_tier *t, batch *bt, const uint8_t (*names)[32], i
     uint8_t start[32];
     block_start(s, names, b, start);
     piece chain[MAX_PIECES];
-    int k = walk(t, s, b, start, start, 0, s->n_rows, chain, 0);
+    int k = walk(t, s, b, start, s->n_rows, chain);
     if (k == 1 && chain[0].to == 0) k = 0; /* the state at the block's start: no rows to follow */
     for (int i = 0; i < n_pts; i++) {
         const int32_t off = pts[i] - b * KV_BLOCK_ROWS;
@@ -631,7 +651,7 @@ int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match
         m->res_block = m->n_full;
         if (best < want->n_rows && (best + KV_BLOCK_ROWS > beat)) {
             block_start(want, (const uint8_t(*)[32])m->names, m->res_block, start);
-            m->n_path = walk(t, want, m->res_block, start, start, 0, want->n_rows, m->path, 0);
+            m->n_path = walk(t, want, m->res_block, start, want->n_rows, m->path);
             const int32_t exact = m->n_path ? m->path[m->n_path - 1].to : 0, part = partial_piece(t, want, m, start);
             best += exact + part;
             m->res_row = m->n_path ? m->res_block * KV_BLOCK_ROWS + m->path[m->n_path - 1].to : 0;
@@ -642,7 +662,7 @@ int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match
         for (int32_t b = m->n_full; b >= 0 && (b + 1) * KV_BLOCK_ROWS > beat && !m->n_path; b--) {
             if (b * KV_BLOCK_ROWS >= want->n_rows) continue;
             block_start(want, (const uint8_t(*)[32])m->names, b, start);
-            m->n_path = walk(t, want, b, start, start, 0, want->n_rows - 1, m->path, 0);
+            m->n_path = walk(t, want, b, start, want->n_rows - 1, m->path);
             m->res_block = b;
         }
         if (m->n_path) best = m->res_row = m->res_block * KV_BLOCK_ROWS + m->path[m->n_path - 1].to;
@@ -721,9 +741,11 @@ static int read_piece(disk_tier *t, disk_match *m, kv_cache *kv, uint32_t kind, 
 
 /* Reads stored block b of m's request into kv: its pieces, from the
  * block's first row (found by walking its record's parents back to the
- * block before it). 0, or -1. */
+ * block before it). 0, or -1; a block whose pieces are not all there (one
+ * was dropped) is dropped too, so that the next checkpoint writes it
+ * again. */
 static int read_block(disk_tier *t, disk_match *m, kv_cache *kv, int32_t b, uint8_t *buf) {
-    uint8_t start[32];
+    uint8_t start[32], zero[32] = {0};
     block_start(&m->seq, (const uint8_t(*)[32])m->names, b, start);
     piece p[MAX_PIECES];
     int n = 0;
@@ -731,25 +753,28 @@ static int read_block(disk_tier *t, disk_match *m, kv_cache *kv, int32_t b, uint
     uint8_t name[32];
     memcpy(name, m->names[b], 32);
     int32_t to = KV_BLOCK_ROWS;
-    for (;;) {
-        if (n == MAX_PIECES || block_store_find(t->bs, name, &info) != 1 || info.n_rows > (uint32_t)to) return -1;
+    bool whole = false;
+    while (n < MAX_PIECES && block_store_find(t->bs, name, &info) == 1 && info.n_rows <= (uint32_t)to &&
+           (n == 0 ? info.kind == BLOCK_KIND_KV : info.kind == BLOCK_KIND_RESUME)) {
         piece *x = &p[n++];
         memcpy(x->name, name, 32);
         memcpy(x->parent, info.parent, 32);
         x->to = to;
         x->from = to - (int32_t)info.n_rows;
-        if (x->from == 0) break;
+        /* the first piece's parent is the block before (all zero for block 0's full record) */
+        if (x->from == 0) {
+            whole = !memcmp(x->parent, b || n > 1 ? start : zero, 32);
+            break;
+        }
         to = x->from;
         memcpy(name, info.parent, 32);
     }
-    /* the first piece's parent is the block before (all zero for block 0's full record) */
-    uint8_t zero[32] = {0};
-    if (memcmp(p[n - 1].parent, b || n > 1 ? start : zero, 32)) return -1;
-    for (int i = n - 1; i >= 0; i--)
-        if (read_piece(t, m, kv, i == 0 ? BLOCK_KIND_KV : BLOCK_KIND_RESUME, &p[i], b, p[i].to - p[i].from, false,
-                       buf))
-            return -1;
-    return 0;
+    for (int i = n - 1; whole && i >= 0; i--)
+        whole = read_piece(t, m, kv, i == 0 ? BLOCK_KIND_KV : BLOCK_KIND_RESUME, &p[i], b, p[i].to - p[i].from, false,
+                           buf) == 0;
+    if (whole) return 0;
+    if (n > 1) block_store_forget(t->bs, m->names[b]);
+    return -1;
 }
 
 int32_t disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n) {

@@ -4,23 +4,25 @@
  * included, instead of reading it again, and a turn writes only what the
  * disk lacks.
  *
- * Records (docs/state-cache.md, On-disk formats, Block records):
- *  - a full block (BLOCK_KIND_KV): KV_BLOCK_ROWS rows, named by
- *    kv_block_name (state/kv_pool.h: a chained SHA-256 over the model_id,
- *    format tag and isolation domain, then every row's token, or picture
- *    embed_key, grid and offset, and position), its parent the previous
- *    block's name (all zero for block 0); its payload the block's bytes as
- *    the live cache holds them (state/kv_block.h), written straight from
- *    the live mapping;
- *  - a resume point (BLOCK_KIND_RESUME) at row n: named by kv_resume_name,
- *    its parent the name of the last full block before n (the chain's root
- *    before the first); its payload the cells of the rows of n's block
- *    before n (per part, K then V of each attention layer, n %
- *    KV_BLOCK_ROWS cells), then, with recurrent layers (qwen35), their
- *    state after row n. A sequence without recurrent layers has one at its
- *    end when that is not a block boundary; one with them has one at each
- *    row where the state is known (its snapshots and its end), and resumes
- *    only there (or at row 0).
+ * Records (docs/state-cache.md, Disk tier; On-disk formats, Block records):
+ *  - a full block (BLOCK_KIND_KV), named by kv_block_name (state/kv_pool.h:
+ *    a chained SHA-256 over the model_id, format tag and isolation domain,
+ *    then every row's token, or picture embed_key, grid and offset, and
+ *    position);
+ *  - a resume point (BLOCK_KIND_RESUME) at row n, named by kv_resume_name:
+ *    a sequence without recurrent layers has one at a checkpoint's end when
+ *    that is not a block boundary; one with them (qwen35) at each row where
+ *    their state is known (its snapshots and its end), and resumes only
+ *    there (or at row 0). Its payload ends with that state.
+ * A block on disk is a chain of pieces (disk_piece): the resume points
+ * written while it filled, each holding the rows since the previous one
+ * (its parent; the first's parent the previous block's name, or the
+ * chain's root in block 0), then the full block's record with the rest
+ * (its parent the last of them, or the previous block, all zero for block
+ * 0): no row is written twice. A payload holds, for each part of the block
+ * (K then V of each attention layer), its cells of the record's rows: a
+ * block written whole is its bytes as the live cache holds them
+ * (state/kv_block.h), written straight from the live mapping.
  * Both carry their rows' provenance: per row its token id (-1 for a
  * picture row) and position after it, per picture with rows in the record
  * its start, rows, grid, positions, image_id, embed_key and cond_hash, so a
@@ -28,16 +30,18 @@
  *
  * A lookup names the request's full blocks (kv_block_names, lookup), asks
  * the index how many of them from the first are stored and which resume
- * points hang off them (block_store_prefix, block_store_children: no file
+ * points follow them (block_store_prefix, block_store_children: no file
  * read), and picks the longest common prefix (never ending inside a
  * picture). A load reads each record into the live cells, checking its
  * provenance against the request; a record that fails is refused, logged
- * and counted, and the rows before it are kept.
+ * and counted, and the rows before it are kept (a block whose piece failed
+ * is dropped, to be written again).
  *
  * Writes. disk_tier_save queues a sequence's checkpoint; a writer thread
- * of the tier's own hands the block store the full blocks it does not hold
- * (their bytes read from the live cells: no copy) and the resume points
- * (the partial block's cells and the recurrent states copied). The caller
+ * of the tier's own hands the block store the records it does not hold:
+ * the full blocks (a whole block's bytes read from the live cells: no
+ * copy) and the resume points (their rows and the recurrent states
+ * copied). The caller
  * keeps the cells unchanged until disk_tier_release_rows says the store is
  * done reading them. A checkpoint may be queued with a delay; a queued one
  * that a newer one of the same sequence extends is dropped unwritten.
