@@ -133,7 +133,6 @@ static bool same_prov(const seq_state *a, const seq_state *b, int32_t n) {
     return true;
 }
 
-
 #define RF 100 /* floats of one recurrent state */
 
 static float rec_value(int32_t row, int i) { return (float)row * 0.25f + (float)i * 0.001f; }
@@ -167,7 +166,6 @@ static bool rec_is(const float *got, int32_t row) {
         if (got[i] != rec_value(row, i)) return false;
     return true;
 }
-
 
 /* ---- the tier -------------------------------------------------------------- */
 

@@ -46,14 +46,13 @@ static const char *const usage_all =
     "exit status: 0 done; 1 the folder could not be read, or verify found bad records;\n"
     "2 usage error. 'pinhole cache SUBCOMMAND --help' describes a subcommand.\n";
 
-static const char *const usage_ls =
-    "usage: pinhole cache ls DIR [--json]\n"
-    "  lists the conversation ends in DIR (a record no other one continues), most\n"
-    "  recently used first: the rows and pictures of its chain, the chain's size\n"
-    "  (MiB), last use (local time), model (first 12 hex digits of its model_id)\n"
-    "  and the end record's name, under a header line\n"
-    "  --json   one JSON object per line instead: name, rows, pictures, bytes,\n"
-    "           last_use_ms, created_s, model_id (64 hex digits), format\n";
+static const char *const usage_ls = "usage: pinhole cache ls DIR [--json]\n"
+                                    "  lists the conversation ends in DIR (a record no other one continues), most\n"
+                                    "  recently used first: the rows and pictures of its chain, the chain's size\n"
+                                    "  (MiB), last use (local time), model (first 12 hex digits of its model_id)\n"
+                                    "  and the end record's name, under a header line\n"
+                                    "  --json   one JSON object per line instead: name, rows, pictures, bytes,\n"
+                                    "           last_use_ms, created_s, model_id (64 hex digits), format\n";
 
 static const char *const usage_stats =
     "usage: pinhole cache stats DIR\n"
@@ -68,11 +67,10 @@ static const char *const usage_verify =
     "  drops it, then a summary line 'N ok, M bad (removed)'. Exit status 0 when\n"
     "  none was bad, 1 when any was.\n";
 
-static const char *const usage_prune =
-    "usage: pinhole cache prune DIR --max-mb N\n"
-    "  removes the least recently used records of DIR, the ends of chains first,\n"
-    "  until at most N MiB (N * 1048576 bytes; N may have a fraction, 0 removes\n"
-    "  everything) remain, and prints each conversation end it removed\n";
+static const char *const usage_prune = "usage: pinhole cache prune DIR --max-mb N\n"
+                                       "  removes the least recently used records of DIR, the ends of chains first,\n"
+                                       "  until at most N MiB (N * 1048576 bytes; N may have a fraction, 0 removes\n"
+                                       "  everything) remain, and prints each conversation end it removed\n";
 
 /* ---- helpers ----------------------------------------------------------------- */
 

@@ -17,12 +17,12 @@
 #include "state/kv_block.h"
 #include "state/kv_pool.h"
 
-#define REC_MAX    (KV_SNAPSHOTS + 1)
-#define PROV_HDR   16             /* rows, pictures in the record, pictures started before its end, zero */
-#define SPAN_REC   (5 * 4 + 3 * 32) /* a picture's provenance */
-#define PROV_MAX   (PROV_HDR + KV_BLOCK_ROWS * 8 + KV_BLOCK_ROWS * SPAN_REC)
-#define CHILDREN   8 /* resume points of one block looked at */
-#define REC_TAG    ";rec=" /* the format tag of a model with recurrent layers goes on with it */
+#define REC_MAX  (KV_SNAPSHOTS + 1)
+#define PROV_HDR 16               /* rows, pictures in the record, pictures started before its end, zero */
+#define SPAN_REC (5 * 4 + 3 * 32) /* a picture's provenance */
+#define PROV_MAX (PROV_HDR + KV_BLOCK_ROWS * 8 + KV_BLOCK_ROWS * SPAN_REC)
+#define CHILDREN 8       /* resume points of one block looked at */
+#define REC_TAG  ";rec=" /* the format tag of a model with recurrent layers goes on with it */
 
 typedef struct job {
     seq_state seq;      /* provenance of its rows (seq.n_rows = n) */
@@ -30,9 +30,9 @@ typedef struct job {
     float *rec;         /* with recurrent layers, copies of their states after rec_rows (taken when queued) */
     int32_t rec_rows[REC_MAX];
     int n_rec;
-    bool reading;  /* taken by the writer, KV not yet read */
-    int pending;   /* records handed to the store and not yet released */
-    double due;    /* not written before this (time_now_s); 0: at once */
+    bool reading; /* taken by the writer, KV not yet read */
+    int pending;  /* records handed to the store and not yet released */
+    double due;   /* not written before this (time_now_s); 0: at once */
     struct job *next;
 } job;
 
@@ -195,7 +195,8 @@ static void walk_from(walker *w, int depth) {
             memcpy(w->best, w->path, (size_t)(depth + 1) * sizeof *x);
             w->n_best = depth + 1;
         }
-        if (to > from) walk_from(w, depth + 1); /* one that holds no rows (the state at the block's start) ends a chain */
+        if (to > from)
+            walk_from(w, depth + 1); /* one that holds no rows (the state at the block's start) ends a chain */
     }
 }
 
@@ -357,7 +358,8 @@ static void write_job(disk_tier *t, job *j) {
             const int first = p;
             while (p < n_pts && pts[p] / KV_BLOCK_ROWS == b) p++;
             const bool whole = b >= stored && b < named;
-            if (whole || p > first) ok = block_records(t, &bt, (const uint8_t(*)[32])names, b, pts + first, p - first, whole);
+            if (whole || p > first)
+                ok = block_records(t, &bt, (const uint8_t(*)[32])names, b, pts + first, p - first, whole);
         }
     }
     if (!ok) PH_WARN("disk cache: out of memory writing a checkpoint of %d rows", (int)n);
@@ -696,10 +698,8 @@ static int read_record(disk_tier *t, const block_key *k, int32_t r0, int32_t row
     block_info info;
     const int rc = block_store_get(t->bs, k, prov, sizeof prov, payload, cap, &info);
     const char *why = rc == 0 ? "it is gone" : rc == -2 ? "its size is not this model's" : "it failed its checks";
-    if (rc == 1 && (info.payload_bytes != cap || info.n_rows != (uint32_t)rows))
-        why = "its size is not this model's";
-    else if (rc == 1 && prov_check(prov, info.prov_bytes, &m->seq, r0, rows, &why) == 0)
-        return 0;
+    if (rc == 1 && (info.payload_bytes != cap || info.n_rows != (uint32_t)rows)) why = "its size is not this model's";
+    else if (rc == 1 && prov_check(prov, info.prov_bytes, &m->seq, r0, rows, &why) == 0) return 0;
     char hex[DISK_NAME_LEN];
     hex_encode(k->name, 32, hex);
     PH_WARN("disk cache: record %s (rows %d to %d) refused: %s", hex, (int)r0, (int)(r0 + rows), why);
@@ -846,10 +846,8 @@ typedef struct list_ctx {
 
 static int on_end(void *ud, const block_end *e) {
     const list_ctx *c = ud;
-    disk_entry d = {.n_rows = (int32_t)e->rows,
-                    .bytes = e->bytes,
-                    .last_use = e->last.last_use,
-                    .created = e->last.created};
+    disk_entry d = {
+        .n_rows = (int32_t)e->rows, .bytes = e->bytes, .last_use = e->last.last_use, .created = e->last.created};
     hex_encode(e->last.name, 32, d.name);
     block_meta meta;
     uint8_t prov[PROV_MAX];

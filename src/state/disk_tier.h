@@ -117,9 +117,9 @@ typedef struct disk_piece {
 /* What a lookup found for a request: the request's stored full blocks
  * and the resume points after them it resumes at. */
 typedef struct disk_match {
-    seq_state seq;  /* the request's first prefix rows; a load puts the stored cond_hash of their pictures in */
-    int32_t prefix; /* rows it shares with the request */
-    int32_t n_full; /* the request's full blocks stored, from its first */
+    seq_state seq;        /* the request's first prefix rows; a load puts the stored cond_hash of their pictures in */
+    int32_t prefix;       /* rows it shares with the request */
+    int32_t n_full;       /* the request's full blocks stored, from its first */
     uint8_t (*names)[32]; /* their names */
     bool recurrent;       /* the model has recurrent layers: it resumes only at res_row (or 0) */
     int32_t res_block;    /* the block of the resume points */
