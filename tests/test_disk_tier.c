@@ -71,6 +71,33 @@ static bool kv_equal(const kv_cache *a, const kv_cache *b, int32_t n) {
     return true;
 }
 
+/* The block layout the tier reads and writes the cells in, and its RAM
+ * copies (state/kv_cache.h): a copy of n rows is ceil(n / 64) blocks and
+ * loads back any prefix of them; a trimmed mapping keeps its first rows and
+ * gives back the pages of the blocks past them. */
+static void kv_copies(void) {
+    kv_cache a, b;
+    kv_make(&a);
+    kv_make(&b);
+    kv_fill(&a, 11, 300); /* 4 whole blocks and 44 rows */
+    const size_t block = (size_t)KV_BLOCK_ROWS * 2 * NL * RB;
+    CHECK(kv_cache_bytes(&a, 0) == 0 && kv_cache_bytes(&a, 64) == block && kv_cache_bytes(&a, 200) == 4 * block);
+    uint8_t *copy = malloc(kv_cache_bytes(&a, 200));
+    if (!copy) die("out of memory");
+    kv_cache_save(&a, 200, copy);
+    kv_cache_load(&b, copy, 150);
+    CHECK(b.rows.n_rows == 150 && kv_equal(&a, &b, 150));
+    kv_cache_load(&b, a.map, 300); /* the mapping is a copy of all its rows */
+    CHECK(b.rows.n_rows == 300 && kv_equal(&a, &b, 300));
+    kv_cache_trim_map(&a, a.map, 100);
+    bool zero = true; /* blocks 2 and up: whole pages, given back */
+    for (size_t i = 2 * block; i < 5 * block; i++) zero &= ((const uint8_t *)a.map)[i] == 0;
+    CHECK(kv_equal(&a, &b, 100) && zero);
+    free(copy);
+    kv_drop(&a);
+    kv_drop(&b);
+}
+
 /* ---- sequences ------------------------------------------------------------- */
 
 static int32_t tok_id(uint32_t conv, int32_t row) {
@@ -597,6 +624,7 @@ int main(void) {
     kv_make(&kvB);
     kv_make(&kvX);
 
+    kv_copies();
     round_trip();
     only_new();
     damage();
