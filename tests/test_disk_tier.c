@@ -10,7 +10,8 @@
  * (their state restored), never at a bare block boundary; a restarted tier
  * finds everything; files of earlier versions are removed at open; ls
  * lists conversation ends with their rows and pictures, verify and prune
- * work; release_rows waits for the store to read the cells. (The store's
+ * work; release_rows waits for the store to read the cells; the KV block
+ * layout's RAM copies load back and trim as kv_cache.h says. (The store's
  * own crash, budget, floor and sharing cases are test_block_store's.) */
 #include <dirent.h>
 #include <fcntl.h>
