@@ -1,7 +1,8 @@
-/* `pinhole cache` on a real checkpoint folder: checkpoint files are made
+/* `pinhole cache` on a real disk cache folder: block records are made
  * through the library (an engine with a disk tier on the oracle's tiny
- * model, one short turn per conversation), then ls, ls --json, stats,
- * verify (clean, then with a damaged file), prune (partly, then all) are
+ * model, one short turn per conversation: a full block and a resume point
+ * each), then ls, ls --json, stats, verify (clean, then with a damaged
+ * record), prune (partly, then all) are
  * run through the built binary; and the refusals: a missing folder (never
  * created), a file instead of a folder, unknown subcommands and flags. */
 #include <dirent.h>
@@ -43,24 +44,25 @@ static bool exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-static long long file_size(const char *dir, const char *name) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    struct stat st;
-    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
-}
-
-/* The .phkv files in dir. */
-static int count_files(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
+/* The segment files in dir/blocks, in the order they were made (their
+ * ids): how many, their paths in seg (up to max). */
+static int segments(const char *dir, char seg[][600], int max) {
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s/blocks", dir);
+    DIR *d = opendir(sub);
+    if (!d) return 0;
+    long ids[16];
     int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t l = strlen(de->d_name);
-        n += l > 5 && !strcmp(de->d_name + l - 5, ".phkv");
-    }
+    for (struct dirent *de; (de = readdir(d));)
+        if (!strncmp(de->d_name, "seg-", 4) && n < 16) ids[n++] = atol(de->d_name + 4);
     closedir(d);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && ids[j - 1] > ids[j]; j--) {
+            long x = ids[j];
+            ids[j] = ids[j - 1];
+            ids[j - 1] = x;
+        }
+    for (int i = 0; i < n && i < max; i++) snprintf(seg[i], 600, "%s/seg-%ld.phbs", sub, ids[i]);
     return n;
 }
 
@@ -218,17 +220,17 @@ static void check_refusals(const char *dir) {
     CHECKF(rc == 0 && parse_ls(out, v, 4) == 0, "ls of an empty folder: exit %d, '%s'", rc, out);
     free(out);
     rc = cache(&out, false, "stats %s", empty);
-    CHECKF(rc == 0 && has_line(out, "files", " 0"), "stats of an empty folder: exit %d, '%s'", rc, out);
+    CHECKF(rc == 0 && has_line(out, "ends", " 0"), "stats of an empty folder: exit %d, '%s'", rc, out);
     free(out);
     rc = cache(&out, false, "verify %s", empty);
     CHECKF(rc == 0 && strstr(out, "0 ok, 0 bad (removed)"), "verify of an empty folder: exit %d, '%s'", rc, out);
     free(out);
     rc = cache(&out, false, "prune %s --max-mb 0", empty);
-    CHECKF(rc == 0 && strstr(out, "removed 0 files"), "prune of an empty folder: exit %d, '%s'", rc, out);
+    CHECKF(rc == 0 && strstr(out, "removed 0 records"), "prune of an empty folder: exit %d, '%s'", rc, out);
     free(out);
     char idx[700];
-    snprintf(idx, sizeof idx, "%s/index.sqlite", empty);
-    CHECKF(!exists(idx), "an index was created in a folder without checkpoints");
+    snprintf(idx, sizeof idx, "%s/blocks", empty);
+    CHECKF(!exists(idx), "a block store was created in a folder without one");
     rmdir(empty);
     unlink(afile);
 }
@@ -263,7 +265,8 @@ int main(void) {
     printf("prompts: %d, %d (%d picture), %d rows\n", ra.n_prompt, rb.n_prompt, rb.n_pictures, rc_.n_prompt);
     CHECKF(ra.n_prompt > 64 && rb.n_prompt > 64 && rc_.n_prompt > 64 && rb.n_pictures == 1, "prompts %d %d %d",
            ra.n_prompt, rb.n_prompt, rc_.n_prompt);
-    CHECKF(count_files(dir) == 3, "%d checkpoint files", count_files(dir));
+    char seg[4][600];
+    CHECKF(segments(dir, seg, 4) == 3, "%d segment files", segments(dir, seg, 4));
 
     /* ls: most recently used first: c, b, a */
     char *out;
@@ -279,9 +282,7 @@ int main(void) {
                "ls line %d: %d rows %d pictures, expected %d and %d", i, l[i].rows, l[i].pics, order[i]->n_prompt,
                order[i]->n_pictures);
         CHECKF(!strcmp(l[i].model, "82496f4bcb69"), "ls line %d: model %s", i, l[i].model);
-        long long sz = file_size(dir, l[i].name);
-        CHECKF(sz > 0 && l[i].mib > 0 && (sz / MIB - l[i].mib) < 0.006 && (l[i].mib - sz / MIB) < 0.006,
-               "ls line %d: %s: %.2f MiB, the file has %lld bytes", i, l[i].name, l[i].mib, sz);
+        CHECKF(l[i].mib > 0 && strlen(l[i].name) == 64, "ls line %d: %s: %.2f MiB", i, l[i].name, l[i].mib);
     }
     char name_a[80] = "", name_b[80] = "", name_c[80] = "";
     if (n == 3) {
@@ -293,7 +294,7 @@ int main(void) {
     /* ls --json */
     rc = cache(&out, false, "ls %s --json", dir);
     int n_json = 0;
-    long long prev_use = -1, total = 0;
+    long long prev_use = -1, total = 0, size_c = 0;
     for (char *p = out, *nl; *p; p = nl + 1) {
         if (!(nl = strchr(p, '\n'))) break;
         *nl = '\0';
@@ -309,7 +310,9 @@ int main(void) {
             CHECK(json_integer_value(json_object_get(o, "rows")) == order[n_json]->n_prompt);
             CHECK(json_integer_value(json_object_get(o, "pictures")) == order[n_json]->n_pictures);
         }
-        CHECKF(nm && bytes == file_size(dir, nm), "ls --json: %s: %lld bytes", nm, bytes);
+        CHECKF(bytes > 0 && (bytes / MIB - l[n_json % 3].mib) < 0.006 && (l[n_json % 3].mib - bytes / MIB) < 0.006,
+               "ls --json: %s: %lld bytes", nm, bytes);
+        if (n_json == 0) size_c = bytes;
         const char *id = json_string_value(json_object_get(o, "model_id"));
         CHECKF(id && !strcmp(id, "82496f4bcb69d57e6ac6b0537c4dfd454995dd1c424852953459e241576237c2"),
                "ls --json: model_id %s", id ? id : "(none)");
@@ -329,7 +332,7 @@ int main(void) {
     rc = cache(&out, false, "stats %s", dir);
     printf("%s", out);
     char want[256];
-    CHECK(rc == 0 && has_line(out, "files", " 3"));
+    CHECK(rc == 0 && has_line(out, "ends", " 3"));
     snprintf(want, sizeof want, " %lld (", total);
     CHECKF(has_line(out, "bytes", want), "stats: total bytes %lld", total);
     snprintf(want, sizeof want, " %d", ra.n_prompt + rb.n_prompt + rc_.n_prompt);
@@ -341,37 +344,35 @@ int main(void) {
     CHECKF(has_line(out, " ", want), "stats: per model '%s'", want);
     free(out);
 
-    /* verify: clean */
+    /* verify: clean (a full block and a resume point each) */
     rc = cache(&out, false, "verify %s", dir);
-    CHECKF(rc == 0 && strstr(out, "3 ok, 0 bad (removed)"), "verify: exit %d, '%s'", rc, out);
+    CHECKF(rc == 0 && strstr(out, "6 ok, 0 bad (removed)"), "verify: exit %d, '%s'", rc, out);
     free(out);
 
-    /* verify: b damaged near its end (in its KV bytes) */
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name_b);
-    CHECK(t_flip_byte_from_end(path, 16) == 0);
+    /* verify: b's resume point (the last record of its segment) damaged */
+    CHECK(t_flip_byte_from_end(seg[1], 16) == 0);
     rc = cache(&out, false, "verify %s", dir);
     printf("%s", out);
     snprintf(want, sizeof want, "bad  %s: ", name_b);
-    CHECKF(rc == 1 && strstr(out, want) && strstr(out, "2 ok, 1 bad (removed)"), "verify (damaged): exit %d, '%s'",
+    CHECKF(rc == 1 && strstr(out, want) && strstr(out, "5 ok, 1 bad (removed)"), "verify (damaged): exit %d, '%s'",
            rc, out);
     free(out);
-    CHECK(!exists(path));
+    /* b's chain now ends at its full block */
     rc = cache(&out, false, "ls %s", dir);
     n = parse_ls(out, l, 8);
     free(out);
-    CHECKF(rc == 0 && n == 2 && !strcmp(l[0].name, name_c) && !strcmp(l[1].name, name_a),
+    CHECKF(rc == 0 && n == 3 && !strcmp(l[0].name, name_c) && l[1].rows == 64 && strcmp(l[1].name, name_b) &&
+               !strcmp(l[2].name, name_a),
            "ls after verify: exit %d, %d lines", rc, n);
     rc = cache(&out, false, "verify %s", dir);
-    CHECKF(rc == 0 && strstr(out, "2 ok, 0 bad (removed)"), "verify again: exit %d, '%s'", rc, out);
+    CHECKF(rc == 0 && strstr(out, "5 ok, 0 bad (removed)"), "verify again: exit %d, '%s'", rc, out);
     free(out);
 
-    /* prune: room for c only: a (least recently used) goes */
-    long long size_c = file_size(dir, name_c);
+    /* prune: room for c only: a and what is left of b (least recently used) go */
     rc = cache(&out, false, "prune %s --max-mb %.6f", dir, (size_c + 1024) / MIB);
     printf("%s", out);
     snprintf(want, sizeof want, "removed %s", name_a);
-    CHECKF(rc == 0 && strstr(out, want) && !strstr(out, name_c) && strstr(out, "removed 1 file ("),
+    CHECKF(rc == 0 && strstr(out, want) && !strstr(out, name_c) && strstr(out, "removed 3 records ("),
            "prune to c's size: exit %d, '%s'", rc, out);
     free(out);
     rc = cache(&out, false, "ls %s", dir);
@@ -382,14 +383,14 @@ int main(void) {
     /* prune: everything */
     rc = cache(&out, false, "prune %s --max-mb 0", dir);
     snprintf(want, sizeof want, "removed %s", name_c);
-    CHECKF(rc == 0 && strstr(out, want) && strstr(out, "0 files (0.00 MiB) remain"), "prune to 0: exit %d, '%s'", rc,
-           out);
+    CHECKF(rc == 0 && strstr(out, want) && strstr(out, "0 conversation ends (0.00 MiB) remain"),
+           "prune to 0: exit %d, '%s'", rc, out);
     free(out);
     rc = cache(&out, false, "ls %s", dir);
     n = parse_ls(out, l, 8);
     free(out);
     CHECKF(rc == 0 && n == 0, "ls after prune --max-mb 0: exit %d, %d lines", rc, n);
-    CHECK(count_files(dir) == 0);
+    CHECK(segments(dir, seg, 4) == 0); /* every segment deleted */
 
     check_refusals(base);
 

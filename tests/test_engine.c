@@ -1023,7 +1023,9 @@ static void test_recurrent(file a, file b) {
     ph_picture_free(pics[0]);
     ph_picture_free(pics[1]);
     ph_engine_free(e); /* a clean shutdown */
-    CHECKF(count_files(dir) > 1, "%d files in the checkpoint folder", count_files(dir));
+    char blocks[600];
+    snprintf(blocks, sizeof blocks, "%s/blocks", dir);
+    CHECKF(count_files(blocks) > 1, "%d files in the block store", count_files(blocks)); /* segments, index */
     /* a restart: the first conversation resumes from its file, at the
      * snapshot before its opener */
     e = ph_engine_new(&p, &err);

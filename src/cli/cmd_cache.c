@@ -1,6 +1,8 @@
-/* pinhole cache: looks after the disk tier's checkpoint folder (the folder
- * of `pinhole serve --kv-disk-dir DIR`): lists its files, sums them up,
- * checks them in full and removes the least recently used ones.
+/* pinhole cache: looks after the disk tier's folder (the folder of
+ * `pinhole serve --kv-disk-dir DIR`, its block store in DIR/blocks: see
+ * docs/state-cache.md, Disk tier): lists its conversation ends, sums them
+ * up, checks every record in full and removes the least recently used
+ * ones.
  *
  *   pinhole cache ls DIR [--json]
  *   pinhole cache stats DIR
@@ -8,14 +10,14 @@
  *   pinhole cache prune DIR --max-mb N
  *
  * Exit status: 0 done; 1 the folder could not be read, or verify found bad
- * files (they are removed); 2 a usage error (unknown subcommand or flag, a
+ * records (they are dropped); 2 a usage error (unknown subcommand or flag, a
  * missing or nonexistent DIR, DIR not a folder, --max-mb not a number).
  *
  * A DIR that does not exist is refused, never created. A folder that holds
- * neither an index (index.sqlite) nor any .phkv file is reported as empty
- * without opening it, so that pointing the command at the wrong folder
- * writes nothing there (opening a folder as the disk tier does would create
- * its index). */
+ * no block store (DIR/blocks) is reported as empty without opening it, so
+ * that pointing the command at the wrong folder writes nothing there
+ * (opening a folder as the disk tier does would create its store, and
+ * remove the files of earlier versions). */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -33,41 +35,42 @@
 
 static const char *const usage_all =
     "usage: pinhole cache SUBCOMMAND DIR [options]\n"
-    "  DIR is the checkpoint folder of `pinhole serve --kv-disk-dir DIR`\n"
+    "  DIR is the disk cache folder of `pinhole serve --kv-disk-dir DIR`\n"
     "\n"
     "subcommands:\n"
-    "  ls DIR [--json]          one line per checkpoint file, most recently used first\n"
-    "  stats DIR                files, bytes, rows, pictures, oldest and newest use, per model\n"
-    "  verify DIR               check every file in full; bad files are reported and removed\n"
-    "  prune DIR --max-mb N     remove least recently used files until at most N MiB remain\n"
+    "  ls DIR [--json]          one line per conversation end, most recently used first\n"
+    "  stats DIR                ends, bytes, rows, pictures, oldest and newest use, per model\n"
+    "  verify DIR               check every record in full; bad ones are reported and dropped\n"
+    "  prune DIR --max-mb N     remove least recently used records until at most N MiB remain\n"
     "\n"
-    "exit status: 0 done; 1 the folder could not be read, or verify found bad files;\n"
+    "exit status: 0 done; 1 the folder could not be read, or verify found bad records;\n"
     "2 usage error. 'pinhole cache SUBCOMMAND --help' describes a subcommand.\n";
 
-static const char *const usage_ls =
-    "usage: pinhole cache ls DIR [--json]\n"
-    "  lists the checkpoint files in DIR, most recently used first: rows, pictures,\n"
-    "  size (MiB), last use (local time), model (first 12 hex digits of its model_id)\n"
-    "  and the file name, under a header line\n"
-    "  --json   one JSON object per line instead: name, rows, pictures, bytes,\n"
-    "           last_use_ms, created_s, model_id (64 hex digits), format\n";
+static const char *const usage_ls = "usage: pinhole cache ls DIR [--json]\n"
+                                    "  lists the conversation ends in DIR (a record no other one continues), most\n"
+                                    "  recently used first: the rows and pictures of its chain, the chain's size\n"
+                                    "  (MiB), last use (local time), model (first 12 hex digits of its model_id)\n"
+                                    "  and the end record's name, under a header line\n"
+                                    "  --json   one JSON object per line instead: name, rows, pictures, bytes,\n"
+                                    "           last_use_ms, created_s, model_id (64 hex digits), format\n";
 
 static const char *const usage_stats =
     "usage: pinhole cache stats DIR\n"
-    "  prints the number of checkpoint files in DIR, their bytes (and MiB), rows and\n"
-    "  pictures, the oldest and newest last use, and per model_id its files and bytes\n";
+    "  prints the number of conversation ends in DIR, their chains' bytes (and MiB),\n"
+    "  rows and pictures, the oldest and newest last use, and per model_id its ends\n"
+    "  and bytes (a prefix that chains share counts in each)\n";
 
 static const char *const usage_verify =
     "usage: pinhole cache verify DIR\n"
-    "  reads and checks every checkpoint file in DIR in full (sizes, checksums, key,\n"
-    "  name); prints each bad file with the reason and removes it, then a summary\n"
-    "  line 'N ok, M bad (removed)'. Exit status 0 when none was bad, 1 when any was.\n";
+    "  reads and checks every record in DIR in full (header, sizes, checksum, and\n"
+    "  its agreement with the index); prints each bad record with the reason and\n"
+    "  drops it, then a summary line 'N ok, M bad (removed)'. Exit status 0 when\n"
+    "  none was bad, 1 when any was.\n";
 
-static const char *const usage_prune =
-    "usage: pinhole cache prune DIR --max-mb N\n"
-    "  removes the least recently used checkpoint files of DIR until at most N MiB\n"
-    "  (N * 1048576 bytes; N may have a fraction, 0 removes everything) remain, and\n"
-    "  prints each file it removed\n";
+static const char *const usage_prune = "usage: pinhole cache prune DIR --max-mb N\n"
+                                       "  removes the least recently used records of DIR, the ends of chains first,\n"
+                                       "  until at most N MiB (N * 1048576 bytes; N may have a fraction, 0 removes\n"
+                                       "  everything) remain, and prints each conversation end it removed\n";
 
 /* ---- helpers ----------------------------------------------------------------- */
 
@@ -101,19 +104,13 @@ static int check_dir(const char *sub, const char *dir) {
     return 0;
 }
 
-/* Whether dir holds a checkpoint index or any checkpoint (or temporary)
- * file, i.e. whether opening it as the disk tier could find anything. */
+/* Whether dir holds a block store (DIR/blocks), i.e. whether opening it
+ * as the disk tier could find anything. */
 static bool has_checkpoints(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return true; /* let the library say why it cannot be read */
-    bool found = false;
-    struct dirent *de;
-    while (!found && (de = readdir(d))) {
-        size_t n = strlen(de->d_name);
-        found = !strcmp(de->d_name, "index.sqlite") || (n > 5 && !strcmp(de->d_name + n - 5, ".phkv"));
-    }
-    closedir(d);
-    return found;
+    char sub[4096];
+    snprintf(sub, sizeof sub, "%s/blocks", dir);
+    struct stat st;
+    return stat(sub, &st) == 0 || errno != ENOENT; /* (the library says why it cannot be read) */
 }
 
 /* A copy of what the library lists (its strings live only during the callback). */
@@ -210,7 +207,7 @@ static int ls_line(void *ud, const ph_kv_file *f) {
 }
 
 static int cache_ls(const char *dir, bool json) {
-    if (!json) printf("%8s %8s %10s  %-16s  %-12s  %s\n", "ROWS", "PICTURES", "MiB", "LAST USE", "MODEL", "FILE");
+    if (!json) printf("%8s %8s %10s  %-16s  %-12s  %s\n", "ROWS", "PICTURES", "MiB", "LAST USE", "MODEL", "END");
     if (!has_checkpoints(dir)) {
         fprintf(stderr, "pinhole cache ls: %s holds no checkpoints\n", dir);
         return 0;
@@ -266,13 +263,13 @@ static int cache_stats(const char *dir) {
     local_time(oldest, old_s, sizeof old_s);
     local_time(newest, new_s, sizeof new_s);
     printf("folder      %s\n", dir);
-    printf("files       %zu\n", es.n);
+    printf("ends        %zu\n", es.n);
     printf("bytes       %" PRIu64 " (%.2f MiB)\n", bytes, (double)bytes / MIB);
     printf("rows        %" PRIu64 "\n", rows);
     printf("pictures    %" PRIu64 "\n", pictures);
     printf("oldest use  %s\n", old_s);
     printf("newest use  %s\n", new_s);
-    if (n_ms) printf("models      %-64s  %6s  %14s  %10s\n", "MODEL_ID", "FILES", "BYTES", "MiB");
+    if (n_ms) printf("models      %-64s  %6s  %14s  %10s\n", "MODEL_ID", "ENDS", "BYTES", "MiB");
     for (size_t k = 0; k < n_ms; k++) {
         char id[65];
         hex(ms[k].id, 32, id);
@@ -338,7 +335,7 @@ static int cache_prune(const char *dir, uint64_t max_bytes) {
     }
     uint64_t left = 0;
     for (size_t j = 0; j < after.n; j++) left += after.v[j].bytes;
-    printf("removed %" PRIu64 " file%s (%.2f MiB); %zu file%s (%.2f MiB) remain\n", n_removed,
+    printf("removed %" PRIu64 " record%s (%.2f MiB); %zu conversation end%s (%.2f MiB) remain\n", n_removed,
            n_removed == 1 ? "" : "s", (double)bytes_removed / MIB, after.n, after.n == 1 ? "" : "s",
            (double)left / MIB);
     entries_free(&before);

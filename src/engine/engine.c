@@ -98,9 +98,8 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     /* A recurrent layer's state (qwen35) is what all of a sequence's rows
      * left behind: the live state and a RAM checkpoint can be cut back only
      * to a row after which a snapshot of it was taken (state/kv_cache.h;
-     * plan_reuse), and so can a checkpoint file, which holds copies of
-     * those snapshots and of the state at its end (state/disk_tier.h,
-     * version 3). */
+     * plan_reuse), and so can the disk tier, which stores the state at each
+     * of them and at a checkpoint's end as a resume point (state/disk_tier.h). */
     const bool recurrent = e->m->hp.n_rec_layer > 0;
     if (p->mmproj_path) {
         progress(p, "loading the vision encoder", 0.6);
@@ -196,7 +195,7 @@ void ph_engine_free(ph_engine *e) {
         disk_tier_flush(e->disk);
         disk_tier_get_stats(e->disk, &b);
         PH_INFO("shutdown: the live conversation (%d rows) and what was queued: %" PRIu64
-                " checkpoint files written (%.1f MiB), %" PRIu64 " skipped (held already, or no room), in %.2f s",
+                " block records written (%.1f MiB), %" PRIu64 " not written (no room, or an I/O error), in %.2f s",
                 (int)live, b.saves - a.saves, (double)(b.bytes_written - a.bytes_written) / (1 << 20),
                 b.skipped - a.skipped, time_now_s() - t0);
         disk_tier_close(e->disk);
@@ -828,14 +827,14 @@ static bool park_primary(ph_engine *e, int32_t keep) {
 
 /* The plan (docs/state-cache.md, The plan of a turn): the longest common prefix of the request with
  * the live state, the parked primary conversation (for a primary request),
- * a RAM checkpoint or a checkpoint file. The live state is saved in the RAM
+ * a RAM checkpoint or the disk tier. The live state is saved in the RAM
  * tier before a checkpoint replaces it, or before rows of its last prompt
  * are dropped (another conversation, or an edit): then the conversation it
  * holds can come back without a prefill. Dropping only the answer of the
  * last turn (a client that re-sends the conversation with the answer
- * rendered otherwise) saves nothing. A checkpoint file that fails its
- * checks on the way in leaves the live state empty (the prompt is then
- * evaluated from the start). Returns the rows kept; the session and the
+ * rendered otherwise) saves nothing. The disk tier's records are checked
+ * on the way in: one that fails leaves the rows before it (none: the
+ * prompt is evaluated from the start). Returns the rows kept; the session and the
  * live provenance hold exactly those. Nothing of another isolation domain
  * is ever a match (seq_common_prefix, and the disk tier's keys). */
 static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_report *r) {
@@ -864,7 +863,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     }
     int32_t from_ram = 0;
     const int32_t ck = e->reuse && best < most ? ram_tier_find(&e->ram, want, most, &from_ram) : -1;
-    disk_match dm = {.fd = -1};
+    disk_match dm = {0};
     int32_t from_disk = 0;
     if (e->disk && e->reuse && best < most && from_ram < most &&
         disk_tier_find(e->disk, want, best > from_ram ? best : from_ram, &dm))
@@ -875,7 +874,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         best = from_disk;
         r->from_parked = false;
     } else {
-        if (dm.fd >= 0) disk_match_free(e->disk, &dm);
+        disk_match_free(&dm);
         if (ck >= 0 && from_ram > best) {
             ram_ckpt_free(&c); /* a parked conversation that a checkpoint beats */
             ram_tier_take(&e->ram, ck, &c);
@@ -896,19 +895,22 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
      * the move is (a fresh mapping, the kept rows and states copied). */
     if (!pinned && (best > keep || keep + PARK_MIN_LOST < e->live_prompt)) park_live(e, best > keep ? 0 : keep);
     if (disk) {
-        ph_err lerr = {0};
-        if (disk_tier_load(e->disk, &dm, &e->s->kv, best, &lerr) == 0) {
-            seq_copy(&e->live, &dm.seq, best, NULL); /* live.cap is the context size */
-            e->s->next_pos = seq_pos_at(&dm.seq, best);
-            keep = best;
-            r->n_from_disk = best;
+        /* the rows that check out: all of them, or those before a record
+         * that failed (refused, logged and counted by the tier) */
+        const int32_t got = disk_tier_load(e->disk, &dm, &e->s->kv, best);
+        if (got > 0) {
+            seq_copy(&e->live, &dm.seq, got, NULL); /* live.cap is the context size */
+            e->s->next_pos = seq_pos_at(&dm.seq, got);
+            keep = got;
+            r->n_from_disk = got;
         } else {
-            PH_WARN("%s; the prompt is evaluated from the start", lerr.msg);
+            PH_WARN("the disk cache's records for this prompt failed their checks; the prompt is evaluated from the "
+                    "start");
             seq_clear(&e->live);
             ph_session_reset(e->s);
             keep = 0;
         }
-        disk_match_free(e->disk, &dm);
+        disk_match_free(&dm);
     } else if (best > keep) {
         seq_copy(&e->live, &c.seq, best, NULL);
         e->s->next_pos = seq_pos_at(&c.seq, best);

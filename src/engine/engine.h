@@ -40,7 +40,7 @@ struct ph_engine {
     bool has_vision;
     vis_encoder enc;
     embed_store *cache;
-    disk_tier *disk; /* checkpoint files (NULL: no disk tier) */
+    disk_tier *disk; /* the disk tier's block records (NULL: none) */
     int32_t checkpoint_every;
     bool reuse;
     char format_tag[128];

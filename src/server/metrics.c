@@ -155,27 +155,26 @@ static const engine_metric engine_metrics[] = {
     EM("pinhole_image_cache_bytes", "Bytes of embeddings held in memory.", picture_cache_bytes, true),
     EM("pinhole_image_cache_disk_bytes", "Bytes of embedding files in --image-cache-dir.", picture_cache_disk_bytes,
        true),
-    EM("pinhole_disk_cache_hits_total", "Turns that resumed a conversation from a checkpoint file.", disk_cache_hits,
+    EM("pinhole_disk_cache_hits_total", "Turns that resumed a conversation from the disk tier.", disk_cache_hits,
        false),
-    EM("pinhole_disk_cache_misses_total", "Lookups in the checkpoint folder that found nothing usable.",
-       disk_cache_misses, false),
-    EM("pinhole_disk_cache_saves_total", "Checkpoint files written.", disk_cache_saves, false),
-    EM("pinhole_disk_cache_skipped_total", "Checkpoints not written: a file held them already, or over the budget.",
-       disk_cache_skipped, false),
-    EM("pinhole_disk_cache_evictions_total", "Checkpoint files removed (budget, or extended by a newer one).",
-       disk_cache_evictions, false),
-    EM("pinhole_disk_cache_rejected_total", "Checkpoint files that failed a check (removed, never loaded).",
+    EM("pinhole_disk_cache_misses_total", "Lookups in the disk tier that found nothing usable.", disk_cache_misses,
+       false),
+    EM("pinhole_disk_cache_saves_total", "Block records written (KV blocks and resume points).", disk_cache_saves,
+       false),
+    EM("pinhole_disk_cache_skipped_total",
+       "Block records not written: no room (budget or free-space floor), or an I/O error.", disk_cache_skipped,
+       false),
+    EM("pinhole_disk_cache_evictions_total", "Block records removed for space.", disk_cache_evictions, false),
+    EM("pinhole_disk_cache_rejected_total", "Block records that failed a check (dropped, never loaded).",
        disk_cache_rejected, false),
-    EM("pinhole_disk_cache_tokens_restored_total", "Prompt rows restored from checkpoint files (part of reused).",
+    EM("pinhole_disk_cache_tokens_restored_total", "Prompt rows restored from the disk tier (part of reused).",
        disk_cache_tokens_restored, false),
-    EM("pinhole_disk_cache_written_bytes_total", "Bytes of checkpoint files written.", disk_cache_bytes_written,
-       false),
-    EM("pinhole_disk_cache_read_bytes_total", "Bytes of KV read from checkpoint files.", disk_cache_bytes_read,
-       false),
-    EM("pinhole_disk_cache_entries", "Checkpoint files in --kv-disk-dir.", disk_cache_entries, true),
-    EM("pinhole_disk_cache_bytes", "Bytes of checkpoint files in --kv-disk-dir.", disk_cache_bytes, true),
-    EM("pinhole_disk_cache_writes_queued", "Checkpoints waiting for the writer thread (or being written).",
-       disk_cache_queued, true),
+    EM("pinhole_disk_cache_written_bytes_total", "Bytes of block records written.", disk_cache_bytes_written, false),
+    EM("pinhole_disk_cache_read_bytes_total", "Bytes of block records read.", disk_cache_bytes_read, false),
+    EM("pinhole_disk_cache_entries", "Block records in --kv-disk-dir.", disk_cache_entries, true),
+    EM("pinhole_disk_cache_bytes", "Bytes of block records in --kv-disk-dir.", disk_cache_bytes, true),
+    EM("pinhole_disk_cache_writes_queued",
+       "Checkpoints and block records waiting for the writer threads (or being written).", disk_cache_queued, true),
     EM("pinhole_ram_cache_entries", "RAM checkpoints held.", ram_cache_entries, true),
     EM("pinhole_ram_cache_bytes", "Bytes of RAM checkpoints held.", ram_cache_bytes, true),
 };
@@ -243,9 +242,10 @@ char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns 
             cs->closed_stalled);
     gauge(f, "pinhole_encoder_loaded", "Whether the vision encoder is in memory.", st->encoder_loaded ? 1 : 0);
     fprintf(f,
-            "# HELP pinhole_disk_cache_write_seconds_total Time the writer thread spent writing checkpoint files.\n"
+            "# HELP pinhole_disk_cache_write_seconds_total Time the disk tier spent writing checkpoints (until their "
+            "records were written).\n"
             "# TYPE pinhole_disk_cache_write_seconds_total counter\npinhole_disk_cache_write_seconds_total %.6f\n"
-            "# HELP pinhole_disk_cache_read_seconds_total Time spent reading checkpoint files into the KV.\n"
+            "# HELP pinhole_disk_cache_read_seconds_total Time spent reading block records into the KV.\n"
             "# TYPE pinhole_disk_cache_read_seconds_total counter\npinhole_disk_cache_read_seconds_total %.6f\n",
             st->disk_cache_write_s, st->disk_cache_read_s);
     if (fclose(f) != 0) {

@@ -1426,6 +1426,56 @@ int block_store_get(block_store *s, const block_key *want, void *prov, size_t pr
     }
 }
 
+void block_store_forget(block_store *s, const uint8_t name[BLOCK_NAME_BYTES]) {
+    pthread_mutex_lock(&s->db_lock);
+    if (indexed(s, name)) {
+        drop_name(s, name);
+        s->st.rejected++;
+    }
+    pthread_mutex_unlock(&s->db_lock);
+}
+
+int block_store_children(block_store *s, const uint8_t parent[BLOCK_NAME_BYTES], uint32_t kind, block_info *out,
+                         int max) {
+    pthread_mutex_lock(&s->db_lock);
+    sqlite3_stmt *st = prep(s, "SELECT " LOC_COLS " FROM blocks WHERE parent = ?1 AND kind = ?2 "
+                               "ORDER BY last_use DESC, created DESC LIMIT ?3");
+    int n = 0;
+    if (st) {
+        sqlite3_bind_blob(st, 1, parent, BLOCK_NAME_BYTES, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, kind);
+        sqlite3_bind_int64(st, 3, max);
+        loc l;
+        while (n < max && sqlite3_step(st) == SQLITE_ROW) {
+            loc_read(st, &l);
+            out[n++] = l.info;
+        }
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->db_lock);
+    return n;
+}
+
+int block_store_peek(block_store *s, const uint8_t name[BLOCK_NAME_BYTES], block_meta *meta, void *prov,
+                     size_t prov_cap, uint32_t *prov_bytes) {
+    loc l;
+    pthread_mutex_lock(&s->db_lock);
+    const int found = locate(s, name, &l);
+    pthread_mutex_unlock(&s->db_lock);
+    if (!found) return 0;
+    rec_hdr h;
+    char why[128];
+    int rc;
+    const int fd = open_record(s, &l, &h, &rc, why, sizeof why);
+    if (fd < 0) return rc ? -1 : 0;
+    *meta = h.key.meta;
+    *prov_bytes = h.prov_bytes;
+    const size_t n = h.prov_bytes < prov_cap ? h.prov_bytes : prov_cap;
+    rc = read_at(fd, prov, n, l.off + HDR) ? -1 : 1;
+    close(fd);
+    return rc;
+}
+
 void block_store_get_stats(block_store *s, block_store_stats *st) {
     pthread_mutex_lock(&s->db_lock);
     *st = s->st;

@@ -151,6 +151,22 @@ int block_store_find(block_store *s, const uint8_t name[BLOCK_NAME_BYTES], block
 int block_store_get(block_store *s, const block_key *want, void *prov, size_t prov_cap, void *payload,
                     size_t payload_cap, block_info *info);
 
+/* Drops name from the index (its bytes become dead): for a record that is
+ * whole but of no use, such as one whose parent is gone, so that it is
+ * written again. Counted as rejected. */
+void block_store_forget(block_store *s, const uint8_t name[BLOCK_NAME_BYTES]);
+/* The stored records of a kind whose parent is parent, most recently used
+ * first, from the index alone (no file read): how many (at most max) into
+ * out. The disk tier finds a chain's resume points this way. */
+int block_store_children(block_store *s, const uint8_t parent[BLOCK_NAME_BYTES], uint32_t kind, block_info *out,
+                         int max);
+/* What record name was made for, and its provenance blob (up to prov_cap
+ * bytes into prov, its length in *prov_bytes), read from its segment
+ * without checking the checksum (a listing's, never a load's): 1; 0 when
+ * it is not stored; -1 when its header does not hold together. */
+int block_store_peek(block_store *s, const uint8_t name[BLOCK_NAME_BYTES], block_meta *meta, void *prov,
+                     size_t prov_cap, uint32_t *prov_bytes);
+
 void block_store_get_stats(block_store *s, block_store_stats *st);
 
 /* ---- administration (pinhole cache) -------------------------------------- */

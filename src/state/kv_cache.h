@@ -17,8 +17,8 @@
  * Copy layout (what kv_cache_save writes and kv_cache_load reads): the
  * first ceil(n / KV_BLOCK_ROWS) blocks of the mapping, whole, in the same
  * layout, so the mapping itself is a copy of n_ctx rows and a copy of n
- * rows is kv_cache_bytes(n). (The disk tier's files keep their own layout:
- * per layer its n K cells then its n V cells; state/disk_tier.h.)
+ * rows is kv_cache_bytes(n). (The disk tier stores these blocks, a whole
+ * one as it is: state/disk_tier.h.)
  *
  * A model with recurrent layers (qwen35) also has their state here: what
  * its n_rows rows left behind, which no prefix of them can be cut from.
@@ -29,8 +29,8 @@
  * n_rec_layer * ((conv_k - 1) * conv_dim + ssm_hv * ssm_d^2) floats, a
  * little over 1 MiB per recurrent layer whose delta net has 16 value heads
  * of 128 x 128, allocated when first taken. A RAM checkpoint copies the
- * snapshots and the state after all rows (kv_cache_save_recurrent), and so
- * does a checkpoint file (state/disk_tier, version 3). */
+ * snapshots and the state after all rows (kv_cache_save_recurrent), and the
+ * disk tier stores each of them as a resume point (state/disk_tier.h). */
 #ifndef PH_STATE_KV_CACHE_H
 #define PH_STATE_KV_CACHE_H
 

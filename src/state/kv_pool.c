@@ -332,12 +332,17 @@ void kv_block_root(const seq_state *s, uint8_t root[KV_NAME_LEN]) {
     domain_fold(root, s->domain);
 }
 
-bool kv_block_name(const seq_state *s, int32_t i, const uint8_t prev[KV_NAME_LEN], bool lookup,
-                   uint8_t name[KV_NAME_LEN]) {
-    if (i < 0 || i >= s->n_rows / KV_BLOCK_ROWS) return false;
-    int32_t r0 = i * KV_BLOCK_ROWS;
-    uint8_t buf[KV_NAME_LEN + KV_BLOCK_ROWS * PICTURE_ROW], *w = buf + KV_NAME_LEN;
+/* The SHA-256 of prev, then tag (its bytes, without the NUL), then rows
+ * [r0, r1) of s encoded as in a block's name (at most KV_BLOCK_ROWS of
+ * them): true; false when (without lookup) one is a picture row without
+ * cond_hash. */
+static bool rows_digest(const seq_state *s, int32_t r0, int32_t r1, const uint8_t prev[KV_NAME_LEN], const char *tag,
+                        bool lookup, uint8_t name[KV_NAME_LEN]) {
+    uint8_t buf[KV_NAME_LEN + 16 + KV_BLOCK_ROWS * PICTURE_ROW], *w = buf + KV_NAME_LEN;
     memcpy(buf, prev, KV_NAME_LEN);
+    const size_t tag_len = strnlen(tag, 16);
+    memcpy(w, tag, tag_len);
+    w += tag_len;
     /* the first span that ends after r0 (spans are in row order) */
     int32_t lo = 0, hi = s->n_spans;
     while (lo < hi) {
@@ -345,7 +350,7 @@ bool kv_block_name(const seq_state *s, int32_t i, const uint8_t prev[KV_NAME_LEN
         if (s->spans[mid].start + s->spans[mid].n_tokens <= r0) lo = mid + 1;
         else hi = mid;
     }
-    for (int32_t r = r0; r < r0 + KV_BLOCK_ROWS; r++) {
+    for (int32_t r = r0; r < r1; r++) {
         if (s->tok[r] != SEQ_ROW_PICTURE) {
             w = put32(w, (uint32_t)s->tok[r]);
             w = put32(w, (uint32_t)s->pos_after[r]);
@@ -363,6 +368,18 @@ bool kv_block_name(const seq_state *s, int32_t i, const uint8_t prev[KV_NAME_LEN
     }
     sha256_digest(buf, (size_t)(w - buf), name);
     return true;
+}
+
+bool kv_block_name(const seq_state *s, int32_t i, const uint8_t prev[KV_NAME_LEN], bool lookup,
+                   uint8_t name[KV_NAME_LEN]) {
+    if (i < 0 || i >= s->n_rows / KV_BLOCK_ROWS) return false;
+    return rows_digest(s, i * KV_BLOCK_ROWS, (i + 1) * KV_BLOCK_ROWS, prev, "", lookup, name);
+}
+
+bool kv_resume_name(const seq_state *s, int32_t n, const uint8_t prev[KV_NAME_LEN], bool lookup,
+                    uint8_t name[KV_NAME_LEN]) {
+    if (n < 0 || n > s->n_rows) return false;
+    return rows_digest(s, n / KV_BLOCK_ROWS * KV_BLOCK_ROWS, n, prev, "resume", lookup, name);
 }
 
 int32_t kv_block_names(const seq_state *s, int32_t n, bool lookup, uint8_t (*names)[KV_NAME_LEN]) {

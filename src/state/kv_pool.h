@@ -196,6 +196,15 @@ void kv_block_root(const seq_state *s, uint8_t root[KV_NAME_LEN]);
  * picture row without cond_hash. */
 bool kv_block_name(const seq_state *s, int32_t i, const uint8_t prev[KV_NAME_LEN], bool lookup,
                    uint8_t name[KV_NAME_LEN]);
+/* The name of the resume point at s's row n (docs/state-cache.md, Resume
+ * points): the SHA-256 of prev, the name of the last full block before n
+ * (block n / KV_BLOCK_ROWS - 1; the root when n < KV_BLOCK_ROWS), then the
+ * bytes "resume", then the rows of n's block before n (none when n is a
+ * multiple of KV_BLOCK_ROWS) encoded as in a name: true; false as
+ * kv_block_name (n past s's rows, or a picture row without cond_hash
+ * without lookup). n may cut a picture. */
+bool kv_resume_name(const seq_state *s, int32_t n, const uint8_t prev[KV_NAME_LEN], bool lookup,
+                    uint8_t name[KV_NAME_LEN]);
 /* The names of the full blocks of s's first n rows, up to the first that
  * cannot be named (above), into names (n / KV_BLOCK_ROWS of room): how
  * many. n may cut a picture. */

@@ -156,14 +156,16 @@ describe('isolation of the state caches', { timeout: 600_000 }, () => {
       msgs.push({ role: 'assistant', content: 'It is a picture.' }, { role: 'user', content: 'Tell me more.' });
       t2 = await chat(srv, msgs, { salt: 'alice' });
     });
-    // alice's checkpoints are version 2 files, with her domain (a digest, not the salt) in the header
-    const files = readdirSync(kv).filter((f) => f.endsWith('.phkv') && !f.startsWith('tmp.'));
-    assert.ok(files.length >= 1, 'a checkpoint file was written');
+    // alice's records carry her domain (a digest, not the salt) in their headers (docs/state-cache.md, Block records)
+    const blocks = join(kv, 'blocks');
+    const files = readdirSync(blocks).filter((f) => f.startsWith('seg-') && f.endsWith('.phbs'));
+    assert.ok(files.length >= 1, 'a segment file was written');
     for (const f of files) {
-      const fd = openSync(join(kv, f), 'r'), b = Buffer.alloc(16);
-      readSync(fd, b, 0, 16, 0);
+      const fd = openSync(join(blocks, f), 'r'), b = Buffer.alloc(320);
+      readSync(fd, b, 0, 320, 0);
       closeSync(fd);
-      assert.equal(b.readUInt32LE(8), 2, `${f}: version 2`);
+      assert.equal(b.subarray(0, 8).toString('latin1'), 'PHBLKS01', `${f}: a record`);
+      assert.ok(b.subarray(144, 176).some((x) => x !== 0), `${f}: her domain, not the default one`);
     }
     msgs.push({ role: 'assistant', content: 'It has colours.' }, { role: 'user', content: 'And the colours?' });
     await withServer({ extra }, async (srv) => {

@@ -242,7 +242,7 @@ describe('Ctrl-C says what it stopped and what it saved (issue 23, item 5)', { t
       assert.equal(code, 0);
       assert.match(s.err(), /interrupted \(SIGINT\), stopping: no new requests; no request was running; 0 queued refused/);
       assert.match(s.err(), /the server stopped in \d+\.\d\d s/);
-      assert.match(s.err(), /shutdown: the live conversation \(\d+ rows\) and what was queued: \d+ checkpoint files written \([\d.]+ MiB\), \d+ skipped/);
+      assert.match(s.err(), /shutdown: the live conversation \(\d+ rows\) and what was queued: \d+ block records written \([\d.]+ MiB\), \d+ not written/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -7,7 +7,8 @@
 // its <think> opener. Every warm answer is checked against a cold server's
 // (--no-cache).
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import zlib from 'node:zlib';
 
@@ -215,7 +216,13 @@ export function auxiliaryCases(M) {
 
 export const oraclePic = (name) => pic(url(name));
 
-export const checkpointFiles = (dir) => readdirSync(dir).filter((f) => f.endsWith('.phkv') && !f.startsWith('tmp.'));
+// The disk tier's segment files (docs/state-cache.md, Disk tier), as paths
+// under dir: DIR/blocks/seg-<id>.phbs.
+export const checkpointFiles = (dir) => {
+  const blocks = join(dir, 'blocks');
+  if (!existsSync(blocks)) return [];
+  return readdirSync(blocks).filter((f) => f.startsWith('seg-') && f.endsWith('.phbs')).map((f) => join('blocks', f));
+};
 
 // Two turns of a picture chat on a server that saves to dir; returns the
 // server, the conversation (with a third question) and turn 2's result.
