@@ -288,7 +288,8 @@ typedef struct ph_engine_params {
     int picture_min_tokens;  /* picture budget in merged tokens; 0: 8 */
     int picture_max_tokens;  /* 0: 4096; at most half the context in any case */
     bool reuse;              /* reuse the live state's common prefix (default on) */
-    size_t ram_cache_bytes;  /* RAM tier: checkpoints of displaced conversations (default 2 GiB; 0: off) */
+    size_t ram_cache_bytes;  /* RAM tier: KV of displaced conversations kept beyond one context (default 2 GiB; 0: off) */
+    size_t kv_pool_bytes;    /* the KV pool: every sequence's blocks (0: one context's plus ram_cache_bytes) */
     size_t
         conversation_cache_bytes; /* the primary conversation parked for auxiliary requests (default 2 GiB; 0: off) */
     int picture_cache_entries;    /* embedding cache: most entries (default 32; 0: off) */
@@ -524,7 +525,11 @@ typedef struct ph_engine_stats {
     uint64_t ram_cache_hits, ram_cache_saves, ram_cache_evictions;   /* RAM tier */
     uint64_t ram_cache_refused;                                      /* checkpoints not taken: memory short */
     uint64_t conversations_parked, conversations_restored, conversations_dropped; /* auxiliary requests */
-    uint64_t ram_cache_entries, ram_cache_bytes;
+    uint64_t ram_cache_entries, ram_cache_bytes; /* resume points; their memory and the cached blocks' */
+    /* the KV pool (docs/state-cache.md, Blocks and the pool) */
+    uint64_t kv_blocks_in_use, kv_blocks_cached, kv_blocks_pinned, kv_blocks_free;
+    uint64_t kv_block_bytes, kv_pool_bytes;
+    uint64_t kv_blocks_evicted, kv_bytes_copied;
     /* disk tier (--kv-disk-dir) */
     uint64_t disk_cache_hits, disk_cache_misses, disk_cache_saves, disk_cache_skipped, disk_cache_evictions;
     uint64_t disk_cache_rejected;                  /* files that failed a check (removed) */

@@ -10,8 +10,10 @@
  * (their state restored), never at a bare block boundary; a restarted tier
  * finds everything; files of earlier versions are removed at open; ls
  * lists conversation ends with their rows and pictures, verify and prune
- * work; release_rows waits for the store to read the cells; the KV block
- * layout's RAM copies load back and trim as kv_cache.h says. (The store's
+ * work; release_rows waits for the store to read the cells; the KV
+ * cache's block table over a pool takes blocks as rows come, gives them
+ * back on truncation, copies a shared block before writing it and refuses
+ * what the pool cannot hold, as kv_cache.h says. (The store's
  * own crash, budget, floor and sharing cases are test_block_store's.) */
 #include <dirent.h>
 #include <fcntl.h>
@@ -45,13 +47,15 @@ static void die(const char *what) {
 /* ---- KV cells ------------------------------------------------------------ */
 
 static void kv_make(kv_cache *c) {
-    if (kv_cache_init_cells(c, NL, RB, NCTX)) die("out of memory");
+    if (kv_cache_init_cells(c, NL, RB, NCTX, NULL)) die("out of memory");
 }
 
 static void kv_drop(kv_cache *c) { kv_cache_free(c); /* with its recurrent state and snapshots */ }
 
 /* Cells of conversation seed: every byte a function of (seed, layer, K/V, row, byte). */
 static void kv_fill(kv_cache *c, uint32_t seed, int32_t n) {
+    kv_cache_truncate(c, 0);
+    if (kv_cache_reserve(c, n, NULL)) die("no room in the pool");
     for (int l = 0; l < NL; l++)
         for (int kvi = 0; kvi < 2; kvi++)
             for (size_t i = 0; i < (size_t)n * RB; i++) {
@@ -72,31 +76,40 @@ static bool kv_equal(const kv_cache *a, const kv_cache *b, int32_t n) {
     return true;
 }
 
-/* The block layout the tier reads and writes the cells in, and its RAM
- * copies (state/kv_cache.h): a copy of n rows is ceil(n / 64) blocks and
- * loads back any prefix of them; a trimmed mapping keeps its first rows and
- * gives back the pages of the blocks past them. */
-static void kv_copies(void) {
+/* The block table over a pool (state/kv_cache.h): rows get blocks as they
+ * come, truncation gives back the blocks past the rows kept, a shared
+ * block is copied (its rows in use only) before a row is written into it,
+ * and a pool without room refuses with nothing changed. */
+static void kv_blocks(void) {
     kv_cache a, b;
-    kv_make(&a);
-    kv_make(&b);
+    kv_make(&a); /* a pool of NCTX rows' blocks of its own */
+    if (kv_cache_init_cells(&b, NL, RB, NCTX, a.pool)) die("out of memory");
     kv_fill(&a, 11, 300); /* 4 whole blocks and 44 rows */
-    const size_t block = (size_t)KV_BLOCK_ROWS * 2 * NL * RB;
-    CHECK(kv_cache_bytes(&a, 0) == 0 && kv_cache_bytes(&a, 64) == block && kv_cache_bytes(&a, 200) == 4 * block);
-    uint8_t *copy = malloc(kv_cache_bytes(&a, 200));
-    if (!copy) die("out of memory");
-    kv_cache_save(&a, 200, copy);
-    kv_cache_load(&b, copy, 150);
-    CHECK(b.rows.n_rows == 150 && kv_equal(&a, &b, 150));
-    kv_cache_load(&b, a.map, 300); /* the mapping is a copy of all its rows */
-    CHECK(b.rows.n_rows == 300 && kv_equal(&a, &b, 300));
-    kv_cache_trim_map(&a, a.map, 100);
-    bool zero = true; /* blocks 2 and up: whole pages, given back */
-    for (size_t i = 2 * block; i < 5 * block; i++) zero &= ((const uint8_t *)a.map)[i] == 0;
-    CHECK(kv_equal(&a, &b, 100) && zero);
-    free(copy);
+    kv_pool_stats st;
+    kv_pool_get_stats(a.pool, &st);
+    CHECK(a.n_held == 5 && st.in_use == 5 && st.total == NCTX / KV_BLOCK_ROWS);
+    kv_cache_truncate(&a, 150);
+    kv_pool_get_stats(a.pool, &st);
+    CHECK(a.n_held == 3 && st.in_use == 3 && st.free == st.total - 3);
+    const int32_t shared = a.ids[2];
+    kv_pool_ref(a.pool, shared); /* another holder of the last block */
+    CHECK(kv_cache_blocks_needed(&a, 151) == 1 && kv_cache_blocks_needed(&a, 200) == 2);
+    CHECK(kv_cache_reserve(&a, 200, NULL) == 0 && a.ids[2] != shared && a.n_held == 4);
+    bool same = true;
+    for (int l = 0; l < NL; l++)
+        for (int kvi = 0; kvi < 2; kvi++)
+            same &= !memcmp(kv_cache_cells(&a, 128, l, kvi),
+                            kv_pool_data(a.pool, shared) + (size_t)(2 * l + kvi) * KV_BLOCK_ROWS * RB, 22 * RB);
+    kv_pool_get_stats(a.pool, &st);
+    CHECK(same && st.bytes_copied == 22 * 2 * NL * RB);
+    kv_pool_unref(a.pool, shared);
+    kv_pool_get_stats(a.pool, &st);
+    CHECK(kv_cache_reserve(&b, NCTX, NULL) == -1 && b.n_held == 0); /* 16 blocks, 12 free */
+    kv_pool_stats st2;
+    kv_pool_get_stats(a.pool, &st2);
+    CHECK(st2.in_use == st.in_use && st2.free == st.free);
+    kv_cache_free(&b);
     kv_drop(&a);
-    kv_drop(&b);
 }
 
 /* ---- sequences ------------------------------------------------------------- */
@@ -625,7 +638,7 @@ int main(void) {
     kv_make(&kvB);
     kv_make(&kvX);
 
-    kv_copies();
+    kv_blocks();
     round_trip();
     only_new();
     damage();

@@ -40,6 +40,9 @@ void ph_gen_params_default(ph_gen_params *g) {
     g->thinking_budget = -1;
 }
 
+/* The KV blocks of n rows. */
+static int32_t blocks_for(int32_t n) { return (n + KV_BLOCK_ROWS - 1) / KV_BLOCK_ROWS; }
+
 static void progress(const ph_engine_params *p, const char *what, double f) {
     if (p->progress) p->progress(p->progress_ud, what, f);
 }
@@ -119,7 +122,19 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     } else {
         ph_model_default_ctx(e->m, &e->ctx);
     }
-    if (!(e->s = ph_session_new(e->m, e->ctx.n_ctx, err))) goto fail;
+    /* the KV pool (docs/state-cache.md, Blocks and the pool): one context's
+     * blocks, and the RAM tier's beyond them */
+    const size_t kv_row = kv_cache_row_bytes(&e->m->hp);
+    const size_t pool_bytes = p->kv_pool_bytes ? p->kv_pool_bytes
+                                               : (size_t)blocks_for(e->ctx.n_ctx) * kv_pool_stride(kv_row) +
+                                                     (e->reuse ? p->ram_cache_bytes : 0);
+    if (kv_pool_init(&e->pool, pool_bytes, kv_row, 2 * e->m->hp.n_attn_layer, err)) goto fail;
+    e->pool_ready = true;
+    if (!(e->names = malloc((size_t)blocks_for(e->ctx.n_ctx) * KV_NAME_LEN))) {
+        err_set(err, "out of memory");
+        goto fail;
+    }
+    if (!(e->s = session_new_in(e->m, e->ctx.n_ctx, &e->pool, err))) goto fail;
     /* one picture takes at most half the context, leaving the other half
      * to the conversation around it */
     if (e->has_vision) prep_cap_tokens(&e->enc.prep, e->ctx.n_ctx / 2);
@@ -147,7 +162,8 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     size_t tlen;
     const char *tmpl = llm_chat_template(e->m, &tlen);
     e->fmt = chat_format_detect(tmpl, tlen, e->m->arch_name);
-    ram_tier_init(&e->ram, e->reuse ? p->ram_cache_bytes : 0);
+    ram_tier_init(&e->ram, &e->pool, e->reuse ? p->ram_cache_bytes : 0);
+    e->parked.tail = -1;
     e->park_budget = e->reuse ? p->conversation_cache_bytes : 0;
     if (!(e->cache = embed_cache_new(p->picture_cache_entries, p->picture_cache_bytes, p->picture_cache_dir, err)))
         goto fail;
@@ -202,10 +218,14 @@ void ph_engine_free(ph_engine *e) {
     }
     embed_cache_free(e->cache);
     jc_vocab_free(e->jv);
-    ram_tier_free(&e->ram);
-    ram_ckpt_free(&e->parked);
+    if (e->pool_ready) { /* the holds on the pool's blocks, then the pool */
+        ram_tier_free(&e->ram);
+        ram_point_free(&e->parked, &e->pool);
+        ph_session_free(e->s);
+        kv_pool_free(&e->pool);
+    }
+    free(e->names);
     seq_free(&e->live);
-    ph_session_free(e->s);
     if (e->has_vision) encoder_close(&e->enc);
     ph_model_free(e->m);
     free(e);
@@ -240,8 +260,18 @@ void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
     st->ram_cache_saves = e->ram.saves;
     st->ram_cache_evictions = e->ram.evictions;
     st->ram_cache_refused = e->ram.refused;
+    kv_pool_stats ps;
+    kv_pool_get_stats(&e->pool, &ps);
     st->ram_cache_entries = (uint64_t)e->ram.n;
     st->ram_cache_bytes = e->ram.bytes;
+    st->kv_blocks_in_use = (uint64_t)ps.in_use;
+    st->kv_blocks_cached = (uint64_t)ps.cached;
+    st->kv_blocks_pinned = (uint64_t)ps.pinned;
+    st->kv_blocks_free = (uint64_t)ps.free;
+    st->kv_block_bytes = ps.block_bytes;
+    st->kv_pool_bytes = (uint64_t)ps.total * ps.block_bytes;
+    st->kv_blocks_evicted = ps.evictions;
+    st->kv_bytes_copied = ps.bytes_copied;
     ph_engine_get_disk_stats(e, st);
 }
 
@@ -645,6 +675,8 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
         if (now_in_call && !in_call) constraint_call_open(con, body, body_len);
         in_call = now_in_call;
         if (gp->max_tokens > 0 && r->n_generated >= gp->max_tokens) break; /* no need to evaluate it */
+        const int32_t more = kv_cache_blocks_needed(&e->s->kv, ph_session_n_rows(e->s) + 1);
+        if (more && more > kv_pool_available(&e->pool)) break; /* the pool is full: as at the context's end */
         int32_t pos = ph_session_next_pos(e->s);
         if ((rc = ph_session_eval_tokens(e->s, &tok, 1, err)) != 0) break;
         if ((rc = seq_push_token(&e->live, tok, pos, err)) != 0) break;
@@ -686,10 +718,9 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
  * that ends sooner writes its KV once, not twice. */
 #define CHECKPOINT_GRACE_S 5.0
 
-/* The fewest prompt rows whose loss parks the live state in the RAM tier:
- * below it, evaluating them again costs less than the move (measured:
- * moving a 2B Qwen3.5 conversation of 800 rows, 0.1-0.15 s; a prompt row,
- * about 6 ms). */
+/* The fewest prompt rows whose loss keeps the live state as a resume
+ * point of the RAM tier (fewer: a thinking model's answer opener, which
+ * every turn evaluates again anyway). */
 #define PARK_MIN_LOST 16
 
 /* Queues a checkpoint of the live state on disk, written after delay_s
@@ -751,53 +782,41 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
     return 0;
 }
 
-/* Moves the live state into *c without copying its cells: *c takes the
- * session's KV mapping (the pages past its rows given back) and a copy of
- * its recurrent states, the session a fresh one holding a copy of the
- * first `keep` rows (a row where it can resume). `put` decides whether
- * *c is kept (false: nothing changes; *c is cleared). The disk writer must
- * no longer read the live cells past `keep`. */
-static bool move_live(ph_engine *e, ram_ckpt *c, int32_t keep, bool (*put)(ph_engine *, ram_ckpt *)) {
+/* Publishes the live full blocks not named yet under their names
+ * (docs/state-cache.md, Blocks and the pool): from then on they are found
+ * by name, by this conversation once it is displaced and by any other that
+ * shares them. A block whose name another block has already (the same rows
+ * computed twice) is given up for that one, the disk writer first done
+ * reading it. Nothing without reuse. */
+static void publish_live(ph_engine *e) {
+    if (!e->reuse) return;
     kv_cache *kv = &e->s->kv;
-    const int32_t n = e->live.n_rows;
-    void *fresh = big_alloc(kv->map_bytes);
-    if (!fresh ||
-        ram_ckpt_wrap(c, &e->live, n, kv_cache_bytes(kv, n), kv->map, kv->map_bytes, kv->rows.n_ctx, e->ram.floor)) {
-        big_free(fresh, kv->map_bytes);
-        memset(c, 0, sizeof *c);
-        return false;
+    while (e->n_named < e->live.n_rows / KV_BLOCK_ROWS) {
+        const int32_t i = e->n_named;
+        uint8_t prev[KV_NAME_LEN];
+        if (i) memcpy(prev, e->names[i - 1], KV_NAME_LEN);
+        else kv_block_root(&e->live, prev);
+        if (!kv_block_name(&e->live, i, prev, false, e->names[i])) return;
+        kv_block_info info;
+        kv_pool_get_block(&e->pool, kv->ids[i], &info);
+        if (!info.named) { /* a block found by name has that name already */
+            if (e->disk && kv_pool_contains(&e->pool, e->names[i])) disk_tier_release_rows(e->disk, i * KV_BLOCK_ROWS);
+            const int32_t id = kv_pool_publish(&e->pool, kv->ids[i], e->names[i], prev);
+            if (id != kv->ids[i]) kv_cache_replace_block(kv, i, id);
+        }
+        e->n_named++;
     }
-    void *old = kv->map;
-    if (ram_ckpt_set_recurrent(c, kv)) {
-        c->kv = NULL; /* still the session's */
-        ram_ckpt_free(c);
-        big_free(fresh, kv->map_bytes);
-        return false;
-    }
-    const ram_ckpt held = *c; /* its recurrent states stay where put leaves them */
-    if (!put(e, c)) {
-        c->kv = NULL;
-        ram_ckpt_free(c);
-        big_free(fresh, kv->map_bytes);
-        return false;
-    }
-    kv_cache_swap_map(kv, fresh);
-    kv_cache_trim_map(kv, old, n);
-    if (keep > 0) {
-        kv_cache_load(kv, old, keep);
-        if (held.rec) kv_cache_load_recurrent(kv, held.rec, held.rec_rows, held.n_rec, keep);
-    }
-    return true;
 }
 
-static bool put_ram(ph_engine *e, ram_ckpt *c) { return ram_tier_add(&e->ram, c); }
-
-/* Saves the live state in the RAM tier (when it is complete and not held
- * there already), by moving its cells: the session keeps its first `keep`
- * rows. */
-static void park_live(ph_engine *e, int32_t keep) {
-    ram_ckpt c;
-    move_live(e, &c, keep, put_ram);
+/* Keeps the live state as a resume point of the RAM tier (when it is
+ * complete and not held there already): its full blocks stay in the pool
+ * under their names, the point holds its last, partial block and its
+ * recurrent states. Nothing is copied but those states. */
+static void save_live(ph_engine *e) {
+    ram_point p;
+    const int rc = ram_point_make(&p, &e->pool, &e->live, &e->s->kv, false);
+    if (rc < 0) e->ram.refused++;
+    if (rc == 0 && !ram_tier_add(&e->ram, &p)) ram_point_free(&p, &e->pool);
 }
 
 /* A prefix worth keeping for want: never all of it (the last prompt row is
@@ -806,80 +825,159 @@ static int32_t usable(const seq_state *want, int32_t n) {
     return n >= want->n_rows ? seq_back_off(want, want->n_rows - 1) : n;
 }
 
-static bool put_parked(ph_engine *e, ram_ckpt *c) {
-    if (c->bytes > e->park_budget) return false;
-    e->parked = *c;
-    memset(c, 0, sizeof *c);
-    return true;
-}
-
 /* Parks the live state, made by a primary request, for the auxiliary
- * requests that follow (docs/state-cache.md, Parking), by moving its cells (the session keeps
- * its first `keep` rows); false when it cannot (incomplete state, over the
- * budget, memory short). */
-static bool park_primary(ph_engine *e, int32_t keep) {
-    ram_ckpt c;
-    if (!move_live(e, &c, keep, put_parked)) return false;
+ * requests that follow (docs/state-cache.md, Parking): a point that pins
+ * all its blocks, so that nothing the side calls do evicts them. false when
+ * it cannot: incomplete state, more than the budget, memory short, or the
+ * side call would not find the need blocks it takes in the pool beside
+ * them. */
+static bool park_primary(ph_engine *e, int32_t need) {
+    const kv_cache *kv = &e->s->kv;
+    if ((size_t)kv->n_held * e->pool.block_bytes > e->park_budget || need > kv_pool_available(&e->pool) ||
+        ram_point_make(&e->parked, &e->pool, &e->live, kv, true))
+        return false;
     e->has_parked = true;
     e->st.conversations_parked++;
     return true;
 }
 
-/* The plan (docs/state-cache.md, The plan of a turn): the longest common prefix of the request with
- * the live state, the parked primary conversation (for a primary request),
- * a RAM checkpoint or the disk tier. The live state is saved in the RAM
- * tier before a checkpoint replaces it, or before rows of its last prompt
- * are dropped (another conversation, or an edit): then the conversation it
- * holds can come back without a prefill. Dropping only the answer of the
- * last turn (a client that re-sends the conversation with the answer
- * rendered otherwise) saves nothing. The disk tier's records are checked
- * on the way in: one that fails leaves the rows before it (none: the
- * prompt is evaluated from the start). Returns the rows kept; the session and the
- * live provenance hold exactly those. Nothing of another isolation domain
- * is ever a match (seq_common_prefix, and the disk tier's keys). */
-static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_report *r) {
-    /* with recurrent layers, the most that is kept is a snapshot's rows */
-    int32_t keep = e->reuse ? kv_cache_cut_point(&e->s->kv, usable(want, seq_common_prefix(&e->live, want))) : 0;
-    const int32_t most = usable(want, want->n_rows);
-    bool pinned = false;
-    if (aux && !e->live_is_aux && !e->has_parked && keep < e->live.n_rows) {
-        if (e->disk) disk_tier_release_rows(e->disk, keep); /* the cells past keep move away */
-        pinned = r->parked = park_primary(e, keep);
+/* The cond_hash of a picture of want as the live state, the parked
+ * conversation or a resume point holds it. */
+static bool known_cond(const ph_engine *e, const seq_span *sp, uint8_t cond[32]) {
+    return seq_span_cond(&e->live, sp, cond) || (e->has_parked && seq_span_cond(&e->parked.seq, sp, cond)) ||
+           ram_tier_cond(&e->ram, sp, cond);
+}
+
+/* The most of want's first n rows (found in the pool by name) whose
+ * pictures' cond_hash is known (docs/state-cache.md, Reuse rules, 2: a kept
+ * picture keeps the cond_hash it was evaluated with; a block's name does
+ * not hold it): a picture without one ends them. With set, those pictures
+ * of want get it. */
+static int32_t known_rows(const ph_engine *e, seq_state *want, int32_t n, bool set) {
+    n = seq_back_off(want, n);
+    for (int32_t k = 0; k < want->n_spans && want->spans[k].start < n; k++) {
+        seq_span *sp = &want->spans[k];
+        uint8_t cond[32];
+        if (!known_cond(e, sp, cond)) return sp->start;
+        if (set) {
+            memcpy(sp->cond_hash, cond, 32);
+            sp->has_cond = true;
+        }
     }
-    ram_ckpt c = {0};
+    return n;
+}
+
+/* Makes the live table the blocks of rows [0, n): its own before row
+ * keep's block, then the parked point's (p->pinned), p's tail block (its
+ * hold moved to the live table: *used_up, p cannot resume past it any
+ * more), or the pool's found by name (names: the request's). */
+static void take_blocks(ph_engine *e, ram_point *p, const uint8_t (*names)[KV_NAME_LEN], int32_t keep, int32_t n,
+                        bool *used_up) {
+    kv_cache *kv = &e->s->kv;
+    kv_cache_drop_blocks(kv, keep / KV_BLOCK_ROWS);
+    for (int32_t b = keep / KV_BLOCK_ROWS; b < blocks_for(n); b++) {
+        int32_t id;
+        if (p && b < p->n_pinned) {
+            kv_pool_ref(&e->pool, id = p->pinned[b]);
+        } else if (p && p->tail >= 0 && b == p->seq.n_rows / KV_BLOCK_ROWS) {
+            id = p->tail;
+            p->tail = -1;
+            *used_up = true;
+        } else {
+            id = kv_pool_find(&e->pool, names[b]);
+        }
+        kv_cache_push_block(kv, id);
+    }
+    kv_cache_set_rows(kv, n);
+}
+
+/* Keeps the live state's first n rows (a row it can resume at). */
+static void keep_live(ph_engine *e, int32_t n) {
+    seq_truncate(&e->live, n);
+    session_truncate(e->s, n, seq_pos_at(&e->live, n));
+    if (e->n_named > n / KV_BLOCK_ROWS) e->n_named = n / KV_BLOCK_ROWS;
+}
+
+/* The plan (docs/state-cache.md, The plan of a turn): the longest common
+ * prefix of the request with the live state, the parked primary
+ * conversation (for a primary request), a resume point of the RAM tier or
+ * the pool's cached blocks found by name, or the disk tier. The live state
+ * is kept as a resume point before a restore replaces it, or before rows
+ * of its last prompt are dropped (another conversation, or an edit): then
+ * the conversation it holds can come back without a prefill. Dropping only
+ * the answer of the last turn (a client that re-sends the conversation
+ * with the answer rendered otherwise) saves nothing. No KV is copied: the
+ * live table takes the blocks (a resume point's last block moved to it, a
+ * shared block copied only when a row is written into it). The disk tier's
+ * records are checked on the way in: one that fails leaves the rows before
+ * it (none: the prompt is evaluated from the start). Returns the rows
+ * kept; the session and the live provenance hold exactly those. Nothing of
+ * another isolation domain is ever a match (seq_common_prefix, and the
+ * block names). */
+static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_report *r) {
+    kv_cache *kv = &e->s->kv;
+    /* with recurrent layers, the most that is kept is a snapshot's rows */
+    int32_t keep = e->reuse ? kv_cache_cut_point(kv, usable(want, seq_common_prefix(&e->live, want))) : 0;
+    const int32_t most = usable(want, want->n_rows);
+    /* the request's full blocks that the pool holds, from the first (the
+     * RAM tier's, when it is on) */
+    uint8_t(*names)[KV_NAME_LEN] = e->reuse && e->ram.budget ? malloc(((size_t)want->n_rows / KV_BLOCK_ROWS + 1) * KV_NAME_LEN) : NULL;
+    int32_t run = 0;
+    if (names) {
+        const int32_t n = kv_block_names(want, want->n_rows, true, names);
+        while (run < n && kv_pool_contains(&e->pool, names[run])) run++;
+        run *= KV_BLOCK_ROWS;
+    }
+    bool pinned = false;
+    if (aux && !e->live_is_aux && !e->has_parked && keep < e->live.n_rows)
+        pinned = r->parked = park_primary(e, blocks_for(want->n_rows + 1) - keep / KV_BLOCK_ROWS);
+    ram_point c = {.tail = -1};
     int32_t best = keep;
+    enum { FROM_LIVE, FROM_POINT, FROM_POOL, FROM_DISK } from = FROM_LIVE;
     const bool had_parked = !aux && e->has_parked;
     if (had_parked) { /* the primary conversation is back, or has moved on */
-        int32_t n = ram_ckpt_cut(&e->parked, usable(want, seq_common_prefix(&e->parked.seq, want)));
+        int32_t n = ram_point_cut(&e->parked, usable(want, seq_common_prefix(&e->parked.seq, want)));
         if (n > best) {
             c = e->parked;
             best = n;
             r->from_parked = true;
+            from = FROM_POINT;
         } else {
-            ram_ckpt_free(&e->parked);
+            ram_point_free(&e->parked, &e->pool);
         }
         memset(&e->parked, 0, sizeof e->parked);
+        e->parked.tail = -1;
         e->has_parked = false;
     }
     int32_t from_ram = 0;
-    const int32_t ck = e->reuse && best < most ? ram_tier_find(&e->ram, want, most, &from_ram) : -1;
+    const int32_t ck = names && best < most ? ram_tier_find(&e->ram, want, most, run, &from_ram) : -1;
+    const int32_t from_pool =
+        names && !kv->recurrent && best < most ? known_rows(e, want, run < most ? run : most, false) : 0;
+    const int32_t beat = from_ram > from_pool ? from_ram : from_pool;
     disk_match dm = {0};
     int32_t from_disk = 0;
-    if (e->disk && e->reuse && best < most && from_ram < most &&
-        disk_tier_find(e->disk, want, best > from_ram ? best : from_ram, &dm))
+    if (e->disk && e->reuse && best < most && beat < most &&
+        disk_tier_find(e->disk, want, best > beat ? best : beat, &dm))
         from_disk = disk_match_cut(&dm, usable(want, dm.prefix));
-    const bool disk = from_disk > best && from_disk > from_ram;
-    if (disk) {
-        ram_ckpt_free(&c); /* a parked conversation that the file beats */
+    if (from_disk > best && from_disk > beat) {
+        ram_point_free(&c, &e->pool); /* a parked conversation that the disk beats */
         best = from_disk;
         r->from_parked = false;
+        from = FROM_DISK;
     } else {
         disk_match_free(&dm);
-        if (ck >= 0 && from_ram > best) {
-            ram_ckpt_free(&c); /* a parked conversation that a checkpoint beats */
+        if (ck >= 0 && from_ram > best && from_ram >= from_pool) {
+            ram_point_free(&c, &e->pool); /* a parked conversation that a resume point beats */
             ram_tier_take(&e->ram, ck, &c);
             best = from_ram;
             r->from_parked = false;
+            from = FROM_POINT;
+        } else if (from_pool > best) {
+            ram_point_free(&c, &e->pool);
+            e->ram.hits++;
+            best = from_pool;
+            r->from_parked = false;
+            from = FROM_POOL;
         }
     }
     if (had_parked) {
@@ -891,13 +989,14 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     /* the live state is about to lose rows of its prompt (a just-parked
      * primary conversation is held already); rows that a restore replaces
      * need not stay. A few lost rows (a thinking model's answer opener,
-     * which every turn resumes before) are cheaper to evaluate again than
-     * the move is (a fresh mapping, the kept rows and states copied). */
-    if (!pinned && (best > keep || keep + PARK_MIN_LOST < e->live_prompt)) park_live(e, best > keep ? 0 : keep);
-    if (disk) {
+     * which every turn resumes before) are not worth a point. */
+    if (!pinned && e->reuse && (best > keep || keep + PARK_MIN_LOST < e->live_prompt)) save_live(e);
+    if (from == FROM_DISK) {
         /* the rows that check out: all of them, or those before a record
          * that failed (refused, logged and counted by the tier) */
-        const int32_t got = disk_tier_load(e->disk, &dm, &e->s->kv, best);
+        seq_clear(&e->live);
+        e->n_named = 0;
+        const int32_t got = disk_tier_load(e->disk, &dm, kv, best);
         if (got > 0) {
             seq_copy(&e->live, &dm.seq, got, NULL); /* live.cap is the context size */
             e->s->next_pos = seq_pos_at(&dm.seq, got);
@@ -906,33 +1005,27 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         } else {
             PH_WARN("the disk cache's records for this prompt failed their checks; the prompt is evaluated from the "
                     "start");
-            seq_clear(&e->live);
             ph_session_reset(e->s);
             keep = 0;
         }
         disk_match_free(&dm);
     } else if (best > keep) {
-        seq_copy(&e->live, &c.seq, best, NULL);
-        e->s->next_pos = seq_pos_at(&c.seq, best);
-        /* A checkpoint whose rows past the prefix are few (typically the
-         * answer, which the client sends back in its own words) is used up;
-         * one with more is kept for them, and its prefix copied. */
-        const bool used_up = c.seq.n_rows - best <= best / 8;
-        if (used_up && c.kv_rows == e->s->kv.rows.n_ctx && c.map_bytes == e->s->kv.map_bytes) {
-            kv_cache_adopt_map(&e->s->kv, c.kv, best); /* its cells become the live ones: no copy */
-            c.kv = NULL;
-        } else {
-            kv_cache_load(&e->s->kv, c.kv, best);
-        }
-        if (c.rec) kv_cache_load_recurrent(&e->s->kv, c.rec, c.rec_rows, c.n_rec, best);
-        if (!used_up) ram_tier_return(&e->ram, &c);
-        else ram_ckpt_free(&c); /* the live state holds all of it now */
+        bool used_up = from != FROM_POINT || r->from_parked; /* a parked point is taken whole */
+        if (from == FROM_POOL) known_rows(e, want, best, true);
+        const seq_state *src = from == FROM_POOL ? want : &c.seq;
+        take_blocks(e, from == FROM_POINT ? &c : NULL, (const uint8_t(*)[KV_NAME_LEN])names, keep, best, &used_up);
+        seq_copy(&e->live, src, best, NULL);
+        e->s->next_pos = seq_pos_at(src, best);
+        if (c.rec) kv_cache_load_recurrent(kv, c.rec, c.rec_rows, c.n_rec, best);
+        if (used_up) ram_point_free(&c, &e->pool); /* the live state holds what it could give */
+        else ram_tier_return(&e->ram, &c);
+        e->n_named = 0;
         keep = best;
         r->n_from_ram = best;
     } else {
-        seq_truncate(&e->live, keep);
-        session_truncate(e->s, keep, seq_pos_at(&e->live, keep));
+        keep_live(e, keep);
     }
+    free(names);
     e->live_prompt = keep;
     e->live_is_aux = aux;
     memcpy(e->live.domain, want->domain, sizeof e->live.domain); /* what is kept is of its domain already */
@@ -941,6 +1034,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         memcpy(want->spans[i].cond_hash, e->live.spans[i].cond_hash, 32);
         want->spans[i].has_cond = e->live.spans[i].has_cond;
     }
+    publish_live(e);
     return keep;
 }
 
@@ -986,6 +1080,24 @@ int ph_engine_render(const ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs,
     return chat_format_render_text(&e->fmt, msgs, n_msgs, gp->tools, gp->n_tools, &ro, marker, text, len, err);
 }
 
+/* Admission (docs/state-cache.md, Blocks and the pool): a request whose
+ * rows the pool cannot hold, whatever it reuses and evicts, is refused
+ * before any work, naming the sizes. The live blocks count as available
+ * (kept, or given back to the pool), but for its last one (kept by a
+ * resume point). */
+static int admit(ph_engine *e, const seq_state *want, ph_err *err) {
+    const int32_t need = blocks_for(want->n_rows + 1), held = e->s->kv.n_held,
+                  have = kv_pool_available(&e->pool) + (held ? held - 1 : 0);
+    if (need <= have) return 0;
+    kv_pool_stats ps;
+    kv_pool_get_stats(&e->pool, &ps);
+    return err_setc(err, PH_ERR_TOO_LONG,
+                    "the prompt (%d tokens) needs %d KV blocks of %.2f MiB but the KV pool (%d blocks, %.0f MiB; %d "
+                    "pinned by a parked conversation) can give %d: start the server with a larger --kv-pool-mib",
+                    want->n_rows, need, (double)ps.block_bytes / (1 << 20), ps.total,
+                    (double)ps.total * (double)ps.block_bytes / (1 << 20), ps.pinned, have);
+}
+
 int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_gen_cb cb,
                    void *ud, ph_turn_report *r, ph_err *err) {
     memset(r, 0, sizeof *r);
@@ -1010,6 +1122,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
         (rc = build_want(&t, err)) != 0 || (rc = find_head(&t, &ro, err)) != 0)
         goto out;
     r->n_prompt = t.want.n_rows;
+    if ((rc = admit(e, &t.want, err)) != 0) goto out;
 
     const double tp = time_now_s();
     int32_t keep = plan_reuse(e, &t.want, gp->auxiliary, r);
@@ -1027,6 +1140,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
         goto reset;
     }
     r->prefill_s = time_now_s() - t1;
+    publish_live(e);
     e->live_prompt = e->live.n_rows;
     e->st.prompt_tokens_reused += (uint64_t)r->n_reused;
     e->st.prompt_tokens_prefilled += (uint64_t)r->n_prefilled;
@@ -1034,6 +1148,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     e->st.disk_cache_tokens_restored += (uint64_t)r->n_from_disk;
     checkpoint(e, CHECKPOINT_GRACE_S); /* the prompt */
     if ((rc = generate(e, gp, &con, &forced, cb, ud, r, t0, err)) != 0) goto reset;
+    publish_live(e);
     checkpoint(e, 0); /* the turn */
     goto out;
 reset:
@@ -1042,6 +1157,7 @@ reset:
     seq_clear(&e->live);
     ph_session_reset(e->s);
     e->live_prompt = 0;
+    e->n_named = 0;
 out:
     constraint_free(&con);
     ph_tokens_free(&forced);

@@ -30,8 +30,12 @@ struct ph_engine {
     ph_ctx_choice ctx;   /* how the session's context size was chosen */
     seq_state live;      /* provenance of the session's KV */
     int32_t live_prompt; /* rows of the live state's last prompt */
-    ram_tier ram;        /* checkpoints of displaced sequences */
-    ram_ckpt parked;     /* the primary conversation, parked for auxiliary requests */
+    kv_pool pool;        /* every KV block: the live sequence's, the RAM tier's, a parked one's */
+    bool pool_ready;
+    uint8_t (*names)[KV_NAME_LEN]; /* the names of the live full blocks published, in row order */
+    int32_t n_named;               /* how many (publish_live) */
+    ram_tier ram;                  /* resume points of displaced sequences */
+    ram_point parked;              /* the primary conversation, parked for auxiliary requests */
     bool has_parked;
     bool live_is_aux; /* an auxiliary request made the live state */
     size_t park_budget;

@@ -49,7 +49,9 @@ void ph_model_default_ctx(const ph_model *m, ph_ctx_choice *c) {
     session_ctx_choose(m->hp.n_ctx_train, kv_cache_row_bytes(&m->hp), ph_mem_available(), c);
 }
 
-ph_session *ph_session_new(ph_model *m, int32_t n_ctx, ph_err *err) {
+ph_session *ph_session_new(ph_model *m, int32_t n_ctx, ph_err *err) { return session_new_in(m, n_ctx, NULL, err); }
+
+ph_session *session_new_in(ph_model *m, int32_t n_ctx, kv_pool *pool, ph_err *err) {
     if (n_ctx <= 0) {
         ph_ctx_choice c;
         ph_model_default_ctx(m, &c);
@@ -65,7 +67,7 @@ ph_session *ph_session_new(ph_model *m, int32_t n_ctx, ph_err *err) {
         return NULL;
     }
     s->m = m;
-    if (kv_cache_init(&s->kv, m, n_ctx, err) ||
+    if (kv_cache_init(&s->kv, m, n_ctx, pool, err) ||
         llm_scratch_init(&s->sc, m, n_ctx < PH_CHUNK ? n_ctx : PH_CHUNK, err)) {
         ph_session_free(s);
         return NULL;
@@ -142,7 +144,8 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
                 s->sc.pos[3 * c + i] = 0;
             }
         }
-        if (llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, prompt,
+        if (kv_cache_reserve(&s->kv, kv->n_rows + (int32_t)c, err) ||
+            llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, prompt,
                         err))
             return -1;
         s->next_pos += (int32_t)c;
@@ -184,7 +187,8 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
             s->sc.pos[2 * c + i] = p0 + (int32_t)(k % grid_x);
             s->sc.pos[3 * c + i] = 0;
         }
-        if (llm_forward(s->m, &s->kv.rows, &s->sc, NULL, rows + done * hp->n_embd_inp, c, s->sc.pos,
+        if (kv_cache_reserve(&s->kv, kv->n_rows + (int32_t)c, err) ||
+            llm_forward(s->m, &s->kv.rows, &s->sc, NULL, rows + done * hp->n_embd_inp, c, s->sc.pos,
                         want_logits && done + c == n, true, err))
             return -1;
         done += c;

@@ -40,6 +40,10 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
  * row_bytes each, with mem_available bytes (-1: unknown). */
 void session_ctx_choose(int32_t n_ctx_train, uint64_t row_bytes, int64_t mem_available, ph_ctx_choice *c);
 
+/* ph_session_new with its KV blocks taken from pool (NULL: a pool of
+ * one context's blocks of its own: state/kv_cache.h). */
+ph_session *session_new_in(ph_model *m, int32_t n_ctx, kv_pool *pool, ph_err *err);
+
 /* Keeps the first n_rows KV cells and sets the next position. */
 void session_truncate(ph_session *s, int32_t n_rows, int32_t next_pos);
 

@@ -782,6 +782,9 @@ int32_t disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n) {
     if (n > m->prefix || n > kv->rows.n_ctx) n = m->prefix < kv->rows.n_ctx ? m->prefix : kv->rows.n_ctx;
     n = disk_match_cut(m, n);
     if (n <= 0) return 0;
+    /* fresh blocks from kv's pool for the rows (none: nothing restored) */
+    kv_cache_truncate(kv, 0);
+    if (kv_cache_reserve(kv, n, NULL)) return 0;
     const bool resume = m->recurrent || n > m->res_block * KV_BLOCK_ROWS;
     const int32_t full = resume ? m->res_block : (n + KV_BLOCK_ROWS - 1) / KV_BLOCK_ROWS;
     uint8_t *buf = malloc((size_t)KV_BLOCK_ROWS * 2 * (size_t)kv->n_layer * kv->row_bytes +

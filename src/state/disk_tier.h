@@ -138,8 +138,10 @@ int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match
  * recurrent layers m->res_row when n reaches it (0: none). m->prefix is
  * one already. */
 int32_t disk_match_cut(const disk_match *m, int32_t n);
-/* Reads m's records into kv's cells (kv holds the model's layers and at
- * least n cells) and keeps the first n rows (one that disk_match_cut
+/* Reads m's records into kv's cells (kv holds the model's layers and room
+ * for at least n rows; its rows are dropped and blocks for n rows taken
+ * from its pool: none restored when the pool has too few) and keeps the
+ * first n rows (one that disk_match_cut
  * gives; with recurrent layers their state then the one stored at n),
  * checking each record and its provenance against m->seq: the rows
  * restored, n, or fewer when a record failed (it is refused, logged and

@@ -1,24 +1,18 @@
-/* The KV cache of one sequence: a table of KV blocks, checkpoint copies. */
+/* The KV cache of one sequence: a table of KV blocks from a pool. */
 #include "state/kv_cache.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#include "base/bigbuf.h"
 #include "state/kv_block.h"
-
-/* One block: KV_BLOCK_ROWS rows of every layer's K and V cells. */
-static size_t block_bytes(const kv_cache *c) { return (size_t)KV_BLOCK_ROWS * 2 * (size_t)c->n_layer * c->row_bytes; }
 
 static int32_t blocks_for(int32_t n) { return (n + KV_BLOCK_ROWS - 1) / KV_BLOCK_ROWS; }
 
-/* Points the block table into the mapping. */
-static void point(kv_cache *c) {
-    for (int32_t b = 0; b < blocks_for(c->rows.n_ctx); b++)
-        c->rows.blocks[b] = (uint8_t *)c->map + b * block_bytes(c);
+/* Puts block id at the table's entry b. */
+static void set_block(kv_cache *c, int32_t b, int32_t id) {
+    c->ids[b] = id;
+    c->rows.blocks[b] = id < 0 ? NULL : kv_pool_data(c->pool, id);
 }
 
 /* Back to the state of an empty sequence (no snapshots). */
@@ -53,24 +47,35 @@ static size_t cell_bytes(const llm_hparams *hp) {
 
 size_t kv_cache_row_bytes(const llm_hparams *hp) { return 2 * (size_t)hp->n_attn_layer * cell_bytes(hp); }
 
-int kv_cache_init_cells(kv_cache *c, int32_t n_layer, size_t row_bytes, int32_t n_ctx) {
+int kv_cache_init_cells(kv_cache *c, int32_t n_layer, size_t row_bytes, int32_t n_ctx, kv_pool *pool) {
     memset(c, 0, sizeof *c);
     c->n_layer = n_layer;
     c->row_bytes = row_bytes;
     c->rows.n_ctx = n_ctx;
     c->rows.block_rows = KV_BLOCK_ROWS;
-    c->rows.blocks = calloc((size_t)blocks_for(n_ctx), sizeof *c->rows.blocks);
-    c->map_bytes = (size_t)blocks_for(n_ctx) * block_bytes(c);
-    if (c->rows.blocks && (c->map = big_alloc(c->map_bytes))) {
-        point(c);
-        return 0;
+    const int32_t nb = blocks_for(n_ctx);
+    c->rows.blocks = calloc((size_t)nb, sizeof *c->rows.blocks);
+    c->ids = malloc((size_t)nb * sizeof *c->ids);
+    const size_t row = 2 * (size_t)n_layer * row_bytes;
+    if (c->rows.blocks && c->ids && !pool && (c->own = malloc(sizeof *c->own)) &&
+        kv_pool_init(c->own, (size_t)nb * kv_pool_stride(row), row, 2 * n_layer, NULL) == 0)
+        pool = c->own;
+    else if (c->own) {
+        free(c->own);
+        c->own = NULL;
     }
-    kv_cache_free(c);
-    return -1;
+    if (!pool || !c->rows.blocks || !c->ids) {
+        kv_cache_free(c);
+        return -1;
+    }
+    c->pool = pool;
+    for (int32_t i = 0; i < nb; i++) c->ids[i] = -1;
+    return 0;
 }
 
-int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, ph_err *err) {
-    if (kv_cache_init_cells(c, m->hp.n_attn_layer, cell_bytes(&m->hp), n_ctx) == 0 && init_recurrent(c, &m->hp) == 0)
+int kv_cache_init(kv_cache *c, const ph_model *m, int32_t n_ctx, kv_pool *pool, ph_err *err) {
+    if (kv_cache_init_cells(c, m->hp.n_attn_layer, cell_bytes(&m->hp), n_ctx, pool) == 0 &&
+        init_recurrent(c, &m->hp) == 0)
         return 0;
     kv_cache_free(c);
     return err_set(err, "out of memory for a context of %d tokens", n_ctx);
@@ -82,7 +87,12 @@ uint8_t *kv_cache_cells(const kv_cache *c, int32_t row, int32_t l, int kind) {
 }
 
 void kv_cache_free(kv_cache *c) {
-    big_free(c->map, c->map_bytes);
+    if (c->pool) kv_cache_drop_blocks(c, 0);
+    if (c->own) {
+        kv_pool_free(c->own);
+        free(c->own);
+    }
+    free(c->ids);
     free(c->rows.blocks);
     free(c->rows.conv);
     free(c->rows.ssm);
@@ -91,43 +101,67 @@ void kv_cache_free(kv_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
-void *kv_cache_swap_map(kv_cache *c, void *fresh) {
-    void *old = c->map;
-    c->map = fresh;
-    c->rows.n_rows = 0;
-    clear_recurrent(c);
-    point(c);
-    return old;
+/* Whether writing from row n_rows on needs the block of that row copied
+ * first (it is held, part of it in use, and not the cache's alone). */
+static bool needs_copy(const kv_cache *c) {
+    const int32_t b = c->rows.n_rows / KV_BLOCK_ROWS;
+    return b < c->n_held && !kv_pool_writable(c->pool, c->ids[b]);
 }
 
-void kv_cache_adopt_map(kv_cache *c, void *map, int32_t n) {
-    big_free(kv_cache_swap_map(c, map), c->map_bytes);
-    c->rows.n_rows = n;
+int32_t kv_cache_blocks_needed(const kv_cache *c, int32_t n) {
+    if (n > c->rows.n_ctx) n = c->rows.n_ctx;
+    if (n <= c->rows.n_rows) return 0;
+    const int32_t more = blocks_for(n) - c->n_held;
+    return (more > 0 ? more : 0) + needs_copy(c);
 }
 
-/* Gives back the whole pages of [lo, hi) (a hint: an error keeps them). */
-static void give_back(uintptr_t lo, uintptr_t hi) {
-    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    lo = (lo + pg - 1) / pg * pg;
-    hi = hi / pg * pg;
-    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+int kv_cache_reserve(kv_cache *c, int32_t n, ph_err *err) {
+    if (n > c->rows.n_ctx) n = c->rows.n_ctx;
+    const int32_t need = kv_cache_blocks_needed(c, n);
+    if (need == 0) return 0;
+    const int32_t have = kv_pool_available(c->pool);
+    if (have < need)
+        return err_set(err,
+                       "the KV pool has room for %d more blocks of %.2f MiB (%d rows each) but %d rows need %d: "
+                       "%.1f MiB more (start the server with a larger --kv-pool-mib)",
+                       have, (double)c->pool->block_bytes / (1 << 20), KV_BLOCK_ROWS, n - c->rows.n_rows, need,
+                       (double)(need - have) * (double)c->pool->block_bytes / (1 << 20));
+    if (needs_copy(c)) { /* cannot fail: the blocks were counted */
+        const int32_t b = c->rows.n_rows / KV_BLOCK_ROWS;
+        set_block(c, b, kv_pool_cow(c->pool, c->ids[b], c->rows.n_rows % KV_BLOCK_ROWS));
+    }
+    while (c->n_held < blocks_for(n)) {
+        set_block(c, c->n_held, kv_pool_alloc(c->pool));
+        c->n_held++;
+    }
+    return 0;
 }
 
-void kv_cache_trim_map(const kv_cache *c, void *map, int32_t n) {
-    if (n < 0) n = 0;
-    const uintptr_t base = (uintptr_t)map, part = (size_t)KV_BLOCK_ROWS * c->row_bytes;
-    const int32_t full = n / KV_BLOCK_ROWS, r = n % KV_BLOCK_ROWS;
-    if (r) /* the block of row n: each part's cells past row r */
-        for (int i = 0; i < 2 * c->n_layer; i++) {
-            const uintptr_t p = base + full * block_bytes(c) + (size_t)i * part;
-            give_back(p + (size_t)r * c->row_bytes, p + part);
-        }
-    give_back(base + (size_t)(full + (r > 0)) * block_bytes(c), base + c->map_bytes);
+void kv_cache_push_block(kv_cache *c, int32_t id) {
+    set_block(c, c->n_held, id);
+    c->n_held++;
 }
+
+void kv_cache_drop_blocks(kv_cache *c, int32_t b) {
+    if (b < 0) b = 0;
+    while (c->n_held > b) {
+        c->n_held--;
+        kv_pool_unref(c->pool, c->ids[c->n_held]);
+        set_block(c, c->n_held, -1);
+    }
+    if (c->rows.n_rows > b * KV_BLOCK_ROWS) c->rows.n_rows = b * KV_BLOCK_ROWS;
+}
+
+void kv_cache_set_rows(kv_cache *c, int32_t n) { c->rows.n_rows = n; }
+
+void kv_cache_replace_block(kv_cache *c, int32_t b, int32_t id) { set_block(c, b, id); }
 
 void kv_cache_truncate(kv_cache *c, int32_t n) {
-    if (n >= c->rows.n_rows) return;
-    c->rows.n_rows = n < 0 ? 0 : n;
+    if (n < 0) n = 0;
+    const int32_t had = c->rows.n_rows;
+    if (c->n_held > blocks_for(n)) kv_cache_drop_blocks(c, blocks_for(n));
+    if (n >= had) return;
+    c->rows.n_rows = n;
     if (c->rows.n_rows == 0) {
         clear_recurrent(c);
         return;
@@ -189,25 +223,4 @@ void kv_cache_load_recurrent(kv_cache *c, const float *src, const int32_t *rows,
     for (int i = at + 1 > KV_SNAPSHOTS ? at + 1 - KV_SNAPSHOTS : 0; i <= at; i++)
         add_snapshot(c, src + (size_t)i * c->recurrent_floats, rows[i]);
     memcpy(c->recurrent, src + (size_t)at * c->recurrent_floats, c->recurrent_floats * sizeof(float));
-}
-
-size_t kv_cache_bytes(const kv_cache *c, int32_t n) { return (size_t)blocks_for(n) * block_bytes(c); }
-
-/* The first n rows of src to dst, both in the block layout: whole blocks,
- * then the rows of the last one part by part (the pages past them left
- * untouched, so not backed in dst). */
-static void copy_rows(const kv_cache *c, uint8_t *dst, const uint8_t *src, int32_t n) {
-    const int32_t full = n / KV_BLOCK_ROWS, r = n % KV_BLOCK_ROWS;
-    const size_t at = (size_t)full * block_bytes(c), part = (size_t)KV_BLOCK_ROWS * c->row_bytes;
-    memcpy(dst, src, at);
-    if (r)
-        for (int i = 0; i < 2 * c->n_layer; i++)
-            memcpy(dst + at + (size_t)i * part, src + at + (size_t)i * part, (size_t)r * c->row_bytes);
-}
-
-void kv_cache_save(const kv_cache *c, int32_t n, void *dst) { copy_rows(c, dst, c->map, n); }
-
-void kv_cache_load(kv_cache *c, const void *src, int32_t n) {
-    copy_rows(c, c->map, src, n);
-    c->rows.n_rows = n;
 }

@@ -132,16 +132,21 @@ static void evict(kv_pool *p, int32_t id) {
 
 /* ---- the pool -------------------------------------------------------------- */
 
+size_t kv_pool_stride(size_t row_bytes) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = KV_BLOCK_ROWS * row_bytes;
+    size_t stride = (bytes + 63) & ~(size_t)63;
+    if (stride >= page) stride = (stride + page - 1) / page * page;
+    return stride;
+}
+
 int kv_pool_init(kv_pool *p, size_t budget, size_t row_bytes, int32_t n_parts, ph_err *err) {
     memset(p, 0, sizeof *p);
     if (!row_bytes || n_parts <= 0 || row_bytes % (size_t)n_parts)
         return err_set(err, "a KV row of %zu bytes in %d parts", row_bytes, n_parts);
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     p->row_bytes = row_bytes;
     p->n_parts = n_parts;
     p->block_bytes = KV_BLOCK_ROWS * row_bytes;
-    p->stride = (p->block_bytes + 63) & ~(size_t)63;
-    if (p->stride >= page) p->stride = (p->stride + page - 1) / page * page;
+    p->stride = kv_pool_stride(row_bytes);
     size_t n = budget / p->stride;
     if (n == 0)
         return err_set(err, "a KV pool of %zu bytes holds no block of %zu bytes (%d rows)", budget, p->block_bytes,
@@ -207,6 +212,8 @@ int32_t kv_pool_find(kv_pool *p, const uint8_t name[KV_NAME_LEN]) {
     return id;
 }
 
+bool kv_pool_contains(const kv_pool *p, const uint8_t name[KV_NAME_LEN]) { return name_find(p, name) >= 0; }
+
 int32_t kv_pool_publish(kv_pool *p, int32_t id, const uint8_t name[KV_NAME_LEN], const uint8_t parent[KV_NAME_LEN]) {
     block *b = &p->blk[id];
     if (b->free || b->named || !b->refs) misuse("publish of a block that is not held and unnamed", id);
@@ -249,10 +256,15 @@ void kv_pool_unref(kv_pool *p, int32_t id) { hold(p, id, false, -1); }
 void kv_pool_pin(kv_pool *p, int32_t id) { hold(p, id, true, 1); }
 void kv_pool_unpin(kv_pool *p, int32_t id) { hold(p, id, true, -1); }
 
+bool kv_pool_writable(const kv_pool *p, int32_t id) {
+    const block *b = &p->blk[id];
+    return !b->free && !b->named && b->refs == 1 && !b->pins;
+}
+
 int32_t kv_pool_cow(kv_pool *p, int32_t id, int32_t rows) {
     const block *b = &p->blk[id];
     if (b->free || !b->refs) misuse("copy of a block that is not held", id);
-    if (!b->named && b->refs == 1 && !b->pins) return id;
+    if (kv_pool_writable(p, id)) return id;
     int32_t to = kv_pool_alloc(p); /* never id: the caller holds it */
     if (to < 0) return -1;
     const uint8_t *src = kv_pool_data(p, id);

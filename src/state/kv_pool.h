@@ -100,6 +100,9 @@ typedef struct kv_block_info {
  * (2 * attention layers), which must divide it. -1 with err set when the
  * budget holds no block, the sizes make no sense or memory ran out. */
 int kv_pool_init(kv_pool *p, size_t budget, size_t row_bytes, int32_t n_parts, ph_err *err);
+/* The bytes a block of KV_BLOCK_ROWS * row_bytes takes in the arena (its
+ * stride): a budget of n strides holds n blocks. */
+size_t kv_pool_stride(size_t row_bytes);
 /* Frees the arena and the bookkeeping, whatever is still held. */
 void kv_pool_free(kv_pool *p);
 
@@ -116,6 +119,9 @@ int32_t kv_pool_alloc(kv_pool *p);
 /* The block named name, with one more reference taken (a cached block
  * becomes in use), or -1. Counted in lookups and hits. */
 int32_t kv_pool_find(kv_pool *p, const uint8_t name[KV_NAME_LEN]);
+
+/* Whether a block named name is in the pool (nothing taken or counted). */
+bool kv_pool_contains(const kv_pool *p, const uint8_t name[KV_NAME_LEN]);
 
 /* Publishes block id (unnamed, full, held by the caller) under name, its
  * parent being the block named parent (the previous block of its chain;
@@ -138,6 +144,10 @@ void kv_pool_unref(kv_pool *p, int32_t id);
  * reverse. */
 void kv_pool_pin(kv_pool *p, int32_t id);
 void kv_pool_unpin(kv_pool *p, int32_t id);
+
+/* Whether the caller, holding a reference on block id, may write it as it
+ * is: unnamed, and that reference its only hold (kv_pool_cow returns it). */
+bool kv_pool_writable(const kv_pool *p, int32_t id);
 
 /* Makes block id, whose first rows rows (0 to KV_BLOCK_ROWS) the caller
  * holds and is about to write after, writable by the caller alone: id

@@ -63,6 +63,9 @@ int32_t seq_pos_at(const seq_state *s, int32_t n);
 int32_t seq_common_prefix(const seq_state *a, const seq_state *b);
 /* Backs n off to the start of a span it would cut. */
 int32_t seq_back_off(const seq_state *s, int32_t n);
+/* The cond_hash s holds for a picture span like sp (the same start,
+ * embed_key and grid): true with it in cond. */
+bool seq_span_cond(const seq_state *s, const seq_span *sp, uint8_t cond[32]);
 /* Whether every span of the first n rows is whole and has a cond_hash
  * (docs/state-cache.md, Reuse rules: only such state may be saved). */
 bool seq_complete(const seq_state *s, int32_t n);
