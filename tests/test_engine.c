@@ -4,7 +4,11 @@
  * and top log-probabilities as a cold engine with all caches off; and that
  * a model with recurrent layers (the oracle's tiny qwen35 pair) resumes a
  * state (live, RAM, parked, a checkpoint file after a restart) only at a
- * snapshot of its recurrent state. */
+ * snapshot of its recurrent state; and the KV pool under it: switches
+ * between conversations copy no KV but the rows they share, a shared
+ * prefix's blocks exist once, eviction takes unused chains from their ends
+ * and never the running sequence, and admission refuses what the pool
+ * cannot hold, changing nothing. */
 #include <math.h>
 #include <spng.h>
 #include <stdio.h>
@@ -1199,6 +1203,174 @@ static void test_progress(file a) {
     ph_model_free(m);
 }
 
+/* ---- the KV pool (docs/state-cache.md, Blocks and the pool) ---------------- */
+
+static void pool_stats(ph_engine *e, ph_engine_stats *st) { ph_engine_get_stats(e, st); }
+
+/* Blocks held or findable: in use, cached and pinned. */
+static uint64_t blocks_kept(const ph_engine_stats *st) {
+    return st->kv_blocks_in_use + st->kv_blocks_cached + st->kv_blocks_pinned;
+}
+
+static int32_t blocks_of(int32_t rows) { return (rows + 63) / 64; }
+
+/* Interleaved A1 B1 A2 B2 A3: each conversation comes back from the pool
+ * (its full blocks by name, its last block moved from its resume point)
+ * with no KV copied, and each warm turn answers as a cold run. (B1, new,
+ * copies the few rows it shares with A at their start: the block holding
+ * them is A's too.) */
+static void test_pool_interleaved(file a, file b) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_picture *pics[2] = {pic(a), pic(b)};
+    conv a1, b1, a2, b2, a3;
+    chat_about(&a1, pics, 0, 1);
+    chat_about(&b1, pics, 1, 1);
+    chat_about(&a2, pics, 0, 2);
+    chat_about(&b2, pics, 1, 2);
+    chat_about(&a3, pics, 0, 3);
+    ph_engine_stats st;
+    turn(e, &a1);
+    turn(e, &b1);
+    pool_stats(e, &st);
+    const uint64_t row_bytes = st.kv_block_bytes / 64;
+    /* B1, a new conversation, kept the rows it shares with A (their opener)
+     * in a block A's resume point holds too: those, copied */
+    const int32_t shared = count_tokens(e, "<|im_start|>user\n<|vision_start|>");
+    CHECKF(st.kv_bytes_copied <= (uint64_t)shared * row_bytes, "B1 copied %llu KV bytes",
+           (unsigned long long)st.kv_bytes_copied);
+    uint64_t copied = st.kv_bytes_copied, resumed_copies = 0;
+    const conv *warm[3] = {&a2, &b2, &a3};
+    const char *names[3] = {"pool: interleaved A2", "pool: interleaved B2", "pool: interleaved A3"};
+    for (int i = 0; i < 3; i++) {
+        result r = turn(e, warm[i]);
+        pool_stats(e, &st);
+        CHECKF(r.r.n_from_ram > 0 && r.r.pics_encoded == 0, "%s: from ram %d, encoded %d", names[i], r.r.n_from_ram,
+               r.r.pics_encoded);
+        /* a conversation comes back without a copy */
+        CHECKF(st.kv_bytes_copied == copied, "%s: %llu KV bytes copied", names[i],
+               (unsigned long long)(st.kv_bytes_copied - copied));
+        resumed_copies += st.kv_bytes_copied - copied;
+        copied = st.kv_bytes_copied;
+        same_as_cold(warm[i], &r, names[i]);
+    }
+    printf("  pool: interleaved A1 B1 A2 B2 A3: %llu KV bytes copied in all (%llu on the warm turns; a row is %llu)\n",
+           (unsigned long long)st.kv_bytes_copied, (unsigned long long)resumed_copies,
+           (unsigned long long)row_bytes);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
+    ph_engine_free(e);
+}
+
+/* A system prompt of several blocks. */
+static const char *long_system(int variant) {
+    static char buf[2][8192];
+    char *s = buf[variant & 1];
+    s[0] = 0;
+    for (int i = 0; i < 40; i++)
+        strcat(s, variant ? "Answer briefly and mention every colour you see in it. "
+                          : "You look at pictures carefully and describe them well. ");
+    return s;
+}
+
+/* Two conversations that share a long prefix, then different pictures:
+ * the prefix's full blocks exist once in the pool, and both answer as cold
+ * runs; the first comes back from the pool after the second. */
+static void test_pool_shared_prefix(file a, file b) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_picture *pics[2] = {pic(a), pic(b)};
+    conv x = {0}, y = {0}, x2 = {0};
+    const char *sys = long_system(0);
+    msg(&x, 's', (const char *[]){sys}, 1, pics);
+    msg(&x, 'u', (const char *[]){"@0", "What is in this picture?"}, 2, pics);
+    msg(&y, 's', (const char *[]){sys}, 1, pics);
+    msg(&y, 'u', (const char *[]){"@1", "What is in this picture?"}, 2, pics);
+    x2 = x;
+    x2.n_msgs = 0, x2.n_parts = 0;
+    msg(&x2, 's', (const char *[]){sys}, 1, pics);
+    msg(&x2, 'u', (const char *[]){"@0", "What is in this picture?"}, 2, pics);
+    msg(&x2, 'a', (const char *[]){"It is a picture."}, 1, pics);
+    msg(&x2, 'u', (const char *[]){"And the colours?"}, 1, pics);
+    result rx = turn(e, &x), ry = turn(e, &y);
+    const int32_t prefix = count_tokens(e, "<|im_start|>system\n") + count_tokens(e, sys) +
+                           count_tokens(e, "<|im_end|>\n<|im_start|>user\n<|vision_start|>");
+    CHECKF(prefix >= 3 * 64 && ry.r.n_reused >= prefix - 2 && ry.r.pics_encoded == 1,
+           "shared prefix: %d rows reused of about %d, encoded %d", ry.r.n_reused, prefix, ry.r.pics_encoded);
+    ph_engine_stats st;
+    pool_stats(e, &st);
+    const int32_t once = ry.r.n_reused / 64; /* full blocks of the shared prefix */
+    const uint64_t apart = (uint64_t)blocks_of(rx.r.n_prompt) + (uint64_t)blocks_of(ry.r.n_prompt);
+    CHECKF(blocks_kept(&st) + (uint64_t)once <= apart + 2, "shared prefix: %llu blocks kept for %llu apart, %d shared",
+           (unsigned long long)blocks_kept(&st), (unsigned long long)apart, once);
+    same_as_cold(&x, &rx, "pool: shared prefix, picture 1");
+    same_as_cold(&y, &ry, "pool: shared prefix, picture 2");
+    result r2 = turn(e, &x2);
+    CHECKF(r2.r.n_from_ram >= rx.r.n_prompt && r2.r.pics_from_kv == 1 && r2.r.pics_encoded == 0,
+           "the first conversation back: from ram %d of %d, kv %d", r2.r.n_from_ram, rx.r.n_prompt,
+           r2.r.pics_from_kv);
+    same_as_cold(&x2, &r2, "pool: shared prefix, first one back");
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
+    ph_engine_free(e);
+}
+
+/* Eviction under a small pool: the chains no sequence uses go from their
+ * ends (the first conversation's prefix is still found), the running
+ * sequence is never touched (its answer is a cold run's), and a request
+ * that the pool cannot hold is refused before any work, changing nothing. */
+static void test_pool_eviction(void) {
+    ph_engine *e = engine(true, 32, 128u << 20, NULL, 0);
+    ph_engine_stats st;
+    pool_stats(e, &st);
+    const size_t stride = (st.kv_block_bytes + 4095) / 4096 * 4096;
+    ph_engine_free(e);
+    ph_engine_params p = params(llm);
+    p.kv_pool_bytes = 18 * stride; /* 18 blocks: 1152 rows */
+    ph_err err = {0};
+    e = ph_engine_new(&p, &err);
+    CHECKF(e != NULL, "engine: %s", err.msg);
+    if (!e) return;
+    pool_stats(e, &st);
+    CHECKF(st.kv_blocks_free >= 18 && st.kv_blocks_free < 20, "a pool of %llu blocks",
+           (unsigned long long)st.kv_blocks_free);
+    const uint64_t total = st.kv_blocks_free;
+    conv x = {0}, y = {0}, z = {0}, big = {0};
+    msg(&x, 's', (const char *[]){long_system(0)}, 1, NULL);
+    msg(&x, 'u', (const char *[]){"First question."}, 1, NULL);
+    msg(&y, 's', (const char *[]){long_system(1)}, 1, NULL);
+    msg(&y, 'u', (const char *[]){"Second question."}, 1, NULL);
+    msg(&z, 'u', (const char *[]){long_system(1), "Third question."}, 2, NULL);
+    result rx = turn(e, &x);
+    turn(e, &y);
+    result rz = turn(e, &z); /* needs some of the blocks X's chain holds (7 each, the last ones held) */
+    pool_stats(e, &st);
+    CHECKF(rz.n > 0 && st.kv_blocks_evicted > 0, "a full pool evicts: %llu evicted, %d tokens",
+           (unsigned long long)st.kv_blocks_evicted, rz.n);
+    same_as_cold(&z, &rz, "pool: the running sequence under eviction");
+    result rx2 = turn(e, &x); /* what is left of X: a prefix of it, whole blocks */
+    CHECKF(rx2.r.n_reused > 0 && rx2.r.n_reused < rx.r.n_prompt && rx2.r.n_reused % 64 == 0,
+           "X after eviction: %d rows reused of %d (its chain shrank from its end)", rx2.r.n_reused, rx.r.n_prompt);
+    same_as_cold(&x, &rx2, "pool: after eviction");
+    /* a prompt longer than the pool: refused before any work */
+    msg(&big, 'u', (const char *[]){long_system(0), long_system(1), long_system(0)}, 3, NULL);
+    ph_engine_stats before, after;
+    pool_stats(e, &before);
+    ph_gen_params g;
+    ph_gen_params_default(&g);
+    g.max_tokens = NGEN;
+    ph_turn_report rep;
+    err = (ph_err){0};
+    const int rc = ph_engine_chat(e, big.msgs, big.n_msgs, &g, NULL, NULL, &rep, &err);
+    pool_stats(e, &after);
+    CHECKF(rc != 0 && err.code == PH_ERR_TOO_LONG && strstr(err.msg, "KV pool"), "refused: rc %d, %s", rc, err.msg);
+    CHECK(after.kv_blocks_in_use == before.kv_blocks_in_use && after.kv_blocks_cached == before.kv_blocks_cached &&
+          after.kv_blocks_free == before.kv_blocks_free && after.kv_blocks_evicted == before.kv_blocks_evicted &&
+          blocks_kept(&after) + after.kv_blocks_free == total);
+    result rx3 = turn(e, &x); /* the live state is X's still */
+    CHECKF(rx3.r.n_reused >= rx.r.n_prompt - 1, "after the refusal: %d rows reused of %d", rx3.r.n_reused,
+           rx.r.n_prompt);
+    ph_engine_free(e);
+}
+
 int main(void) {
     snprintf(idcache, sizeof idcache, "/tmp/ph-ids-XXXXXX");
     if (!mkdtemp(idcache)) return 1;
@@ -1218,6 +1390,9 @@ int main(void) {
     test_interleaved(a, b);
     test_ram_other_picture();
     test_ram_budget(a, b, s);
+    test_pool_interleaved(a, b);
+    test_pool_shared_prefix(a, b);
+    test_pool_eviction();
     test_auxiliary(a, b);
     test_disk(b);
     test_kv_disk();

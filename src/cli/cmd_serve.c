@@ -82,7 +82,9 @@ static void serve_usage(FILE *out) {
                  "  --vision-idle-s N         load the vision encoder only when needed and release it\n"
                  "                            after N idle seconds (default: keep it loaded)\n"
                  "  --cache-ram-mib N         keep displaced conversations' KV in RAM, at most N MiB\n"
-                 "                            (default 2048; 0: off)\n"
+                 "                            beyond one context's (default 2048; 0: off)\n"
+                 "  --kv-pool-mib N           the KV pool: every conversation's KV blocks, at most N MiB\n"
+                 "                            (default: one context's KV plus --cache-ram-mib)\n"
                  "  --conversation-cache-mib N  park the primary conversation for auxiliary requests\n"
                  "                            (\"auxiliary\": true or X-Pinhole-Auxiliary: 1), at most N MiB\n"
                  "                            (default 2048; 0: off)\n"
@@ -299,6 +301,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         {"image-cache-disk-mib", 0, ARG_MIB_U64, &ep.picture_cache_disk_bytes, 1, 1 << 30},
         {"conversation-cache-mib", 0, ARG_MIB, &ep.conversation_cache_bytes, 0, 1 << 30},
         {"cache-ram-mib", 0, ARG_MIB, &ep.ram_cache_bytes, 0, 1 << 30},
+        {"kv-pool-mib", 0, ARG_MIB, &ep.kv_pool_bytes, 1, 1 << 30},
         {"kv-disk-dir", 0, ARG_STR, &ep.kv_disk_dir, 0, 0},
         {"kv-disk-space-mb", 0, ARG_MIB_U64, &ep.kv_disk_bytes, 1, 1L << 30},
         {"checkpoint-every", 0, ARG_I32, &ep.checkpoint_every, 0, 1 << 22},

@@ -868,9 +868,11 @@ static int32_t known_rows(const ph_engine *e, seq_state *want, int32_t n, bool s
 }
 
 /* Makes the live table the blocks of rows [0, n): its own before row
- * keep's block, then the parked point's (p->pinned), p's tail block (its
- * hold moved to the live table: *used_up, p cannot resume past it any
- * more), or the pool's found by name (names: the request's). */
+ * keep's block, then the parked point's (p->pinned), p's tail block, or
+ * the pool's found by name (names: the request's). p's tail is moved to
+ * the live table when p is used up (*used_up: the live state holds all p
+ * could give), else shared with it (copied when the live state writes into
+ * it: kv_pool_cow). */
 static void take_blocks(ph_engine *e, ram_point *p, const uint8_t (*names)[KV_NAME_LEN], int32_t keep, int32_t n,
                         bool *used_up) {
     kv_cache *kv = &e->s->kv;
@@ -881,8 +883,8 @@ static void take_blocks(ph_engine *e, ram_point *p, const uint8_t (*names)[KV_NA
             kv_pool_ref(&e->pool, id = p->pinned[b]);
         } else if (p && p->tail >= 0 && b == p->seq.n_rows / KV_BLOCK_ROWS) {
             id = p->tail;
-            p->tail = -1;
-            *used_up = true;
+            if (*used_up) p->tail = -1;
+            else kv_pool_ref(&e->pool, id);
         } else {
             id = kv_pool_find(&e->pool, names[b]);
         }
@@ -1010,7 +1012,10 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         }
         disk_match_free(&dm);
     } else if (best > keep) {
-        bool used_up = from != FROM_POINT || r->from_parked; /* a parked point is taken whole */
+        /* A point whose rows past the prefix are few (typically the answer,
+         * which the client sends back in its own words) is used up; one with
+         * more is kept for them (a parked one is taken whole) */
+        bool used_up = from != FROM_POINT || r->from_parked || c.seq.n_rows - best <= best / 8;
         if (from == FROM_POOL) known_rows(e, want, best, true);
         const seq_state *src = from == FROM_POOL ? want : &c.seq;
         take_blocks(e, from == FROM_POINT ? &c : NULL, (const uint8_t(*)[KV_NAME_LEN])names, keep, best, &used_up);

@@ -175,8 +175,14 @@ static const engine_metric engine_metrics[] = {
     EM("pinhole_disk_cache_bytes", "Bytes of block records in --kv-disk-dir.", disk_cache_bytes, true),
     EM("pinhole_disk_cache_writes_queued",
        "Checkpoints and block records waiting for the writer threads (or being written).", disk_cache_queued, true),
-    EM("pinhole_ram_cache_entries", "RAM checkpoints held.", ram_cache_entries, true),
-    EM("pinhole_ram_cache_bytes", "Bytes of RAM checkpoints held.", ram_cache_bytes, true),
+    EM("pinhole_ram_cache_entries", "Resume points of displaced conversations held in RAM.", ram_cache_entries, true),
+    EM("pinhole_ram_cache_bytes", "Bytes of displaced conversations' KV (all their rows) that the resume points hold.",
+       ram_cache_bytes, true),
+    EM("pinhole_kv_block_bytes", "Bytes of one KV block (64 rows).", kv_block_bytes, true),
+    EM("pinhole_kv_pool_bytes", "Bytes of the KV pool's blocks (--kv-pool-mib).", kv_pool_bytes, true),
+    EM("pinhole_kv_blocks_evicted_total", "Cached KV blocks taken for new ones.", kv_blocks_evicted, false),
+    EM("pinhole_kv_bytes_copied_total", "KV bytes copied before a write into a shared or named block.",
+       kv_bytes_copied, false),
 };
 #undef EM
 
@@ -226,6 +232,13 @@ char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns 
         metric(f, em->gauge ? "gauge" : "counter", em->name, em->help,
                *(const uint64_t *)(const void *)((const char *)st + em->offset));
     }
+    fprintf(f, "# HELP pinhole_kv_blocks KV blocks of the pool by state: in_use (held by the live sequence or a "
+               "resume point), cached (named, found by later requests until evicted), pinned (a parked "
+               "conversation's), free.\n# TYPE pinhole_kv_blocks gauge\n");
+    const char *kv_state[] = {"in_use", "cached", "pinned", "free"};
+    const uint64_t kv_n[] = {st->kv_blocks_in_use, st->kv_blocks_cached, st->kv_blocks_pinned, st->kv_blocks_free};
+    for (int i = 0; i < 4; i++)
+        fprintf(f, "pinhole_kv_blocks{state=\"%s\"} %llu\n", kv_state[i], (unsigned long long)kv_n[i]);
     gauge(f, "pinhole_connections", "Open HTTP connections.", (uint64_t)(cs->open > 0 ? cs->open : 0));
     counter(
         f, "pinhole_connections_deadline_closed_total",
