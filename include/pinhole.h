@@ -396,7 +396,7 @@ typedef struct ph_gen_params {
     bool auxiliary;       /* a side call (an agent's title, summary, tool check...): the primary
                                    conversation's state is parked first and never displaced by it */
     /* the isolation domain (all zero: the default one): state (the live KV,
-     * RAM checkpoints, the parked conversation, checkpoint files) and
+     * RAM tier, the parked conversation, checkpoint files) and
      * picture embeddings are reused only by requests of the same domain, so
      * that one client cannot learn another's prompt or pictures from what is
      * reused; a server makes it a digest of what a client alone knows */
@@ -456,8 +456,8 @@ typedef enum ph_finish { PH_FINISH_STOP, PH_FINISH_LENGTH, PH_FINISH_CANCELLED }
 /* What a turn cost and reused. */
 typedef struct ph_turn_report {
     int32_t n_prompt;    /* prompt rows (tokens and picture rows) */
-    int32_t n_reused;    /* of which kept from the live state or a RAM checkpoint */
-    int32_t n_from_ram;  /* of which restored from a RAM checkpoint or the parked conversation */
+    int32_t n_reused;    /* of which kept from the live state or the RAM tier */
+    int32_t n_from_ram;  /* of which restored from the RAM tier or the parked conversation */
     int32_t n_from_disk; /* of which restored from a checkpoint file (disk tier) */
     bool from_parked;    /* restored the conversation parked before auxiliary requests */
     bool parked;         /* this auxiliary turn parked the primary conversation */
@@ -480,7 +480,7 @@ typedef struct ph_turn_report {
  * a checkpoint file at the end of its prompt, every checkpoint_every rows
  * of a long prompt, at the end of the turn, and when the engine is freed;
  * a writer thread writes them while the turn goes on. A model with
- * recurrent layers (qwen35) resumes a state (live, RAM checkpoint, parked,
+ * recurrent layers (qwen35) resumes a state (live, RAM tier, parked,
  * checkpoint file) only at its end or where a snapshot of its recurrent state was taken:
  * after each picture, every checkpoint_every rows of a long prompt, and
  * after the answer's header that ends the prompt, before a thinking
@@ -517,7 +517,7 @@ size_t ph_engine_token_bytes(const ph_engine *e, int32_t id, char *out, size_t c
 
 typedef struct ph_engine_stats {
     uint64_t prompt_tokens_reused, prompt_tokens_prefilled, tokens_generated;
-    uint64_t prompt_tokens_from_ram; /* of the reused ones, restored from RAM checkpoints */
+    uint64_t prompt_tokens_from_ram; /* of the reused ones, restored from the RAM tier */
     uint64_t picture_cache_hits, picture_cache_misses, picture_cache_evictions;
     uint64_t pictures_encoded, encoder_loads, encoder_unloads;
     uint64_t picture_cache_entries, picture_cache_bytes;

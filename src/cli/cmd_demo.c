@@ -479,7 +479,7 @@ static void print_header(const char *shape) {
            "    hit      pictures whose embedding came from the embedding cache instead\n"
            "    reused   prompt tokens kept from the live state: a follow-up reuses its conversation's\n"
            "             prefix and prefills only what is new\n"
-           "    ram      of those, restored from a RAM checkpoint: a conversation displaced by another\n"
+           "    ram      of those, restored from the RAM tier: a conversation displaced by another\n"
            "             one resumes from memory instead of being read again\n"
            "    disk     of those, restored from a checkpoint file (--kv-disk-dir): after a restart a\n"
            "             conversation resumes from disk, its picture neither encoded nor read again\n"
@@ -515,7 +515,7 @@ static void print_summary(const row *rows, const picture *pics, int n_pics) {
     printf("\nsummary: %d turns sent %d pictures in all (%d distinct: ", N_STEPS, sent, n_pics);
     for (int i = 0; i < n_pics; i++) printf("%s%s %ux%u", i ? ", " : "", pics[i].name, pics[i].w, pics[i].h);
     printf(");\n  the encoder ran %.0f times, the embedding cache served %.0f, and %.0f of %lld prompt tokens\n"
-           "  (%.0f%%) were reused from the live state, a RAM checkpoint or a checkpoint file instead of being\n"
+           "  (%.0f%%) were reused from the live state, the RAM tier or a checkpoint file instead of being\n"
            "  evaluated again.\n",
            enc, hits, reused, prompt, prompt ? 100.0 * reused / (double)prompt : 0.0);
     /* conversation A's first turn against its follow-ups */

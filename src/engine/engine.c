@@ -90,6 +90,7 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
         return NULL;
     }
     e->reuse = p->reuse;
+    e->parked.tail = -1; /* no point parked */
     uint8_t enc_id[32];
     if (file_identity(p, p->model_path, "identifying the model file", 0.0, 0.1, e->model_id, err) ||
         (p->mmproj_path && file_identity(p, p->mmproj_path, "identifying the vision file", 0.1, 0.2, enc_id, err)))
@@ -99,7 +100,7 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     e->test_step_delay_ms = test_hook_ms("PINHOLE_TEST_PREFILL_DELAY_MS");
     if (!(e->m = ph_model_load(p->model_path, p->n_threads, err))) goto fail;
     /* A recurrent layer's state (qwen35) is what all of a sequence's rows
-     * left behind: the live state and a RAM checkpoint can be cut back only
+     * left behind: the live state and a resume point of the RAM tier can be cut back only
      * to a row after which a snapshot of it was taken (state/kv_cache.h;
      * plan_reuse), and so can the disk tier, which stores the state at each
      * of them and at a checkpoint's end as a resume point (state/disk_tier.h). */
@@ -163,7 +164,6 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     const char *tmpl = llm_chat_template(e->m, &tlen);
     e->fmt = chat_format_detect(tmpl, tlen, e->m->arch_name);
     ram_tier_init(&e->ram, &e->pool, e->reuse ? p->ram_cache_bytes : 0);
-    e->parked.tail = -1;
     e->park_budget = e->reuse ? p->conversation_cache_bytes : 0;
     if (!(e->cache = embed_cache_new(p->picture_cache_entries, p->picture_cache_bytes, p->picture_cache_dir, err)))
         goto fail;
@@ -986,8 +986,10 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         if (r->from_parked) e->st.conversations_restored++;
         else e->st.conversations_dropped++;
     }
-    /* the disk writer may still be reading cells that change or move now */
-    if (e->disk) disk_tier_release_rows(e->disk, best > keep ? 0 : keep);
+    /* the disk writer may still be reading cells that change or move now:
+     * the rows past keep, and the block of row keep (copied before a row
+     * is written into it when it is named or shared, and then given back) */
+    if (e->disk) disk_tier_release_rows(e->disk, best > keep ? 0 : keep / KV_BLOCK_ROWS * KV_BLOCK_ROWS);
     /* the live state is about to lose rows of its prompt (a just-parked
      * primary conversation is held already); rows that a restore replaces
      * need not stay. A few lost rows (a thinking model's answer opener,
@@ -1158,7 +1160,9 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     goto out;
 reset:
     /* the KV may hold part of this turn: forget it rather than keep state
-     * whose provenance is not exactly known */
+     * whose provenance is not exactly known (its blocks go back to the pool
+     * once the disk writer is done reading them) */
+    if (e->disk) disk_tier_release_rows(e->disk, 0);
     seq_clear(&e->live);
     ph_session_reset(e->s);
     e->live_prompt = 0;

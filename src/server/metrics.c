@@ -125,7 +125,7 @@ typedef struct engine_metric {
 #define EM(name, help, field, gauge)                                                                                 \
     { name, help, offsetof(ph_engine_stats, field), gauge }
 static const engine_metric engine_metrics[] = {
-    EM("pinhole_prompt_tokens_reused_total", "Prompt rows kept from the live state, a RAM checkpoint or a file.",
+    EM("pinhole_prompt_tokens_reused_total", "Prompt rows kept from the live state, the RAM tier or a file.",
        prompt_tokens_reused, false),
     EM("pinhole_prompt_tokens_prefilled_total", "Prompt rows evaluated.", prompt_tokens_prefilled, false),
     EM("pinhole_image_cache_hits_total", "Picture embeddings found in the cache.", picture_cache_hits, false),
@@ -133,12 +133,12 @@ static const engine_metric engine_metrics[] = {
     EM("pinhole_image_cache_evictions_total", "Embeddings evicted from the cache.", picture_cache_evictions, false),
     EM("pinhole_image_cache_disk_evictions_total",
        "Embedding files removed to keep --image-cache-dir within its budget.", picture_cache_disk_evictions, false),
-    EM("pinhole_ram_cache_tokens_restored_total", "Prompt rows restored from RAM checkpoints (part of reused).",
+    EM("pinhole_ram_cache_tokens_restored_total", "Prompt rows restored from the RAM tier (part of reused).",
        prompt_tokens_from_ram, false),
-    EM("pinhole_ram_cache_hits_total", "Turns that resumed a conversation from a RAM checkpoint.", ram_cache_hits,
+    EM("pinhole_ram_cache_hits_total", "Turns that resumed a conversation from the RAM tier.", ram_cache_hits,
        false),
-    EM("pinhole_ram_cache_saves_total", "Displaced conversations saved as RAM checkpoints.", ram_cache_saves, false),
-    EM("pinhole_ram_cache_evictions_total", "RAM checkpoints dropped (budget, or held by a longer one).",
+    EM("pinhole_ram_cache_saves_total", "Displaced conversations kept as resume points of the RAM tier.", ram_cache_saves, false),
+    EM("pinhole_ram_cache_evictions_total", "Resume points of the RAM tier dropped (budget, or held by a longer one).",
        ram_cache_evictions, false),
     EM("pinhole_ram_cache_refused_total", "Checkpoints not taken because memory was short.", ram_cache_refused,
        false),

@@ -426,7 +426,7 @@ static void run_job(srv *s, job *j) {
     char from[96] = "";
     if (r->n_from_ram)
         snprintf(from, sizeof from, " from %s in %.0f ms",
-                 r->from_parked ? "the parked conversation" : "a RAM checkpoint", r->checkpoint_s * 1e3);
+                 r->from_parked ? "the parked conversation" : "the RAM tier", r->checkpoint_s * 1e3);
     else if (r->n_from_disk) snprintf(from, sizeof from, " from a checkpoint file in %.0f ms", r->checkpoint_s * 1e3);
     const char *aux = !j->gen.auxiliary ? "" : r->parked ? " (auxiliary; the conversation parked)" : " (auxiliary)";
     log_line(LOG_INFO, &lc,

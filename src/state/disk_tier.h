@@ -22,7 +22,7 @@
  * 0): no row is written twice. A payload holds, for each part of the block
  * (K then V of each attention layer), its cells of the record's rows: a
  * block written whole is its bytes as the live cache holds them
- * (state/kv_block.h), written straight from the live mapping.
+ * (state/kv_block.h), written straight from the live table's block.
  * Both carry their rows' provenance: per row its token id (-1 for a
  * picture row) and position after it, per picture with rows in the record
  * its start, rows, grid, positions, image_id, embed_key and cond_hash, so a
@@ -42,8 +42,9 @@
  * the full blocks (a whole block's bytes read from the live cells: no
  * copy) and the resume points (their rows and the recurrent states
  * copied). The caller
- * keeps the cells unchanged until disk_tier_release_rows says the store is
- * done reading them. A checkpoint may be queued with a delay; a queued one
+ * keeps the cells unchanged, and their blocks held (a block given back to
+ * the pool may be taken for other rows), until disk_tier_release_rows says
+ * the store is done reading them. A checkpoint may be queued with a delay; a queued one
  * that a newer one of the same sequence extends is dropped unwritten.
  *
  * Files written by earlier versions (DIR/<key>.phkv, DIR/index.sqlite) are
