@@ -1,4 +1,4 @@
-// /health, /v1/models, /metrics, unknown paths, SSE framing, and the
+// /health, /v1/models, /metrics (the KV pool's blocks by state among them), unknown paths, SSE framing, and the
 // server's life: it starts on a free port and stops cleanly on SIGINT and
 // SIGTERM.
 import assert from 'node:assert/strict';
@@ -109,6 +109,15 @@ describe('endpoints', { timeout: 300_000 }, () => {
     assert.ok(count >= 1);
     assert.equal(buckets.at(-1).value, count);
     assert.ok(metric(s, 'pinhole_time_to_first_token_seconds_sum') >= 0);
+    // the KV pool: its blocks by state add up to its size; the live answer holds some
+    const block = metric(s, 'pinhole_kv_block_bytes'), pool = metric(s, 'pinhole_kv_pool_bytes');
+    assert.ok(block > 0 && pool >= block, `a pool of ${pool} bytes in blocks of ${block}`);
+    const states = ['in_use', 'cached', 'pinned', 'free'].map((state) => metric(s, 'pinhole_kv_blocks', { state }));
+    assert.ok(states.every((n) => n >= 0), `blocks by state: ${states.join(' ')}`);
+    assert.equal(states.reduce((a, n) => a + n, 0) * block, pool, 'the states add up to the pool');
+    assert.ok(states[0] >= 1, 'the live conversation holds a block');
+    for (const name of ['pinhole_kv_blocks_evicted_total', 'pinhole_kv_bytes_copied_total'])
+      assert.ok(metric(s, name) >= 0, `${name} is missing`);
   });
 
   test('/metrics counts requests by endpoint and status, and tokens', async () => {
