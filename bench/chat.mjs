@@ -33,7 +33,8 @@ async function metrics(url) {
   const get = (n) => Number((t.match(new RegExp(`^${n} (\\S+)`, 'm')) || [0, 0])[1])
   return { reused: get('pinhole_prompt_tokens_reused_total'), prefilled: get('pinhole_prompt_tokens_prefilled_total'),
            from_ram: get('pinhole_ram_cache_tokens_restored_total'),
-           encoded: get('pinhole_images_encoded_total'), cache_hits: get('pinhole_image_cache_hits_total') }
+           encoded: get('pinhole_images_encoded_total'), cache_hits: get('pinhole_image_cache_hits_total'),
+           kv_copied: get('pinhole_kv_bytes_copied_total') }
 }
 
 // An OpenAI-compatible server: pinhole (its /metrics deltas are added) or llama-server.

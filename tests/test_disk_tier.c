@@ -231,7 +231,7 @@ static disk_tier_stats stats(disk_tier *t) {
 
 /* Saves and waits until it is written. */
 static bool save_flush(disk_tier *t, const seq_state *s, int32_t n, const kv_cache *kv) {
-    bool ok = disk_tier_save(t, s, n, kv, 0);
+    bool ok = disk_tier_save(t, s, n, kv, 0, false);
     disk_tier_flush(t);
     return ok;
 }
@@ -345,11 +345,11 @@ static void round_trip(void) {
     RESTORES(t, &R, &A, &kvA, CONV_ROWS);
     request(&A, 280, 9, 30); /* leaves the tail part way: the rows before */
     RESTORES(t, &R, &A, &kvA, 280);
-    request(&A, 200, 9, 30); /* leaves block 3: the blocks before */
-    RESTORES(t, &R, &A, &kvA, 192);
-    request(&A, 100, 9, 300); /* leaves block 1 inside the first picture: backs off to its start */
+    request(&A, 200, 9, 30); /* leaves block 3 part way: its record's rows before */
+    RESTORES(t, &R, &A, &kvA, 200);
+    request(&A, 100, 9, 300); /* another first picture (row 70 on, in block 1): the rows before it */
     R.spans[0].embed_key[0] ^= 1;
-    RESTORES(t, &R, &A, &kvA, 64);
+    RESTORES(t, &R, &A, &kvA, 70);
     request(&A, 30, 9, 300); /* within block 0: nothing (no resume point there) */
     RESTORES(t, &R, &A, &kvA, 0);
     disk_tier_close(t);
@@ -418,8 +418,8 @@ static void only_new(void) {
     RESTORES(t, &R, &A, &kvA, A.n_rows);
     request(&A, 390, 9, 5); /* within the block after it */
     RESTORES(t, &R, &A, &kvA, 390);
-    request(&A, 370, 9, 5); /* within the block made of a tail and the rest: up to the tail */
-    RESTORES(t, &R, &A, &kvA, 356);
+    request(&A, 370, 9, 5); /* within the block made of a tail and the rest: all its rows before */
+    RESTORES(t, &R, &A, &kvA, 370);
     request(&A, 340, 9, 5); /* leaves the tail part way */
     RESTORES(t, &R, &A, &kvA, 340);
     /* the tail that block 5 follows damaged: the block is refused with it
@@ -537,8 +537,8 @@ static void queued(void) {
     disk_tier *t = open_tier(dir, BIG);
     conv_seq(&A, 1, true);
     kv_fill(&kvA, 1, CONV_ROWS);
-    CHECK(disk_tier_save(t, &A, 200, &kvA, 60)); /* waits for the turn's */
-    CHECK(disk_tier_save(t, &A, A.n_rows, &kvA, 0));
+    CHECK(disk_tier_save(t, &A, 200, &kvA, 60, false)); /* waits for the next */
+    CHECK(disk_tier_save(t, &A, A.n_rows, &kvA, 0, false));
     disk_tier_release_rows(t, 0);
     kv_fill(&kvX, 3, CONV_ROWS); /* the cells may change now */
     disk_tier_flush(t);
@@ -546,6 +546,21 @@ static void queued(void) {
     CHECKF(st.saves == 5 && st.queued == 0, "%llu records written", (unsigned long long)st.saves);
     request(&A, A.n_rows, 9, 20);
     RESTORES(t, &R, &A, &kvA, CONV_ROWS);
+    disk_tier_close(t);
+
+    /* a kept one (a prompt's end) is written although the next extends it,
+     * and the next then holds only the rows after it: one record's headers
+     * more, no row twice */
+    make_dir(dir, sizeof dir, "kept");
+    t = open_tier(dir, BIG);
+    CHECK(disk_tier_save(t, &A, 200, &kvA, 60, true));
+    CHECK(disk_tier_save(t, &A, A.n_rows, &kvA, 0, false));
+    disk_tier_flush(t);
+    disk_tier_stats k = stats(t);
+    CHECKF(k.saves == 6 && k.bytes_written == st.bytes_written + 320 + 16, "kept: %llu records, %llu bytes (%llu without)",
+           (unsigned long long)k.saves, (unsigned long long)k.bytes_written, (unsigned long long)st.bytes_written);
+    request(&A, 200, 9, 20); /* the next turn leaves at the prompt's end */
+    RESTORES(t, &R, &A, &kvA, 200);
     disk_tier_close(t);
 }
 

@@ -207,7 +207,7 @@ void ph_engine_free(ph_engine *e) {
         const int32_t live = e->s ? e->live.n_rows : 0;
         disk_tier_stats a, b;
         disk_tier_get_stats(e->disk, &a);
-        if (live) disk_tier_save(e->disk, &e->live, live, &e->s->kv, 0);
+        if (live) disk_tier_save(e->disk, &e->live, live, &e->s->kv, 0, false);
         disk_tier_flush(e->disk);
         disk_tier_get_stats(e->disk, &b);
         PH_INFO("shutdown: the live conversation (%d rows) and what was queued: %" PRIu64
@@ -713,9 +713,8 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
 
 /* ---- a turn -------------------------------------------------------------------- */
 
-/* A prompt's checkpoint (and one in the middle of a long prompt) waits
- * this long for the one that extends it (the turn's, the next one): a turn
- * that ends sooner writes its KV once, not twice. */
+/* A checkpoint in the middle of a long prompt waits this long for the one
+ * that extends it (the next, or the prompt's): fewer records. */
 #define CHECKPOINT_GRACE_S 5.0
 
 /* The fewest prompt rows whose loss keeps the live state as a resume
@@ -724,9 +723,10 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
 #define PARK_MIN_LOST 16
 
 /* Queues a checkpoint of the live state on disk, written after delay_s
- * (the writer thread writes it while the turn goes on). */
-static void checkpoint(ph_engine *e, double delay_s) {
-    if (e->disk) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv, delay_s);
+ * (the writer thread writes it while the turn goes on); keep: written even
+ * when the next one extends it (disk_tier_save). */
+static void checkpoint(ph_engine *e, double delay_s, bool keep) {
+    if (e->disk) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv, delay_s, keep);
 }
 
 /* Takes a snapshot of the recurrent layers' state after the live rows,
@@ -749,7 +749,7 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
     while (span < w->n_spans && w->spans[span].start < keep) span++;
     while (r < w->n_rows) {
         if (r >= mark) {
-            checkpoint(e, CHECKPOINT_GRACE_S);
+            checkpoint(e, CHECKPOINT_GRACE_S, false);
             snapshot(e);
             mark = (r / every + 1) * every;
         }
@@ -1153,10 +1153,13 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     e->st.prompt_tokens_prefilled += (uint64_t)r->n_prefilled;
     e->st.prompt_tokens_from_ram += (uint64_t)r->n_from_ram;
     e->st.disk_cache_tokens_restored += (uint64_t)r->n_from_disk;
-    checkpoint(e, CHECKPOINT_GRACE_S); /* the prompt */
+    /* the prompt's end, kept: the next turn resumes there whatever the
+     * client makes of the answer (a thinking model's history drops its
+     * reasoning; a client may render the answer otherwise) */
+    checkpoint(e, 0, true);
     if ((rc = generate(e, gp, &con, &forced, cb, ud, r, t0, err)) != 0) goto reset;
     publish_live(e);
-    checkpoint(e, 0); /* the turn */
+    checkpoint(e, 0, false); /* the turn */
     goto out;
 reset:
     /* the KV may hold part of this turn: forget it rather than keep state

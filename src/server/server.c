@@ -498,13 +498,11 @@ static void *worker_main(void *arg) {
         ph_engine_stats st;
         ph_engine_get_stats(s->e, &st);
         pthread_mutex_lock(&s->mu);
-        s->snap = st;         /* before the answer is released, so a client sees its own turn counted */
-        pixels_release(s, j); /* and finds its pictures counted out */
+        s->snap = st;         /* before the answer is released, so a client sees its own turn counted, */
+        pixels_release(s, j); /* finds its pictures counted out */
+        s->running = NULL;    /* and no request running */
         pthread_mutex_unlock(&s->mu);
         job_finish(j);
-        pthread_mutex_lock(&s->mu);
-        s->running = NULL;
-        pthread_mutex_unlock(&s->mu);
         job_unref(j);
         pthread_mutex_lock(&s->mu);
     }

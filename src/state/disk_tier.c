@@ -33,6 +33,7 @@ typedef struct job {
     bool reading; /* taken by the writer, KV not yet read */
     int pending;  /* records handed to the store and not yet released */
     double due;   /* not written before this (time_now_s); 0: at once */
+    bool keep;    /* written even when a newer checkpoint extends it */
     struct job *next;
 } job;
 
@@ -191,6 +192,7 @@ static void walk_from(walker *w, int depth) {
         memcpy(x->parent, parent, 32);
         x->from = from;
         x->to = to;
+        x->kind = BLOCK_KIND_RESUME;
         if (w->n_best == 0 || to > w->best[w->n_best - 1].to) {
             memcpy(w->best, w->path, (size_t)(depth + 1) * sizeof *x);
             w->n_best = depth + 1;
@@ -426,7 +428,7 @@ static void all_due(disk_tier *t) {
     pthread_cond_broadcast(&t->cv);
 }
 
-bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cache *kv, double delay_s) {
+bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cache *kv, double delay_s, bool keep) {
     if (n <= 0 || n > seq->n_rows || !seq_complete(seq, n)) return false;
     job *j = calloc(1, sizeof *j);
     if (!j || seq_init(&j->seq, n, NULL) || seq_copy(&j->seq, seq, n, NULL)) {
@@ -435,6 +437,7 @@ bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cach
     }
     j->kv = kv;
     j->due = delay_s > 0 ? time_now_s() + delay_s : 0;
+    j->keep = keep;
     if (kv->recurrent) {
         /* the recurrent states at the points at or before n, copied now:
          * the live ones change as rows come */
@@ -453,8 +456,8 @@ bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cach
         memcpy(j->rec_rows, rows, (size_t)keep * sizeof *rows);
     }
     pthread_mutex_lock(&t->lock);
-    /* a queued checkpoint that this one extends is not written; one that
-     * extends this one makes it needless */
+    /* a queued checkpoint that this one extends is not written (unless it
+     * is to be kept); one that extends this one makes it needless */
     job **pp = &t->head;
     bool needless = false;
     while (*pp) {
@@ -462,7 +465,7 @@ bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cach
         bool same = !memcmp(q->seq.model_id, j->seq.model_id, 32) && !strcmp(q->seq.format, j->seq.format);
         int32_t common = same ? seq_common_prefix(&q->seq, &j->seq) : 0;
         if (same && common == n && rec_cut(q->rec_rows, q->n_rec, n) == n) needless = true;
-        if (q != t->busy && same && common == q->seq.n_rows &&
+        if (q != t->busy && !q->keep && same && common == q->seq.n_rows &&
             rec_cut(j->rec_rows, j->n_rec, q->seq.n_rows) == q->seq.n_rows && !needless) {
             *pp = q->next;
             job_free(q);
@@ -605,29 +608,38 @@ static int32_t prov_common(const uint8_t *p, uint32_t len, const seq_state *want
     return r - r0;
 }
 
-/* Without recurrent layers: the resume point after want's stored blocks
- * that want leaves part way (it agrees with the chain up to m's path,
- * then with one of the next piece's rows), by its provenance: how many of
- * its rows want shares (0: none), the piece appended to m->path. */
+/* Without recurrent layers: the record after want's stored blocks and
+ * resume points that want leaves part way (it agrees with the chain up to
+ * m's path, then with some of the next record's rows), by its provenance:
+ * a resume point, or the block's last record (a block that filled with
+ * rows want does not have, e.g. an answer that the client sends back in
+ * other words). How many of its rows want shares (0: none), the record
+ * appended to m->path. */
 static int32_t partial_piece(disk_tier *t, const seq_state *want, disk_match *m, const uint8_t start[32]) {
     const int32_t b = m->res_block, from = m->n_path ? m->path[m->n_path - 1].to : 0;
     const uint8_t *parent = m->n_path ? m->path[m->n_path - 1].name : start;
-    block_info c[CHILDREN];
-    const int n = m->n_path < MAX_PIECES ? block_store_children(t->bs, parent, BLOCK_KIND_RESUME, c, CHILDREN) : 0;
+    const uint32_t kinds[2] = {BLOCK_KIND_RESUME, BLOCK_KIND_KV};
     int32_t best = 0;
-    for (int i = 0; i < n; i++) {
-        uint8_t prov[PROV_MAX];
-        block_meta meta;
-        uint32_t len = 0;
-        if (block_store_peek(t->bs, c[i].name, &meta, prov, sizeof prov, &len) != 1 || len > sizeof prov) continue;
-        const int32_t common = prov_common(prov, len, want, b * KV_BLOCK_ROWS + from, (int32_t)c[i].n_rows);
-        if (common > best) {
-            best = common;
-            piece *x = &m->path[m->n_path];
-            memcpy(x->name, c[i].name, 32);
-            memcpy(x->parent, parent, 32);
-            x->from = from;
-            x->to = from + (int32_t)c[i].n_rows;
+    for (int k = 0; k < 2 && m->n_path < MAX_PIECES; k++) {
+        block_info c[CHILDREN];
+        const int n = block_store_children(t->bs, parent, kinds[k], c, CHILDREN);
+        for (int i = 0; i < n; i++) {
+            uint8_t prov[PROV_MAX];
+            block_meta meta;
+            uint32_t len = 0;
+            if (from + (int32_t)c[i].n_rows > KV_BLOCK_ROWS ||
+                block_store_peek(t->bs, c[i].name, &meta, prov, sizeof prov, &len) != 1 || len > sizeof prov)
+                continue;
+            const int32_t common = prov_common(prov, len, want, b * KV_BLOCK_ROWS + from, (int32_t)c[i].n_rows);
+            if (common > best) {
+                best = common;
+                piece *x = &m->path[m->n_path];
+                memcpy(x->name, c[i].name, 32);
+                memcpy(x->parent, parent, 32);
+                x->from = from;
+                x->to = from + (int32_t)c[i].n_rows;
+                x->kind = kinds[k];
+            }
         }
     }
     if (best) m->n_path++;
@@ -797,7 +809,7 @@ int32_t disk_tier_load(disk_tier *t, disk_match *m, kv_cache *kv, int32_t n) {
         for (int i = 0; i < m->n_path; i++) {
             const piece *x = &m->path[i];
             const int32_t use = (n - base < x->to ? n - base : x->to) - x->from;
-            if (read_piece(t, m, kv, BLOCK_KIND_RESUME, x, b, use, i == m->n_path - 1, buf)) break;
+            if (read_piece(t, m, kv, x->kind, x, b, use, i == m->n_path - 1, buf)) break;
             got = base + x->from + use;
         }
     }

@@ -45,7 +45,9 @@
  * keeps the cells unchanged, and their blocks held (a block given back to
  * the pool may be taken for other rows), until disk_tier_release_rows says
  * the store is done reading them. A checkpoint may be queued with a delay; a queued one
- * that a newer one of the same sequence extends is dropped unwritten.
+ * that a newer one of the same sequence extends is dropped unwritten, unless
+ * it is to be kept (a prompt's end: where the next turn resumes when the
+ * client sends the answer back in other words).
  *
  * Files written by earlier versions (DIR/<key>.phkv, DIR/index.sqlite) are
  * ignored and removed at open, never misread. Space, crash safety, modes
@@ -90,11 +92,13 @@ void disk_tier_close(disk_tier *t);
 
 /* Queues a checkpoint of seq's first n rows, whose KV cells are kv's
  * first n, to be written after delay_s seconds (0: at once) unless a newer
- * checkpoint that extends it is queued meanwhile (then it is dropped
- * unwritten): a prompt's checkpoint waits a little for its turn's. false
- * when nothing is queued: the rows are not complete (a picture cut or
- * without cond_hash) or n is 0. */
-bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cache *kv, double delay_s);
+ * checkpoint that extends it is queued meanwhile and it is not to be kept
+ * (then it is dropped unwritten: a checkpoint in the middle of a long
+ * prompt waits a little for the next). A kept one and the one extending it
+ * cost no row twice: the second record holds only the rows after the
+ * first. false when nothing is queued: the rows are not complete (a
+ * picture cut or without cond_hash) or n is 0. */
+bool disk_tier_save(disk_tier *t, const seq_state *seq, int32_t n, const kv_cache *kv, double delay_s, bool keep);
 /* Waits until no queued or running write still has to read KV cells at or
  * past row n (call it before those cells change; 0: before any change).
  * Every queued checkpoint is due at once from then on. */
@@ -109,6 +113,7 @@ void disk_tier_flush(disk_tier *t);
 typedef struct disk_piece {
     uint8_t name[32], parent[32];
     int32_t from, to;
+    uint32_t kind; /* a resume point's (BLOCK_KIND_RESUME), or the block's last record (BLOCK_KIND_KV) */
 } disk_piece;
 
 /* A block's resume points: each holds a row more than the one before, or
