@@ -5,7 +5,9 @@
  * then compared with llama.cpp's rows (README tolerances: every row norm
  * within 1%, every value of the first and last rows within 0.03 + 1%, four
  * times that for the JPEG case). Also: malformed mmproj files fail to load
- * with a clear message. */
+ * with a clear message; an encode in slices (vision_job, encoder_job) gives
+ * the whole encode's rows bit for bit, whatever the budgets, two jobs
+ * interleaved included. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +17,10 @@
 
 #include "gguf/gguf.h"
 #include "image/image.h"
+#include "model/llm.h"
 #include "model/vision.h"
+#include "state/encoder.h"
+#include "synth/synth.h"
 #include "gguf_variant.h"
 #include "oracle.h"
 #include "test.h"
@@ -208,12 +213,187 @@ static void check_bad_input(tpool *pool) {
     vision_free(v);
 }
 
+/* ---- encoding in slices ------------------------------------------------------ */
+
+/* A w x h picture of pseudo-random preprocessed values (f: pixels per
+ * merged token along a side). */
+static prep_image random_picture(int w, int h, int f, uint32_t seed) {
+    prep_image p = {w, h, w / f, h / f, malloc(sizeof(float) * 3 * (size_t)w * h)};
+    for (int i = 0; i < 3 * w * h; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p.pixels[i] = (float)(seed >> 8) / 16777216.0f * 2.0f - 1.0f;
+    }
+    return p;
+}
+
+/* Steps j to the end with budget; the number of steps, or -1 when the
+ * result or the progress misbehaves on the way. */
+static int run_job(vision_job *j, int64_t budget) {
+    int steps = 0, last = 0, done, total;
+    do {
+        if (vision_job_result(j)) return -1; /* not before done */
+        done = vision_job_step(j, budget);
+        steps++;
+        int n;
+        vision_job_progress(j, &n, &total);
+        if (n < last || n > total || (done && n != total)) return -1;
+        last = n;
+    } while (!done);
+    return vision_job_result(j) ? steps : -1;
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static void check_slices(tpool *pool, const char *model, const char *path) {
+    ph_err e = {0};
+    vis_tower *v = vision_load(path, pool, &e);
+    CHECKF(v != NULL, "%s: %s", model, e.msg);
+    if (!v) return;
+    const vision_info *in = vision_get_info(v);
+    const int64_t C = in->n_embd;
+    /* one slice unit a step; odd sizes (a few units of one pass, a unit and
+     * a bit of another); a layer a step */
+    const int64_t budgets[] = {1, 6 * C * C * VISION_SLICE_ROWS * 3 + 12345, 41 * C * C * VISION_SLICE_ROWS + 7,
+                               INT64_MAX};
+    /* fewer patches than an attention tile; non-square grids whose merged
+     * rows are no multiple of 4; more patches than one FFN pass takes */
+    static const int sizes[][2] = {{64, 32}, {224, 160}, {96, 288}, {640, 448}};
+    enum { NS = sizeof sizes / sizeof sizes[0] };
+    prep_image img[NS];
+    float *want[NS];
+    size_t bytes[NS];
+    for (int s = 0; s < NS; s++) {
+        img[s] = random_picture(sizes[s][0], sizes[s][1], 2 * in->patch_size, 77u + (uint32_t)s);
+        bytes[s] = (size_t)img[s].grid_x * img[s].grid_y * in->out_width * sizeof(float);
+        want[s] = malloc(bytes[s]);
+        CHECKF(vision_encode(v, &img[s], want[s], NULL, &e) == 0, "%s: encode: %s", model, e.msg);
+    }
+    for (int s = 0; s < NS; s++)
+        for (size_t bi = 0; bi < sizeof budgets / sizeof budgets[0]; bi++) {
+            vision_job *j = vision_job_new(v, &img[s], NULL, &e);
+            CHECKF(j != NULL, "%s: job: %s", model, e.msg);
+            if (!j) continue;
+            const int steps = run_job(j, budgets[bi]);
+            const int64_t N = (int64_t)(img[s].w / in->patch_size) * (img[s].h / in->patch_size), M = N / 4;
+            /* budget 1: one unit a step, through every pass */
+            const int64_t expect = budgets[bi] == 1 ? cdiv(N, VISION_SLICE_ROWS) * (1 + 3 * (int64_t)in->n_layer) +
+                                                          cdiv(M, VISION_SLICE_ROWS / 4) * (1 + in->n_deepstack)
+                                   : budgets[bi] == INT64_MAX ? in->n_layer + 1
+                                                              : -1;
+            CHECKF(steps > 0 && (expect < 0 || steps == expect), "%s %dx%d budget %lld: %d steps, expected %lld",
+                   model, img[s].w, img[s].h, (long long)budgets[bi], steps, (long long)expect);
+            const float *got = vision_job_result(j);
+            CHECKF(got && memcmp(got, want[s], bytes[s]) == 0,
+                   "%s %dx%d budget %lld: rows differ from the whole encode", model, img[s].w, img[s].h,
+                   (long long)budgets[bi]);
+            vision_job_free(j);
+        }
+
+    /* two jobs interleaved step by step, into the caller's rows */
+    float *r1 = malloc(bytes[1]), *r3 = malloc(bytes[3]);
+    vision_job *a = vision_job_new(v, &img[1], r1, &e), *b = vision_job_new(v, &img[3], r3, &e);
+    CHECK(a && b);
+    if (a && b) {
+        int da = 0, db = 0;
+        while (!da || !db) {
+            if (!da) da = vision_job_step(a, budgets[1]);
+            if (!db) db = vision_job_step(b, 1);
+        }
+        CHECK(vision_job_result(a) == r1 && vision_job_result(b) == r3);
+        CHECKF(memcmp(r1, want[1], bytes[1]) == 0 && memcmp(r3, want[3], bytes[3]) == 0,
+               "%s: interleaved jobs differ from the whole encodes", model);
+    }
+    vision_job_free(a);
+    vision_job_free(b);
+    free(r1);
+    free(r3);
+
+    /* freed half way, or before any step: nothing leaks (the sanitizer build) */
+    vision_job *h = vision_job_new(v, &img[3], NULL, &e);
+    CHECK(h != NULL);
+    for (int k = 0; h && k < 7; k++) CHECK(vision_job_step(h, budgets[1]) == 0);
+    vision_job_free(h);
+    vision_job_free(vision_job_new(v, &img[2], NULL, &e));
+    prep_image bad = img[0];
+    bad.grid_x = 1;
+    CHECK(vision_job_new(v, &bad, NULL, &e) == NULL && strstr(e.msg, "grid"));
+
+    for (int s = 0; s < NS; s++) {
+        prep_free(&img[s]);
+        free(want[s]);
+    }
+    printf("%s: encodes in slices equal the whole encode\n", model);
+    vision_free(v);
+}
+
+/* The encoder's jobs: an elastic tower is loaded for a job and stays loaded
+ * while it runs, however idle. */
+static void check_encoder_job(tpool *pool) {
+    char llm[1024], mmproj[1024];
+    snprintf(llm, sizeof llm, "%s/models/tiny-f16.gguf", oracle_dir());
+    snprintf(mmproj, sizeof mmproj, "%s/models/tiny-f16-mmproj.gguf", oracle_dir());
+    ph_err e = {0};
+    ph_model *m = llm_probe(llm, &e);
+    CHECKF(m != NULL, "%s", e.msg);
+    if (!m) return;
+    m->pool = pool; /* borrowed for encoder_open; not the model's to free */
+    vis_encoder enc;
+    const uint8_t id[32] = {0};
+    int rc = encoder_open(&enc, mmproj, m, 60.0, id, &e);
+    m->pool = NULL;
+    ph_model_free(m);
+    CHECKF(rc == 0, "%s", e.msg);
+    if (rc) return;
+    CHECK(enc.tower == NULL); /* elastic: released until a picture needs it */
+    prep_image img = random_picture(224, 160, 32, 5u);
+    const size_t n = (size_t)img.grid_x * img.grid_y * enc.out_width;
+    float *want = malloc(n * sizeof *want);
+    bool loaded = false;
+    vision_job *j = encoder_job_new(&enc, &img, NULL, &loaded, &e);
+    CHECKF(j != NULL && loaded && enc.tower, "%s", e.msg);
+    if (j) {
+        CHECK(encoder_job_step(&enc, j, 1) == 0);
+        encoder_tick(&enc, enc.last_used + 1e6);
+        CHECK(enc.tower != NULL && enc.unloads == 0); /* in use */
+        while (!encoder_job_step(&enc, j, 1)) encoder_tick(&enc, enc.last_used + 1e6);
+        CHECK(vision_encode(enc.tower, &img, want, NULL, &e) == 0);
+        CHECK(memcmp(vision_job_result(j), want, n * sizeof *want) == 0);
+        encoder_job_free(&enc, j);
+    }
+    encoder_tick(&enc, enc.last_used + 1e6);
+    CHECK(enc.tower == NULL && enc.unloads == 1 && enc.jobs == 0);
+    free(want);
+    prep_free(&img);
+    encoder_close(&enc);
+}
+
 int main(int argc, char **argv) {
     oracle_use(argc, argv);
     tpool *pool = tpool_create(2);
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) run_model(pool, models[i]);
     check_malformed(pool);
     check_bad_input(pool);
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[1024];
+        oracle_path(path, sizeof path, models[i], "models/", "-mmproj.gguf");
+        check_slices(pool, models[i], path);
+    }
+    /* an F32 tower: no packed kernels, so mat_mul's 4-row tiles, whose sums
+     * differ from its one-row dots; only aligned slices keep the rows */
+    char dir[] = "/tmp/ph_test_vision_f32_XXXXXX", out[1100], path[1200];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(out, sizeof out, "%s/t", dir);
+    const synth_params sp = {
+        .shape = "oracle-tiny", .type = "f16", .vision_type = "f32", .out = out, .seed = 3, .n_threads = 2};
+    ph_err e = {0};
+    CHECKF(synth_write(&sp, &e) == 0, "synth: %s", e.msg);
+    snprintf(path, sizeof path, "%s-mmproj.gguf", out);
+    check_slices(pool, "f32 tower", path);
+    unlink(path);
+    snprintf(path, sizeof path, "%s.gguf", out);
+    unlink(path);
+    rmdir(dir);
+    check_encoder_job(pool);
     tpool_free(pool);
     TEST_END();
 }

@@ -2,8 +2,9 @@
  * embedding, learned positions, transformer blocks with 2D rope, deepstack
  * mergers and the final 2x2 merger.
  *
- * All patches of a picture go through each matrix together (the prefill path
- * of mat_mul). Patches are kept in merge order throughout (docs/numerics.md, Merge order): four
+ * The patches of a picture go through each matrix together (the prefill path
+ * of mat_mul), or in ranges of rows when the encode runs in slices. Patches
+ * are kept in merge order throughout (docs/numerics.md, Merge order): four
  * consecutive rows are one 2x2 block, so the [N][C] activations are also the
  * [N/4][4C] rows the mergers take, without a copy. */
 #include <math.h>
@@ -340,7 +341,7 @@ void vision_prep_params(const vis_tower *v, prep_params *p) {
 typedef struct rows_job rows_job;
 struct rows_job {
     void (*fn)(const rows_job *j, int64_t r0, int64_t r1);
-    int64_t n_rows;
+    int64_t first, n_rows; /* rows [first, first + n_rows) */
     const vis_tower *v;
     float *y;
     const float *x, *w, *b;
@@ -357,7 +358,7 @@ static void rows_worker(void *ctx, int ith, int nth) {
     const rows_job *j = ctx;
     long lo, hi;
     tpool_split_range((long)j->n_rows, ith, nth, &lo, &hi);
-    if (lo < hi) j->fn(j, lo, hi);
+    if (lo < hi) j->fn(j, j->first + lo, j->first + hi);
 }
 
 static void run_rows(tpool *pool, const rows_job *j) { tpool_run(pool, rows_worker, (void *)j); }
@@ -470,7 +471,19 @@ static void out_rows(const rows_job *j, int64_t r0, int64_t r1) {
     }
 }
 
-/* ---- encoding --------------------------------------------------------------- */
+/* ---- encoding, in slices ------------------------------------------------------ */
+
+/* The passes of an encode, in order; the rows of one pass are independent
+ * of one another, so a pass can be run over any ranges of its rows. */
+enum {
+    VJ_EMBED, /* im2col, both patch kernels, bias and positions: N rows */
+    VJ_QKV,   /* ln1, QKV, bias, rope, K and V to f16: N rows */
+    VJ_ATTN,  /* attention of N query rows over all N (needs all of VJ_QKV) */
+    VJ_MLP,   /* output projection and residual, ln2, FFN and residual: N rows */
+    VJ_DEEP,  /* the layer's deepstack merger: N/4 merged rows */
+    VJ_MERGE, /* the final merger: N/4 merged rows */
+    VJ_DONE
+};
 
 typedef struct vis_bufs {
     float *x;    /* [N][C] the residual stream */
@@ -480,91 +493,19 @@ typedef struct vis_bufs {
     float *ffn;  /* [min(N, VIS_FFN_ROWS)][n_ff] */
     float *proj; /* [N/4][P] */
     float *rope_cs;
-    int32_t *pos;
     f16_bits *k16, *v16; /* [N][C] each, v16 right after k16 (one allocation) */
 } vis_bufs;
 
-/* Runs a merger on the [N][C] stream x and writes its P outputs plus bias
- * into column block `col` of the output rows (docs/numerics.md, Mergers). */
-static void run_merger(const vis_tower *v, const vis_merger *m, const vis_bufs *b, int64_t N, float *rows,
-                       int64_t col) {
-    const int64_t C = v->info.n_embd, M = N / 4, C4 = 4 * C, P = v->info.proj_dim;
-    rows_job j = {.fn = norm_rows,
-                  .n_rows = N * C / m->norm_n,
-                  .v = v,
-                  .y = b->h,
-                  .x = b->x,
-                  .w = m->norm_w,
-                  .b = m->norm_b,
-                  .width = m->norm_n};
-    run_rows(v->pool, &j);
-    mat_mul(v->pool, &m->fc1, b->h, M, b->a);
-    j = (rows_job){.fn = bias_gelu_rows, .n_rows = M, .v = v, .y = b->a, .b = m->fc1_b, .width = C4};
-    run_rows(v->pool, &j);
-    mat_mul(v->pool, &m->fc2, b->a, M, b->proj);
-    j = (rows_job){.fn = out_rows,
-                   .n_rows = M,
-                   .v = v,
-                   .y = rows,
-                   .x = b->proj,
-                   .b = m->fc2_b,
-                   .width = P,
-                   .col = col * P,
-                   .stride = v->info.out_width};
-    run_rows(v->pool, &j);
-}
-
-static void run_layer(const vis_tower *v, const vis_layer *L, const vis_bufs *b, int64_t N) {
-    const int64_t C = v->info.n_embd, F = v->info.n_ff, d = v->head_dim;
-    tpool *pool = v->pool;
-
-    rows_job j = {
-        .fn = norm_rows, .n_rows = N, .v = v, .y = b->h, .x = b->x, .w = L->ln1_w, .b = L->ln1_b, .width = C};
-    run_rows(pool, &j);
-    mat_mul(pool, &L->qkv, b->h, N, b->big);
-    j = (rows_job){.fn = qkv_rows,
-                   .n_rows = N,
-                   .v = v,
-                   .y = b->big,
-                   .b = L->qkv_b,
-                   .rope_cs = b->rope_cs,
-                   .k16 = b->k16,
-                   .v16 = b->v16};
-    run_rows(pool, &j);
-    attn_args aa = {
-        .q = b->big,
-        .q_stride = 3 * C,
-        .kv_stride = C,
-        .n_q = N,
-        .n_kv = N,
-        .causal = false,
-        .n_head = v->info.n_head,
-        .n_head_kv = v->info.n_head,
-        .head_dim = (int)d,
-        .scale = 1.0f / sqrtf((float)d),
-        .out = b->a,
-        .out_stride = C,
-    };
-    const uint8_t *table[1];
-    attn_kv_contiguous(&aa, table, b->k16, 0, (size_t)N * C * sizeof(f16_bits));
-    attn_compute(pool, &aa);
-    mat_mul(pool, &L->out, b->a, N, b->h);
-    j = (rows_job){.fn = residual_rows, .n_rows = N, .v = v, .y = b->x, .x = b->h, .b = L->out_b, .width = C};
-    run_rows(pool, &j);
-
-    j = (rows_job){
-        .fn = norm_rows, .n_rows = N, .v = v, .y = b->h, .x = b->x, .w = L->ln2_w, .b = L->ln2_b, .width = C};
-    run_rows(pool, &j);
-    for (int64_t r0 = 0; r0 < N; r0 += VIS_FFN_ROWS) {
-        const int64_t n = N - r0 < VIS_FFN_ROWS ? N - r0 : VIS_FFN_ROWS;
-        mat_mul(pool, &L->up, b->h + r0 * C, n, b->ffn);
-        j = (rows_job){.fn = bias_gelu_rows, .n_rows = n, .v = v, .y = b->ffn, .b = L->up_b, .width = F};
-        run_rows(pool, &j);
-        mat_mul(pool, &L->down, b->ffn, n, b->a + r0 * C);
-    }
-    j = (rows_job){.fn = residual_rows, .n_rows = N, .v = v, .y = b->x, .x = b->a, .b = L->down_b, .width = C};
-    run_rows(pool, &j);
-}
+struct vision_job {
+    vis_tower *v;
+    const prep_image *img;
+    float *rows;
+    bool own_rows;
+    int64_t N, M; /* patches, merged rows */
+    vis_bufs b;
+    int layer, phase;
+    int64_t next; /* the first row of the pass not yet done */
+};
 
 static void *alloc_floats(int64_t n, size_t elem, bool *failed) {
     void *p = NULL;
@@ -573,78 +514,317 @@ static void *alloc_floats(int64_t n, size_t elem, bool *failed) {
     return p;
 }
 
-int vision_encode(vis_tower *v, const prep_image *img, float *rows, const vision_progress *prog, ph_err *err) {
+void vision_job_free(vision_job *j) {
+    if (!j) return;
+    free(j->b.x);
+    free(j->b.h);
+    free(j->b.a);
+    free(j->b.big);
+    free(j->b.ffn);
+    free(j->b.proj);
+    free(j->b.rope_cs);
+    free(j->b.k16);
+    if (j->own_rows) free(j->rows);
+    free(j);
+}
+
+vision_job *vision_job_new(vis_tower *v, const prep_image *img, float *rows, ph_err *err) {
     const vision_info *in = &v->info;
     const int ps = in->patch_size, f = ps * in->n_merge;
-    if (!img->pixels || img->w <= 0 || img->h <= 0 || img->w % f || img->h % f)
-        return err_set(err, "the picture is %dx%d; the vision tower needs a non-empty multiple of %d", img->w, img->h,
-                       f);
-    if (img->grid_x != img->w / f || img->grid_y != img->h / f)
-        return err_set(err, "the picture's grid %dx%d does not match its size %dx%d", img->grid_x, img->grid_y,
-                       img->w, img->h);
+    if (!img->pixels || img->w <= 0 || img->h <= 0 || img->w % f || img->h % f) {
+        err_set(err, "the picture is %dx%d; the vision tower needs a non-empty multiple of %d", img->w, img->h, f);
+        return NULL;
+    }
+    if (img->grid_x != img->w / f || img->grid_y != img->h / f) {
+        err_set(err, "the picture's grid %dx%d does not match its size %dx%d", img->grid_x, img->grid_y, img->w,
+                img->h);
+        return NULL;
+    }
     const int pw = img->w / ps, ph = img->h / ps;
     const int64_t N = (int64_t)pw * ph, C = in->n_embd, K = 3 * (int64_t)ps * ps;
-    if (N > (1 << 22)) return err_set(err, "the picture is too large (%lld patches)", (long long)N);
-
-    vis_bufs b;
-    bool failed = false;
-    const int64_t ffn_rows = N < VIS_FFN_ROWS ? N : VIS_FFN_ROWS;
-    b.x = alloc_floats(N * C, sizeof(float), &failed);
-    b.h = alloc_floats(N * C, sizeof(float), &failed);
-    b.a = alloc_floats(N * C, sizeof(float), &failed);
-    b.big = alloc_floats(N * (3 * C > K ? 3 * C : K), sizeof(float), &failed);
-    b.ffn = alloc_floats(ffn_rows * in->n_ff, sizeof(float), &failed);
-    b.proj = alloc_floats(N / 4 * in->proj_dim, sizeof(float), &failed);
-    b.rope_cs = alloc_floats(N * v->head_dim, sizeof(float), &failed);
-    b.pos = alloc_floats(4 * N, sizeof(int32_t), &failed);
-    b.k16 = alloc_floats(2 * N * C, sizeof(f16_bits), &failed); /* K's cells, then V's: one block for attention */
-    b.v16 = b.k16 ? b.k16 + N * C : NULL;
-    int rc = 0;
-    if (failed) {
-        rc = err_set(err, "out of memory encoding a picture of %lld patches", (long long)N);
-        goto done;
+    if (N > (1 << 22)) {
+        err_set(err, "the picture is too large (%lld patches)", (long long)N);
+        return NULL;
     }
+    vision_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        err_set(err, "out of memory");
+        return NULL;
+    }
+    j->v = v;
+    j->img = img;
+    j->N = N;
+    j->M = N / 4;
+    j->rows = rows;
+    j->phase = VJ_EMBED;
 
-    /* patch embedding: both temporal kernels see the same frame */
-    rows_job j = {.fn = im2col_rows, .n_rows = N, .v = v, .y = b.big, .img = img};
-    run_rows(v->pool, &j);
-    mat_mul(v->pool, &v->patch[0], b.big, N, b.x);
-    mat_mul(v->pool, &v->patch[1], b.big, N, b.h);
-    j = (rows_job){.fn = embed_rows, .n_rows = N, .v = v, .y = b.x, .x = b.h, .img = img};
-    run_rows(v->pool, &j);
+    bool failed = false;
+    vis_bufs *b = &j->b;
+    const int64_t ffn_rows = N < VIS_FFN_ROWS ? N : VIS_FFN_ROWS;
+    b->x = alloc_floats(N * C, sizeof(float), &failed);
+    b->h = alloc_floats(N * C, sizeof(float), &failed);
+    b->a = alloc_floats(N * C, sizeof(float), &failed);
+    b->big = alloc_floats(N * (3 * C > K ? 3 * C : K), sizeof(float), &failed);
+    b->ffn = alloc_floats(ffn_rows * in->n_ff, sizeof(float), &failed);
+    b->proj = alloc_floats(j->M * in->proj_dim, sizeof(float), &failed);
+    b->rope_cs = alloc_floats(N * v->head_dim, sizeof(float), &failed);
+    b->k16 = alloc_floats(2 * N * C, sizeof(f16_bits), &failed); /* K's cells, then V's: one block for attention */
+    b->v16 = b->k16 ? b->k16 + N * C : NULL;
+    int32_t *pos = alloc_floats(4 * N, sizeof(int32_t), &failed);
+    if (!rows) {
+        j->rows = alloc_floats(j->M * in->out_width, sizeof(float), &failed);
+        j->own_rows = true;
+    }
+    if (failed) {
+        free(pos);
+        vision_job_free(j);
+        err_set(err, "out of memory encoding a picture of %lld patches", (long long)N);
+        return NULL;
+    }
 
     /* 2D rope table: sections [row | col | row | col] (docs/numerics.md, Vision rope) */
     for (int64_t k = 0; k < N; k++) {
         int px, py;
         merge_xy(k, pw, &px, &py);
-        b.pos[k] = b.pos[2 * N + k] = py;
-        b.pos[N + k] = b.pos[3 * N + k] = px;
+        pos[k] = pos[2 * N + k] = py;
+        pos[N + k] = pos[3 * N + k] = px;
     }
     const rope_params rope = {.mode = PH_ROPE_VISION,
                               .n_dims = v->head_dim,
                               .freq_base = 10000.0f,
                               .sections = {v->head_dim / 4, v->head_dim / 4, v->head_dim / 4, v->head_dim / 4}};
-    rope_table(&rope, b.pos, N, b.rope_cs);
+    rope_table(&rope, pos, N, b->rope_cs);
+    free(pos);
+    return j;
+}
 
-    const int steps = in->n_layer + 1;
-    for (int l = 0; l < in->n_layer; l++) {
-        const vis_layer *L = &v->layers[l];
-        run_layer(v, L, &b, N);
-        if (L->deepstack >= 0) run_merger(v, &v->deepstack[L->deepstack], &b, N, rows, 1 + L->deepstack);
-        if (prog && prog->fn) prog->fn(prog->ud, l + 1, steps);
+/* The passes over rows [r0, r1): every row's result is what the whole
+ * pass would give it (docs/numerics.md, Vision encode in slices). */
+
+static void embed_range(const vision_job *j, int64_t r0, int64_t r1) {
+    const vis_tower *v = j->v;
+    const vis_bufs *b = &j->b;
+    const int64_t n = r1 - r0, C = v->info.n_embd, K = 3 * (int64_t)v->info.patch_size * v->info.patch_size;
+    rows_job rj = {.fn = im2col_rows, .first = r0, .n_rows = n, .v = v, .y = b->big, .img = j->img};
+    run_rows(v->pool, &rj);
+    /* both temporal kernels see the same frame */
+    mat_mul(v->pool, &v->patch[0], b->big + r0 * K, n, b->x + r0 * C);
+    mat_mul(v->pool, &v->patch[1], b->big + r0 * K, n, b->h + r0 * C);
+    rj = (rows_job){.fn = embed_rows, .first = r0, .n_rows = n, .v = v, .y = b->x, .x = b->h, .img = j->img};
+    run_rows(v->pool, &rj);
+}
+
+static void qkv_range(const vision_job *j, const vis_layer *L, int64_t r0, int64_t r1) {
+    const vis_tower *v = j->v;
+    const vis_bufs *b = &j->b;
+    const int64_t n = r1 - r0, C = v->info.n_embd;
+    rows_job rj = {.fn = norm_rows,
+                   .first = r0,
+                   .n_rows = n,
+                   .v = v,
+                   .y = b->h,
+                   .x = b->x,
+                   .w = L->ln1_w,
+                   .b = L->ln1_b,
+                   .width = C};
+    run_rows(v->pool, &rj);
+    mat_mul(v->pool, &L->qkv, b->h + r0 * C, n, b->big + r0 * 3 * C);
+    rj = (rows_job){.fn = qkv_rows,
+                    .first = r0,
+                    .n_rows = n,
+                    .v = v,
+                    .y = b->big,
+                    .b = L->qkv_b,
+                    .rope_cs = b->rope_cs,
+                    .k16 = b->k16,
+                    .v16 = b->v16};
+    run_rows(v->pool, &rj);
+}
+
+static void attn_range(const vision_job *j, int64_t r0, int64_t r1) {
+    const vis_tower *v = j->v;
+    const vis_bufs *b = &j->b;
+    const int64_t C = v->info.n_embd, d = v->head_dim, N = j->N;
+    attn_args aa = {
+        .q = b->big + r0 * 3 * C,
+        .q_stride = 3 * C,
+        .kv_stride = C,
+        .n_q = r1 - r0,
+        .n_kv = N,
+        .causal = false,
+        .n_head = v->info.n_head,
+        .n_head_kv = v->info.n_head,
+        .head_dim = (int)d,
+        .scale = 1.0f / sqrtf((float)d),
+        .out = b->a + r0 * C,
+        .out_stride = C,
+        /* the path all N rows at once would take: tiled from PH_ATTN_TILE_Q
+         * rows on, where a row's result does not depend on the rows beside it
+         * (fewer patches than that are one slice) */
+        .prompt = N >= PH_ATTN_TILE_Q,
+    };
+    const uint8_t *table[1];
+    attn_kv_contiguous(&aa, table, b->k16, 0, (size_t)N * C * sizeof(f16_bits));
+    attn_compute(v->pool, &aa);
+}
+
+static void mlp_range(const vision_job *j, const vis_layer *L, int64_t r0, int64_t r1) {
+    const vis_tower *v = j->v;
+    const vis_bufs *b = &j->b;
+    const int64_t n = r1 - r0, C = v->info.n_embd, F = v->info.n_ff;
+    tpool *pool = v->pool;
+    mat_mul(pool, &L->out, b->a + r0 * C, n, b->h + r0 * C);
+    rows_job rj = {
+        .fn = residual_rows, .first = r0, .n_rows = n, .v = v, .y = b->x, .x = b->h, .b = L->out_b, .width = C};
+    run_rows(pool, &rj);
+    rj = (rows_job){.fn = norm_rows,
+                    .first = r0,
+                    .n_rows = n,
+                    .v = v,
+                    .y = b->h,
+                    .x = b->x,
+                    .w = L->ln2_w,
+                    .b = L->ln2_b,
+                    .width = C};
+    run_rows(pool, &rj);
+    for (int64_t c0 = r0; c0 < r1; c0 += VIS_FFN_ROWS) {
+        const int64_t m = r1 - c0 < VIS_FFN_ROWS ? r1 - c0 : VIS_FFN_ROWS;
+        mat_mul(pool, &L->up, b->h + c0 * C, m, b->ffn);
+        rj = (rows_job){.fn = bias_gelu_rows, .n_rows = m, .v = v, .y = b->ffn, .b = L->up_b, .width = F};
+        run_rows(pool, &rj);
+        mat_mul(pool, &L->down, b->ffn, m, b->a + c0 * C);
     }
-    run_merger(v, &v->merger, &b, N, rows, 0);
-    if (prog && prog->fn) prog->fn(prog->ud, steps, steps);
+    rj = (rows_job){
+        .fn = residual_rows, .first = r0, .n_rows = n, .v = v, .y = b->x, .x = b->a, .b = L->down_b, .width = C};
+    run_rows(pool, &rj);
+}
 
-done:
-    free(b.x);
-    free(b.h);
-    free(b.a);
-    free(b.big);
-    free(b.ffn);
-    free(b.proj);
-    free(b.rope_cs);
-    free(b.pos);
-    free(b.k16);
-    return rc;
+/* A merger over merged rows [m0, m1) of the [N][C] stream x: its P outputs
+ * plus bias into column block `col` of the output rows (docs/numerics.md,
+ * Mergers). */
+static void merger_range(const vision_job *j, const vis_merger *m, int64_t col, int64_t m0, int64_t m1) {
+    const vis_tower *v = j->v;
+    const vis_bufs *b = &j->b;
+    const int64_t n = m1 - m0, C4 = 4 * (int64_t)v->info.n_embd, P = v->info.proj_dim, u = C4 / m->norm_n;
+    rows_job rj = {.fn = norm_rows,
+                   .first = m0 * u,
+                   .n_rows = n * u,
+                   .v = v,
+                   .y = b->h,
+                   .x = b->x,
+                   .w = m->norm_w,
+                   .b = m->norm_b,
+                   .width = m->norm_n};
+    run_rows(v->pool, &rj);
+    mat_mul(v->pool, &m->fc1, b->h + m0 * C4, n, b->a + m0 * C4);
+    rj = (rows_job){.fn = bias_gelu_rows, .first = m0, .n_rows = n, .v = v, .y = b->a, .b = m->fc1_b, .width = C4};
+    run_rows(v->pool, &rj);
+    mat_mul(v->pool, &m->fc2, b->a + m0 * C4, n, b->proj + m0 * P);
+    rj = (rows_job){.fn = out_rows,
+                    .first = m0,
+                    .n_rows = n,
+                    .v = v,
+                    .y = j->rows,
+                    .x = b->proj,
+                    .b = m->fc2_b,
+                    .width = P,
+                    .col = col * P,
+                    .stride = v->info.out_width};
+    run_rows(v->pool, &rj);
+}
+
+/* Rows of the current pass, its slice unit and its estimated flops per row
+ * (multiply-adds counted as two; the row-wise work beside the products is
+ * left out). */
+static int64_t pass_rows(const vision_job *j) { return j->phase >= VJ_DEEP ? j->M : j->N; }
+
+static int64_t pass_unit(const vision_job *j) {
+    return j->phase >= VJ_DEEP ? VISION_SLICE_ROWS / 4 : VISION_SLICE_ROWS;
+}
+
+static int64_t pass_row_flops(const vision_job *j) {
+    const vision_info *in = &j->v->info;
+    const int64_t C = in->n_embd, F = in->n_ff, P = in->proj_dim, ps = in->patch_size;
+    switch (j->phase) {
+    case VJ_EMBED: return 2 * 2 * 3 * ps * ps * C;
+    case VJ_QKV: return 2 * C * 3 * C;
+    case VJ_ATTN: return 2 * 2 * j->N * C;
+    case VJ_MLP: return 2 * C * C + 2 * 2 * C * F;
+    default: return 2 * 4 * C * 4 * C + 2 * 4 * C * P;
+    }
+}
+
+static void run_range(const vision_job *j, int64_t r0, int64_t r1) {
+    const vis_tower *v = j->v;
+    const vis_layer *L = j->phase >= VJ_QKV && j->phase <= VJ_DEEP ? &v->layers[j->layer] : NULL;
+    switch (j->phase) {
+    case VJ_EMBED: embed_range(j, r0, r1); break;
+    case VJ_QKV: qkv_range(j, L, r0, r1); break;
+    case VJ_ATTN: attn_range(j, r0, r1); break;
+    case VJ_MLP: mlp_range(j, L, r0, r1); break;
+    case VJ_DEEP: merger_range(j, &v->deepstack[L->deepstack], 1 + L->deepstack, r0, r1); break;
+    case VJ_MERGE: merger_range(j, &v->merger, 0, r0, r1); break;
+    default: break;
+    }
+}
+
+/* Moves on to the next pass; true at the end of a layer or of the encode. */
+static bool next_pass(vision_job *j) {
+    j->next = 0;
+    switch (j->phase) {
+    case VJ_EMBED: j->phase = VJ_QKV; return false;
+    case VJ_QKV: j->phase = VJ_ATTN; return false;
+    case VJ_ATTN: j->phase = VJ_MLP; return false;
+    case VJ_MLP:
+        if (j->v->layers[j->layer].deepstack >= 0) {
+            j->phase = VJ_DEEP;
+            return false;
+        }
+        break;
+    case VJ_DEEP: break;
+    default: j->phase = VJ_DONE; return true;
+    }
+    j->layer++;
+    j->phase = j->layer < j->v->info.n_layer ? VJ_QKV : VJ_MERGE;
+    return true;
+}
+
+int vision_job_step(vision_job *j, int64_t budget) {
+    int64_t spent = 0;
+    bool any = false;
+    while (j->phase != VJ_DONE) {
+        const int64_t total = pass_rows(j), unit = pass_unit(j), cost = pass_row_flops(j);
+        int64_t n = budget > spent ? (budget - spent) / cost / unit * unit : 0;
+        if (n < unit) {
+            if (any) break;
+            n = unit;
+        }
+        if (n > total - j->next) n = total - j->next;
+        run_range(j, j->next, j->next + n);
+        any = true;
+        spent += n * cost;
+        j->next += n;
+        if (j->next == total && next_pass(j)) break;
+    }
+    return j->phase == VJ_DONE;
+}
+
+float *vision_job_result(const vision_job *j) { return j->phase == VJ_DONE ? j->rows : NULL; }
+
+void vision_job_progress(const vision_job *j, int *done, int *total) {
+    *total = j->v->info.n_layer + 1;
+    *done = j->phase == VJ_DONE ? *total : j->layer;
+}
+
+int vision_encode(vis_tower *v, const prep_image *img, float *rows, const vision_progress *prog, ph_err *err) {
+    vision_job *j = vision_job_new(v, img, rows, err);
+    if (!j) return -1;
+    int done, n, total;
+    do {
+        done = vision_job_step(j, INT64_MAX); /* a layer at a time, each pass over all rows at once */
+        vision_job_progress(j, &n, &total);
+        if (prog && prog->fn) prog->fn(prog->ud, n, total);
+    } while (!done);
+    vision_job_free(j);
+    return 0;
 }

@@ -66,6 +66,7 @@ int encoder_acquire(vis_encoder *enc, bool *loaded, ph_err *err) {
 
 double encoder_tick(vis_encoder *enc, double now) {
     if (!enc->tower || enc->idle_s <= 0) return -1;
+    if (enc->jobs > 0) return enc->idle_s; /* in use: look again later */
     double left = enc->last_used + enc->idle_s - now;
     if (left > 0) return left;
     vision_free(enc->tower);
@@ -73,4 +74,24 @@ double encoder_tick(vis_encoder *enc, double now) {
     enc->unloads++;
     PH_INFO("vision encoder released after %g s idle", enc->idle_s);
     return -1;
+}
+
+vision_job *encoder_job_new(vis_encoder *enc, const prep_image *img, float *rows, bool *loaded, ph_err *err) {
+    if (encoder_acquire(enc, loaded, err)) return NULL;
+    vision_job *j = vision_job_new(enc->tower, img, rows, err);
+    if (j) enc->jobs++;
+    return j;
+}
+
+int encoder_job_step(vis_encoder *enc, vision_job *j, int64_t budget) {
+    const int done = vision_job_step(j, budget);
+    enc->last_used = time_now_s();
+    return done;
+}
+
+void encoder_job_free(vis_encoder *enc, vision_job *j) {
+    if (!j) return;
+    vision_job_free(j);
+    enc->jobs--;
+    enc->last_used = time_now_s();
 }

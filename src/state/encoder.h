@@ -23,6 +23,7 @@ typedef struct vis_encoder {
     double idle_s; /* > 0: elastic */
     double last_used;
     uint64_t loads, unloads; /* on-demand loads and idle releases */
+    int jobs;                /* encodes in slices under way: the tower stays loaded */
 } vis_encoder;
 
 /* Opens the tower of the mmproj file at path for the LLM m once, to check
@@ -36,8 +37,18 @@ int encoder_set_budget(vis_encoder *enc, int min_tokens, int max_tokens, ph_err 
 void encoder_close(vis_encoder *enc);
 /* Makes sure the tower is loaded; *loaded tells whether this call loaded it. */
 int encoder_acquire(vis_encoder *enc, bool *loaded, ph_err *err);
-/* Releases an elastic tower idle for idle_s; returns seconds until the next
- * check is due, or -1 when nothing is pending. */
+/* Releases an elastic tower idle for idle_s (never while a job is under
+ * way); returns seconds until the next check is due, or -1 when nothing is
+ * pending. */
 double encoder_tick(vis_encoder *enc, double now);
+
+/* A picture encoded in slices (vision_job_new; rows may be NULL): loads the
+ * tower if needed (*loaded says so) and keeps it loaded until the job is
+ * freed (before encoder_close). */
+vision_job *encoder_job_new(vis_encoder *enc, const prep_image *img, float *rows, bool *loaded, ph_err *err);
+/* vision_job_step, counting as use of the tower. */
+int encoder_job_step(vis_encoder *enc, vision_job *j, int64_t budget);
+/* Frees the job (done or not; NULL is fine). */
+void encoder_job_free(vis_encoder *enc, vision_job *j);
 
 #endif
