@@ -231,8 +231,12 @@ static void gqa_task(const gqa_job *job, int g0, int g1, int64_t col0, int nc, b
         float *qt = w->qt + (g - g0) * qo;
         for (int i = 0; i < T; i++) {
             const int64_t c = col0 + i;
-            const float *q = a->q + c / group * a->q_stride + (int64_t)(g * group + (int)(c % group)) * d;
-            for (int t = 0; t < d; t++) qt[t * T + i] = i < nc ? q[t] : 0.0f;
+            if (i < nc) {
+                const float *q = a->q + c / group * a->q_stride + (int64_t)(g * group + (int)(c % group)) * d;
+                for (int t = 0; t < d; t++) qt[t * T + i] = q[t];
+            } else {
+                for (int t = 0; t < d; t++) qt[t * T + i] = 0.0f;
+            }
             w->M[(g - g0) * T + i] = -INFINITY;
             w->L[(g - g0) * T + i] = 0.0f;
         }
