@@ -246,7 +246,7 @@ static void check_kernels(const attn_kernels *simd, const char *name) {
  * multiple of 16, and nc of 1 to 8 columns. */
 static void check_narrow(const attn_kernels *kk, const char *name) {
     enum { TQ = PH_ATTN_TILE_Q, TN = PH_ATTN_TILE_N, TK = PH_ATTN_TILE_KV, DMAX = 136, C0 = 13 };
-    static const int nks[] = {1, 3, 7, 8, 9, 64}, dims[] = {8, 20, 35, 64, 72, 128, 136};
+    static const int nks[] = {1, 7, 9, 64}, dims[] = {8, 20, 35, 72, 136};
     static float k[TK * DMAX], v[TK * DMAX], qw[DMAX * TQ], qn[DMAX * TN], sw[TK * TQ], sn[TK * TN], ow[TQ * DMAX],
         on[TN * DMAX];
     float Mw[TQ], Lw[TQ], msw[TQ], Mn[TN], Ln[TN], msn[TN];
@@ -300,11 +300,11 @@ static void check_narrow(const attn_kernels *kk, const char *name) {
  * it: P prompt rows after B cells, evaluated at once and in chunks of every
  * size from 1 to P (each chunk sees the cells before it and its own, as a
  * prompt cut in chunks or decoded token by token), and uneven chunks; on
- * one thread and on the pool; causal (GQA groups of 4, head size 72: a
+ * one thread and on the pool; causal (GQA groups of 4, head size 40: a
  * tail past the last multiple of 16) and bidirectional (a picture's rows
  * against all cells, in groups of rows). */
 static void check_chunks(tpool *pool, isa_level isa) {
-    enum { B = 70, P = 70, HKV = 2, GROUP = 4, H = HKV * GROUP, D = 72 };
+    enum { B = 30, P = 70, HKV = 2, GROUP = 4, H = HKV * GROUP, D = 40 };
     const int64_t qs = (int64_t)H * D, kvs = (int64_t)HKV * D, n_kv = B + P;
     float *q = malloc(sizeof(float) * (size_t)(P * qs)), *all = malloc(sizeof(float) * (size_t)(P * qs)),
           *got = malloc(sizeof(float) * (size_t)(P * qs));
