@@ -117,10 +117,11 @@ int32_t ph_session_next_pos(const ph_session *s);
 void ph_session_reset(ph_session *s);
 
 /* Evaluates tokens after what the session holds (prefill in chunks).
- * Afterwards ph_session_logits() gives the logits after the last one. More
- * than one token are a prompt's rows (each row's numbers independent of the
- * batch); a single token is taken as a decoded one (attention as llama.cpp
- * decodes). */
+ * Afterwards ph_session_logits() gives the logits after the last one. Each
+ * row's numbers are independent of the rows evaluated with it: tokens
+ * given at once, in several calls or one by one give the same logits bit
+ * for bit (docs/numerics.md, Attention). More than one token are reported
+ * as prefill progress; a single token as a decoded one, which is not. */
 int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *err);
 const float *ph_session_logits(const ph_session *s); /* n_vocab floats */
 

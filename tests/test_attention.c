@@ -1,12 +1,11 @@
-/* attn_compute against a plain double-precision softmax attention: the
- * tiled path (64 or more query rows: pictures, prompts) tightly, the
- * per-cell path (f16 query and f16 sums, as llama.cpp) loosely, and the
- * per-thread chunks of one query row over many cells; causal and
- * bidirectional, with GQA, partial tiles and head sizes that are not a
- * multiple of 16; each SIMD primitive against its scalar reference; results
- * independent of the thread count except where llama.cpp's own chunking
- * depends on it; and cells read through a table of blocks lying out of
- * order in memory, bit for bit the result of one contiguous buffer. */
+/* attn_compute against a plain double-precision softmax attention, causal
+ * and bidirectional, with GQA, partial tiles and head sizes that are not a
+ * multiple of 16; each SIMD primitive against its scalar reference and the
+ * narrow tiles against the wide ones column for column, bit for bit; a
+ * row's result bit for bit the same whatever the rows evaluated with it
+ * (prompt chunks of 1 to 70 rows) and the thread count; and cells read
+ * through a table of blocks lying out of order in memory, bit for bit the
+ * result of one contiguous buffer. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,9 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "test.h"
+
+/* every row: f32 queries and sums */
+#define TOL 2e-5
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -138,28 +140,29 @@ static double run_shape(const shape *s, tpool *pool, float *out_copy, int block_
 }
 
 static const shape shapes[] = {
-    /* tiled: a picture (bidirectional), partial tiles and groups */
+    /* 64 rows or more: a picture (bidirectional), partial tiles and groups */
     {64, 64, 2, 2, 16, false, 0},
     {300, 300, 4, 4, 64, false, 0},
     {150, 150, 3, 3, 20, false, 0},
-    /* tiled: a causal prompt after 37 cells, GQA */
+    /* a causal prompt after 37 cells, GQA */
     {130, 167, 8, 2, 128, true, 37},
     {64, 64, 2, 1, 32, true, 0},
-    /* per-cell: decode and short batches */
+    /* fewer rows: decode and short batches, wide and narrow tiles of a KV
+     * head's queries */
     {1, 200, 4, 2, 64, true, 199},
-    {1, 300, 4, 2, 64, true, 299}, /* a view of 512 cells: one chunk per thread */
+    {1, 300, 4, 2, 64, true, 299},
     {1, 1000, 2, 2, 32, false, 0},
     {5, 40, 2, 2, 16, false, 0},
     {63, 80, 2, 1, 32, true, 17},
-    /* per-cell, several KV heads per thread, one and a few rows */
     {1, 100, 16, 8, 128, true, 99},
     {3, 120, 8, 4, 64, true, 117},
-    {1, 700, 16, 8, 128, true, 699}, /* and one chunk per thread */
+    {1, 700, 16, 8, 128, true, 699},
+    {40, 300, 8, 2, 72, true, 260},
+    {7, 90, 12, 3, 35, false, 0},
 };
 
 /* Shapes for the block tables: n_kv not a multiple of 64, causal or not;
- * one query row (per-cell, and views of 512 cells or more: the split
- * path, whose chunks end inside blocks), a few rows, and tiled. */
+ * one query row, a few rows, and 64 or more. */
 static const shape block_shapes[] = {
     {1, 200, 4, 2, 64, true, 199},   {1, 300, 4, 2, 64, true, 299},   {1, 1000, 2, 2, 32, false, 0},
     {1, 700, 16, 8, 128, true, 699}, {1, 90, 16, 8, 128, false, 0},   {5, 150, 2, 2, 16, false, 0},
@@ -177,11 +180,10 @@ static void check_blocks(tpool *pool, isa_level isa) {
         const shape *s = &block_shapes[i];
         const size_t n_out = (size_t)s->n_q * s->n_head * s->d;
         float *flat = malloc(n_out * sizeof(float)), *got = malloc(n_out * sizeof(float));
-        const double tol = s->n_q >= PH_ATTN_TILE_Q ? 2e-5 : 5e-3;
         for (int p = 0; p < 2; p++) {
             tpool *tp = p ? pool : NULL;
             const double worst = run_shape(s, tp, flat, 0);
-            CHECKF(worst < tol, "%s: block shape %zu (%d queries, %d cells): off by %g", isa_name(isa), i, s->n_q,
+            CHECKF(worst < TOL, "%s: block shape %zu (%d queries, %d cells): off by %g", isa_name(isa), i, s->n_q,
                    s->n_kv, worst);
             for (size_t b = 0; b < sizeof block_rows / sizeof *block_rows; b++) {
                 run_shape(s, tp, got, block_rows[b]);
@@ -235,73 +237,115 @@ static void check_kernels(const attn_kernels *simd, const char *name) {
     worst = 0.0;
     for (int i = 0; i < TQ * D; i++) worst = fmax(worst, fabs(o1[i] - o2[i]) / fmax(1.0, fabs(o1[i])));
     CHECKF(worst < 1e-5, "%s pv_tile differs by %g", name, worst);
-
-    /* the f16 running sums of the per-cell path: the same roundings exactly */
-    float a1[D + 3], a2[D + 3];
-    for (int i = 0; i < D + 3; i++) a1[i] = a2[i] = fp16_to_f32(f32_to_fp16(frand()));
-    attn_kernels_ref.scale_f16(a1, 0.37f, D + 3);
-    simd->scale_f16(a2, 0.37f, D + 3);
-    attn_kernels_ref.mad_f16(a1, v, 0.61f, D + 3);
-    simd->mad_f16(a2, v, 0.61f, D + 3);
-    CHECKF(memcmp(a1, a2, sizeof a1) == 0, "%s scale_f16/mad_f16 differ from the reference", name);
-    int exact = 1;
-    for (int i = 0; i < D + 3; i++) exact &= a2[i] == fp16_to_f32(f32_to_fp16(a2[i]));
-    CHECKF(exact, "%s mad_f16 leaves values that are not f16", name);
 }
 
-/* The fused per-cell pass of a kernel table equals, bit for bit, the same
- * pass made of that table's primitives, for several heads at once, causal
- * rows and head sizes with a tail; the SIMD primitives' own pass, in turn,
- * is within the per-cell tolerance of the double reference above. */
-static void check_cells(const attn_kernels *kk, const char *name) {
-    enum { CELLS = 37, G = 3, NQ = 6, GROUP = 2 };
-    static const int dims[] = {128, 40, 35};
-    for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
-        const int hd = dims[di];
-        const int64_t stride = (int64_t)G * hd + 5;
-        f16_bits *k = malloc(sizeof(f16_bits) * (size_t)(CELLS * stride)),
-                 *v = malloc(sizeof(f16_bits) * (size_t)(CELLS * stride));
-        float *q = malloc(sizeof(float) * G * NQ * (size_t)hd), *acc[2], M[2][G * NQ], S[2][G * NQ], kf[128], vf[128];
-        for (int64_t i = 0; i < CELLS * stride; i++) k[i] = f32_to_fp16(2.0f * frand()), v[i] = f32_to_fp16(frand());
-        for (int i = 0; i < G * NQ * hd; i++) q[i] = fp16_to_f32(f32_to_fp16(frand()));
-        for (int causal = 0; causal < 2; causal++) {
-            for (int t = 0; t < 2; t++) {
-                acc[t] = calloc((size_t)G * NQ * hd, sizeof(float));
-                for (int j = 0; j < G * NQ; j++) M[t][j] = -INFINITY, S[t][j] = 0.0f;
+/* A narrow tile gives each of its columns what a wide tile gives the same
+ * query, bit for bit: the columns of a narrow tile are taken from a wide
+ * one's (at an odd offset), through qk, a masked softmax and pv, for
+ * partial tiles of keys, head sizes with and without a tail past the last
+ * multiple of 16, and nc of 1 to 8 columns. */
+static void check_narrow(const attn_kernels *kk, const char *name) {
+    enum { TQ = PH_ATTN_TILE_Q, TN = PH_ATTN_TILE_N, TK = PH_ATTN_TILE_KV, DMAX = 136, C0 = 13 };
+    static const int nks[] = {1, 7, 9, 64}, dims[] = {8, 20, 35, 72, 136};
+    static float k[TK * DMAX], v[TK * DMAX], qw[DMAX * TQ], qn[DMAX * TN], sw[TK * TQ], sn[TK * TN], ow[TQ * DMAX],
+        on[TN * DMAX];
+    float Mw[TQ], Lw[TQ], msw[TQ], Mn[TN], Ln[TN], msn[TN];
+    int bad = 0;
+    for (size_t ni = 0; ni < sizeof nks / sizeof *nks; ni++)
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+            for (int nc = 1; nc <= TN; nc++) {
+                const int nk = nks[ni], d = dims[di];
+                for (int i = 0; i < nk * d; i++) k[i] = 2.0f * frand(), v[i] = frand();
+                for (int i = 0; i < d * TQ; i++) qw[i] = 2.0f * frand();
+                for (int i = 0; i < TQ * d; i++) ow[i] = 4.0f * frand();
+                for (int i = 0; i < TQ; i++) {
+                    Mw[i] = i % 5 == 0 ? -INFINITY : 3.0f * frand(); /* nothing visible before */
+                    Lw[i] = i % 5 == 0 ? 0.0f : 1.0f + frand();
+                }
+                for (int t = 0; t < d; t++)
+                    for (int i = 0; i < TN; i++) qn[t * TN + i] = i < nc ? qw[t * TQ + C0 + i] : 7.0f;
+                for (int i = 0; i < TN; i++) {
+                    Mn[i] = i < nc ? Mw[C0 + i] : 0.0f;
+                    Ln[i] = i < nc ? Lw[C0 + i] : 1.0f;
+                    for (int t = 0; t < d; t++) on[i * d + t] = i < nc ? ow[(C0 + i) * d + t] : -1.0f;
+                }
+                const float scale = 1.0f / sqrtf((float)d);
+                kk->qk_tile(k, nk, qw, d, scale, sw);
+                kk->qk_narrow(k, nk, qn, d, scale, sn, nc);
+                for (int j = 0; j < nk; j++)
+                    for (int i = 0; i < nc; i++) {
+                        bad += memcmp(&sw[j * TQ + C0 + i], &sn[j * TN + i], sizeof(float)) != 0;
+                        if ((i + j) % 3 == 1) sw[j * TQ + C0 + i] = sn[j * TN + i] = -INFINITY; /* masked */
+                    }
+                kk->softmax_tile(sw, nk, Mw, Lw, msw);
+                kk->softmax_narrow(sn, nk, Mn, Ln, msn);
+                for (int i = 0; i < nc; i++) {
+                    bad += memcmp(&Mw[C0 + i], &Mn[i], sizeof(float)) != 0;
+                    bad += memcmp(&Lw[C0 + i], &Ln[i], sizeof(float)) != 0;
+                    bad += memcmp(&msw[C0 + i], &msn[i], sizeof(float)) != 0;
+                    for (int j = 0; j < nk; j++)
+                        bad += memcmp(&sw[j * TQ + C0 + i], &sn[j * TN + i], sizeof(float)) != 0;
+                }
+                kk->pv_tile(sw, nk, v, d, msw, ow);
+                kk->pv_narrow(sn, nk, v, d, msn, on, nc);
+                for (int i = 0; i < TN; i++)
+                    for (int t = 0; t < d; t++)
+                        bad += i < nc ? memcmp(&ow[(C0 + i) * d + t], &on[i * d + t], sizeof(float)) != 0
+                                      : on[i * d + t] != -1.0f; /* columns past nc are left alone */
             }
-            for (int t = 0; t < 2; t++) {
-                const attn_cells x = {.k = k,
-                                      .v = v,
-                                      .stride = stride,
-                                      .c0 = 0,
-                                      .c1 = CELLS,
-                                      .n_g = G,
-                                      .q = q,
-                                      .nq = NQ,
-                                      .hd = hd,
-                                      .group = GROUP,
-                                      .causal = causal,
-                                      .last0 = CELLS - 4,
-                                      .scale = 0.3f,
-                                      .M = M[t],
-                                      .S = S[t],
-                                      .acc = acc[t],
-                                      .kf = kf,
-                                      .vf = vf};
-                if (t == 0) attn_cells_with(kk, &x);
-                else kk->cells(&x);
+    CHECKF(bad == 0, "%s: %d results of the narrow tiles differ from the wide tiles'", name, bad);
+}
+
+/* A row's result is the same bit for bit whatever rows are evaluated with
+ * it: P prompt rows after B cells, evaluated at once and in chunks of every
+ * size from 1 to P (each chunk sees the cells before it and its own, as a
+ * prompt cut in chunks or decoded token by token), and uneven chunks; on
+ * one thread and on the pool; causal (GQA groups of 4, head size 40: a
+ * tail past the last multiple of 16) and bidirectional (a picture's rows
+ * against all cells, in groups of rows). */
+static void check_chunks(tpool *pool, isa_level isa) {
+    enum { B = 30, P = 70, HKV = 2, GROUP = 4, H = HKV * GROUP, D = 40 };
+    const int64_t qs = (int64_t)H * D, kvs = (int64_t)HKV * D, n_kv = B + P;
+    float *q = malloc(sizeof(float) * (size_t)(P * qs)), *all = malloc(sizeof(float) * (size_t)(P * qs)),
+          *got = malloc(sizeof(float) * (size_t)(P * qs));
+    f16_bits *kv = malloc(sizeof(f16_bits) * (size_t)(2 * n_kv * kvs));
+    for (int64_t i = 0; i < P * qs; i++) q[i] = 2.0f * frand();
+    for (int64_t i = 0; i < 2 * n_kv * kvs; i++) kv[i] = f32_to_fp16(2.0f * frand());
+    for (int causal = 1; causal >= 0; causal--)
+        for (int p = 0; p < 2; p++) {
+            tpool *tp = p ? pool : NULL;
+            attn_args a = {.q_stride = qs,
+                           .kv_stride = kvs,
+                           .causal = causal,
+                           .n_head = H,
+                           .n_head_kv = HKV,
+                           .head_dim = D,
+                           .scale = 1.0f / sqrtf((float)D),
+                           .out_stride = qs};
+            const uint8_t *table[1];
+            /* all P rows at once */
+            a.q = q, a.out = all, a.n_q = P, a.first_cell = B, a.n_kv = n_kv;
+            attn_kv_contiguous(&a, table, kv, 0, sizeof(f16_bits) * (size_t)(n_kv * kvs));
+            attn_compute(tp, &a);
+            int bad_sizes = 0;
+            for (int cs = 0; cs <= P; cs++) { /* cs 0: uneven chunks 5, 1, 63, 1 */
+                static const int uneven[] = {5, 1, 63, 1};
+                memset(got, 0, sizeof(float) * (size_t)(P * qs));
+                for (int r0 = 0, u = 0; r0 < P; u++) {
+                    int n = cs ? cs : uneven[u];
+                    if (n > P - r0) n = P - r0;
+                    a.q = q + r0 * qs, a.out = got + r0 * qs, a.n_q = n, a.first_cell = B + r0;
+                    a.n_kv = causal ? B + r0 + n : n_kv;
+                    attn_kv_contiguous(&a, table, kv, 0, sizeof(f16_bits) * (size_t)(n_kv * kvs));
+                    attn_compute(tp, &a);
+                    r0 += n;
+                }
+                bad_sizes += memcmp(all, got, sizeof(float) * (size_t)(P * qs)) != 0;
             }
-            CHECKF(memcmp(M[0], M[1], sizeof M[0]) == 0 && memcmp(S[0], S[1], sizeof S[0]) == 0 &&
-                       memcmp(acc[0], acc[1], sizeof(float) * G * NQ * (size_t)hd) == 0,
-                   "%s: the fused per-cell pass differs from its primitives (d %d%s)", name, hd,
-                   causal ? ", causal" : "");
-            free(acc[0]);
-            free(acc[1]);
+            CHECKF(bad_sizes == 0, "%s%s, %s: %d of %d chunkings change a row's result", isa_name(isa),
+                   causal ? " causal" : " bidirectional", p ? "pool" : "one thread", bad_sizes, P + 1);
         }
-        free(k);
-        free(v);
-        free(q);
-    }
+    free(q), free(all), free(got), free(kv);
 }
 
 /* The AVX-512 tiles equal the AVX2 tiles bit for bit: partial tiles of keys
@@ -348,44 +392,62 @@ static void check_tiles_avx512(void) {
         }
 }
 
+/* The AVX-512 narrow pv equals the AVX2 one bit for bit. */
+static void check_narrow_avx512(void) {
+    enum { TN = PH_ATTN_TILE_N, TK = PH_ATTN_TILE_KV, DMAX = 200 };
+    static const int nks[] = {1, 5, 64}, dims[] = {8, 35, 64, 72, 128, 200};
+    static float p[TK * TN], v[TK * DMAX], o[2][TN * DMAX];
+    float ms[TN];
+    for (size_t ni = 0; ni < sizeof nks / sizeof *nks; ni++)
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+            for (int nc = 1; nc <= TN; nc++) {
+                const int nk = nks[ni], d = dims[di];
+                for (int i = 0; i < nk * TN; i++) p[i] = 0.5f * (frand() + 1.0f);
+                for (int i = 0; i < nk * d; i++) v[i] = frand();
+                for (int i = 0; i < TN * d; i++) o[0][i] = o[1][i] = 4.0f * frand();
+                for (int i = 0; i < TN; i++) ms[i] = 0.5f * (frand() + 1.0f);
+                attn_kernels_avx2.pv_narrow(p, nk, v, d, ms, o[0], nc);
+                attn_kernels_avx512.pv_narrow(p, nk, v, d, ms, o[1], nc);
+                CHECKF(memcmp(o[0], o[1], sizeof(float) * TN * (size_t)d) == 0,
+                       "avx512 pv_narrow differs from avx2 (nk %d, d %d, nc %d)", nk, d, nc);
+            }
+}
+
 int main(void) {
     kernels_init();
-    tpool *pool = tpool_create(3);
+    tpool *pool = tpool_create(2);
     const isa_level isas[] = {PH_ISA_SCALAR, PH_ISA_AVX2, PH_ISA_AVX512};
     for (size_t n = 0; n < sizeof isas / sizeof isas[0]; n++) {
         if (kernels_force(isas[n]) != 0) continue;
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             const shape *s = &shapes[i];
             const size_t n_out = (size_t)s->n_q * s->n_head * s->d;
-            float *one = malloc(n_out * sizeof(float)), *three = malloc(n_out * sizeof(float));
+            float *one = malloc(n_out * sizeof(float)), *two = malloc(n_out * sizeof(float));
             const double worst = run_shape(s, NULL, one, 0);
-            run_shape(s, pool, three, 0);
-            /* tiled: f32 throughout; per-cell: whatever rounding llama.cpp's
-             * short-batch path does to q and the sums (spec B.4) */
-            const double tol = s->n_q >= PH_ATTN_TILE_Q ? 2e-5 : 5e-3;
-            CHECKF(worst < tol, "%s: shape %zu (%d queries, %d cells, d %d%s): off by %g", isa_name(isas[n]), i,
+            run_shape(s, pool, two, 0);
+            CHECKF(worst < TOL, "%s: shape %zu (%d queries, %d cells, d %d%s): off by %g", isa_name(isas[n]), i,
                    s->n_q, s->n_kv, s->d, s->causal ? ", causal" : "", worst);
-            if (s->n_q > 1)
-                CHECKF(memcmp(one, three, n_out * sizeof(float)) == 0, "%s: shape %zu depends on the thread count",
-                       isa_name(isas[n]), i);
-            printf("%-6s %4d queries %4d cells %d/%d heads d %3d %-6s worst %.2g\n", isa_name(isas[n]), s->n_q,
+            CHECKF(memcmp(one, two, n_out * sizeof(float)) == 0, "%s: shape %zu depends on the thread count",
+                   isa_name(isas[n]), i);
+            printf("%-6s %4d queries %4d cells %2d/%d heads d %3d %-6s worst %.2g\n", isa_name(isas[n]), s->n_q,
                    s->n_kv, s->n_head, s->n_head_kv, s->d, s->causal ? "causal" : "", worst);
             free(one);
-            free(three);
+            free(two);
         }
         check_blocks(pool, isas[n]);
+        check_chunks(pool, isas[n]);
     }
-    check_cells(&attn_kernels_ref, "scalar");
+    check_narrow(&attn_kernels_ref, "scalar");
     if (kernels_cpu_has(PH_ISA_AVX2)) {
         check_kernels(&attn_kernels_avx2, "avx2");
-        check_cells(&attn_kernels_avx2, "avx2");
+        check_narrow(&attn_kernels_avx2, "avx2");
     }
     if (kernels_cpu_has(PH_ISA_AVX512)) {
-        /* the AVX-512 pass: equal to the AVX2 primitives' pass, bit for bit */
-        check_cells(&attn_kernels_avx512, "avx512");
         check_kernels(&attn_kernels_avx512, "avx512");
+        check_narrow(&attn_kernels_avx512, "avx512");
         /* and its tiles: equal to the AVX2 tiles, bit for bit */
         check_tiles_avx512();
+        check_narrow_avx512();
     }
     tpool_free(pool);
     TEST_END();

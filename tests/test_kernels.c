@@ -362,8 +362,9 @@ static void test_dot_extremes(void) {
     kernels_force(PH_ISA_SCALAR);
 }
 
-/* A plan's tile must match its single-row dot: bit for bit for the quantized
- * types (same summation order), to rounding for the float ones. */
+/* A plan's tile must match its single-row dot bit for bit, for every type
+ * (the same summation order): a row's product does not depend on the rows
+ * multiplied with it. */
 static void test_tiles(void) {
     enum { N = 256 * 5, MAXR = 4 };
     static float xf[MAXR][N], wf[2][N], y[MAXR * 2];
@@ -389,8 +390,7 @@ static void test_tiles(void) {
             for (int r = 0; r < p->mx; r++)
                 for (int o = 0; o < p->mw; o++) {
                     float want = p->dot(N, w[o], xq[r]), got = y[r * 2 + o];
-                    if (type_get(wt)->block_elems > 1 ? got != want : fabsf(got - want) > 1e-5f * (fabsf(want) + 1))
-                        bad++;
+                    bad += f_bits(got) != f_bits(want);
                 }
             CHECKF(bad == 0, "%s tile %s: %d results differ from the dot", isa_name((isa_level)isa),
                    type_get(wt)->name, bad);
@@ -544,6 +544,18 @@ static void test_matmul(void) {
                 CHECKF(memcmp(y1, y2, sizeof(float) * (size_t)(n_out * n_rows)) == 0 &&
                            memcmp(y1, y3, sizeof(float) * (size_t)(n_out * n_rows)) == 0,
                        "%s matmul %s: threads change the result", isa_name((isa_level)isa), type_get(wt)->name);
+                if (n_rows > 1) { /* each row alone (decode) gives its numbers in the batch bit for bit */
+                    float *one = malloc(sizeof(float) * (size_t)n_out);
+                    int dep = 0;
+                    for (int64_t r = 0; r < n_rows; r++) {
+                        mat_mul(r % 2 ? pool2 : NULL, &m, x + r * n_in, 1, one);
+                        dep += memcmp(one, y1 + r * n_out, sizeof(float) * (size_t)n_out) != 0;
+                    }
+                    CHECKF(dep == 0, "%s matmul %s %lldx%lld: %d of %lld rows depend on their batch",
+                           isa_name((isa_level)isa), type_get(wt)->name, (long long)n_out, (long long)n_in, dep,
+                           (long long)n_rows);
+                    free(one);
+                }
                 /* against float products: tight with the activations converted as
                  * the kernels do (to within float reassociation), loose with the raw ones */
                 void *xq = malloc(type_row_bytes(dt, n_in));

@@ -145,8 +145,7 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
             }
         }
         if (kv_cache_reserve(&s->kv, kv->n_rows + (int32_t)c, err) ||
-            llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, prompt,
-                        err))
+            llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, err))
             return -1;
         s->next_pos += (int32_t)c;
         done += c;
@@ -155,7 +154,7 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
     return 0;
 }
 
-/* More than one token: a prompt; one: a decoded token. */
+/* More than one token: a prompt (its progress reported); one: a decoded token. */
 int ph_session_eval_tokens(ph_session *s, const int32_t *ids, size_t n, ph_err *err) {
     return eval_tokens(s, ids, n, n > 1, err);
 }
@@ -189,7 +188,7 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
         }
         if (kv_cache_reserve(&s->kv, kv->n_rows + (int32_t)c, err) ||
             llm_forward(s->m, &s->kv.rows, &s->sc, NULL, rows + done * hp->n_embd_inp, c, s->sc.pos,
-                        want_logits && done + c == n, true, err))
+                        want_logits && done + c == n, err))
             return -1;
         done += c;
         rows_done(s, base, done, n);

@@ -30,8 +30,9 @@ void session_encode_step(void *ud, int done, int total);
  * row-major over the merged grid) with M-RoPE positions; the next text
  * position advances by max(grid_x, grid_y) (docs/numerics.md, Positions of picture rows). Logits are computed
  * only when asked (a prompt rarely ends with a picture). */
-/* Rows of a prompt, however few (ph_session_eval_tokens takes a single
- * token as a decoded one): see llm_forward's prompt. */
+/* Rows of a prompt, however few, reported as prefill progress
+ * (ph_session_eval_tokens takes a single token as a decoded one, which
+ * reports none); the numbers are the same either way. */
 int session_eval_prompt(ph_session *s, const int32_t *ids, size_t n, ph_err *err);
 int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, int32_t grid_y, bool want_logits,
                             ph_err *err);

@@ -2,16 +2,18 @@
  * (flash-style) softmax accumulated in f32. Query heads map to KV heads in
  * contiguous groups (GQA; docs/numerics.md, Attention).
  *
- * As in llama.cpp's CPU flash attention (docs/numerics.md, Attention): with fewer than
- * PH_ATTN_TILE_Q query rows each query is rounded to f16 and meets the cells
- * one by one, summing v in f16 (one query row over a KV view of 512 or more
- * cells: one chunk of cells per pool thread, merged in f32, so that result
- * depends on the thread count, as llama.cpp's does); with PH_ATTN_TILE_Q or
- * more (a picture), or rows of a prompt however few, queries stay f32 and
- * meet tiles of cells widened to f32: a row's result then depends neither
- * on the rows batched with it nor on the thread count, so a prompt's rows
- * come out the same whether they are evaluated at once or a few at a time
- * (a conversation's new message after reused rows). */
+ * Every query row takes the same arithmetic, however many rows a call
+ * holds and however many threads run it: queries stay f32 and meet the
+ * cells in tiles of PH_ATTN_TILE_KV widened to f32, one online-softmax step
+ * per tile (qk_tile, softmax_tile, pv_tile below). A query (one row of one
+ * head) is a column of a tile: 64-wide tiles of one head's rows for 64
+ * rows or more (a prompt chunk, a picture), else tiles of a KV head's
+ * queries (its group of query heads times the rows), 64 or PH_ATTN_TILE_N
+ * wide (decode, short batches). A column's result is the same chain of
+ * operations in every tile width, and threads share out heads and tiles,
+ * never the cells of one query, so a row's output is bit for bit the same
+ * evaluated alone, as a decoded token, or inside a prompt chunk of any
+ * size, with any thread count (on one ISA level). */
 #ifndef PH_KERNELS_ATTENTION_H
 #define PH_KERNELS_ATTENTION_H
 
@@ -46,7 +48,6 @@ typedef struct attn_args {
     float scale;
     float *out; /* [n_q][out_stride], head h at h * head_dim */
     int64_t out_stride;
-    bool prompt; /* rows of a prompt: the tiled path for any n_q */
 } attn_args;
 
 void attn_compute(tpool *pool, const attn_args *a);
@@ -57,66 +58,42 @@ void attn_compute(tpool *pool, const attn_args *a);
  * attn_compute. */
 void attn_kv_contiguous(attn_args *a, const uint8_t **table, const void *base, size_t k_off, size_t v_off);
 
-/* Query rows per tile of the tiled path, and KV cells per tile. */
+/* Columns (queries) of a wide tile and of a narrow one, and KV cells per
+ * tile. */
 #define PH_ATTN_TILE_Q  64
+#define PH_ATTN_TILE_N  8
 #define PH_ATTN_TILE_KV 64
 
-/* The per-cell pass of one KV head over cells [c0, c1), for nq queries
- * (query j is row j / group of the pass). Each query keeps
- * a running max M[j], sum S[j] and f16 sum of p * v acc[j][hd]; per cell
- * and query: s = (q . k) * scale; if s > M: acc = f16(acc * exp(M - s)),
- * M = s, w = 1; else w = exp(s - M); acc = f16(acc + v * w);
- * S = S * exp(M_old - M) + w. */
-typedef struct attn_cells {
-    const f16_bits *k, *v; /* the first head's row of cell c at k + c * stride */
-    int64_t stride;
-    int64_t c0, c1;
-    int n_g;        /* KV heads done together, cell by cell: head g's row is at + g * hd, its
-                              queries and states are those of index g * nq + j (one pass over each
-                              cell's row, in order through memory) */
-    const float *q; /* [n_g][nq][hd] the queries rounded to f16 */
-    int nq, hd, group;
-    bool causal; /* query j sees cells c <= last0 + j / group */
-    int64_t last0;
-    float scale;
-    float *M, *S, *acc; /* [n_g][nq], [n_g][nq], [n_g][nq][hd] */
-    float *kf, *vf;     /* [hd] scratch */
-} attn_cells;
-
-/* The primitives, exposed for the SIMD/reference comparison test. */
+/* The tile primitives, exposed for the SIMD/reference comparison test.
+ * A tile has T columns, one per query: T = PH_ATTN_TILE_Q for the wide
+ * ones, PH_ATTN_TILE_N for the narrow ones; a narrow primitive gives each
+ * column what the wide one gives it, bit for bit. */
 typedef struct attn_kernels {
-    /* the per-cell pass, whole (the SIMD versions fuse the steps below and
-     * give the same results bit for bit) */
-    void (*cells)(const attn_cells *x);
-    /* per-cell path (fewer than PH_ATTN_TILE_Q query rows) */
     void (*f16_to_f32)(const f16_bits *src, float *dst, int n);
-    float (*dot)(const float *a, const float *b, int n);
-    /* The running sum of v is a row of f16 values held as f32:
-     * acc = f16(acc * a), and acc = f16(acc + v * b) (one fused rounding). */
-    void (*scale_f16)(float *acc, float a, int n);
-    void (*mad_f16)(float *acc, const float *v, float b, int n);
-
-    /* tiled path; T = PH_ATTN_TILE_Q columns, one per query row */
-    /* st[j][i] = (k[j] . qt[.][i]) * scale for j < nk, i < T; k is [nk][d],
-     * qt is [d][T] (the queries transposed), st is [nk][T]. */
+    /* st[j][i] = (k[j] . qt[.][i]) * scale for j < nk, i < T, the dot as
+     * one chain over t (s = k[j][t] * qt[t][i] + s, fused where the ISA
+     * has FMA); k is [nk][d], qt is [d][T] (the queries transposed), st is
+     * [nk][T]. */
     void (*qk_tile)(const float *k, int nk, const float *qt, int d, float scale, float *st);
     /* One online-softmax step over nk rows of scores: per column i,
      * m = max(M[i], max_j st[j][i]); st[j][i] = exp(st[j][i] - m) (0 where
      * the score is -inf); ms[i] = exp(M[i] - m) (1 if both are -inf);
-     * L[i] = L[i] * ms[i] + sum_j st[j][i]; M[i] = m. */
+     * L[i] = L[i] * ms[i] + sum_j st[j][i] (summed in j order); M[i] = m. */
     void (*softmax_tile)(float *st, int nk, float *M, float *L, float *ms);
-    /* o[i][t] = o[i][t] * ms[i] + sum_j p[j][i] * v[j][t] for i < T, t < d;
-     * p is [nk][T], v is [nk][d], o is [T][d]. */
+    /* o[i][t] = o[i][t] * ms[i] + sum_j p[j][i] * v[j][t] (in j order) for
+     * i < T, t < d; p is [nk][T], v is [nk][d], o is [T][d]. */
     void (*pv_tile)(const float *p, int nk, const float *v, int d, const float *ms, float *o);
+    /* the same three over T = PH_ATTN_TILE_N columns, of which the first
+     * nc are queries: qk_narrow may give the others a score of 0 instead,
+     * pv_narrow leaves them as they are */
+    void (*qk_narrow)(const float *k, int nk, const float *qt, int d, float scale, float *st, int nc);
+    void (*softmax_narrow)(float *st, int nk, float *M, float *L, float *ms);
+    void (*pv_narrow)(const float *p, int nk, const float *v, int d, const float *ms, float *o, int nc);
 } attn_kernels;
 
 extern const attn_kernels attn_kernels_ref;
 extern const attn_kernels attn_kernels_avx2;
 extern const attn_kernels attn_kernels_avx512;
-
-/* The SIMD per-cell passes (attention_avx2.c, attention_avx512.c). */
-void attn_cells_avx2(const attn_cells *x);
-void attn_cells_avx512(const attn_cells *x);
 
 /* The AVX-512 tiles (attention_avx512.c): the AVX2 tiles' results bit for
  * bit (every output is the same chain of operations, wider vectors only put
@@ -124,8 +101,6 @@ void attn_cells_avx512(const attn_cells *x);
 void attn_qk_tile_avx512(const float *k, int nk, const float *qt, int d, float scale, float *st);
 void attn_softmax_tile_avx512(float *st, int nk, float *M, float *L, float *ms);
 void attn_pv_tile_avx512(const float *p, int nk, const float *v, int d, const float *ms, float *o);
-
-/* The per-cell pass made of kk's primitives (what kk->cells must equal). */
-void attn_cells_with(const attn_kernels *kk, const attn_cells *x);
+void attn_pv_narrow_avx512(const float *p, int nk, const float *v, int d, const float *ms, float *o, int nc);
 
 #endif

@@ -11,84 +11,10 @@ static void avx2_f16_to_f32(const f16_bits *src, float *dst, int n) {
     for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 }
 
-static float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static float avx2_dot(const float *a, const float *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = hsum256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* acc = f16(acc * a): the product rounded to f16, kept as f32 */
-static void avx2_scale_f16(float *acc, float a, int n) {
-    const __m256 va = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(acc + i), va),
-                                                                  _MM_FROUND_TO_NEAREST_INT)));
-    for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(acc[i] * a, _MM_FROUND_TO_NEAREST_INT));
-}
-
-/* acc = f16(acc + v * b) */
-static void avx2_mad_f16(float *acc, const float *v, float b, int n) {
-    const __m256 vb = _mm256_set1_ps(b);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 y = _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vb, _mm256_loadu_ps(acc + i));
-        _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT)));
-    }
-    for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(fmaf(v[i], b, acc[i]), _MM_FROUND_TO_NEAREST_INT));
-}
-
-/* q . row of f16 values, in avx2_dot's order (the row widened on the way):
- * the same sum as avx2_dot(q, f32(row)) bit for bit. */
-static inline float dot_f16row(const float *q, const f16_bits *k, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8),
-                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8))), s1);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), s0);
-    float s = hsum256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += q[i] * _cvtsh_ss(k[i]);
-    return s;
-}
-
-/* acc = f16(acc + f32(v) * b): avx2_mad_f16 with the row widened on the way. */
-static inline void mad_f16row(float *acc, const f16_bits *v, float b, int n) {
-    const __m256 vb = _mm256_set1_ps(b);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 y =
-            _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))), vb, _mm256_loadu_ps(acc + i));
-        _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT)));
-    }
-    for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(fmaf(_cvtsh_ss(v[i]), b, acc[i]), _MM_FROUND_TO_NEAREST_INT));
-}
-
-#define scale_f16row    avx2_scale_f16
-#define ATTN_CELLS_NAME attn_cells_avx2
-#include "kernels/attention_cells.h"
-#undef scale_f16row
-
 /* ---- tiled path ------------------------------------------------------------ */
 
 #define TQ PH_ATTN_TILE_Q
+#define AI static inline __attribute__((always_inline))
 
 /* exp(x) for x <= 0 (softmax arguments), Cephes-style: x = n ln2 + r with
  * |r| <= ln2/2, exp(r) by a degree-6 polynomial (about 1 ulp), times 2^n;
@@ -168,84 +94,187 @@ static void avx2_qk_tile(const float *k, int nk, const float *qt, int d, float s
     for (; j < nk; j++) qk_row1(k + j * d, qt, d, scale, st + j * TQ);
 }
 
-static void avx2_softmax_tile(float *st, int nk, float *M, float *L, float *ms) {
+/* The softmax step of the 8 columns at st (rows T apart), M, L, ms. */
+static inline void softmax_cols8(float *st, int nk, int T, float *M, float *L, float *ms) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
-    for (int i = 0; i < TQ; i += 8) {
-        const __m256 mold = _mm256_loadu_ps(M + i);
-        __m256 m = mold;
-        for (int j = 0; j < nk; j++) m = _mm256_max_ps(m, _mm256_loadu_ps(st + j * TQ + i));
-        /* a column with no finite score yet keeps m = -inf: its p are 0 */
-        const __m256 none = _mm256_cmp_ps(m, ninf, _CMP_EQ_OQ);
-        __m256 sum = _mm256_setzero_ps();
-        for (int j = 0; j < nk; j++) {
-            __m256 p = _mm256_andnot_ps(none, exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(st + j * TQ + i), m)));
-            _mm256_storeu_ps(st + j * TQ + i, p);
-            sum = _mm256_add_ps(sum, p);
-        }
-        const __m256 same = _mm256_cmp_ps(mold, m, _CMP_EQ_OQ);
-        const __m256 f = _mm256_blendv_ps(exp_nonpos(_mm256_sub_ps(mold, m)), _mm256_set1_ps(1.0f), same);
-        _mm256_storeu_ps(ms + i, f);
-        _mm256_storeu_ps(L + i, _mm256_fmadd_ps(_mm256_loadu_ps(L + i), f, sum));
-        _mm256_storeu_ps(M + i, m);
+    const __m256 mold = _mm256_loadu_ps(M);
+    __m256 m = mold;
+    for (int j = 0; j < nk; j++) m = _mm256_max_ps(m, _mm256_loadu_ps(st + j * T));
+    /* a column with no finite score yet keeps m = -inf: its p are 0 */
+    const __m256 none = _mm256_cmp_ps(m, ninf, _CMP_EQ_OQ);
+    __m256 sum = _mm256_setzero_ps();
+    for (int j = 0; j < nk; j++) {
+        __m256 p = _mm256_andnot_ps(none, exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(st + j * T), m)));
+        _mm256_storeu_ps(st + j * T, p);
+        sum = _mm256_add_ps(sum, p);
     }
+    const __m256 same = _mm256_cmp_ps(mold, m, _CMP_EQ_OQ);
+    const __m256 f = _mm256_blendv_ps(exp_nonpos(_mm256_sub_ps(mold, m)), _mm256_set1_ps(1.0f), same);
+    _mm256_storeu_ps(ms, f);
+    _mm256_storeu_ps(L, _mm256_fmadd_ps(_mm256_loadu_ps(L), f, sum));
+    _mm256_storeu_ps(M, m);
 }
 
-/* Query rows [i, i + 4) of o, columns [t, t + 16), against nk rows of p
- * and v (named accumulators, as in qk_rows4). */
-static void pv_block(const float *p, int nk, const float *v, int d, const float *ms, float *o) {
-    float *o0 = o, *o1 = o + d, *o2 = o + 2 * d, *o3 = o + 3 * d;
-    __m256 f = _mm256_broadcast_ss(ms);
-    __m256 a00 = _mm256_mul_ps(_mm256_loadu_ps(o0), f), a01 = _mm256_mul_ps(_mm256_loadu_ps(o0 + 8), f);
-    f = _mm256_broadcast_ss(ms + 1);
-    __m256 a10 = _mm256_mul_ps(_mm256_loadu_ps(o1), f), a11 = _mm256_mul_ps(_mm256_loadu_ps(o1 + 8), f);
-    f = _mm256_broadcast_ss(ms + 2);
-    __m256 a20 = _mm256_mul_ps(_mm256_loadu_ps(o2), f), a21 = _mm256_mul_ps(_mm256_loadu_ps(o2 + 8), f);
-    f = _mm256_broadcast_ss(ms + 3);
-    __m256 a30 = _mm256_mul_ps(_mm256_loadu_ps(o3), f), a31 = _mm256_mul_ps(_mm256_loadu_ps(o3 + 8), f);
-    for (int j = 0; j < nk; j++) {
-        const __m256 v0 = _mm256_loadu_ps(v + j * d), v1 = _mm256_loadu_ps(v + j * d + 8);
-        const float *pj = p + j * TQ;
-        __m256 pb = _mm256_broadcast_ss(pj);
-        a00 = _mm256_fmadd_ps(pb, v0, a00);
-        a01 = _mm256_fmadd_ps(pb, v1, a01);
-        pb = _mm256_broadcast_ss(pj + 1);
-        a10 = _mm256_fmadd_ps(pb, v0, a10);
-        a11 = _mm256_fmadd_ps(pb, v1, a11);
-        pb = _mm256_broadcast_ss(pj + 2);
-        a20 = _mm256_fmadd_ps(pb, v0, a20);
-        a21 = _mm256_fmadd_ps(pb, v1, a21);
-        pb = _mm256_broadcast_ss(pj + 3);
-        a30 = _mm256_fmadd_ps(pb, v0, a30);
-        a31 = _mm256_fmadd_ps(pb, v1, a31);
+static void avx2_softmax_tile(float *st, int nk, float *M, float *L, float *ms) {
+    for (int i = 0; i < TQ; i += 8) softmax_cols8(st + i, nk, TQ, M + i, L + i, ms + i);
+}
+
+/* Columns [0, NC) of o (rows d apart), head columns [0, 8 NV), against nk
+ * rows of p (rows T apart) and v: per output o * ms, then one FMA per row
+ * of p in order. */
+AI void pv_block(const float *p, int T, int nk, const float *v, int d, const float *ms, float *o, const int NC,
+                 const int NV) {
+    __m256 a[4][4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) {
+        const __m256 f = _mm256_broadcast_ss(ms + c);
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) a[c][u] = _mm256_mul_ps(_mm256_loadu_ps(o + c * d + 8 * u), f);
     }
-    _mm256_storeu_ps(o0, a00);
-    _mm256_storeu_ps(o0 + 8, a01);
-    _mm256_storeu_ps(o1, a10);
-    _mm256_storeu_ps(o1 + 8, a11);
-    _mm256_storeu_ps(o2, a20);
-    _mm256_storeu_ps(o2 + 8, a21);
-    _mm256_storeu_ps(o3, a30);
-    _mm256_storeu_ps(o3 + 8, a31);
+    for (int j = 0; j < nk; j++) {
+        __m256 vv[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) vv[u] = _mm256_loadu_ps(v + j * d + 8 * u);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const __m256 pb = _mm256_broadcast_ss(p + j * T + c);
+#pragma GCC unroll 4
+            for (int u = 0; u < NV; u++) a[c][u] = _mm256_fmadd_ps(pb, vv[u], a[c][u]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) _mm256_storeu_ps(o + c * d + 8 * u, a[c][u]);
+}
+
+/* Column r of o, head columns [t0, d): the product rounded, then the sum, no
+ * FMA (ISO C11 builds with GCC do not contract it). */
+static void pv_tail(const float *p, int T, int nk, const float *v, int d, const float *ms, float *o, int r, int t0) {
+    for (int t = t0; t < d; t++) {
+        float acc = o[r * d + t] * ms[r];
+        for (int j = 0; j < nk; j++) acc += p[j * T + r] * v[j * d + t];
+        o[r * d + t] = acc;
+    }
 }
 
 static void avx2_pv_tile(const float *p, int nk, const float *v, int d, const float *ms, float *o) {
     const int d16 = d & ~15;
     for (int i = 0; i < TQ; i += 4) {
-        for (int t = 0; t < d16; t += 16) pv_block(p + i, nk, v + t, d, ms + i, o + i * d + t);
-        for (int r = i; r < i + 4; r++) /* columns past the last multiple of 16 */
-            for (int t = d16; t < d; t++) {
-                float acc = o[r * d + t] * ms[r];
-                for (int j = 0; j < nk; j++) acc += p[j * TQ + r] * v[j * d + t];
-                o[r * d + t] = acc;
-            }
+        for (int t = 0; t < d16; t += 16) pv_block(p + i, TQ, nk, v + t, d, ms + i, o + i * d + t, 4, 2);
+        for (int r = i; r < i + 4; r++) pv_tail(p, TQ, nk, v, d, ms, o, r, d16);
     }
 }
 
-const attn_kernels attn_kernels_avx2 = {attn_cells_avx2, avx2_f16_to_f32, avx2_dot,          avx2_scale_f16,
-                                        avx2_mad_f16,    avx2_qk_tile,    avx2_softmax_tile, avx2_pv_tile};
+/* ---- narrow tiles: TN columns, each as in the wide tiles ------------------- */
 
-/* AVX-512: its own per-cell pass and tiles (attention_avx512.c, the AVX2
- * ones' results bit for bit), the AVX2 per-element primitives. */
-const attn_kernels attn_kernels_avx512 = {attn_cells_avx512,        avx2_f16_to_f32,    avx2_dot,
-                                          avx2_scale_f16,           avx2_mad_f16,       attn_qk_tile_avx512,
-                                          attn_softmax_tile_avx512, attn_pv_tile_avx512};
+#define TN PH_ATTN_TILE_N
+_Static_assert(TN == 8, "a narrow tile's columns are one ymm");
+
+/* Eight rows of keys against the TN columns: the chain of qk_rows4 per
+ * output. */
+static void qk_narrow_rows8(const float *k, const float *qt, int d, float scale, float *st) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int t = 0; t < d; t++) {
+        const __m256 q = _mm256_loadu_ps(qt + t * TN);
+        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(k + t), q, a0);
+        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(k + d + t), q, a1);
+        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(k + 2 * d + t), q, a2);
+        a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(k + 3 * d + t), q, a3);
+        a4 = _mm256_fmadd_ps(_mm256_broadcast_ss(k + 4 * d + t), q, a4);
+        a5 = _mm256_fmadd_ps(_mm256_broadcast_ss(k + 5 * d + t), q, a5);
+        a6 = _mm256_fmadd_ps(_mm256_broadcast_ss(k + 6 * d + t), q, a6);
+        a7 = _mm256_fmadd_ps(_mm256_broadcast_ss(k + 7 * d + t), q, a7);
+    }
+    const __m256 sc = _mm256_set1_ps(scale);
+    _mm256_storeu_ps(st, _mm256_mul_ps(a0, sc));
+    _mm256_storeu_ps(st + TN, _mm256_mul_ps(a1, sc));
+    _mm256_storeu_ps(st + 2 * TN, _mm256_mul_ps(a2, sc));
+    _mm256_storeu_ps(st + 3 * TN, _mm256_mul_ps(a3, sc));
+    _mm256_storeu_ps(st + 4 * TN, _mm256_mul_ps(a4, sc));
+    _mm256_storeu_ps(st + 5 * TN, _mm256_mul_ps(a5, sc));
+    _mm256_storeu_ps(st + 6 * TN, _mm256_mul_ps(a6, sc));
+    _mm256_storeu_ps(st + 7 * TN, _mm256_mul_ps(a7, sc));
+}
+
+/* The same with the first four columns only, in an xmm (the per-lane
+ * operations are those of the ymm). */
+static void qk_narrow4_rows8(const float *k, const float *qt, int d, float scale, float *st) {
+    __m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int t = 0; t < d; t++) {
+        const __m128 q = _mm_loadu_ps(qt + t * TN);
+        a0 = _mm_fmadd_ps(_mm_broadcast_ss(k + t), q, a0);
+        a1 = _mm_fmadd_ps(_mm_broadcast_ss(k + d + t), q, a1);
+        a2 = _mm_fmadd_ps(_mm_broadcast_ss(k + 2 * d + t), q, a2);
+        a3 = _mm_fmadd_ps(_mm_broadcast_ss(k + 3 * d + t), q, a3);
+        a4 = _mm_fmadd_ps(_mm_broadcast_ss(k + 4 * d + t), q, a4);
+        a5 = _mm_fmadd_ps(_mm_broadcast_ss(k + 5 * d + t), q, a5);
+        a6 = _mm_fmadd_ps(_mm_broadcast_ss(k + 6 * d + t), q, a6);
+        a7 = _mm_fmadd_ps(_mm_broadcast_ss(k + 7 * d + t), q, a7);
+    }
+    const __m128 sc = _mm_set1_ps(scale);
+    _mm_storeu_ps(st, _mm_mul_ps(a0, sc));
+    _mm_storeu_ps(st + TN, _mm_mul_ps(a1, sc));
+    _mm_storeu_ps(st + 2 * TN, _mm_mul_ps(a2, sc));
+    _mm_storeu_ps(st + 3 * TN, _mm_mul_ps(a3, sc));
+    _mm_storeu_ps(st + 4 * TN, _mm_mul_ps(a4, sc));
+    _mm_storeu_ps(st + 5 * TN, _mm_mul_ps(a5, sc));
+    _mm_storeu_ps(st + 6 * TN, _mm_mul_ps(a6, sc));
+    _mm_storeu_ps(st + 7 * TN, _mm_mul_ps(a7, sc));
+}
+
+static void avx2_qk_narrow(const float *k, int nk, const float *qt, int d, float scale, float *st, int nc) {
+    int j = 0;
+    if (nc <= 4) { /* half the work; the other columns' scores are 0 */
+        for (; j + 8 <= nk; j += 8) qk_narrow4_rows8(k + j * d, qt, d, scale, st + j * TN);
+        for (; j < nk; j++) {
+            __m128 a = _mm_setzero_ps();
+            for (int t = 0; t < d; t++)
+                a = _mm_fmadd_ps(_mm_broadcast_ss(k + j * d + t), _mm_loadu_ps(qt + t * TN), a);
+            _mm_storeu_ps(st + j * TN, _mm_mul_ps(a, _mm_set1_ps(scale)));
+        }
+        for (j = 0; j < nk; j++) _mm_storeu_ps(st + j * TN + 4, _mm_setzero_ps());
+        return;
+    }
+    for (; j + 8 <= nk; j += 8) qk_narrow_rows8(k + j * d, qt, d, scale, st + j * TN);
+    for (; j < nk; j++) {
+        __m256 a = _mm256_setzero_ps();
+        for (int t = 0; t < d; t++)
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(k + j * d + t), _mm256_loadu_ps(qt + t * TN), a);
+        _mm256_storeu_ps(st + j * TN, _mm256_mul_ps(a, _mm256_set1_ps(scale)));
+    }
+}
+
+static void avx2_softmax_narrow(float *st, int nk, float *M, float *L, float *ms) {
+    softmax_cols8(st, nk, TN, M, L, ms);
+}
+
+/* Columns four, two or one at a time (a block of v then meets as many
+ * columns as are left), 16 or 32 head columns per block, AVX2's scalar tail. */
+static void avx2_pv_narrow(const float *p, int nk, const float *v, int d, const float *ms, float *o, int nc) {
+    const int d16 = d & ~15;
+    int i = 0;
+    for (; i + 4 <= nc; i += 4)
+        for (int t = 0; t < d16; t += 16) pv_block(p + i, TN, nk, v + t, d, ms + i, o + i * d + t, 4, 2);
+    for (; i + 2 <= nc; i += 2) {
+        int t = 0;
+        for (; t + 32 <= d16; t += 32) pv_block(p + i, TN, nk, v + t, d, ms + i, o + i * d + t, 2, 4);
+        for (; t < d16; t += 16) pv_block(p + i, TN, nk, v + t, d, ms + i, o + i * d + t, 2, 2);
+    }
+    for (; i < nc; i++) {
+        int t = 0;
+        for (; t + 32 <= d16; t += 32) pv_block(p + i, TN, nk, v + t, d, ms + i, o + i * d + t, 1, 4);
+        for (; t < d16; t += 16) pv_block(p + i, TN, nk, v + t, d, ms + i, o + i * d + t, 1, 2);
+    }
+    for (int r = 0; r < nc; r++) pv_tail(p, TN, nk, v, d, ms, o, r, d16);
+}
+
+const attn_kernels attn_kernels_avx2 = {avx2_f16_to_f32, avx2_qk_tile,        avx2_softmax_tile, avx2_pv_tile,
+                                        avx2_qk_narrow,  avx2_softmax_narrow, avx2_pv_narrow};
+
+/* AVX-512: its own wide tiles and narrow pv (attention_avx512.c, the AVX2
+ * ones' results bit for bit); the narrow qk and softmax are one ymm of
+ * columns wide, AVX2's. */
+const attn_kernels attn_kernels_avx512 = {avx2_f16_to_f32,      attn_qk_tile_avx512, attn_softmax_tile_avx512,
+                                          attn_pv_tile_avx512,  avx2_qk_narrow,      avx2_softmax_narrow,
+                                          attn_pv_narrow_avx512};

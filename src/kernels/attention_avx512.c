@@ -1,55 +1,9 @@
-/* AVX-512 per-cell attention pass (one query row or a short batch: decode),
- * and the tiles of the tiled path (prompts, pictures) further down.
- * The same arithmetic as the AVX2 pass in the same order, bit for bit: the
- * dot product's 16 lanes are AVX2's two accumulators of 8 side by side, and
- * the f16 roundings of the running sum are per element. */
+/* AVX-512 tiles of the attention (attention.h): the AVX2 tiles' results
+ * bit for bit. */
 #include <immintrin.h>
 #include <math.h>
 
 #include "kernels/attention.h"
-
-static inline float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float dot_f16row(const float *q, const f16_bits *k, int n) {
-    __m512 s = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        s = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + i))), s);
-    __m256 s0 = _mm512_castps512_ps256(s), s1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), s0);
-    float r = hsum256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) r += q[i] * _cvtsh_ss(k[i]);
-    return r;
-}
-
-static inline void scale_f16row(float *acc, float a, int n) {
-    const __m512 va = _mm512_set1_ps(a);
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(acc + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(_mm512_loadu_ps(acc + i), va),
-                                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
-    for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(acc[i] * a, _MM_FROUND_TO_NEAREST_INT));
-}
-
-static inline void mad_f16row(float *acc, const f16_bits *v, float b, int n) {
-    const __m512 vb = _mm512_set1_ps(b);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 y = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + i))), vb,
-                                   _mm512_loadu_ps(acc + i));
-        _mm512_storeu_ps(acc + i, _mm512_cvtph_ps(_mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
-    }
-    for (; i < n; i++) acc[i] = _cvtsh_ss(_cvtss_sh(fmaf(_cvtsh_ss(v[i]), b, acc[i]), _MM_FROUND_TO_NEAREST_INT));
-}
-
-#define ATTN_CELLS_NAME attn_cells_avx512
-#include "kernels/attention_cells.h"
 
 /* ---- tiled path ------------------------------------------------------------
  * The AVX2 tiles (attention_avx2.c) widened: each output lane is the same
@@ -183,12 +137,12 @@ void attn_softmax_tile_avx512(float *st, int nk, float *M, float *L, float *ms) 
     }
 }
 
-/* Query rows [0, R) of o (row stride d), head columns [0, 16 NZ) and, with
+/* Query rows [0, R) of o (row stride d; p's rows PS apart), head columns [0, 16 NZ) and, with
  * TAIL, the columns of tm past them (AVX2's scalar tail: the product
  * rounded, then the sum, no FMA; ISO C11 builds with GCC do not contract
  * it), against nk rows of p and v. */
-AI void pv_block(const float *p, int nk, const float *v, int d, const float *ms, float *o, const int R, const int NZ,
-                 const int TAIL, __mmask16 tm) {
+AI void pv_block(const float *p, const int PS, int nk, const float *v, int d, const float *ms, float *o, const int R,
+                 const int NZ, const int TAIL, __mmask16 tm) {
     __m512 a[8][4], at[8];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
@@ -198,7 +152,7 @@ AI void pv_block(const float *p, int nk, const float *v, int d, const float *ms,
         if (TAIL) at[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, o + r * d + NZ * 16), f);
     }
     for (int j = 0; j < nk; j++) {
-        const float *vj = v + j * d, *pj = p + j * TQ;
+        const float *vj = v + j * d, *pj = p + j * PS;
         __m512 vc[4], vt = _mm512_setzero_ps();
 #pragma GCC unroll 4
         for (int c = 0; c < NZ; c++) vc[c] = _mm512_loadu_ps(vj + c * 16);
@@ -225,7 +179,7 @@ AI void pv_block(const float *p, int nk, const float *v, int d, const float *ms,
     static void pv_chunk_##NZ##_##TAIL(const float *p, int nk, const float *v, int d, const float *ms, float *o,     \
                                        __mmask16 tm) {                                                               \
         enum { R = (NZ) + (TAIL) <= 2 ? 8 : 4 };                                                                     \
-        for (int i = 0; i < TQ; i += R) pv_block(p + i, nk, v, d, ms + i, o + i * d, R, NZ, TAIL, tm);               \
+        for (int i = 0; i < TQ; i += R) pv_block(p + i, TQ, nk, v, d, ms + i, o + i * d, R, NZ, TAIL, tm);           \
     }
 PV_CHUNK(1, 0)
 PV_CHUNK(2, 0)
@@ -254,6 +208,49 @@ void attn_pv_tile_avx512(const float *p, int nk, const float *v, int d, const fl
     for (int c = 0; c < n_chunks; c++) {
         const int w = nz / n_chunks + (c < nz % n_chunks), last = c == n_chunks - 1;
         chunks[w][last && tail](p, nk, v + t, d, ms, o + t, tm);
+        t += 16 * w;
+    }
+}
+
+/* ---- narrow tiles ----------------------------------------------------------
+ * pv over the first nc of PH_ATTN_TILE_N columns: pv_block as above, four,
+ * two or one column at a time. */
+
+#define TN PH_ATTN_TILE_N
+
+#define PVN_CHUNK(NZ, TAIL)                                                                                          \
+    static void pvn_chunk_##NZ##_##TAIL(const float *p, int nk, const float *v, int d, const float *ms, float *o,    \
+                                        __mmask16 tm, int nc) {                                                      \
+        int i = 0;                                                                                                   \
+        for (; i + 4 <= nc; i += 4) pv_block(p + i, TN, nk, v, d, ms + i, o + i * d, 4, NZ, TAIL, tm);               \
+        for (; i + 2 <= nc; i += 2) pv_block(p + i, TN, nk, v, d, ms + i, o + i * d, 2, NZ, TAIL, tm);               \
+        for (; i < nc; i++) pv_block(p + i, TN, nk, v, d, ms + i, o + i * d, 1, NZ, TAIL, tm);                       \
+    }
+PVN_CHUNK(1, 0)
+PVN_CHUNK(2, 0)
+PVN_CHUNK(3, 0)
+PVN_CHUNK(4, 0)
+PVN_CHUNK(0, 1)
+PVN_CHUNK(1, 1)
+PVN_CHUNK(2, 1)
+PVN_CHUNK(3, 1)
+PVN_CHUNK(4, 1)
+#undef PVN_CHUNK
+
+void attn_pv_narrow_avx512(const float *p, int nk, const float *v, int d, const float *ms, float *o, int nc) {
+    typedef void (*chunk_fn)(const float *, int, const float *, int, const float *, float *, __mmask16, int);
+    static const chunk_fn chunks[5][2] = {{NULL, pvn_chunk_0_1},
+                                          {pvn_chunk_1_0, pvn_chunk_1_1},
+                                          {pvn_chunk_2_0, pvn_chunk_2_1},
+                                          {pvn_chunk_3_0, pvn_chunk_3_1},
+                                          {pvn_chunk_4_0, pvn_chunk_4_1}};
+    const int nz = d / 16, tail = d % 16 != 0;
+    const __mmask16 tm = (__mmask16)((1u << (d % 16)) - 1);
+    const int n_chunks = nz > 0 ? (nz + 3) / 4 : tail;
+    int t = 0;
+    for (int c = 0; c < n_chunks; c++) {
+        const int w = nz / n_chunks + (c < nz % n_chunks), last = c == n_chunks - 1;
+        chunks[w][last && tail](p, nk, v + t, d, ms, o + t, tm, nc);
         t += 16 * w;
     }
 }

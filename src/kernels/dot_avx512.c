@@ -53,39 +53,69 @@ INLINE __m512 ld_f16(const f16_bits *p) { return _mm512_cvtph_ps(loadu256(p)); }
         return (float)s;                                                                                             \
     }
 
-FLOAT_DOT(dot_f32, float, ld_f32, id_f32, float, ld_f32, id_f32)
 FLOAT_DOT(dot_f16, f16_bits, ld_f16, f16f, f16_bits, ld_f16, f16f)
-FLOAT_DOT(dot_f16_f32, f16_bits, ld_f16, f16f, float, ld_f32, id_f32)
 
-#define FLOAT_TILE(name, TW, ldw, cw)                                                                                \
-    static void name(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y, size_t ldy) {          \
-        const TW *w0 = w, *w1 = (const TW *)((const char *)w + wb);                                                  \
-        const float *xr[4];                                                                                          \
-        for (int r = 0; r < 4; r++) xr[r] = (const float *)((const char *)x + r * xb);                               \
-        __m512 acc[2][4];                                                                                            \
-        UNROLL for (int r = 0; r < 4; r++) acc[0][r] = acc[1][r] = _mm512_setzero_ps();                              \
+/* One weight row against NR (1 or 2) rows of f32, each in FLOAT_DOT's order
+ * exactly: the dot (NR = 1) and the tile (NR = 2, one weight row x two
+ * activation rows) give a row the same number bit for bit, so a row's
+ * product does not depend on the rows multiplied with it. */
+#define FLOAT_ROWS(name, TW, ldw, cw)                                                                                \
+    INLINE void name(int64_t n, const TW *a, const float *x0, const float *x1, const int NR, float *y0, float *y1) { \
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;              \
         int64_t i = 0;                                                                                               \
-        for (; i + 16 <= n; i += 16) {                                                                               \
-            __m512 a0 = ldw(w0 + i), a1 = ldw(w1 + i);                                                               \
-            UNROLL for (int r = 0; r < 4; r++) {                                                                     \
-                __m512 b = _mm512_loadu_ps(xr[r] + i);                                                               \
-                acc[0][r] = _mm512_fmadd_ps(a0, b, acc[0][r]);                                                       \
-                acc[1][r] = _mm512_fmadd_ps(a1, b, acc[1][r]);                                                       \
+        for (; i + 4 * 16 <= n; i += 4 * 16) {                                                                       \
+            const __m512 w0 = ldw(a + i), w1 = ldw(a + i + 16), w2 = ldw(a + i + 2 * 16), w3 = ldw(a + i + 3 * 16);  \
+            s0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x0 + i), s0);                                                   \
+            s1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x0 + i + 16), s1);                                              \
+            s2 = _mm512_fmadd_ps(w2, _mm512_loadu_ps(x0 + i + 2 * 16), s2);                                          \
+            s3 = _mm512_fmadd_ps(w3, _mm512_loadu_ps(x0 + i + 3 * 16), s3);                                          \
+            if (NR > 1) {                                                                                            \
+                t0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x1 + i), t0);                                               \
+                t1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x1 + i + 16), t1);                                          \
+                t2 = _mm512_fmadd_ps(w2, _mm512_loadu_ps(x1 + i + 2 * 16), t2);                                      \
+                t3 = _mm512_fmadd_ps(w3, _mm512_loadu_ps(x1 + i + 3 * 16), t3);                                      \
             }                                                                                                        \
         }                                                                                                            \
-        UNROLL for (int r = 0; r < 4; r++) {                                                                         \
-            double s0 = _mm512_reduce_add_ps(acc[0][r]), s1 = _mm512_reduce_add_ps(acc[1][r]);                       \
-            for (int64_t k = i; k < n; k++) {                                                                        \
-                s0 += (double)(cw(w0[k]) * xr[r][k]);                                                                \
-                s1 += (double)(cw(w1[k]) * xr[r][k]);                                                                \
-            }                                                                                                        \
-            y[r * ldy] = (float)s0;                                                                                  \
-            y[r * ldy + 1] = (float)s1;                                                                              \
+        for (; i + 16 <= n; i += 16) {                                                                               \
+            const __m512 w0 = ldw(a + i);                                                                            \
+            s0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x0 + i), s0);                                                   \
+            if (NR > 1) t0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x1 + i), t0);                                       \
+        }                                                                                                            \
+        const int64_t i0 = i;                                                                                        \
+        double s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));                \
+        for (i = i0; i < n; i++) s += (double)(cw(a[i]) * x0[i]);                                                    \
+        *y0 = (float)s;                                                                                              \
+        if (NR > 1) {                                                                                                \
+            double t = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(t0, t1), _mm512_add_ps(t2, t3)));            \
+            for (i = i0; i < n; i++) t += (double)(cw(a[i]) * x1[i]);                                                \
+            *y1 = (float)t;                                                                                          \
         }                                                                                                            \
     }
 
-FLOAT_TILE(tile_f32, float, ld_f32, id_f32)
-FLOAT_TILE(tile_f16, f16_bits, ld_f16, f16f)
+FLOAT_ROWS(rows_f32, float, ld_f32, id_f32)
+FLOAT_ROWS(rows_f16, f16_bits, ld_f16, f16f)
+
+/* matmul's plans for F32 and F16 (x already rounded to f16 and widened:
+ * numerically F16 x F16) */
+static float dot_f32(int64_t n, const void *w, const void *x) {
+    float y;
+    rows_f32(n, w, x, NULL, 1, &y, NULL);
+    return y;
+}
+static float dot_f16_f32(int64_t n, const void *w, const void *x) {
+    float y;
+    rows_f16(n, w, x, NULL, 1, &y, NULL);
+    return y;
+}
+/* 1 weight row x 2 activation rows */
+static void tile_f32(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y, size_t ldy) {
+    (void)wb;
+    rows_f32(n, w, x, (const float *)((const char *)x + xb), 2, y, y + ldy);
+}
+static void tile_f16(int64_t n, const void *w, size_t wb, const void *x, size_t xb, float *y, size_t ldy) {
+    (void)wb;
+    rows_f16(n, w, x, (const float *)((const char *)x + xb), 2, y, y + ldy);
+}
 
 /* ---- Q8_0 / Q4_0 x Q8_0 --------------------------------------------------------------- */
 

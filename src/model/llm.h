@@ -95,11 +95,12 @@ void llm_scratch_free(llm_scratch *sc);
 /* Evaluates n rows (n <= sc->cap) at the end of kv. Either tokens (ids) or
  * embd (n rows of n_embd_inp floats, e.g. picture rows) is given. pos is
  * section-major [4][n] (only [0][n] for non-M-RoPE models). Computes the
- * logits of the last row (sc->logits) when want_logits. prompt: the rows
- * are a prompt's (attention's tiled path however few; see attn_args),
- * else decoded tokens. */
+ * logits of the last row (sc->logits) when want_logits. A row's results
+ * do not depend on the other rows of the call nor on how many there are
+ * (attn_compute, mat_mul): a prompt gives the same logits evaluated at once,
+ * in chunks or token by token. */
 int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *sc, const int32_t *tokens, const float *embd, int64_t n,
-                const int32_t *pos, bool want_logits, bool prompt, ph_err *err);
+                const int32_t *pos, bool want_logits, ph_err *err);
 
 /* The model of path with its architecture and hyperparameters (hp,
  * arch_name, name) read and nothing else loaded: for llm_check_pictures and

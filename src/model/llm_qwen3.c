@@ -332,7 +332,7 @@ void llm_scratch_free(llm_scratch *sc) {
 /* The attention mixer of layer L over the n normed rows in s->h (its
  * output rows to s->h), appending their K and V to the cells; Qwen3.5's
  * query heads come with gate heads (docs/numerics.md, Gated attention). */
-static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *s, int64_t n, bool prompt) {
+static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *s, int64_t n) {
     const llm_hparams *hp = &m->hp;
     const int64_t hd = hp->head_dim, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
     const int32_t c = L->slot;
@@ -384,7 +384,6 @@ static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scr
         .scale = 1.0f / sqrtf((float)hd),
         .out = s->att,
         .out_stride = nq,
-        .prompt = prompt,
     };
     attn_compute(m->pool, &aa);
     if (hp->gated_attn)
@@ -393,7 +392,7 @@ static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scr
 }
 
 int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *tokens, const float *embd, int64_t n,
-                const int32_t *pos, bool want_logits, bool prompt, ph_err *err) {
+                const int32_t *pos, bool want_logits, ph_err *err) {
     const llm_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, F = hp->n_ff;
     if (n <= 0 || n > s->cap) return err_set(err, "internal: batch of %lld rows", (long long)n);
@@ -418,7 +417,7 @@ int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *to
         const llm_layer *L = &m->layers[l];
         for (int64_t i = 0; i < n; i++) rms_norm(s->h + i * E, s->x + i * E, L->attn_norm, E, hp->rms_eps);
         if (L->recurrent) llm_qwen35_gdn(m, L, kv, s, n);
-        else attention(m, L, kv, s, n, prompt);
+        else attention(m, L, kv, s, n);
         add_rows(s->x, s->h, n * E);
 
         for (int64_t i = 0; i < n; i++) rms_norm(s->h + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);
