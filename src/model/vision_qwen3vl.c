@@ -657,11 +657,7 @@ static void attn_range(const vision_job *j, int64_t r0, int64_t r1) {
         .head_dim = (int)d,
         .scale = 1.0f / sqrtf((float)d),
         .out = b->a + r0 * C,
-        .out_stride = C,
-        /* the path all N rows at once would take: tiled from PH_ATTN_TILE_Q
-         * rows on, where a row's result does not depend on the rows beside it
-         * (fewer patches than that are one slice) */
-        .prompt = N >= PH_ATTN_TILE_Q,
+        .out_stride = C, /* a row's result does not depend on the rows beside it (kernels/attention.h) */
     };
     const uint8_t *table[1];
     attn_kv_contiguous(&aa, table, b->k16, 0, (size_t)N * C * sizeof(f16_bits));
