@@ -68,7 +68,7 @@ ph_session *session_new_in(ph_model *m, int32_t n_ctx, kv_pool *pool, ph_err *er
     }
     s->m = m;
     if (kv_cache_init(&s->kv, m, n_ctx, pool, err) ||
-        llm_scratch_init(&s->sc, m, n_ctx < PH_CHUNK ? n_ctx : PH_CHUNK, err)) {
+        llm_scratch_init(&s->sc, m, n_ctx < PH_CHUNK ? n_ctx : PH_CHUNK, 1, err)) {
         ph_session_free(s);
         return NULL;
     }
