@@ -106,6 +106,7 @@ static ph_engine_params params(const char *model) {
     p.n_ctx = 2048;
     p.n_threads = 2;
     p.id_cache_dir = idcache;
+    p.n_parallel = 1; /* one slot: the reuse of one live state at a time (tests/test_parallel.c: several) */
     return p;
 }
 

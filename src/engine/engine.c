@@ -30,7 +30,10 @@ void ph_engine_params_default(ph_engine_params *p) {
     p->conversation_cache_bytes = (size_t)2 << 30;
     p->kv_disk_bytes = (uint64_t)16 << 30;
     p->checkpoint_every = 4096;
+    p->n_parallel = 4;
+    p->batch_tokens = 512;
 }
+
 
 void ph_gen_params_default(ph_gen_params *g) {
     memset(g, 0, sizeof *g);
@@ -147,6 +150,16 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     const int32_t warm = 0;
     if (ph_session_eval_tokens(e->s, &warm, 1, err)) goto fail;
     ph_session_reset(e->s);
+    /* from now on every row goes through the batcher (one step: at most
+     * batch_tokens rows, the session's chunk by default, so that a prompt
+     * evaluated alone is cut as before) */
+    e->n_parallel = p->n_parallel > 0 ? p->n_parallel : 1;
+    const int32_t bt = p->batch_tokens > 0 ? p->batch_tokens : 512;
+    if (!(e->bat = batcher_new(e->m, bt < e->n_parallel ? e->n_parallel : bt, e->n_parallel, err))) goto fail;
+    pthread_mutex_init(&e->mu, NULL);
+    e->mu_ready = true;
+    e->s->bat = e->bat;
+    e->s->lock = &e->mu;
     memcpy(e->live.model_id, e->model_id, 32);
     /* everything the KV bytes depend on (a checkpoint made otherwise is never loaded) */
     const llm_hparams *hp = &e->m->hp;
@@ -216,6 +229,8 @@ void ph_engine_free(ph_engine *e) {
                 b.skipped - a.skipped, time_now_s() - t0);
         disk_tier_close(e->disk);
     }
+    batcher_free(e->bat);
+    if (e->mu_ready) pthread_mutex_destroy(&e->mu);
     embed_cache_free(e->cache);
     jc_vocab_free(e->jv);
     if (e->pool_ready) { /* the holds on the pool's blocks, then the pool */
@@ -273,6 +288,18 @@ void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
     st->kv_blocks_evicted = ps.evictions;
     st->kv_bytes_copied = ps.bytes_copied;
     ph_engine_get_disk_stats(e, st);
+    if (e->bat) {
+        batcher_stats bs;
+        batcher_get_stats(e->bat, &bs);
+        st->batch_steps = bs.steps;
+        st->batch_multi_steps = bs.multi_steps;
+        st->batch_max_seqs = (uint64_t)bs.max_seqs_step;
+        st->batch_prefill_rows = bs.prefill_rows;
+        st->batch_decode_rows = bs.decode_rows;
+        st->batch_step_s = bs.step_s;
+        st->batch_slices = bs.slices;
+        memcpy(st->batch_rows_hist, bs.rows_hist, sizeof st->batch_rows_hist);
+    }
 }
 
 void ph_engine_get_disk_stats(const ph_engine *e, ph_engine_stats *st) {
@@ -403,6 +430,20 @@ static int build_want(turn *t, ph_err *err) {
 /* The span of picture item k of the request. */
 static const seq_span *want_span(const turn *t, int32_t k) { return &t->want.spans[k]; }
 
+/* A picture's encode, run by the batcher between two steps. */
+typedef struct encode_job {
+    ph_engine *e;
+    const prep_image *prep;
+    float *rows;
+    ph_err *err;
+} encode_job;
+
+static int run_encode(void *ud) {
+    encode_job *j = ud;
+    const vision_progress vp = {on_encoder_step, j->e};
+    return vision_encode(j->e->enc.tower, j->prep, j->rows, &vp, j->err);
+}
+
 /* Encodes picture item k and puts its rows into the cache. */
 static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
     ph_engine *e = t->e;
@@ -420,8 +461,8 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
         return err_set(err, "out of memory for %s's rows", im->label);
     }
     double t0 = time_now_s();
-    const vision_progress vp = {on_encoder_step, e};
-    int rc = vision_encode(e->enc.tower, &prep, rows, &vp, err);
+    encode_job ej = {e, &prep, rows, err};
+    int rc = batcher_run(e->bat, run_encode, &ej);
     e->enc_done += vision_get_info(e->enc.tower)->n_layer + 1;
     r->encode_s += time_now_s() - t0;
     e->enc.last_used = time_now_s();

@@ -4,6 +4,9 @@
 #ifndef PH_ENGINE_ENGINE_H
 #define PH_ENGINE_ENGINE_H
 
+#include <pthread.h>
+
+#include "engine/batcher.h"
 #include "image/image.h"
 #include "engine/picture.h"
 #include "engine/session.h"
@@ -26,6 +29,10 @@ typedef struct image_memo_entry {
 
 struct ph_engine {
     ph_model *m;
+    batcher *bat;       /* evaluates the slots' rows together, and runs the picture encodes */
+    pthread_mutex_t mu; /* the pool, the tiers, the caches and the stats */
+    bool mu_ready;
+    int n_parallel;
     ph_session *s;
     ph_ctx_choice ctx;   /* how the session's context size was chosen */
     seq_state live;      /* provenance of the session's KV */
