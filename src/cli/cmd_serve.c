@@ -373,6 +373,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     }
     ep.progress = on_progress;
     ep.progress_ud = s;
+    ep.n_parallel = 1; /* one worker: one slot */
     ph_engine *e = ph_engine_new(&ep, &err);
     if (!e) {
         PH_ERROR("%s", err.msg);
