@@ -37,8 +37,8 @@ struct batcher {
     bjob **in;     /* their jobs */
     pthread_mutex_t mu;
     pthread_cond_t work, done;
-    bjob *rows;    /* segments, in order of arrival */
-    bjob *pieces;  /* other work, in order of arrival */
+    bjob *rows;   /* segments, in order of arrival */
+    bjob *pieces; /* other work, in order of arrival */
     bool stop, started;
     pthread_t th;
     batcher_stats st;
@@ -93,7 +93,7 @@ static void *loop(void *arg) {
     for (;;) {
         while (!b->stop && !b->rows && !b->pieces) pthread_cond_wait(&b->work, &b->mu);
         if (!b->rows && !b->pieces) break; /* stopping, nothing left */
-        if (b->pieces) { /* one piece of other work between two steps */
+        if (b->pieces) {                   /* one piece of other work between two steps */
             bjob *j = b->pieces;
             b->pieces = j->next;
             pthread_mutex_unlock(&b->mu);
@@ -119,8 +119,8 @@ static void *loop(void *arg) {
                 j->rc = -1;
                 j->err = err;
             } else {
-                if (b->segs[i].want_logits) memcpy(j->logits, b->sc.logits + (size_t)k++ * n_vocab,
-                                                   (size_t)n_vocab * sizeof *j->logits);
+                if (b->segs[i].want_logits)
+                    memcpy(j->logits, b->sc.logits + (size_t)k++ * n_vocab, (size_t)n_vocab * sizeof *j->logits);
                 j->done += b->segs[i].n;
                 if (j->decode) b->st.decode_rows += (uint64_t)b->segs[i].n;
                 else b->st.prefill_rows += (uint64_t)b->segs[i].n;

@@ -26,14 +26,14 @@ typedef struct batcher batcher;
 #define BATCHER_BUCKETS 8
 
 typedef struct batcher_stats {
-    uint64_t steps;         /* forward passes */
-    uint64_t multi_steps;   /* of them, with rows of more than one sequence */
-    uint64_t prefill_rows;  /* rows of prompts (and pictures) */
-    uint64_t decode_rows;   /* rows of decoded tokens */
-    uint64_t slices;        /* pieces of other work run between steps */
-    double step_s;          /* time in forward passes */
+    uint64_t steps;                          /* forward passes */
+    uint64_t multi_steps;                    /* of them, with rows of more than one sequence */
+    uint64_t prefill_rows;                   /* rows of prompts (and pictures) */
+    uint64_t decode_rows;                    /* rows of decoded tokens */
+    uint64_t slices;                         /* pieces of other work run between steps */
+    double step_s;                           /* time in forward passes */
     uint64_t rows_hist[BATCHER_BUCKETS + 1]; /* steps by rows, the last past every bound */
-    int32_t max_seqs_step;  /* the most sequences one step held */
+    int32_t max_seqs_step;                   /* the most sequences one step held */
 } batcher_stats;
 
 /* A batcher over model m for up to max_seqs sequences at once, steps of

@@ -34,7 +34,6 @@ void ph_engine_params_default(ph_engine_params *p) {
     p->batch_tokens = 512;
 }
 
-
 void ph_gen_params_default(ph_gen_params *g) {
     memset(g, 0, sizeof *g);
     g->sampler = ph_sampler_defaults();
@@ -519,8 +518,8 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
     embed_rows_hash(rows, nf, cond);
     pthread_mutex_lock(&e->mu);
     e->enc.last_used = time_now_s();
-    rc = embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond,
-                         &t->embeds[k], err);
+    rc = embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond, &t->embeds[k],
+                         err);
     if (rc == 0) e->st.pictures_encoded++;
     pthread_mutex_unlock(&e->mu);
     if (rc) return -1;
@@ -675,8 +674,8 @@ static bool constrained(const ph_gen_params *gp) {
     return gp->format != PH_FORMAT_TEXT || (gp->n_tools && gp->tool_choice != PH_TOOL_NONE);
 }
 
-static int generate(ph_engine *e, slot *sl, const ph_gen_params *gp, constraint *con, const ph_tokens *forced, ph_gen_cb cb,
-                    void *ud, ph_turn_report *r, double t_start, ph_err *err) {
+static int generate(ph_engine *e, slot *sl, const ph_gen_params *gp, constraint *con, const ph_tokens *forced,
+                    ph_gen_cb cb, void *ud, ph_turn_report *r, double t_start, ph_err *err) {
     const int32_t n_vocab = e->m->hp.n_vocab;
     gen g = {.e = e, .g = gp, .cb = cb, .ud = ud, .stop_index = -1};
     const chat_render_opts ro = {.thinking = gp->thinking};
@@ -901,7 +900,8 @@ static void publish_live(ph_engine *e, slot *sl) {
         kv_block_info info;
         kv_pool_get_block(&e->pool, kv->ids[i], &info);
         if (!info.named) { /* a block found by name has that name already */
-            if (e->disk && kv_pool_contains(&e->pool, sl->names[i])) disk_tier_release_rows(e->disk, i * KV_BLOCK_ROWS);
+            if (e->disk && kv_pool_contains(&e->pool, sl->names[i]))
+                disk_tier_release_rows(e->disk, i * KV_BLOCK_ROWS);
             const int32_t id = kv_pool_publish(&e->pool, kv->ids[i], sl->names[i], prev);
             if (id != kv->ids[i]) kv_cache_replace_block(kv, i, id);
         }
@@ -979,8 +979,8 @@ static int32_t known_rows(const ph_engine *e, const slot *sl, seq_state *want, i
  * the live table when p is used up (*used_up: the live state holds all p
  * could give), else shared with it (copied when the live state writes into
  * it: kv_pool_cow). */
-static void take_blocks(ph_engine *e, slot *sl, ram_point *p, const uint8_t (*names)[KV_NAME_LEN], int32_t keep, int32_t n,
-                        bool *used_up) {
+static void take_blocks(ph_engine *e, slot *sl, ram_point *p, const uint8_t (*names)[KV_NAME_LEN], int32_t keep,
+                        int32_t n, bool *used_up) {
     kv_cache *kv = &sl->s->kv;
     kv_cache_drop_blocks(kv, keep / KV_BLOCK_ROWS);
     for (int32_t b = keep / KV_BLOCK_ROWS; b < blocks_for(n); b++) {
@@ -1126,7 +1126,8 @@ static int32_t plan_reuse(ph_engine *e, slot *sl, seq_state *want, bool aux, ph_
         bool used_up = from != FROM_POINT || r->from_parked || c.seq.n_rows - best <= best / 8;
         if (from == FROM_POOL) known_rows(e, sl, want, best, true);
         const seq_state *src = from == FROM_POOL ? want : &c.seq;
-        take_blocks(e, sl, from == FROM_POINT ? &c : NULL, (const uint8_t(*)[KV_NAME_LEN])names, keep, best, &used_up);
+        take_blocks(e, sl, from == FROM_POINT ? &c : NULL, (const uint8_t(*)[KV_NAME_LEN])names, keep, best,
+                    &used_up);
         seq_copy(&sl->live, src, best, NULL);
         sl->s->next_pos = seq_pos_at(src, best);
         if (c.rec) kv_cache_load_recurrent(kv, c.rec, c.rec_rows, c.n_rec, best);

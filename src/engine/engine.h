@@ -50,7 +50,7 @@ struct ph_engine {
     slot *slots; /* n_slots (n_parallel) of them */
     int n_slots;
     uint64_t slot_clock;
-    int running; /* requests in a slot now */
+    int running;         /* requests in a slot now */
     ph_ctx_choice ctx;   /* how the session's context size was chosen */
     kv_pool pool;        /* every KV block: the slots', the RAM tier's, a parked one's */
     bool pool_ready;
