@@ -324,10 +324,12 @@ const ph_ctx_choice *ph_engine_ctx(const ph_engine *e);
 /* The most rows one picture takes: the budget's maximum, capped at half the
  * context (0 without vision). */
 int32_t ph_engine_picture_max_tokens(const ph_engine *e);
-/* Progress of each turn of ph_engine_chat: PH_PROGRESS_ENCODE over the
- * pictures it encodes (their steps summed), then PH_PROGRESS_PREFILL over
- * the rows it evaluates (ph_turn_report.n_prefilled). Called on the
- * thread that runs the turn. fn NULL: none (the default). */
+/* Progress of each turn of ph_engine_chat (unless its ph_gen_params
+ * names its own): PH_PROGRESS_ENCODE over the pictures it encodes (their
+ * steps summed; called on the engine's batcher thread while the turn's
+ * waits for the encode), then PH_PROGRESS_PREFILL over the rows it
+ * evaluates (ph_turn_report.n_prefilled; on the thread that runs the
+ * turn). fn NULL: none (the default). */
 void ph_engine_set_progress(ph_engine *e, ph_progress_fn fn, void *ud);
 
 /* The prompt rows a picture takes with the engine's encoder and token
@@ -427,6 +429,9 @@ typedef struct ph_gen_params {
      * stream path; then the answer ends */
     const char *forced_output;
     size_t forced_len;
+    /* this request's progress (as ph_engine_set_progress's; NULL: the engine's) */
+    ph_progress_fn progress;
+    void *progress_ud;
 } ph_gen_params;
 
 void ph_gen_params_default(ph_gen_params *g);

@@ -2,7 +2,8 @@
  * Qwen3-VL and Qwen3.5 model pairs: threads calling ph_engine_chat at once
  * on different conversations (text, and with pictures) get each the tokens
  * and top log-probabilities, bit for bit, of the same request run alone on
- * a fresh engine of one slot; their rows were evaluated together (steps
+ * a fresh engine (of as many slots: with one, a decoded token takes
+ * attention's decode path, batcher.h); their rows were evaluated together (steps
  * with more than one sequence); a long prefix sent by three requests at
  * once ends with its full blocks once in the pool; a request cancelled
  * midway leaves the others' answers as they are alone. */
@@ -181,7 +182,7 @@ static void test_model(const char *name, ph_picture *p0, ph_picture *p1) {
     conv_make(&cs[3], "You describe pictures.", p1, "Which colours do you see?");
     result alone[NREQ] = {0};
     for (int i = 0; i < NREQ; i++) {
-        ph_engine *e = engine_new(1, 512);
+        ph_engine *e = engine_new(NREQ, 512);
         CHECK(e != NULL);
         if (!e) return;
         run_one(e, &cs[i], &alone[i]);
@@ -250,7 +251,7 @@ static void test_model(const char *name, ph_picture *p0, ph_picture *p1) {
         for (int i = 0; i < 3; i++) conv_make(&sh[i], long_system(), NULL, qs[i]);
         result solo[3] = {0};
         for (int i = 0; i < 3; i++) {
-            ph_engine *e = engine_new(1, 512);
+            ph_engine *e = engine_new(3, 512);
             run_one(e, &sh[i], &solo[i]);
             ph_engine_free(e);
         }

@@ -109,7 +109,10 @@ static void *loop(void *arg) {
         pthread_mutex_unlock(&b->mu);
         ph_err err = {0};
         const double t0 = time_now_s();
-        const int rc = llm_forward_batch(b->m, b->segs, n_seg, &b->sc, &err);
+        const llm_seg *g = &b->segs[0];
+        const int rc = b->max_seqs == 1 && b->in[0]->decode ? llm_forward(b->m, g->kv, &b->sc, g->tokens, g->embd,
+                                                                          g->n, g->pos, g->want_logits, false, &err)
+                                                            : llm_forward_batch(b->m, b->segs, n_seg, &b->sc, &err);
         const double dt = time_now_s() - t0;
         pthread_mutex_lock(&b->mu);
         int k = 0;

@@ -38,7 +38,10 @@ typedef struct batcher_stats {
 
 /* A batcher over model m for up to max_seqs sequences at once, steps of
  * at most batch_tokens rows; its thread started. NULL with err when it
- * cannot be made. */
+ * cannot be made. Every row takes attention's prompt path, a decoded
+ * token's too (a sequence's numbers do not depend on the rows beside it),
+ * but with max_seqs 1, where a decoded token is alone in its step and
+ * takes the decode path, as llm_forward evaluates it outside a batcher. */
 batcher *batcher_new(const ph_model *m, int32_t batch_tokens, int max_seqs, ph_err *err);
 /* Stops the thread (after the work queued) and frees the batcher. */
 void batcher_free(batcher *b);

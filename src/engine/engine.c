@@ -146,6 +146,7 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     e->mu_ready = true;
     for (int i = 0; i < e->n_slots; i++) {
         slot *si = &e->slots[i];
+        si->e = e;
         if (!(si->names = malloc((size_t)blocks_for(e->ctx.n_ctx) * KV_NAME_LEN))) {
             err_set(err, "out of memory");
             goto fail;
@@ -208,24 +209,23 @@ fail:
     return NULL;
 }
 
-/* The session's prompt rows, passed on (ud: the engine). */
+/* The session's prompt rows, passed on (ud: the slot). */
 static void on_rows(void *ud, ph_progress_phase phase, int64_t done, int64_t total) {
-    ph_engine *e = ud;
-    if (done) sleep_ms(e->test_step_delay_ms);
-    e->progress(e->progress_ud, phase, done, total);
+    slot *sl = ud;
+    if (done) sleep_ms(sl->e->test_step_delay_ms);
+    sl->progress(sl->progress_ud, phase, done, total);
 }
 
 void ph_engine_set_progress(ph_engine *e, ph_progress_fn fn, void *ud) {
-    e->progress = fn;
+    e->progress = fn; /* a slot takes it with its next request */
     e->progress_ud = ud;
-    for (int i = 0; i < e->n_slots; i++) ph_session_set_progress(e->slots[i].s, fn ? on_rows : NULL, e);
 }
 
-/* An encoder step of the turn's current picture (ud: the engine). */
+/* An encoder step of the request's current picture (ud: its slot). */
 static void on_encoder_step(void *ud, int done, int total) {
-    ph_engine *e = ud;
+    slot *sl = ud;
     (void)total;
-    if (e->progress) e->progress(e->progress_ud, PH_PROGRESS_ENCODE, e->enc_done + done, e->enc_total);
+    if (sl->progress) sl->progress(sl->progress_ud, PH_PROGRESS_ENCODE, sl->enc_done + done, sl->enc_total);
 }
 
 void ph_engine_free(ph_engine *e) {
@@ -475,6 +475,7 @@ static const seq_span *want_span(const turn *t, int32_t k) { return &t->want.spa
 /* A picture's encode, run by the batcher between two steps. */
 typedef struct encode_job {
     ph_engine *e;
+    slot *sl;
     const prep_image *prep;
     float *rows;
     ph_err *err;
@@ -482,7 +483,7 @@ typedef struct encode_job {
 
 static int run_encode(void *ud) {
     encode_job *j = ud;
-    const vision_progress vp = {on_encoder_step, j->e};
+    const vision_progress vp = {on_encoder_step, j->sl};
     return vision_encode(j->e->enc.tower, j->prep, j->rows, &vp, j->err);
 }
 
@@ -503,9 +504,9 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
         return err_set(err, "out of memory for %s's rows", im->label);
     }
     double t0 = time_now_s();
-    encode_job ej = {e, &prep, rows, err};
+    encode_job ej = {e, t->sl, &prep, rows, err};
     int rc = batcher_run(e->bat, run_encode, &ej);
-    e->enc_done += vision_get_info(e->enc.tower)->n_layer + 1;
+    t->sl->enc_done += vision_get_info(e->enc.tower)->n_layer + 1;
     r->encode_s += time_now_s() - t0;
     bool geometry_ok = prep.grid_x == sp->grid_x && prep.grid_y == sp->grid_y;
     prep_free(&prep);
@@ -557,10 +558,11 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
         rc = encoder_acquire(&e->enc, &loaded, err);
         r->encoder_loaded = loaded;
         pthread_mutex_unlock(&e->mu);
-        if (rc == 0 && e->progress) {
-            e->enc_done = 0;
-            e->enc_total = (int64_t)missing * (vision_get_info(e->enc.tower)->n_layer + 1);
-            e->progress(e->progress_ud, PH_PROGRESS_ENCODE, 0, e->enc_total);
+        slot *sl = t->sl;
+        if (rc == 0 && sl->progress) {
+            sl->enc_done = 0;
+            sl->enc_total = (int64_t)missing * (vision_get_info(e->enc.tower)->n_layer + 1);
+            sl->progress(sl->progress_ud, PH_PROGRESS_ENCODE, 0, sl->enc_total);
         }
     } else {
         pthread_mutex_unlock(&e->mu);
@@ -1218,7 +1220,8 @@ static int admit(ph_engine *e, const slot *sl, const seq_state *want, ph_err *er
  * conversation's slot alone while another is free (its blocks stay held
  * there, never evicted for it); with one slot it takes it and parks the
  * primary conversation (plan_reuse). */
-static slot *take_slot(ph_engine *e, const seq_state *want, bool aux) {
+static slot *take_slot(ph_engine *e, const seq_state *want, const ph_gen_params *gp) {
+    const bool aux = gp->auxiliary;
     for (;;) {
         slot *best = NULL, *lru = NULL;
         int32_t best_n = 0;
@@ -1240,6 +1243,9 @@ static slot *take_slot(ph_engine *e, const seq_state *want, bool aux) {
             sl->busy = true;
             sl->used = ++e->slot_clock;
             e->running++;
+            sl->progress = gp->progress ? gp->progress : e->progress;
+            sl->progress_ud = gp->progress ? gp->progress_ud : e->progress_ud;
+            ph_session_set_progress(sl->s, sl->progress ? on_rows : NULL, sl);
             return sl;
         }
         pthread_cond_wait(&e->slot_freed, &e->mu);
@@ -1285,7 +1291,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
 
     /* a slot, and the plan, under the engine's lock */
     pthread_mutex_lock(&e->mu);
-    t.sl = sl = take_slot(e, &t.want, gp->auxiliary);
+    t.sl = sl = take_slot(e, &t.want, gp);
     if ((rc = admit(e, sl, &t.want, err)) != 0) {
         pthread_mutex_unlock(&e->mu);
         goto out;

@@ -38,6 +38,10 @@ typedef struct slot {
     bool live_is_aux;              /* an auxiliary request made the live state */
     bool busy;                     /* a request runs in it */
     uint64_t used;                 /* when it was last taken (the engine's clock) */
+    struct ph_engine *e;
+    ph_progress_fn progress; /* the running request's progress (its own, or the engine's) */
+    void *progress_ud;
+    int64_t enc_done, enc_total; /* the request's encoder steps (PH_PROGRESS_ENCODE) */
 } slot;
 
 struct ph_engine {
@@ -74,7 +78,6 @@ struct ph_engine {
     jc_vocab *jv;            /* the constraint's tables over the vocabulary, built on first use */
     ph_progress_fn progress; /* ph_engine_set_progress */
     void *progress_ud;
-    int64_t enc_done, enc_total; /* the turn's encoder steps (PH_PROGRESS_ENCODE) */
     int test_step_delay_ms;      /* PINHOLE_TEST_PREFILL_DELAY_MS: a test's slow prefill */
 };
 
