@@ -277,7 +277,9 @@ int ph_file_pair(const char *llm_path, const char *mmproj_path, ph_err *err);
  * checkpoint of a displaced conversation, cached picture embeddings; all
  * made in the request's isolation domain, ph_gen_params.domain),
  * encodes and prefills the rest, then samples and streams the answer.
- * One thread at a time may call ph_engine_chat / ph_engine_tick;
+ * Up to n_parallel threads may call ph_engine_chat at once (each request
+ * takes a slot of its own; their rows are evaluated together), one at a
+ * time ph_engine_tick;
  * ph_engine_picture_rows may be called from any thread. */
 typedef struct ph_engine ph_engine;
 
@@ -303,6 +305,10 @@ typedef struct ph_engine_params {
     /* also checkpoint (recurrent layers: snapshot) every N rows of a long prompt (default 4096; 0: never) */
     int32_t checkpoint_every;
     const char *id_cache_dir; /* where file ids are remembered; NULL: $XDG_CACHE_HOME/pinhole */
+    /* requests served at once (each in a slot of its own, their rows evaluated together: default 4; 1: one at a
+     * time, as before) and the most rows one batch step takes (default 512) */
+    int n_parallel;
+    int32_t batch_tokens;
     void (*progress)(void *ud, const char *what, double fraction); /* loading progress, may be NULL: at each
                                      step, and at each percent while a file is hashed */
     void *progress_ud;
@@ -319,10 +325,12 @@ const ph_ctx_choice *ph_engine_ctx(const ph_engine *e);
 /* The most rows one picture takes: the budget's maximum, capped at half the
  * context (0 without vision). */
 int32_t ph_engine_picture_max_tokens(const ph_engine *e);
-/* Progress of each turn of ph_engine_chat: PH_PROGRESS_ENCODE over the
- * pictures it encodes (their steps summed), then PH_PROGRESS_PREFILL over
- * the rows it evaluates (ph_turn_report.n_prefilled). Called on the
- * thread that runs the turn. fn NULL: none (the default). */
+/* Progress of each turn of ph_engine_chat (unless its ph_gen_params
+ * names its own): PH_PROGRESS_ENCODE over the pictures it encodes (their
+ * steps summed; called on the engine's batcher thread while the turn's
+ * waits for the encode), then PH_PROGRESS_PREFILL over the rows it
+ * evaluates (ph_turn_report.n_prefilled; on the thread that runs the
+ * turn). fn NULL: none (the default). */
 void ph_engine_set_progress(ph_engine *e, ph_progress_fn fn, void *ud);
 
 /* The prompt rows a picture takes with the engine's encoder and token
@@ -422,6 +430,9 @@ typedef struct ph_gen_params {
      * stream path; then the answer ends */
     const char *forced_output;
     size_t forced_len;
+    /* this request's progress (as ph_engine_set_progress's; NULL: the engine's) */
+    ph_progress_fn progress;
+    void *progress_ud;
 } ph_gen_params;
 
 void ph_gen_params_default(ph_gen_params *g);
@@ -540,7 +551,20 @@ typedef struct ph_engine_stats {
     uint64_t disk_cache_bytes_written, disk_cache_bytes_read;
     double disk_cache_write_s, disk_cache_read_s;
     bool encoder_loaded;
+    /* batching (docs/server.md, Parallel requests): forward passes, those with rows of more than one sequence,
+     * the most sequences one held, their prompt and decoded rows, their time, pieces of other work (picture
+     * encodes) run between them, steps by rows (ph_batch_row_bounds: the first bound at or above; the last
+     * count past them all), requests running in a slot now */
+    uint64_t batch_steps, batch_multi_steps, batch_max_seqs;
+    uint64_t batch_prefill_rows, batch_decode_rows;
+    double batch_step_s;
+    uint64_t batch_slices;
+    uint64_t batch_rows_hist[9];
+    uint64_t requests_running;
 } ph_engine_stats;
+
+/* The bounds of ph_engine_stats.batch_rows_hist's first 8 counts. */
+extern const int32_t ph_batch_row_bounds[8];
 
 void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st);
 /* Refreshes only the disk_cache_* fields (but disk_cache_tokens_restored);

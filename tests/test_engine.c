@@ -115,6 +115,7 @@ static ph_engine_params params(const char *model) {
     p.n_ctx = n_ctx;
     p.n_threads = 2;
     p.id_cache_dir = idcache;
+    p.n_parallel = 1; /* one slot: the reuse of one live state at a time (tests/test_parallel.c: several) */
     return p;
 }
 

@@ -228,6 +228,7 @@ static char *trim(char *s) {
 int cmd_chat(int argc, char **argv) {
     ph_engine_params ep;
     ph_engine_params_default(&ep);
+    ep.n_parallel = 1; /* one request at a time */
     model_args ma = {0};
     long l;
     chat c = {0};

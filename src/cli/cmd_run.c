@@ -233,6 +233,7 @@ static int run_prompt(const run_opts *o, const model_files *files) {
     }
     ph_engine_params ep;
     ph_engine_params_default(&ep);
+    ep.n_parallel = 1; /* one request at a time */
     ep.model_path = files->model;
     ep.mmproj_path = files->mmproj[0] ? files->mmproj : NULL;
     ep.n_ctx = (int32_t)o->ctx;

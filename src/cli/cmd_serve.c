@@ -21,6 +21,10 @@ static void serve_usage(FILE *out) {
                  "  --max-images N            most pictures per request (default 16)\n"
                  "  --max-queue N             most requests waiting for the model; past it 503 with\n"
                  "                            Retry-After (default 64; 0: no bound)\n"
+                 "  --parallel N              requests answered at once, their rows evaluated together\n"
+                 "                            (default 4; 1: one at a time)\n"
+                 "  --batch-tokens N          most rows one batch step evaluates: every decoding request's\n"
+                 "                            next token, then prompt rows (default 512)\n"
                  "  --max-pixels-in-flight N  most picture pixels (their headers' sizes) of the requests\n"
                  "                            queued and running; past it 503 with Retry-After, a request\n"
                  "                            over it alone 400 (default 268435456 = 256 Mpx, 768 MiB\n"
@@ -275,6 +279,8 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         {"port", 0, ARG_INT, &cfg.port, 0, 65535},
         {"max-images", 0, ARG_INT, &cfg.max_images, 0, 4096},
         {"max-queue", 0, ARG_INT, &cfg.max_queue, 0, 1 << 20},
+        {"parallel", 0, ARG_INT, &cfg.parallel, 1, 256},
+        {"batch-tokens", 0, ARG_I32, &ep.batch_tokens, 1, 1 << 16},
         {"max-pixels-in-flight", 0, ARG_U64, &cfg.max_pixels_in_flight, 0, 0},
         {"max-body-mb", 0, ARG_MIB, &cfg.max_body, 1, 1 << 20},
         {"request-timeout-s", 0, ARG_F64, &cfg.request_timeout_s, 0, 1e9},
@@ -373,6 +379,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     }
     ep.progress = on_progress;
     ep.progress_ud = s;
+    ep.n_parallel = cfg.parallel;
     ph_engine *e = ph_engine_new(&ep, &err);
     if (!e) {
         PH_ERROR("%s", err.msg);

@@ -30,6 +30,8 @@ void ph_engine_params_default(ph_engine_params *p) {
     p->conversation_cache_bytes = (size_t)2 << 30;
     p->kv_disk_bytes = (uint64_t)16 << 30;
     p->checkpoint_every = 4096;
+    p->n_parallel = 4;
+    p->batch_tokens = 512;
 }
 
 void ph_gen_params_default(ph_gen_params *g) {
@@ -131,23 +133,49 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
                                                      (e->reuse ? p->ram_cache_bytes : 0);
     if (kv_pool_init(&e->pool, pool_bytes, kv_row, 2 * e->m->hp.n_attn_layer, err)) goto fail;
     e->pool_ready = true;
-    if (!(e->names = malloc((size_t)blocks_for(e->ctx.n_ctx) * KV_NAME_LEN))) {
+    /* the slots: a session each (their blocks from the one pool), and the
+     * provenance of its KV */
+    e->n_parallel = p->n_parallel > 0 ? p->n_parallel : 1;
+    if (!(e->slots = calloc((size_t)e->n_parallel, sizeof *e->slots))) {
         err_set(err, "out of memory");
         goto fail;
     }
-    if (!(e->s = session_new_in(e->m, e->ctx.n_ctx, &e->pool, err))) goto fail;
+    e->n_slots = e->n_parallel;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->slot_freed, NULL);
+    e->mu_ready = true;
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *si = &e->slots[i];
+        si->e = e;
+        if (!(si->names = malloc((size_t)blocks_for(e->ctx.n_ctx) * KV_NAME_LEN))) {
+            err_set(err, "out of memory");
+            goto fail;
+        }
+        if (!(si->s = session_new_in(e->m, e->ctx.n_ctx, &e->pool, err)) ||
+            seq_init(&si->live, ph_session_n_ctx(si->s), err))
+            goto fail;
+    }
+    slot *sl = &e->slots[0];
     /* one picture takes at most half the context, leaving the other half
      * to the conversation around it */
     if (e->has_vision) prep_cap_tokens(&e->enc.prep, e->ctx.n_ctx / 2);
-    if (seq_init(&e->live, ph_session_n_ctx(e->s), err)) goto fail;
     /* one token through every weight, so that the first request does not
      * wait for the mapped model file to be paged in (a server resuming a
      * conversation from disk answers that request in about a second) */
     progress(p, "warming up", 0.92);
     const int32_t warm = 0;
-    if (ph_session_eval_tokens(e->s, &warm, 1, err)) goto fail;
-    ph_session_reset(e->s);
-    memcpy(e->live.model_id, e->model_id, 32);
+    if (ph_session_eval_tokens(sl->s, &warm, 1, err)) goto fail;
+    ph_session_reset(sl->s);
+    /* from now on every row goes through the batcher (one step: at most
+     * batch_tokens rows, the session's chunk by default, so that a prompt
+     * evaluated alone is cut as before) */
+    const int32_t bt = p->batch_tokens > 0 ? p->batch_tokens : 512;
+    if (!(e->bat = batcher_new(e->m, bt < e->n_parallel ? e->n_parallel : bt, e->n_parallel, err))) goto fail;
+    for (int i = 0; i < e->n_slots; i++) {
+        e->slots[i].s->bat = e->bat;
+        e->slots[i].s->lock = &e->mu;
+        memcpy(e->slots[i].live.model_id, e->model_id, 32);
+    }
     /* everything the KV bytes depend on (a checkpoint made otherwise is never loaded) */
     const llm_hparams *hp = &e->m->hp;
     snprintf(e->format_tag, sizeof e->format_tag, "kv=f16;arch=%s;L=%d;hkv=%d;hd=%d;rope=%d:%g:%d,%d,%d,%d;isa=%s;v2",
@@ -159,7 +187,8 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
         snprintf(e->format_tag + n, sizeof e->format_tag - n, ";rec=%d:%d:%d:%d:%d", hp->n_rec_layer, hp->conv_k,
                  hp->conv_dim, hp->ssm_hv, hp->ssm_d);
     }
-    snprintf(e->live.format, sizeof e->live.format, "%s", e->format_tag);
+    for (int i = 0; i < e->n_slots; i++)
+        snprintf(e->slots[i].live.format, sizeof e->slots[i].live.format, "%s", e->format_tag);
     size_t tlen;
     const char *tmpl = llm_chat_template(e->m, &tlen);
     e->fmt = chat_format_detect(tmpl, tlen, e->m->arch_name);
@@ -180,34 +209,39 @@ fail:
     return NULL;
 }
 
-/* The session's prompt rows, passed on (ud: the engine). */
+/* The session's prompt rows, passed on (ud: the slot). */
 static void on_rows(void *ud, ph_progress_phase phase, int64_t done, int64_t total) {
-    ph_engine *e = ud;
-    if (done) sleep_ms(e->test_step_delay_ms);
-    e->progress(e->progress_ud, phase, done, total);
+    slot *sl = ud;
+    if (done) sleep_ms(sl->e->test_step_delay_ms);
+    sl->progress(sl->progress_ud, phase, done, total);
 }
 
 void ph_engine_set_progress(ph_engine *e, ph_progress_fn fn, void *ud) {
-    e->progress = fn;
+    e->progress = fn; /* a slot takes it with its next request */
     e->progress_ud = ud;
-    ph_session_set_progress(e->s, fn ? on_rows : NULL, e);
 }
 
-/* An encoder step of the turn's current picture (ud: the engine). */
+/* An encoder step of the request's current picture (ud: its slot). */
 static void on_encoder_step(void *ud, int done, int total) {
-    ph_engine *e = ud;
+    slot *sl = ud;
     (void)total;
-    if (e->progress) e->progress(e->progress_ud, PH_PROGRESS_ENCODE, e->enc_done + done, e->enc_total);
+    if (sl->progress) sl->progress(sl->progress_ud, PH_PROGRESS_ENCODE, sl->enc_done + done, sl->enc_total);
 }
 
 void ph_engine_free(ph_engine *e) {
     if (!e) return;
-    if (e->disk) { /* the live state too (a clean shutdown), then whatever is queued */
+    if (e->disk) { /* the live states too (a clean shutdown), then whatever is queued */
         const double t0 = time_now_s();
-        const int32_t live = e->s ? e->live.n_rows : 0;
+        int32_t live = 0;
         disk_tier_stats a, b;
         disk_tier_get_stats(e->disk, &a);
-        if (live) disk_tier_save(e->disk, &e->live, live, &e->s->kv, 0, false);
+        for (int i = 0; i < e->n_slots; i++) {
+            const slot *sl = &e->slots[i];
+            if (!sl->s || !sl->live.n_rows) continue;
+            live += sl->live.n_rows;
+            disk_tier_save(e->disk, &sl->live, sl->live.n_rows, &sl->s->kv, 0, false);
+            disk_tier_flush(e->disk); /* each before the next (a save replaces one queued) */
+        }
         disk_tier_flush(e->disk);
         disk_tier_get_stats(e->disk, &b);
         PH_INFO("shutdown: the live conversation (%d rows) and what was queued: %" PRIu64
@@ -216,16 +250,24 @@ void ph_engine_free(ph_engine *e) {
                 b.skipped - a.skipped, time_now_s() - t0);
         disk_tier_close(e->disk);
     }
+    batcher_free(e->bat);
+    if (e->mu_ready) {
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->slot_freed);
+    }
     embed_cache_free(e->cache);
     jc_vocab_free(e->jv);
     if (e->pool_ready) { /* the holds on the pool's blocks, then the pool */
         ram_tier_free(&e->ram);
         ram_point_free(&e->parked, &e->pool);
-        ph_session_free(e->s);
+        for (int i = 0; i < e->n_slots; i++) ph_session_free(e->slots[i].s);
         kv_pool_free(&e->pool);
     }
-    free(e->names);
-    seq_free(&e->live);
+    for (int i = 0; i < e->n_slots; i++) {
+        free(e->slots[i].names);
+        seq_free(&e->slots[i].live);
+    }
+    free(e->slots);
     if (e->has_vision) encoder_close(&e->enc);
     ph_model_free(e->m);
     free(e);
@@ -233,7 +275,7 @@ void ph_engine_free(ph_engine *e) {
 
 const ph_model_info *ph_engine_model_info(const ph_engine *e) { return ph_model_get_info(e->m); }
 bool ph_engine_has_vision(const ph_engine *e) { return e->has_vision; }
-int32_t ph_engine_n_ctx(const ph_engine *e) { return ph_session_n_ctx(e->s); }
+int32_t ph_engine_n_ctx(const ph_engine *e) { return ph_session_n_ctx(e->slots[0].s); }
 const ph_ctx_choice *ph_engine_ctx(const ph_engine *e) { return &e->ctx; }
 int32_t ph_engine_picture_max_tokens(const ph_engine *e) { return e->has_vision ? e->enc.prep.max_tokens : 0; }
 
@@ -243,7 +285,10 @@ size_t ph_engine_token_bytes(const ph_engine *e, int32_t id, char *out, size_t c
 }
 
 void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
+    pthread_mutex_t *mu = (pthread_mutex_t *)&e->mu; /* the stats change under it */
+    pthread_mutex_lock(mu);
     *st = e->st;
+    st->requests_running = (uint64_t)e->running;
     embed_cache_stats cs;
     embed_cache_get_stats(e->cache, &cs);
     st->picture_cache_hits = cs.hits;
@@ -273,6 +318,19 @@ void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
     st->kv_blocks_evicted = ps.evictions;
     st->kv_bytes_copied = ps.bytes_copied;
     ph_engine_get_disk_stats(e, st);
+    pthread_mutex_unlock(mu);
+    if (e->bat) {
+        batcher_stats bs;
+        batcher_get_stats(e->bat, &bs);
+        st->batch_steps = bs.steps;
+        st->batch_multi_steps = bs.multi_steps;
+        st->batch_max_seqs = (uint64_t)bs.max_seqs_step;
+        st->batch_prefill_rows = bs.prefill_rows;
+        st->batch_decode_rows = bs.decode_rows;
+        st->batch_step_s = bs.step_s;
+        st->batch_slices = bs.slices;
+        memcpy(st->batch_rows_hist, bs.rows_hist, sizeof st->batch_rows_hist);
+    }
 }
 
 void ph_engine_get_disk_stats(const ph_engine *e, ph_engine_stats *st) {
@@ -294,12 +352,20 @@ void ph_engine_get_disk_stats(const ph_engine *e, ph_engine_stats *st) {
     st->disk_cache_read_s = ds.read_s;
 }
 
-double ph_engine_tick(ph_engine *e) { return e->has_vision ? encoder_tick(&e->enc, time_now_s()) : -1; }
+double ph_engine_tick(ph_engine *e) {
+    if (!e->has_vision) return -1;
+    pthread_mutex_lock(&e->mu);
+    /* never while a request may be encoding */
+    const double wait = e->running ? 1.0 : encoder_tick(&e->enc, time_now_s());
+    pthread_mutex_unlock(&e->mu);
+    return wait;
+}
 
 /* ---- planning ---------------------------------------------------------------- */
 
 typedef struct turn {
     ph_engine *e;
+    slot *sl;              /* the slot it runs in (from the plan on) */
     const uint8_t *domain; /* the request's isolation domain (32 bytes) */
     ph_prompt prompt;
     ph_picture **pics;
@@ -317,9 +383,12 @@ static void drop_pixels(turn *t) {
 
 static void turn_free(turn *t) {
     if (t->pics) drop_pixels(t);
-    if (t->embeds)
+    if (t->embeds) {
+        pthread_mutex_lock(&t->e->mu);
         for (int32_t i = 0; i < t->prompt.n_pictures; i++)
             if (t->embeds[i]) embed_cache_release(t->e->cache, t->embeds[i]);
+        pthread_mutex_unlock(&t->e->mu);
+    }
     free(t->embeds);
     free(t->item_row);
     free(t->pics);
@@ -340,7 +409,7 @@ static size_t prompt_rows(const turn *t) {
 /* Whether the prompt leaves room for an answer in the context; the first
  * picture that does not fit is named. */
 static int check_fits(const turn *t, ph_err *err) {
-    const int32_t n_ctx = ph_session_n_ctx(t->e->s);
+    const int32_t n_ctx = ph_engine_n_ctx(t->e);
     size_t rows = 0;
     for (size_t i = 0; i < t->prompt.n; i++) {
         const ph_prompt_item *it = &t->prompt.items[i];
@@ -403,6 +472,21 @@ static int build_want(turn *t, ph_err *err) {
 /* The span of picture item k of the request. */
 static const seq_span *want_span(const turn *t, int32_t k) { return &t->want.spans[k]; }
 
+/* A picture's encode, run by the batcher between two steps. */
+typedef struct encode_job {
+    ph_engine *e;
+    slot *sl;
+    const prep_image *prep;
+    float *rows;
+    ph_err *err;
+} encode_job;
+
+static int run_encode(void *ud) {
+    encode_job *j = ud;
+    const vision_progress vp = {on_encoder_step, j->sl};
+    return vision_encode(j->e->enc.tower, j->prep, j->rows, &vp, j->err);
+}
+
 /* Encodes picture item k and puts its rows into the cache. */
 static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
     ph_engine *e = t->e;
@@ -420,11 +504,10 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
         return err_set(err, "out of memory for %s's rows", im->label);
     }
     double t0 = time_now_s();
-    const vision_progress vp = {on_encoder_step, e};
-    int rc = vision_encode(e->enc.tower, &prep, rows, &vp, err);
-    e->enc_done += vision_get_info(e->enc.tower)->n_layer + 1;
+    encode_job ej = {e, t->sl, &prep, rows, err};
+    int rc = batcher_run(e->bat, run_encode, &ej);
+    t->sl->enc_done += vision_get_info(e->enc.tower)->n_layer + 1;
     r->encode_s += time_now_s() - t0;
-    e->enc.last_used = time_now_s();
     bool geometry_ok = prep.grid_x == sp->grid_x && prep.grid_y == sp->grid_y;
     prep_free(&prep);
     if (rc == 0 && !geometry_ok) rc = err_set(err, "%s: the encoder's grid differs from the plan", im->label);
@@ -434,11 +517,14 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
     }
     uint8_t cond[32];
     embed_rows_hash(rows, nf, cond);
-    if (embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond, &t->embeds[k],
-                        err))
-        return -1;
+    pthread_mutex_lock(&e->mu);
+    e->enc.last_used = time_now_s();
+    rc = embed_cache_put(e->cache, sp->embed_key, sp->grid_x, sp->grid_y, e->enc.out_width, rows, cond, &t->embeds[k],
+                         err);
+    if (rc == 0) e->st.pictures_encoded++;
+    pthread_mutex_unlock(&e->mu);
+    if (rc) return -1;
     r->pics_encoded++;
-    e->st.pictures_encoded++;
     return 0;
 }
 
@@ -451,6 +537,7 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
     int32_t *same = malloc(((size_t)n + 1) * sizeof *same); /* an earlier item with the same key, or -1 */
     if (!same) return err_set(err, "out of memory");
     int32_t missing = 0;
+    pthread_mutex_lock(&e->mu);
     for (int32_t k = 0; k < n; k++) {
         const seq_span *sp = want_span(t, k);
         same[k] = -1;
@@ -470,20 +557,26 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
         bool loaded = false;
         rc = encoder_acquire(&e->enc, &loaded, err);
         r->encoder_loaded = loaded;
-        if (rc == 0 && e->progress) {
-            e->enc_done = 0;
-            e->enc_total = (int64_t)missing * (vision_get_info(e->enc.tower)->n_layer + 1);
-            e->progress(e->progress_ud, PH_PROGRESS_ENCODE, 0, e->enc_total);
+        pthread_mutex_unlock(&e->mu);
+        slot *sl = t->sl;
+        if (rc == 0 && sl->progress) {
+            sl->enc_done = 0;
+            sl->enc_total = (int64_t)missing * (vision_get_info(e->enc.tower)->n_layer + 1);
+            sl->progress(sl->progress_ud, PH_PROGRESS_ENCODE, 0, sl->enc_total);
         }
+    } else {
+        pthread_mutex_unlock(&e->mu);
     }
     for (int32_t k = 0; rc == 0 && k < n; k++)
         if (want_span(t, k)->start >= keep && same[k] < 0 && !t->embeds[k]) rc = encode_picture(t, k, r, err);
+    pthread_mutex_lock(&e->mu);
     for (int32_t k = 0; rc == 0 && k < n; k++)
         if (same[k] >= 0) {
             t->embeds[k] = t->embeds[same[k]];
             embed_cache_retain(e->cache, t->embeds[k]);
             r->pics_from_cache++;
         }
+    pthread_mutex_unlock(&e->mu);
     free(same);
     drop_pixels(t); /* those of the pictures that were not encoded */
     return rc;
@@ -583,8 +676,8 @@ static bool constrained(const ph_gen_params *gp) {
     return gp->format != PH_FORMAT_TEXT || (gp->n_tools && gp->tool_choice != PH_TOOL_NONE);
 }
 
-static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, const ph_tokens *forced, ph_gen_cb cb,
-                    void *ud, ph_turn_report *r, double t_start, ph_err *err) {
+static int generate(ph_engine *e, slot *sl, const ph_gen_params *gp, constraint *con, const ph_tokens *forced,
+                    ph_gen_cb cb, void *ud, ph_turn_report *r, double t_start, ph_err *err) {
     const int32_t n_vocab = e->m->hp.n_vocab;
     gen g = {.e = e, .g = gp, .cb = cb, .ud = ud, .stop_index = -1};
     const chat_render_opts ro = {.thinking = gp->thinking};
@@ -609,7 +702,7 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
     const int32_t n_top = gp->top_logprobs < 0 ? 0 : gp->top_logprobs > 20 ? 20 : gp->top_logprobs;
     ph_detok dt = {0};
     r->finish = PH_FINISH_LENGTH;
-    const int32_t n_ctx = ph_session_n_ctx(e->s);
+    const int32_t n_ctx = ph_session_n_ctx(sl->s);
     double t_first = 0;
     bool in_call = false;
     ph_tokens think_end = {0}; /* the end of the reasoning, forced at the thinking budget */
@@ -617,8 +710,8 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
     bool budget_spent = false;
     for (;;) {
         if (gp->max_tokens > 0 && r->n_generated >= gp->max_tokens) break;
-        if (ph_session_n_rows(e->s) >= n_ctx) break;
-        const float *logits = ph_session_logits(e->s);
+        if (ph_session_n_rows(sl->s) >= n_ctx) break;
+        const float *logits = ph_session_logits(sl->s);
         const bool reasoning = out_parser_in_reasoning(&g.split);
         if (gp->thinking_budget >= 0 && !budget_spent && reasoning && r->n_reasoning >= gp->thinking_budget) {
             budget_spent = true;
@@ -675,11 +768,14 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
         if (now_in_call && !in_call) constraint_call_open(con, body, body_len);
         in_call = now_in_call;
         if (gp->max_tokens > 0 && r->n_generated >= gp->max_tokens) break; /* no need to evaluate it */
-        const int32_t more = kv_cache_blocks_needed(&e->s->kv, ph_session_n_rows(e->s) + 1);
-        if (more && more > kv_pool_available(&e->pool)) break; /* the pool is full: as at the context's end */
-        int32_t pos = ph_session_next_pos(e->s);
-        if ((rc = ph_session_eval_tokens(e->s, &tok, 1, err)) != 0) break;
-        if ((rc = seq_push_token(&e->live, tok, pos, err)) != 0) break;
+        const int32_t more = kv_cache_blocks_needed(&sl->s->kv, ph_session_n_rows(sl->s) + 1);
+        pthread_mutex_lock(&e->mu);
+        const bool full = more && more > kv_pool_available(&e->pool);
+        pthread_mutex_unlock(&e->mu);
+        if (full) break; /* the pool is full: as at the context's end */
+        int32_t pos = ph_session_next_pos(sl->s);
+        if ((rc = ph_session_eval_tokens(sl->s, &tok, 1, err)) != 0) break;
+        if ((rc = seq_push_token(&sl->live, tok, pos, err)) != 0) break;
     }
     if (rc == 0 && r->finish == PH_FINISH_LENGTH && constraint_after_call(con))
         r->finish = PH_FINISH_STOP; /* the limit fell right after a complete call: the call ended the turn */
@@ -703,7 +799,9 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
                  r->n_generated ? con->check_s * 1e3 / r->n_generated : 0.0);
     out_parser_free(&g.split);
     r->decode_s = t_first > 0 ? time_now_s() - t_first : 0;
+    pthread_mutex_lock(&e->mu);
     e->st.tokens_generated += (uint64_t)r->n_generated;
+    pthread_mutex_unlock(&e->mu);
     strbuf_free(&g.pend);
     ph_tokens_free(&think_end);
     free(piece);
@@ -725,14 +823,17 @@ static int generate(ph_engine *e, const ph_gen_params *gp, constraint *con, cons
 /* Queues a checkpoint of the live state on disk, written after delay_s
  * (the writer thread writes it while the turn goes on); keep: written even
  * when the next one extends it (disk_tier_save). */
-static void checkpoint(ph_engine *e, double delay_s, bool keep) {
-    if (e->disk) disk_tier_save(e->disk, &e->live, e->live.n_rows, &e->s->kv, delay_s, keep);
+static void checkpoint(ph_engine *e, slot *sl, double delay_s, bool keep) {
+    if (!e->disk) return;
+    pthread_mutex_lock(&e->mu);
+    disk_tier_save(e->disk, &sl->live, sl->live.n_rows, &sl->s->kv, delay_s, keep);
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* Takes a snapshot of the recurrent layers' state after the live rows,
  * where a later turn may resume (none without recurrent layers or reuse). */
-static void snapshot(ph_engine *e) {
-    if (e->reuse) kv_cache_snapshot(&e->s->kv);
+static void snapshot(ph_engine *e, slot *sl) {
+    if (e->reuse) kv_cache_snapshot(&sl->s->kv);
 }
 
 /* Evaluates the request's rows from keep on, recording their provenance;
@@ -743,39 +844,40 @@ static void snapshot(ph_engine *e) {
  * re-sent with the answer and a new question resumes there). */
 static int prefill(turn *t, int32_t keep, ph_err *err) {
     ph_engine *e = t->e;
+    slot *sl = t->sl;
     const seq_state *w = &t->want;
-    const int32_t every = e->disk || e->s->kv.recurrent ? e->checkpoint_every : 0;
+    const int32_t every = e->disk || sl->s->kv.recurrent ? e->checkpoint_every : 0;
     int32_t r = keep, span = 0, mark = every ? (keep / every + 1) * every : INT32_MAX;
     while (span < w->n_spans && w->spans[span].start < keep) span++;
     while (r < w->n_rows) {
         if (r >= mark) {
-            checkpoint(e, CHECKPOINT_GRACE_S, false);
-            snapshot(e);
+            checkpoint(e, sl, CHECKPOINT_GRACE_S, false);
+            snapshot(e, sl);
             mark = (r / every + 1) * every;
         }
         if (w->tok[r] != SEQ_ROW_PICTURE) {
             const int32_t stop = t->head > r && t->head < mark ? t->head : mark;
             int32_t end = r;
             while (end < w->n_rows && end < stop && w->tok[end] != SEQ_ROW_PICTURE) end++;
-            int32_t pos = ph_session_next_pos(e->s);
-            if (session_eval_prompt(e->s, w->tok + r, (size_t)(end - r), err)) return -1;
+            int32_t pos = ph_session_next_pos(sl->s);
+            if (session_eval_prompt(sl->s, w->tok + r, (size_t)(end - r), err)) return -1;
             for (int32_t i = r; i < end; i++)
-                if (seq_push_token(&e->live, w->tok[i], pos + (i - r), err)) return -1;
+                if (seq_push_token(&sl->live, w->tok[i], pos + (i - r), err)) return -1;
             r = end;
-            if (r == t->head) snapshot(e);
+            if (r == t->head) snapshot(e, sl);
             continue;
         }
         const seq_span *sp = &w->spans[span];
         const embed_entry *em = t->embeds[span];
-        int32_t pos = ph_session_next_pos(e->s);
-        if (session_eval_image_rows(e->s, em->rows, sp->grid_x, sp->grid_y, sp->start + sp->n_tokens == w->n_rows,
+        int32_t pos = ph_session_next_pos(sl->s);
+        if (session_eval_image_rows(sl->s, em->rows, sp->grid_x, sp->grid_y, sp->start + sp->n_tokens == w->n_rows,
                                     err))
             return -1;
         seq_span rec = *sp;
         memcpy(rec.cond_hash, em->cond_hash, 32);
         rec.has_cond = true;
-        if (seq_push_span(&e->live, &rec, pos, err)) return -1;
-        snapshot(e);
+        if (seq_push_span(&sl->live, &rec, pos, err)) return -1;
+        snapshot(e, sl);
         r += sp->n_tokens;
         span++;
     }
@@ -788,23 +890,24 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
  * shares them. A block whose name another block has already (the same rows
  * computed twice) is given up for that one, the disk writer first done
  * reading it. Nothing without reuse. */
-static void publish_live(ph_engine *e) {
+static void publish_live(ph_engine *e, slot *sl) {
     if (!e->reuse) return;
-    kv_cache *kv = &e->s->kv;
-    while (e->n_named < e->live.n_rows / KV_BLOCK_ROWS) {
-        const int32_t i = e->n_named;
+    kv_cache *kv = &sl->s->kv;
+    while (sl->n_named < sl->live.n_rows / KV_BLOCK_ROWS) {
+        const int32_t i = sl->n_named;
         uint8_t prev[KV_NAME_LEN];
-        if (i) memcpy(prev, e->names[i - 1], KV_NAME_LEN);
-        else kv_block_root(&e->live, prev);
-        if (!kv_block_name(&e->live, i, prev, false, e->names[i])) return;
+        if (i) memcpy(prev, sl->names[i - 1], KV_NAME_LEN);
+        else kv_block_root(&sl->live, prev);
+        if (!kv_block_name(&sl->live, i, prev, false, sl->names[i])) return;
         kv_block_info info;
         kv_pool_get_block(&e->pool, kv->ids[i], &info);
         if (!info.named) { /* a block found by name has that name already */
-            if (e->disk && kv_pool_contains(&e->pool, e->names[i])) disk_tier_release_rows(e->disk, i * KV_BLOCK_ROWS);
-            const int32_t id = kv_pool_publish(&e->pool, kv->ids[i], e->names[i], prev);
+            if (e->disk && kv_pool_contains(&e->pool, sl->names[i]))
+                disk_tier_release_rows(e->disk, i * KV_BLOCK_ROWS);
+            const int32_t id = kv_pool_publish(&e->pool, kv->ids[i], sl->names[i], prev);
             if (id != kv->ids[i]) kv_cache_replace_block(kv, i, id);
         }
-        e->n_named++;
+        sl->n_named++;
     }
 }
 
@@ -812,9 +915,9 @@ static void publish_live(ph_engine *e) {
  * complete and not held there already): its full blocks stay in the pool
  * under their names, the point holds its last, partial block and its
  * recurrent states. Nothing is copied but those states. */
-static void save_live(ph_engine *e) {
+static void save_live(ph_engine *e, slot *sl) {
     ram_point p;
-    const int rc = ram_point_make(&p, &e->pool, &e->live, &e->s->kv, false);
+    const int rc = ram_point_make(&p, &e->pool, &sl->live, &sl->s->kv, false);
     if (rc < 0) e->ram.refused++;
     if (rc == 0 && !ram_tier_add(&e->ram, &p)) ram_point_free(&p, &e->pool);
 }
@@ -831,10 +934,10 @@ static int32_t usable(const seq_state *want, int32_t n) {
  * it cannot: incomplete state, more than the budget, memory short, or the
  * side call would not find the need blocks it takes in the pool beside
  * them. */
-static bool park_primary(ph_engine *e, int32_t need) {
-    const kv_cache *kv = &e->s->kv;
+static bool park_primary(ph_engine *e, slot *sl, int32_t need) {
+    const kv_cache *kv = &sl->s->kv;
     if ((size_t)kv->n_held * e->pool.block_bytes > e->park_budget || need > kv_pool_available(&e->pool) ||
-        ram_point_make(&e->parked, &e->pool, &e->live, kv, true))
+        ram_point_make(&e->parked, &e->pool, &sl->live, kv, true))
         return false;
     e->has_parked = true;
     e->st.conversations_parked++;
@@ -843,9 +946,14 @@ static bool park_primary(ph_engine *e, int32_t need) {
 
 /* The cond_hash of a picture of want as the live state, the parked
  * conversation or a resume point holds it. */
-static bool known_cond(const ph_engine *e, const seq_span *sp, uint8_t cond[32]) {
-    return seq_span_cond(&e->live, sp, cond) || (e->has_parked && seq_span_cond(&e->parked.seq, sp, cond)) ||
-           ram_tier_cond(&e->ram, sp, cond);
+static bool known_cond(const ph_engine *e, const slot *sl, const seq_span *sp, uint8_t cond[32]) {
+    if (seq_span_cond(&sl->live, sp, cond) || (e->has_parked && seq_span_cond(&e->parked.seq, sp, cond)) ||
+        ram_tier_cond(&e->ram, sp, cond))
+        return true;
+    /* another slot's, when no request runs in it (its live state does not change under e->mu) */
+    for (int i = 0; i < e->n_slots; i++)
+        if (!e->slots[i].busy && seq_span_cond(&e->slots[i].live, sp, cond)) return true;
+    return false;
 }
 
 /* The most of want's first n rows (found in the pool by name) whose
@@ -853,12 +961,12 @@ static bool known_cond(const ph_engine *e, const seq_span *sp, uint8_t cond[32])
  * picture keeps the cond_hash it was evaluated with; a block's name does
  * not hold it): a picture without one ends them. With set, those pictures
  * of want get it. */
-static int32_t known_rows(const ph_engine *e, seq_state *want, int32_t n, bool set) {
+static int32_t known_rows(const ph_engine *e, const slot *sl, seq_state *want, int32_t n, bool set) {
     n = seq_back_off(want, n);
     for (int32_t k = 0; k < want->n_spans && want->spans[k].start < n; k++) {
         seq_span *sp = &want->spans[k];
         uint8_t cond[32];
-        if (!known_cond(e, sp, cond)) return sp->start;
+        if (!known_cond(e, sl, sp, cond)) return sp->start;
         if (set) {
             memcpy(sp->cond_hash, cond, 32);
             sp->has_cond = true;
@@ -873,9 +981,9 @@ static int32_t known_rows(const ph_engine *e, seq_state *want, int32_t n, bool s
  * the live table when p is used up (*used_up: the live state holds all p
  * could give), else shared with it (copied when the live state writes into
  * it: kv_pool_cow). */
-static void take_blocks(ph_engine *e, ram_point *p, const uint8_t (*names)[KV_NAME_LEN], int32_t keep, int32_t n,
-                        bool *used_up) {
-    kv_cache *kv = &e->s->kv;
+static void take_blocks(ph_engine *e, slot *sl, ram_point *p, const uint8_t (*names)[KV_NAME_LEN], int32_t keep,
+                        int32_t n, bool *used_up) {
+    kv_cache *kv = &sl->s->kv;
     kv_cache_drop_blocks(kv, keep / KV_BLOCK_ROWS);
     for (int32_t b = keep / KV_BLOCK_ROWS; b < blocks_for(n); b++) {
         int32_t id;
@@ -894,10 +1002,10 @@ static void take_blocks(ph_engine *e, ram_point *p, const uint8_t (*names)[KV_NA
 }
 
 /* Keeps the live state's first n rows (a row it can resume at). */
-static void keep_live(ph_engine *e, int32_t n) {
-    seq_truncate(&e->live, n);
-    session_truncate(e->s, n, seq_pos_at(&e->live, n));
-    if (e->n_named > n / KV_BLOCK_ROWS) e->n_named = n / KV_BLOCK_ROWS;
+static void keep_live(slot *sl, int32_t n) {
+    seq_truncate(&sl->live, n);
+    session_truncate(sl->s, n, seq_pos_at(&sl->live, n));
+    if (sl->n_named > n / KV_BLOCK_ROWS) sl->n_named = n / KV_BLOCK_ROWS;
 }
 
 /* The plan (docs/state-cache.md, The plan of a turn): the longest common
@@ -916,10 +1024,10 @@ static void keep_live(ph_engine *e, int32_t n) {
  * kept; the session and the live provenance hold exactly those. Nothing of
  * another isolation domain is ever a match (seq_common_prefix, and the
  * block names). */
-static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_report *r) {
-    kv_cache *kv = &e->s->kv;
+static int32_t plan_reuse(ph_engine *e, slot *sl, seq_state *want, bool aux, ph_turn_report *r) {
+    kv_cache *kv = &sl->s->kv;
     /* with recurrent layers, the most that is kept is a snapshot's rows */
-    int32_t keep = e->reuse ? kv_cache_cut_point(kv, usable(want, seq_common_prefix(&e->live, want))) : 0;
+    int32_t keep = e->reuse ? kv_cache_cut_point(kv, usable(want, seq_common_prefix(&sl->live, want))) : 0;
     const int32_t most = usable(want, want->n_rows);
     /* the request's full blocks that the pool holds, from the first (the
      * RAM tier's, when it is on) */
@@ -931,8 +1039,8 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
         run *= KV_BLOCK_ROWS;
     }
     bool pinned = false;
-    if (aux && !e->live_is_aux && !e->has_parked && keep < e->live.n_rows)
-        pinned = r->parked = park_primary(e, blocks_for(want->n_rows + 1) - keep / KV_BLOCK_ROWS);
+    if (aux && !sl->live_is_aux && !e->has_parked && keep < sl->live.n_rows)
+        pinned = r->parked = park_primary(e, sl, blocks_for(want->n_rows + 1) - keep / KV_BLOCK_ROWS);
     ram_point c = {.tail = -1};
     int32_t best = keep;
     enum { FROM_LIVE, FROM_POINT, FROM_POOL, FROM_DISK } from = FROM_LIVE;
@@ -954,7 +1062,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
     int32_t from_ram = 0;
     const int32_t ck = names && best < most ? ram_tier_find(&e->ram, want, most, run, &from_ram) : -1;
     const int32_t from_pool =
-        names && !kv->recurrent && best < most ? known_rows(e, want, run < most ? run : most, false) : 0;
+        names && !kv->recurrent && best < most ? known_rows(e, sl, want, run < most ? run : most, false) : 0;
     const int32_t beat = from_ram > from_pool ? from_ram : from_pool;
     disk_match dm = {0};
     int32_t from_disk = 0;
@@ -994,22 +1102,22 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
      * primary conversation is held already); rows that a restore replaces
      * need not stay. A few lost rows (a thinking model's answer opener,
      * which every turn resumes before) are not worth a point. */
-    if (!pinned && e->reuse && (best > keep || keep + PARK_MIN_LOST < e->live_prompt)) save_live(e);
+    if (!pinned && e->reuse && (best > keep || keep + PARK_MIN_LOST < sl->live_prompt)) save_live(e, sl);
     if (from == FROM_DISK) {
         /* the rows that check out: all of them, or those before a record
          * that failed (refused, logged and counted by the tier) */
-        seq_clear(&e->live);
-        e->n_named = 0;
+        seq_clear(&sl->live);
+        sl->n_named = 0;
         const int32_t got = disk_tier_load(e->disk, &dm, kv, best);
         if (got > 0) {
-            seq_copy(&e->live, &dm.seq, got, NULL); /* live.cap is the context size */
-            e->s->next_pos = seq_pos_at(&dm.seq, got);
+            seq_copy(&sl->live, &dm.seq, got, NULL); /* live.cap is the context size */
+            sl->s->next_pos = seq_pos_at(&dm.seq, got);
             keep = got;
             r->n_from_disk = got;
         } else {
             PH_WARN("the disk cache's records for this prompt failed their checks; the prompt is evaluated from the "
                     "start");
-            ph_session_reset(e->s);
+            ph_session_reset(sl->s);
             keep = 0;
         }
         disk_match_free(&dm);
@@ -1018,30 +1126,31 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
          * which the client sends back in its own words) is used up; one with
          * more is kept for them (a parked one is taken whole) */
         bool used_up = from != FROM_POINT || r->from_parked || c.seq.n_rows - best <= best / 8;
-        if (from == FROM_POOL) known_rows(e, want, best, true);
+        if (from == FROM_POOL) known_rows(e, sl, want, best, true);
         const seq_state *src = from == FROM_POOL ? want : &c.seq;
-        take_blocks(e, from == FROM_POINT ? &c : NULL, (const uint8_t(*)[KV_NAME_LEN])names, keep, best, &used_up);
-        seq_copy(&e->live, src, best, NULL);
-        e->s->next_pos = seq_pos_at(src, best);
+        take_blocks(e, sl, from == FROM_POINT ? &c : NULL, (const uint8_t(*)[KV_NAME_LEN])names, keep, best,
+                    &used_up);
+        seq_copy(&sl->live, src, best, NULL);
+        sl->s->next_pos = seq_pos_at(src, best);
         if (c.rec) kv_cache_load_recurrent(kv, c.rec, c.rec_rows, c.n_rec, best);
         if (used_up) ram_point_free(&c, &e->pool); /* the live state holds what it could give */
         else ram_tier_return(&e->ram, &c);
-        e->n_named = 0;
+        sl->n_named = 0;
         keep = best;
         r->n_from_ram = best;
     } else {
-        keep_live(e, keep);
+        keep_live(sl, keep);
     }
     free(names);
-    e->live_prompt = keep;
-    e->live_is_aux = aux;
-    memcpy(e->live.domain, want->domain, sizeof e->live.domain); /* what is kept is of its domain already */
+    sl->live_prompt = keep;
+    sl->live_is_aux = aux;
+    memcpy(sl->live.domain, want->domain, sizeof sl->live.domain); /* what is kept is of its domain already */
     /* a kept picture keeps the cond_hash it was evaluated with (docs/state-cache.md, Reuse rules) */
     for (int32_t i = 0; i < want->n_spans && want->spans[i].start < keep; i++) {
-        memcpy(want->spans[i].cond_hash, e->live.spans[i].cond_hash, 32);
-        want->spans[i].has_cond = e->live.spans[i].has_cond;
+        memcpy(want->spans[i].cond_hash, sl->live.spans[i].cond_hash, 32);
+        want->spans[i].has_cond = sl->live.spans[i].has_cond;
     }
-    publish_live(e);
+    publish_live(e, sl);
     return keep;
 }
 
@@ -1050,7 +1159,7 @@ static int32_t plan_reuse(ph_engine *e, seq_state *want, bool aux, ph_turn_repor
  * with this turn's answer shares. */
 static int find_head(turn *t, const chat_render_opts *ro, ph_err *err) {
     ph_engine *e = t->e;
-    if (!e->s->kv.recurrent) return 0;
+    if (e->m->hp.n_rec_layer == 0) return 0;
     const char *op = chat_format_opener(&e->fmt, ro);
     ph_tokens k = {0};
     if (ph_tokenize(e->m, op, strlen(op), true, &k, err)) return -1;
@@ -1092,8 +1201,8 @@ int ph_engine_render(const ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs,
  * before any work, naming the sizes. The live blocks count as available
  * (kept, or given back to the pool), but for its last one (kept by a
  * resume point). */
-static int admit(ph_engine *e, const seq_state *want, ph_err *err) {
-    const int32_t need = blocks_for(want->n_rows + 1), held = e->s->kv.n_held,
+static int admit(ph_engine *e, const slot *sl, const seq_state *want, ph_err *err) {
+    const int32_t need = blocks_for(want->n_rows + 1), held = sl->s->kv.n_held,
                   have = kv_pool_available(&e->pool) + (held ? held - 1 : 0);
     if (need <= have) return 0;
     kv_pool_stats ps;
@@ -1105,6 +1214,52 @@ static int admit(ph_engine *e, const seq_state *want, ph_err *err) {
                     (double)ps.total * (double)ps.block_bytes / (1 << 20), ps.pinned, have);
 }
 
+/* The slot for a request (e->mu held; waits for one to be free): the free
+ * one whose live state shares the longest usable prefix with want, else the
+ * one least recently used. An auxiliary request leaves a primary
+ * conversation's slot alone while another is free (its blocks stay held
+ * there, never evicted for it); with one slot it takes it and parks the
+ * primary conversation (plan_reuse). */
+static slot *take_slot(ph_engine *e, const seq_state *want, const ph_gen_params *gp) {
+    const bool aux = gp->auxiliary;
+    for (;;) {
+        slot *best = NULL, *lru = NULL;
+        int32_t best_n = 0;
+        bool any_other = false;
+        for (int i = 0; i < e->n_slots; i++) {
+            const slot *sl = &e->slots[i];
+            any_other |= !sl->busy && (!sl->live.n_rows || sl->live_is_aux);
+        }
+        for (int i = 0; i < e->n_slots; i++) {
+            slot *sl = &e->slots[i];
+            if (sl->busy) continue;
+            if (aux && any_other && sl->live.n_rows && !sl->live_is_aux) continue;
+            const int32_t n = e->reuse ? usable(want, seq_common_prefix(&sl->live, want)) : 0;
+            if (n > best_n) best = sl, best_n = n;
+            if (!lru || sl->used < lru->used) lru = sl;
+        }
+        slot *sl = best ? best : lru;
+        if (sl) {
+            sl->busy = true;
+            sl->used = ++e->slot_clock;
+            e->running++;
+            sl->progress = gp->progress ? gp->progress : e->progress;
+            sl->progress_ud = gp->progress ? gp->progress_ud : e->progress_ud;
+            ph_session_set_progress(sl->s, sl->progress ? on_rows : NULL, sl);
+            return sl;
+        }
+        pthread_cond_wait(&e->slot_freed, &e->mu);
+    }
+}
+
+static void give_slot(ph_engine *e, slot *sl) {
+    pthread_mutex_lock(&e->mu);
+    sl->busy = false;
+    e->running--;
+    pthread_cond_signal(&e->slot_freed);
+    pthread_mutex_unlock(&e->mu);
+}
+
 int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const ph_gen_params *gp, ph_gen_cb cb,
                    void *ud, ph_turn_report *r, ph_err *err) {
     memset(r, 0, sizeof *r);
@@ -1112,65 +1267,83 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     turn t = {.e = e, .domain = gp->domain};
     constraint con = {.call_token = -1};
     ph_tokens forced = {0};
+    slot *sl = NULL;
     int rc = render(&t, msgs, n_msgs, gp, err);
     r->n_pictures = t.prompt.n_pictures;
     if (rc) goto out;
     /* what the answer may be, settled before any work */
-    if (constrained(gp) && !e->jv && !(e->jv = jc_vocab_new(e->m->hp.n_vocab, constraint_token_text, e->m, err))) {
+    pthread_mutex_lock(&e->mu);
+    if (constrained(gp) && !e->jv && !(e->jv = jc_vocab_new(e->m->hp.n_vocab, constraint_token_text, e->m, err)))
         rc = -1;
-        goto out;
-    }
+    pthread_mutex_unlock(&e->mu);
+    if (rc) goto out;
     const chat_render_opts ro = {.thinking = gp->thinking};
     if ((rc = constraint_init(&con, e->m, e->jv, gp, chat_format_opens_think(&e->fmt, &ro),
                               chat_format_family(&e->fmt)->calls == CHAT_CALLS_XML, err)) != 0 ||
         (rc = forced_tokens(e, gp, &forced, err)) != 0)
         goto out;
-    if ((rc = check_fits(&t, err)) != 0 || (rc = identify_pictures(&t, err)) != 0 ||
-        (rc = build_want(&t, err)) != 0 || (rc = find_head(&t, &ro, err)) != 0)
-        goto out;
+    if ((rc = check_fits(&t, err)) != 0) goto out;
+    pthread_mutex_lock(&e->mu); /* the bytes_id memo */
+    rc = identify_pictures(&t, err);
+    pthread_mutex_unlock(&e->mu);
+    if (rc || (rc = build_want(&t, err)) != 0 || (rc = find_head(&t, &ro, err)) != 0) goto out;
     r->n_prompt = t.want.n_rows;
-    if ((rc = admit(e, &t.want, err)) != 0) goto out;
 
+    /* a slot, and the plan, under the engine's lock */
+    pthread_mutex_lock(&e->mu);
+    t.sl = sl = take_slot(e, &t.want, gp);
+    if ((rc = admit(e, sl, &t.want, err)) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        goto out;
+    }
     const double tp = time_now_s();
-    int32_t keep = plan_reuse(e, &t.want, gp->auxiliary, r);
+    int32_t keep = plan_reuse(e, sl, &t.want, gp->auxiliary, r);
     r->checkpoint_s = time_now_s() - tp;
     r->n_reused = keep;
     r->n_prefilled = t.want.n_rows - keep;
+    pthread_mutex_unlock(&e->mu);
 
     if ((rc = resolve_pictures(&t, keep, r, err)) != 0) goto out;
     const double t1 = time_now_s();
-    session_progress_span(e->s, r->n_prefilled);
+    session_progress_span(sl->s, r->n_prefilled);
     rc = prefill(&t, keep, err);
-    session_progress_span(e->s, 0);
+    session_progress_span(sl->s, 0);
     if (rc) {
         err->code = PH_ERR_INTERNAL;
         goto reset;
     }
     r->prefill_s = time_now_s() - t1;
-    publish_live(e);
-    e->live_prompt = e->live.n_rows;
+    pthread_mutex_lock(&e->mu);
+    publish_live(e, sl);
+    sl->live_prompt = sl->live.n_rows;
     e->st.prompt_tokens_reused += (uint64_t)r->n_reused;
     e->st.prompt_tokens_prefilled += (uint64_t)r->n_prefilled;
     e->st.prompt_tokens_from_ram += (uint64_t)r->n_from_ram;
     e->st.disk_cache_tokens_restored += (uint64_t)r->n_from_disk;
+    pthread_mutex_unlock(&e->mu);
     /* the prompt's end, kept: the next turn resumes there whatever the
      * client makes of the answer (a thinking model's history drops its
      * reasoning; a client may render the answer otherwise) */
-    checkpoint(e, 0, true);
-    if ((rc = generate(e, gp, &con, &forced, cb, ud, r, t0, err)) != 0) goto reset;
-    publish_live(e);
-    checkpoint(e, 0, false); /* the turn */
+    checkpoint(e, sl, 0, true);
+    if ((rc = generate(e, sl, gp, &con, &forced, cb, ud, r, t0, err)) != 0) goto reset;
+    pthread_mutex_lock(&e->mu);
+    publish_live(e, sl);
+    pthread_mutex_unlock(&e->mu);
+    checkpoint(e, sl, 0, false); /* the turn */
     goto out;
 reset:
     /* the KV may hold part of this turn: forget it rather than keep state
      * whose provenance is not exactly known (its blocks go back to the pool
      * once the disk writer is done reading them) */
+    pthread_mutex_lock(&e->mu);
     if (e->disk) disk_tier_release_rows(e->disk, 0);
-    seq_clear(&e->live);
-    ph_session_reset(e->s);
-    e->live_prompt = 0;
-    e->n_named = 0;
+    seq_clear(&sl->live);
+    ph_session_reset(sl->s);
+    sl->live_prompt = 0;
+    sl->n_named = 0;
+    pthread_mutex_unlock(&e->mu);
 out:
+    if (sl) give_slot(e, sl);
     constraint_free(&con);
     ph_tokens_free(&forced);
     turn_free(&t);

@@ -4,6 +4,9 @@
 #ifndef PH_ENGINE_ENGINE_H
 #define PH_ENGINE_ENGINE_H
 
+#include <pthread.h>
+
+#include "engine/batcher.h"
 #include "image/image.h"
 #include "engine/picture.h"
 #include "engine/session.h"
@@ -24,20 +27,40 @@ typedef struct image_memo_entry {
     uint64_t used;
 } image_memo_entry;
 
-struct ph_engine {
-    ph_model *m;
+/* A slot: one request at a time runs in it, on its session (the KV
+ * blocks of one sequence, from the engine's pool) and its live state. */
+typedef struct slot {
     ph_session *s;
-    ph_ctx_choice ctx;   /* how the session's context size was chosen */
-    seq_state live;      /* provenance of the session's KV */
-    int32_t live_prompt; /* rows of the live state's last prompt */
-    kv_pool pool;        /* every KV block: the live sequence's, the RAM tier's, a parked one's */
-    bool pool_ready;
+    seq_state live;                /* provenance of the session's KV */
+    int32_t live_prompt;           /* rows of the live state's last prompt */
     uint8_t (*names)[KV_NAME_LEN]; /* the names of the live full blocks published, in row order */
     int32_t n_named;               /* how many (publish_live) */
+    bool live_is_aux;              /* an auxiliary request made the live state */
+    bool busy;                     /* a request runs in it */
+    uint64_t used;                 /* when it was last taken (the engine's clock) */
+    struct ph_engine *e;
+    ph_progress_fn progress; /* the running request's progress (its own, or the engine's) */
+    void *progress_ud;
+    int64_t enc_done, enc_total; /* the request's encoder steps (PH_PROGRESS_ENCODE) */
+} slot;
+
+struct ph_engine {
+    ph_model *m;
+    batcher *bat;       /* evaluates the slots' rows together, and runs the picture encodes */
+    pthread_mutex_t mu; /* the pool, the tiers, the caches, the slots' bookkeeping and the stats */
+    pthread_cond_t slot_freed;
+    bool mu_ready;
+    int n_parallel;
+    slot *slots; /* n_slots (n_parallel) of them */
+    int n_slots;
+    uint64_t slot_clock;
+    int running;         /* requests in a slot now */
+    ph_ctx_choice ctx;   /* how the session's context size was chosen */
+    kv_pool pool;        /* every KV block: the slots', the RAM tier's, a parked one's */
+    bool pool_ready;
     ram_tier ram;                  /* resume points of displaced sequences */
     ram_point parked;              /* the primary conversation, parked for auxiliary requests */
     bool has_parked;
-    bool live_is_aux; /* an auxiliary request made the live state */
     size_t park_budget;
     chat_fmt fmt;
     uint8_t model_id[32];
@@ -55,7 +78,6 @@ struct ph_engine {
     jc_vocab *jv;            /* the constraint's tables over the vocabulary, built on first use */
     ph_progress_fn progress; /* ph_engine_set_progress */
     void *progress_ud;
-    int64_t enc_done, enc_total; /* the turn's encoder steps (PH_PROGRESS_ENCODE) */
     int test_step_delay_ms;      /* PINHOLE_TEST_PREFILL_DELAY_MS: a test's slow prefill */
 };
 

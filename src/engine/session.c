@@ -68,7 +68,7 @@ ph_session *session_new_in(ph_model *m, int32_t n_ctx, kv_pool *pool, ph_err *er
     }
     s->m = m;
     if (kv_cache_init(&s->kv, m, n_ctx, pool, err) ||
-        llm_scratch_init(&s->sc, m, n_ctx < PH_CHUNK ? n_ctx : PH_CHUNK, err)) {
+        llm_scratch_init(&s->sc, m, n_ctx < PH_CHUNK ? n_ctx : PH_CHUNK, 1, err)) {
         ph_session_free(s);
         return NULL;
     }
@@ -123,6 +123,25 @@ static void rows_done(ph_session *s, int64_t base, int64_t done, int64_t n) {
     if (s->prog_total && done == n) s->prog_done = base + n;
 }
 
+/* Makes rows up to n writable (kv_cache_reserve), under the engine's lock
+ * when the session is an engine's (the pool is shared). */
+static int reserve(ph_session *s, int32_t n, ph_err *err) {
+    if (s->lock) pthread_mutex_lock(s->lock);
+    const int rc = kv_cache_reserve(&s->kv, n, err);
+    if (s->lock) pthread_mutex_unlock(s->lock);
+    return rc;
+}
+
+/* Evaluates n rows at positions s->sc.pos: through the engine's batcher
+ * (the logits copied to the session's; a decoded token's row goes first in
+ * its step), or alone: the same numbers either way (llm_forward_batch). */
+static int forward(ph_session *s, const int32_t *ids, const float *embd, int64_t n, bool want_logits, bool decode,
+                   ph_err *err) {
+    if (s->bat)
+        return batcher_eval(s->bat, &s->kv.rows, ids, embd, n, s->sc.pos, want_logits, decode, s->sc.logits, err);
+    return llm_forward(s->m, &s->kv.rows, &s->sc, ids, embd, n, s->sc.pos, want_logits, err);
+}
+
 static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt, ph_err *err) {
     if (n == 0) return 0;
     const llm_kv *kv = &s->kv.rows;
@@ -144,8 +163,8 @@ static int eval_tokens(ph_session *s, const int32_t *ids, size_t n, bool prompt,
                 s->sc.pos[3 * c + i] = 0;
             }
         }
-        if (kv_cache_reserve(&s->kv, kv->n_rows + (int32_t)c, err) ||
-            llm_forward(s->m, &s->kv.rows, &s->sc, ids + done, NULL, (int64_t)c, s->sc.pos, done + c == n, err))
+        if (reserve(s, kv->n_rows + (int32_t)c, err) ||
+            forward(s, ids + done, NULL, (int64_t)c, done + c == n, !prompt, err))
             return -1;
         s->next_pos += (int32_t)c;
         done += c;
@@ -186,9 +205,8 @@ int session_eval_image_rows(ph_session *s, const float *rows, int32_t grid_x, in
             s->sc.pos[2 * c + i] = p0 + (int32_t)(k % grid_x);
             s->sc.pos[3 * c + i] = 0;
         }
-        if (kv_cache_reserve(&s->kv, kv->n_rows + (int32_t)c, err) ||
-            llm_forward(s->m, &s->kv.rows, &s->sc, NULL, rows + done * hp->n_embd_inp, c, s->sc.pos,
-                        want_logits && done + c == n, err))
+        if (reserve(s, kv->n_rows + (int32_t)c, err) ||
+            forward(s, NULL, rows + done * hp->n_embd_inp, c, want_logits && done + c == n, false, err))
             return -1;
         done += c;
         rows_done(s, base, done, n);

@@ -4,6 +4,9 @@
 #ifndef PH_ENGINE_SESSION_H
 #define PH_ENGINE_SESSION_H
 
+#include <pthread.h>
+
+#include "engine/batcher.h"
 #include "model/llm.h"
 #include "state/kv_cache.h"
 
@@ -17,6 +20,10 @@ struct ph_session {
     /* a span of work reported as one (session_progress_span): rows done
      * of total; total 0: each evaluation is its own span */
     int64_t prog_done, prog_total;
+    /* an engine's session: its rows evaluated by the engine's batcher, its
+     * blocks taken under the engine's lock (NULL: llm_forward, no lock) */
+    batcher *bat;
+    pthread_mutex_t *lock;
 };
 
 /* Reports the next prompt evaluations as one span of total rows (done 0

@@ -78,27 +78,58 @@ typedef struct llm_kv {
     int32_t n_rows;
 } llm_kv;
 
-/* The forward pass's working memory for one chunk of up to cap rows, and
- * the logits of the last row it computed. */
+/* The forward pass's working memory for one batch of up to cap rows (all
+ * its segments' rows together: cap bounds a batch's total), and the
+ * logits of up to n_logits rows (the segments of a batch that want them). */
 typedef struct llm_scratch {
-    int32_t cap;
+    int32_t cap, n_logits;
     float *x, *h, *q, *kx, *vx, *att, *ga, *up, *rope_cs;
     float *gate;   /* qwen35: attention gates [cap][n_head * head_dim]; the delta net's
                           beta, then alpha, logits ([n][ssm_hv] each) */
     int32_t *pos;  /* [4][cap] positions for one chunk */
-    float *logits; /* n_vocab */
+    float *logits; /* [n_logits][n_vocab] */
 } llm_scratch;
 
-int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *err);
+/* n_logits >= 1: how many segments of one batch may want logits. */
+int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, int32_t n_logits, ph_err *err);
 void llm_scratch_free(llm_scratch *sc);
 
-/* Evaluates n rows (n <= sc->cap) at the end of kv. Either tokens (ids) or
- * embd (n rows of n_embd_inp floats, e.g. picture rows) is given. pos is
- * section-major [4][n] (only [0][n] for non-M-RoPE models). Computes the
- * logits of the last row (sc->logits) when want_logits. A row's results
- * do not depend on the other rows of the call nor on how many there are
- * (attn_compute, mat_mul): a prompt gives the same logits evaluated at once,
- * in chunks or token by token. */
+/* One sequence's rows in a batch: n rows (n >= 1) at the end of *kv (its
+ * table has blocks for them), either tokens (ids) or embd (n rows of
+ * n_embd_inp floats, e.g. picture rows with their deepstack slices) given;
+ * pos section-major [4][n] (only [0][n] for non-M-RoPE models). want_logits: the logits of its last row are wanted;
+ * the pass then points logits at them (in the scratch, valid until its
+ * next pass), else sets it NULL. */
+typedef struct llm_seg {
+    llm_kv *kv;
+    const int32_t *tokens;
+    const float *embd;
+    int64_t n;
+    const int32_t *pos;
+    bool want_logits;
+    const float *logits; /* out */
+} llm_seg;
+
+/* One forward pass over the rows of n_seg segments, each of a different
+ * sequence (no two share a kv), evaluated as one batch of their rows
+ * concatenated in segment order: at most sc->cap rows in all, at most
+ * sc->n_logits segments wanting logits. The matrix products run once over
+ * all rows (the output matrix once over the rows whose logits are wanted),
+ * the norms and the rope per row with its own positions; a segment's rows
+ * attend (causally) to its own sequence's cells, to which their K and V are
+ * appended, and a recurrent layer runs over them from its sequence's own
+ * state. A row's results do not depend on the other rows of the batch nor
+ * on how many there are (attn_compute, mat_mul): a sequence's numbers are
+ * those of the same rows evaluated alone, at once, in chunks or token by
+ * token (docs/numerics.md, Batches of several sequences). The
+ * segments' logits are in the order of the segments that want them:
+ * sc->logits + j * n_vocab for the j-th.
+ * 0, or -1 with nothing changed when the batch is not usable. */
+int llm_forward_batch(const ph_model *m, llm_seg *segs, int n_seg, llm_scratch *sc, ph_err *err);
+
+/* Evaluates n rows (n <= sc->cap) of one sequence at the end of kv: a
+ * batch of one segment (llm_forward_batch). Computes the logits of the
+ * last row (sc->logits) when want_logits. */
 int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *sc, const int32_t *tokens, const float *embd, int64_t n,
                 const int32_t *pos, bool want_logits, ph_err *err);
 
@@ -119,8 +150,10 @@ const char *llm_chat_template(const ph_model *m, size_t *len);
 int llm_qwen35_hparams(ph_model *m, ph_err *err);
 /* Loads layer l's delta net weights (docs/numerics.md, Qwen3.5 tensors). */
 int llm_qwen35_gdn_load(ph_model *m, int l, ph_err *err);
-/* The delta net mixer of layer L over the n normed rows in sc->h; its
- * output rows (n_embd wide) go to sc->h. */
-void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *sc, int64_t n);
+/* The delta net mixer of layer L over the n normed rows in sc->h, those of
+ * n_seg segments in order, each from its own sequence's state; its output
+ * rows (n_embd wide) go to sc->h. */
+void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, const llm_seg *segs, int n_seg, llm_scratch *sc,
+                    int64_t n);
 
 #endif

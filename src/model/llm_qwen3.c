@@ -282,7 +282,7 @@ static void add_rows(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *err) {
+int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, int32_t n_logits, ph_err *err) {
     const llm_hparams *hp = &m->hp;
     const size_t nkv = (size_t)hp->n_head_kv * hp->head_dim, nq = (size_t)hp->n_head * hp->head_dim;
     const size_t C = (size_t)cap, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
@@ -292,7 +292,10 @@ int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *er
     const size_t q_w = hp->gated_attn ? 2 * nq : nq, gate_w = hp->gated_attn ? nq : 0;
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
     memset(sc, 0, sizeof *sc);
+    if (cap < 1 || n_logits < 1 || n_logits > cap)
+        return err_set(err, "internal: scratch for %d rows, %d of logits", cap, n_logits);
     sc->cap = cap;
+    sc->n_logits = n_logits;
     sc->x = malloc(C * E * sizeof(float));
     sc->h = malloc(C * E * sizeof(float));
     sc->q = malloc(C * MAX(q_w, conv) * sizeof(float));
@@ -305,7 +308,7 @@ int llm_scratch_init(llm_scratch *sc, const ph_model *m, int32_t cap, ph_err *er
     sc->up = malloc(C * F * sizeof(float));
     sc->rope_cs = malloc(C * (size_t)hp->rope.n_dims * sizeof(float));
     sc->pos = malloc(C * 4 * sizeof(int32_t));
-    sc->logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    sc->logits = malloc((size_t)n_logits * (size_t)hp->n_vocab * sizeof(float));
     if (sc->x && sc->h && sc->q && sc->kx && sc->vx && sc->att && sc->gate && sc->ga && sc->up && sc->rope_cs &&
         sc->pos && sc->logits)
         return 0;
@@ -329,16 +332,16 @@ void llm_scratch_free(llm_scratch *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
-/* The attention mixer of layer L over the n normed rows in s->h (its
- * output rows to s->h), appending their K and V to the cells; Qwen3.5's
- * query heads come with gate heads (docs/numerics.md, Gated attention). */
-static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *s, int64_t n) {
+/* The attention mixer of layer L over the n normed rows in s->h, those of
+ * n_seg segments in order (its output rows to s->h), each segment's rows
+ * appending their K and V to its sequence's cells and attending to them;
+ * Qwen3.5's query heads come with gate heads (docs/numerics.md, Gated
+ * attention). */
+static void attention(const ph_model *m, const llm_layer *L, const llm_seg *sg, int n_seg, llm_scratch *s,
+                      int64_t n) {
     const llm_hparams *hp = &m->hp;
     const int64_t hd = hp->head_dim, nq = (int64_t)hp->n_head * hd, nkv = (int64_t)hp->n_head_kv * hd;
     const int32_t c = L->slot;
-    /* this layer's K and V cells in a block (llm_kv) */
-    const size_t cell = (size_t)nkv * sizeof(f16_bits), k_off = (size_t)(2 * c) * (size_t)kv->block_rows * cell,
-                 v_off = k_off + (size_t)kv->block_rows * cell;
     mat_mul(m->pool, &L->wq, s->h, n, s->q);
     mat_mul(m->pool, &L->wk, s->h, n, s->kx);
     mat_mul(m->pool, &L->wv, s->h, n, s->vx);
@@ -361,63 +364,95 @@ static void attention(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scr
             rms_norm(kh, kh, L->k_norm, hd, hp->rms_eps);
             rope_apply(kh, hp->rope.n_dims, cs);
         }
-        const int64_t p = kv->n_rows + i, r = p % kv->block_rows;
-        uint8_t *block = kv->blocks[p / kv->block_rows];
-        quantize_act_row(PH_TYPE_F16, s->kx + i * nkv, (f16_bits *)(block + k_off) + r * nkv, nkv);
-        quantize_act_row(PH_TYPE_F16, s->vx + i * nkv, (f16_bits *)(block + v_off) + r * nkv, nkv);
     }
-    attn_args aa = {
-        .q = s->q,
-        .q_stride = nq,
-        .blocks = (const uint8_t *const *)kv->blocks,
-        .block_rows = kv->block_rows,
-        .k_off = k_off,
-        .v_off = v_off,
-        .kv_stride = nkv,
-        .n_q = n,
-        .n_kv = kv->n_rows + n,
-        .causal = true,
-        .first_cell = kv->n_rows,
-        .n_head = hp->n_head,
-        .n_head_kv = hp->n_head_kv,
-        .head_dim = (int)hd,
-        .scale = 1.0f / sqrtf((float)hd),
-        .out = s->att,
-        .out_stride = nq,
-    };
-    attn_compute(m->pool, &aa);
+    for (int64_t g = 0, off = 0; g < n_seg; off += sg[g++].n) {
+        const llm_kv *kv = sg[g].kv;
+        const int64_t r0 = off, sn = sg[g].n;
+        /* this layer's K and V cells in a block (llm_kv) */
+        const size_t cell = (size_t)nkv * sizeof(f16_bits), k_off = (size_t)(2 * c) * (size_t)kv->block_rows * cell,
+                     v_off = k_off + (size_t)kv->block_rows * cell;
+        for (int64_t i = 0; i < sn; i++) {
+            const int64_t p = kv->n_rows + i, r = p % kv->block_rows;
+            uint8_t *block = kv->blocks[p / kv->block_rows];
+            quantize_act_row(PH_TYPE_F16, s->kx + (r0 + i) * nkv, (f16_bits *)(block + k_off) + r * nkv, nkv);
+            quantize_act_row(PH_TYPE_F16, s->vx + (r0 + i) * nkv, (f16_bits *)(block + v_off) + r * nkv, nkv);
+        }
+        attn_args aa = {
+            .q = s->q + r0 * nq,
+            .q_stride = nq,
+            .blocks = (const uint8_t *const *)kv->blocks,
+            .block_rows = kv->block_rows,
+            .k_off = k_off,
+            .v_off = v_off,
+            .kv_stride = nkv,
+            .n_q = sn,
+            .n_kv = kv->n_rows + sn,
+            .causal = true,
+            .first_cell = kv->n_rows,
+            .n_head = hp->n_head,
+            .n_head_kv = hp->n_head_kv,
+            .head_dim = (int)hd,
+            .scale = 1.0f / sqrtf((float)hd),
+            .out = s->att + r0 * nq,
+            .out_stride = nq,
+        };
+        attn_compute(m->pool, &aa);
+    }
     if (hp->gated_attn)
         for (int64_t i = 0; i < n * nq; i++) s->att[i] *= 1.0f / (1.0f + expf(-s->gate[i]));
     mat_mul(m->pool, &L->wo, s->att, n, s->h);
 }
 
-int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *tokens, const float *embd, int64_t n,
-                const int32_t *pos, bool want_logits, ph_err *err) {
+/* Whether the batch can be evaluated (nothing is changed before it is):
+ * its total rows, or -1 with err set. */
+static int64_t batch_check(const ph_model *m, const llm_seg *sg, int n_seg, const llm_scratch *s, ph_err *err) {
+    const llm_hparams *hp = &m->hp;
+    int64_t total = 0;
+    int n_logits = 0;
+    if (n_seg < 1) return err_set(err, "internal: batch of %d segments", n_seg);
+    for (int g = 0; g < n_seg; g++) {
+        const llm_seg *a = &sg[g];
+        if (a->n <= 0 || a->n > s->cap || !a->kv || !a->pos || !a->tokens == !a->embd)
+            return err_set(err, "internal: batch segment %d of %lld rows", g, (long long)a->n);
+        total += a->n;
+        n_logits += a->want_logits;
+        for (int k = 0; k < g; k++)
+            if (sg[k].kv == a->kv) return err_set(err, "internal: batch segments %d and %d of one sequence", k, g);
+        if (a->kv->n_rows + a->n > a->kv->n_ctx)
+            return err_set(err, "the context is full (%d of %d rows used, %lld more needed)", a->kv->n_rows,
+                           a->kv->n_ctx, (long long)a->n);
+        for (int64_t i = 0; a->tokens && i < a->n; i++)
+            if (a->tokens[i] < 0 || a->tokens[i] >= hp->n_vocab)
+                return err_set(err, "token id %d is outside the vocabulary (%d)", a->tokens[i], hp->n_vocab);
+    }
+    if (total > s->cap) return err_set(err, "internal: batch of %lld rows", (long long)total);
+    if (n_logits > s->n_logits) return err_set(err, "internal: batch wants %d rows of logits", n_logits);
+    return total;
+}
+
+int llm_forward_batch(const ph_model *m, llm_seg *sg, int n_seg, llm_scratch *s, ph_err *err) {
     const llm_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, F = hp->n_ff;
-    if (n <= 0 || n > s->cap) return err_set(err, "internal: batch of %lld rows", (long long)n);
-    if (kv->n_rows + n > kv->n_ctx)
-        return err_set(err, "the context is full (%d of %d rows used, %lld more needed)", kv->n_rows, kv->n_ctx,
-                       (long long)n);
+    const int64_t n = batch_check(m, sg, n_seg, s, err);
+    if (n < 0) return -1;
 
-    for (int64_t i = 0; i < n; i++) {
-        if (tokens) {
-            if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
-                return err_set(err, "token id %d is outside the vocabulary (%d)", tokens[i], hp->n_vocab);
-            dequant_row(m->tok_embd.type,
-                        (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes, s->x + i * E,
-                        E);
-        } else {
-            memcpy(s->x + i * E, embd + i * hp->n_embd_inp, (size_t)E * sizeof(float));
+    for (int64_t g = 0, off = 0; g < n_seg; off += sg[g++].n) {
+        const llm_seg *a = &sg[g];
+        for (int64_t i = 0; i < a->n; i++) {
+            float *x = s->x + (off + i) * E;
+            if (a->tokens)
+                dequant_row(m->tok_embd.type,
+                            (const uint8_t *)m->tok_embd.data + (size_t)a->tokens[i] * m->tok_embd.row_bytes, x, E);
+            else memcpy(x, a->embd + i * hp->n_embd_inp, (size_t)E * sizeof(float));
         }
+        rope_table(&hp->rope, a->pos, a->n, s->rope_cs + off * hp->rope.n_dims);
     }
-    rope_table(&hp->rope, pos, n, s->rope_cs);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const llm_layer *L = &m->layers[l];
         for (int64_t i = 0; i < n; i++) rms_norm(s->h + i * E, s->x + i * E, L->attn_norm, E, hp->rms_eps);
-        if (L->recurrent) llm_qwen35_gdn(m, L, kv, s, n);
-        else attention(m, L, kv, s, n);
+        if (L->recurrent) llm_qwen35_gdn(m, L, sg, n_seg, s, n);
+        else attention(m, L, sg, n_seg, s, n);
         add_rows(s->x, s->h, n * E);
 
         for (int64_t i = 0; i < n; i++) rms_norm(s->h + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);
@@ -427,14 +462,29 @@ int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *to
         mat_mul(m->pool, &L->down, s->ga, n, s->h);
         add_rows(s->x, s->h, n * E);
 
-        if (embd && l < hp->n_deepstack) /* deepstack slice l of each picture row (docs/numerics.md, Deepstack) */
-            for (int64_t i = 0; i < n; i++) add_rows(s->x + i * E, embd + i * hp->n_embd_inp + (l + 1) * E, E);
+        /* deepstack slice l of each picture row (docs/numerics.md, Deepstack) */
+        for (int64_t g = 0, off = 0; l < hp->n_deepstack && g < n_seg; off += sg[g++].n)
+            for (int64_t i = 0; sg[g].embd && i < sg[g].n; i++)
+                add_rows(s->x + (off + i) * E, sg[g].embd + i * hp->n_embd_inp + (l + 1) * E, E);
     }
-    kv->n_rows += (int32_t)n;
 
-    if (want_logits) {
-        rms_norm(s->h, s->x + (n - 1) * E, m->output_norm, E, hp->rms_eps);
-        mat_mul(m->pool, &m->output, s->h, 1, s->logits);
+    /* the output matrix once over the last rows of the segments that want logits */
+    int64_t k = 0;
+    for (int64_t g = 0, off = 0; g < n_seg; off += sg[g++].n) {
+        sg[g].kv->n_rows += (int32_t)sg[g].n;
+        sg[g].logits = NULL;
+        if (sg[g].want_logits)
+            rms_norm(s->h + k++ * E, s->x + (off + sg[g].n - 1) * E, m->output_norm, E, hp->rms_eps);
     }
+    if (k) mat_mul(m->pool, &m->output, s->h, k, s->logits);
+    for (int64_t g = 0, j = 0; g < n_seg; g++)
+        if (sg[g].want_logits) sg[g].logits = s->logits + j++ * hp->n_vocab;
     return 0;
+}
+
+int llm_forward(const ph_model *m, llm_kv *kv, llm_scratch *s, const int32_t *tokens, const float *embd, int64_t n,
+                const int32_t *pos, bool want_logits, ph_err *err) {
+    llm_seg one = {
+        .kv = kv, .tokens = tokens, .embd = tokens ? NULL : embd, .n = n, .pos = pos, .want_logits = want_logits};
+    return llm_forward_batch(m, &one, 1, s, err);
 }

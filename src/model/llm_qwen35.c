@@ -89,16 +89,18 @@ static void l2norm(float *x, int n, float eps) {
     for (int i = 0; i < n; i++) x[i] *= scale;
 }
 
-/* The delta rule of value heads [lo, hi) over the n rows (the heads are
- * independent: the same numbers however they are split among threads). */
+/* The delta rule over the n rows of n_seg segments, one unit of work per
+ * segment and value head (g * hv + h), a thread taking units [lo, hi):
+ * the units are independent, so the numbers are the same however they
+ * are split among threads. */
 typedef struct gdn_job {
     const llm_hparams *hp;
     const llm_gdn *g;
     const gdn_kernels *kk;
-    float *S; /* the layer's state */
+    const llm_seg *segs;
+    int n_seg, slot;
     const float *mix, *z, *beta, *alpha;
     float *o;
-    int64_t n;
 } gdn_job;
 
 static void gdn_heads(void *ctx, int ith, int nth) {
@@ -109,11 +111,15 @@ static void gdn_heads(void *ctx, int ith, int nth) {
     const int64_t di = (int64_t)hv * d;
     const float scale = 1.0f / sqrtf((float)d);
     long lo, hi;
-    tpool_split_range(hv, ith, nth, &lo, &hi);
-    for (int h = (int)lo; h < (int)hi; h++) {
-        const int j = h % hk; /* value heads take key heads in turn (docs/numerics.md, Gated delta net) */
-        float *S = jb->S + (size_t)h * d * d;
-        for (int64_t i = 0; i < jb->n; i++) {
+    tpool_split_range((long)jb->n_seg * hv, ith, nth, &lo, &hi);
+    int64_t off = 0; /* the first row of segment sg */
+    int sg = 0;
+    for (long w = lo; w < hi; w++) {
+        for (; sg < w / hv; sg++) off += jb->segs[sg].n;
+        /* value heads take key heads in turn (docs/numerics.md, Gated delta net) */
+        const int h = (int)(w % hv), j = h % hk;
+        float *S = jb->segs[sg].kv->ssm[jb->slot] + (size_t)h * d * d;
+        for (int64_t i = off; i < off + jb->segs[sg].n; i++) {
             const float *u = jb->mix + i * C;
             const float b = 1.0f / (1.0f + expf(-jb->beta[i * hv + h]));
             const float x = jb->alpha[i * hv + h] + g->dt_bias[h];
@@ -127,21 +133,24 @@ static void gdn_heads(void *ctx, int ith, int nth) {
     }
 }
 
-void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, llm_kv *kv, llm_scratch *s, int64_t n) {
+void llm_qwen35_gdn(const ph_model *m, const llm_layer *L, const llm_seg *segs, int n_seg, llm_scratch *s,
+                    int64_t n) {
     const llm_hparams *hp = &m->hp;
     const llm_gdn *g = &L->gdn;
     const int hk = hp->ssm_hk, hv = hp->ssm_hv, d = hp->ssm_d, C = hp->conv_dim;
-    gdn_job jb = {hp, g, gdn_kernels_get(), kv->ssm[L->slot], s->q, s->kx, s->gate, s->gate + n * hv, s->att, n};
+    gdn_job jb = {hp, g, gdn_kernels_get(), segs, n_seg, L->slot, s->q, s->kx, s->gate, s->gate + n * hv, s->att};
     mat_mul(m->pool, &g->qkv, s->h, n, s->q);
     mat_mul(m->pool, &g->z, s->h, n, s->kx);
     mat_mul(m->pool, &g->beta, s->h, n, s->gate);
     mat_mul(m->pool, &g->alpha, s->h, n, s->gate + n * hv);
-    float *conv = kv->conv[L->slot];
-    for (int64_t i = 0; i < n; i++) {
-        float *u = s->q + i * C;
-        jb.kk->conv(conv, g->conv, u, u, C, C, hp->conv_k);
-        for (int c = 0; c < C; c++) u[c] = u[c] / (1.0f + expf(-u[c]));     /* silu */
-        for (int j = 0; j < 2 * hk; j++) l2norm(u + j * d, d, hp->rms_eps); /* q heads, then k heads */
+    for (int64_t k = 0, i = 0; k < n_seg; k++) {
+        float *conv = segs[k].kv->conv[L->slot];
+        for (int64_t end = i + segs[k].n; i < end; i++) {
+            float *u = s->q + i * C;
+            jb.kk->conv(conv, g->conv, u, u, C, C, hp->conv_k);
+            for (int c = 0; c < C; c++) u[c] = u[c] / (1.0f + expf(-u[c]));     /* silu */
+            for (int j = 0; j < 2 * hk; j++) l2norm(u + j * d, d, hp->rms_eps); /* q heads, then k heads */
+        }
     }
     tpool_run(m->pool, gdn_heads, &jb);
     mat_mul(m->pool, &g->out, s->att, n, s->h);

@@ -254,6 +254,40 @@ char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns 
             "so closed is cancelled).",
             cs->closed_stalled);
     gauge(f, "pinhole_encoder_loaded", "Whether the vision encoder is in memory.", st->encoder_loaded ? 1 : 0);
+    /* batching (docs/server.md, Parallel requests) */
+    gauge(f, "pinhole_requests_running", "Requests running in a slot of the engine (--parallel).",
+          st->requests_running);
+    pthread_mutex_lock(&m->mu);
+    const int64_t waiting = m->queue;
+    pthread_mutex_unlock(&m->mu);
+    gauge(f, "pinhole_requests_waiting", "Requests waiting in the queue for a worker (as pinhole_queue_length).",
+          (uint64_t)(waiting > 0 ? waiting : 0));
+    fprintf(f, "# HELP pinhole_batch_rows Rows per batch step (one forward pass over the rows of every running "
+               "sequence).\n# TYPE pinhole_batch_rows histogram\n");
+    uint64_t cum = 0;
+    for (int b = 0; b < 8; b++) {
+        cum += st->batch_rows_hist[b];
+        fprintf(f, "pinhole_batch_rows_bucket{le=\"%d\"} %llu\n", (int)ph_batch_row_bounds[b],
+                (unsigned long long)cum);
+    }
+    fprintf(
+        f,
+        "pinhole_batch_rows_bucket{le=\"+Inf\"} %llu\npinhole_batch_rows_sum %llu\npinhole_batch_rows_count %llu\n",
+        (unsigned long long)st->batch_steps, (unsigned long long)(st->batch_prefill_rows + st->batch_decode_rows),
+        (unsigned long long)st->batch_steps);
+    counter(f, "pinhole_batch_steps_total", "Batch steps (forward passes).", st->batch_steps);
+    counter(f, "pinhole_batch_steps_shared_total", "Batch steps with rows of more than one sequence.",
+            st->batch_multi_steps);
+    counter(f, "pinhole_batch_prefill_tokens_total", "Prompt rows (text and picture rows) evaluated in batch steps.",
+            st->batch_prefill_rows);
+    counter(f, "pinhole_batch_decode_tokens_total", "Decoded tokens evaluated in batch steps.",
+            st->batch_decode_rows);
+    counter(f, "pinhole_batch_slices_total", "Pieces of other work (picture encodes) run between batch steps.",
+            st->batch_slices);
+    fprintf(f,
+            "# HELP pinhole_batch_step_seconds_total Time in batch steps.\n"
+            "# TYPE pinhole_batch_step_seconds_total counter\npinhole_batch_step_seconds_total %.6f\n",
+            st->batch_step_s);
     fprintf(f,
             "# HELP pinhole_disk_cache_write_seconds_total Time the disk tier spent writing checkpoints (until their "
             "records were written).\n"

@@ -69,12 +69,15 @@ struct srv {
     pthread_cond_t cv;
     job **q;
     size_t q_head, q_len, q_cap;
-    job *running;
+    job **running;             /* per worker, its job (NULL: none) */
     uint64_t pixels_in_flight; /* the pictures of the queued and running jobs (--max-pixels-in-flight) */
     bool stopping;
     int n_streams;        /* streamed responses not yet finished (under mu) */
     ph_engine_stats snap; /* the engine's counters, as of the last job or tick */
-    pthread_t worker;
+    /* the workers (--parallel): each runs one job at a time through the
+     * engine, which evaluates their rows together */
+    struct worker_arg *workers;
+    int n_workers, n_started;
     /* the connections and the watcher */
     conns conns;
     pthread_t watcher;
@@ -87,7 +90,6 @@ struct srv {
      * set (server_run) only GET /health is answered, with load_fraction */
     atomic_bool ready;
     double load_fraction; /* under mu */
-    run_ctx *cur;         /* the worker's job (its thread only) */
     /* the longest token's bytes: a text of N bytes takes at least N / this
      * many rows (set by server_run; 0 until then) */
     size_t max_token_bytes;
@@ -380,12 +382,13 @@ static log_ctx req_ctx(const req_ident *r) {
 #define STREAM_EARLY_S 1.0
 
 /* The engine's progress on the worker's job (ud: the server). */
+/* A job's progress (ud: its run_ctx; called while its worker waits in
+ * ph_engine_chat, on that thread or the engine's batcher thread). */
 static void on_progress(void *ud, ph_progress_phase phase, int64_t done, int64_t total) {
     (void)phase;
     (void)done;
     (void)total;
-    srv *s = ud;
-    run_ctx *c = s->cur;
+    run_ctx *c = ud;
     if (c && c->j->stream && !c->started && time_now_s() - c->t0 >= STREAM_EARLY_S) start_stream(c->j, &c->started);
 }
 
@@ -399,9 +402,9 @@ static void run_job(srv *s, job *j) {
                  j->failed ? j->err.msg : "");
         return;
     }
-    s->cur = &c;
+    j->gen.progress = on_progress;
+    j->gen.progress_ud = &c;
     int rc = ph_engine_chat(s->e, j->msgs, j->n_msgs, &j->gen, on_gen, &c, &j->rep, &j->err);
-    s->cur = NULL;
     if (!rc && j->rep.finish == PH_FINISH_CANCELLED) {
         /* cut by a shutdown or by --request-timeout-s: the client is still
          * there and must be able to tell (a client that left reads nothing) */
@@ -463,8 +466,15 @@ static void job_drop(srv *s, job *j, bool stopping) {
     job_unref(j);
 }
 
+typedef struct worker_arg {
+    srv *s;
+    int i;
+    pthread_t th;
+} worker_arg;
+
 static void *worker_main(void *arg) {
-    srv *s = arg;
+    srv *s = ((worker_arg *)arg)->s;
+    const int me = ((worker_arg *)arg)->i;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->stopping && s->q_len == 0) {
@@ -490,7 +500,7 @@ static void *worker_main(void *arg) {
             job_drop(s, j, s->stopping);
             continue;
         }
-        s->running = j;
+        s->running[me] = j;
         pthread_mutex_unlock(&s->mu);
         run_job(s, j);
         if (j->rep.finish == PH_FINISH_CANCELLED && !j->failed) metrics_cancelled(&s->met);
@@ -498,9 +508,9 @@ static void *worker_main(void *arg) {
         ph_engine_stats st;
         ph_engine_get_stats(s->e, &st);
         pthread_mutex_lock(&s->mu);
-        s->snap = st;         /* before the answer is released, so a client sees its own turn counted, */
-        pixels_release(s, j); /* finds its pictures counted out */
-        s->running = NULL;    /* and no request running */
+        s->snap = st;         /* before the answer is released, so a client sees its own turn counted */
+        pixels_release(s, j); /* and finds its pictures counted out */
+        s->running[me] = NULL; /* and a shutdown right after it no request running */
         pthread_mutex_unlock(&s->mu);
         job_finish(j);
         job_unref(j);
@@ -946,11 +956,9 @@ static enum MHD_Result handle_get(srv *s, struct MHD_Connection *c, const char *
         return send_json(s, c, 200, json_pack("{s:s}", "status", "ok"));
     }
     if (!strcmp(url, "/metrics")) {
-        /* the worker's snapshot: the engine itself belongs to the worker */
-        pthread_mutex_lock(&s->mu);
-        ph_engine_stats st = s->snap;
-        pthread_mutex_unlock(&s->mu);
-        ph_engine_get_disk_stats(s->e, &st); /* the writer thread's work goes on between jobs */
+        /* the engine's counters now (ph_engine_get_stats takes its lock) */
+        ph_engine_stats st;
+        ph_engine_get_stats(s->e, &st);
         metrics_request(&s->met, "metrics", 200);
         metrics_conns cs;
         conns_stats(&s->conns, &cs.open, &cs.closed_deadline, &cs.closed_limit, &cs.refused, &cs.closed_stalled);
@@ -1496,7 +1504,8 @@ static void *watcher_main(void *arg) {
         const double now = time_now_s();
         conns_sweep(&s->conns, now);
         pthread_mutex_lock(&s->mu);
-        if (s->running) watch_job(s, s->running, now);
+        for (int w = 0; w < s->n_workers; w++)
+            if (s->running[w]) watch_job(s, s->running[w], now);
         size_t kept = 0;
         for (size_t i = 0; i < s->q_len; i++) {
             job *j = s->q[(s->q_head + i) % s->q_cap];
@@ -1579,6 +1588,8 @@ void server_close(srv *s) {
     metrics_free(&s->met);
     free(s->key_domains);
     free(s->q);
+    free(s->running);
+    free(s->workers);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -1589,6 +1600,7 @@ void server_config_default(srv_config *c) {
                       .port = 8080,
                       .max_images = 16,
                       .max_queue = 64,
+                      .parallel = 4,
                       .max_pixels_in_flight = (uint64_t)256 << 20,
                       .max_body = (size_t)64 << 20,
                       .max_connections = 256,
@@ -1617,6 +1629,13 @@ srv *server_open(const srv_config *cfg, ph_err *err) {
     conns_init(&s->conns, s->cfg.max_connections, s->cfg.max_connections_per_ip, s->cfg.header_timeout_s,
                s->cfg.body_timeout_s, s->cfg.send_timeout_s);
     if (web_page_init(&s->page, err)) goto fail;
+    s->n_workers = s->cfg.parallel > 0 ? s->cfg.parallel : 1;
+    s->running = calloc((size_t)s->n_workers, sizeof *s->running);
+    s->workers = calloc((size_t)s->n_workers, sizeof *s->workers);
+    if (!s->running || !s->workers) {
+        err_set(err, "out of memory");
+        goto fail;
+    }
     if (cfg->n_api_keys > 1) { /* each key its own isolation domain */
         if (!(s->key_domains = calloc(cfg->n_api_keys, sizeof *s->key_domains))) {
             err_set(err, "out of memory");
@@ -1677,7 +1696,6 @@ int server_run(srv *s, ph_engine *e) {
         if (n > s->max_token_bytes) s->max_token_bytes = n;
     }
     ph_engine_get_stats(e, &s->snap);
-    ph_engine_set_progress(e, on_progress, s);
     /* signals go to sigwait below, not to any thread */
     sigset_t set;
     sigemptyset(&set);
@@ -1691,10 +1709,19 @@ int server_run(srv *s, ph_engine *e) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
-        PH_ERROR("cannot start the worker thread");
-        server_close(s);
-        return 1;
+    for (int w = 0; w < s->n_workers; w++) {
+        s->workers[w] = (worker_arg){.s = s, .i = w};
+        if (pthread_create(&s->workers[w].th, NULL, worker_main, &s->workers[w]) != 0) {
+            PH_ERROR("cannot start worker thread %d", w + 1);
+            pthread_mutex_lock(&s->mu);
+            s->stopping = true;
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            for (int k = 0; k < s->n_started; k++) pthread_join(s->workers[k].th, NULL);
+            server_close(s);
+            return 1;
+        }
+        s->n_started++;
     }
     atomic_store(&s->ready, true);
     PH_INFO("listening on http://%s:%d", s->cfg.host, s->port);
@@ -1705,12 +1732,13 @@ int server_run(srv *s, ph_engine *e) {
     signal(SIGTERM, SIG_DFL);
     const double t_stop = time_now_s();
     pthread_mutex_lock(&s->mu);
-    const bool was_running = s->running != NULL;
+    int was_running = 0;
+    for (int w = 0; w < s->n_workers; w++) was_running += s->running[w] != NULL;
     const size_t queued = s->q_len;
     pthread_mutex_unlock(&s->mu);
     PH_INFO("%s (%s), stopping: no new requests; %s; %zu queued refused",
             sig == SIGINT ? "interrupted" : "terminated", sig == SIGINT ? "SIGINT" : "SIGTERM",
-            was_running ? "the running request cut short" : "no request was running", queued);
+            was_running ? "the running requests cut short" : "no request was running", queued);
     /* stop taking connections and requests, cancel the running one, refuse
      * the queued ones */
     pthread_mutex_lock(&s->mu);
@@ -1720,14 +1748,16 @@ int server_run(srv *s, ph_engine *e) {
     door_close(d);
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
-    if (s->running) {
-        pthread_mutex_lock(&s->running->mu);
-        s->running->cancelled = true;
-        pthread_mutex_unlock(&s->running->mu);
+    for (int w = 0; w < s->n_workers; w++) {
+        job *r = s->running[w];
+        if (!r) continue;
+        pthread_mutex_lock(&r->mu);
+        r->cancelled = true;
+        pthread_mutex_unlock(&r->mu);
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    pthread_join(s->worker, NULL);
+    for (int w = 0; w < s->n_started; w++) pthread_join(s->workers[w].th, NULL);
     /* let the streams write their last events (a cut one its error event)
      * before the connections are closed: at most 2 s */
     pthread_mutex_lock(&s->mu);

@@ -17,6 +17,7 @@ typedef struct srv_config {
     int port;                 /* 0: any free port */
     int max_images;           /* per request */
     int max_queue;            /* requests waiting for the worker; past it 503 (0: no bound) */
+    int parallel;             /* worker threads, each running one request (the engine's n_parallel) */
     double request_timeout_s; /* a request unfinished this long after it arrived is stopped (0: none) */
     /* connections (issue 13): at most max_connections, max_connections_per_ip
      * from one address (a new one past a limit closes the oldest idle one);

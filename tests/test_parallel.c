@@ -1,0 +1,309 @@
+/* Several requests at once in one engine (issue 26), on the oracle's tiny
+ * Qwen3-VL and Qwen3.5 model pairs: threads calling ph_engine_chat at once
+ * on different conversations (text, and with pictures) get each the tokens
+ * and top log-probabilities, bit for bit, of the same request run alone on
+ * a fresh engine (of as many slots: with one, a decoded token takes
+ * attention's decode path, batcher.h); their rows were evaluated together (steps
+ * with more than one sequence); a long prefix sent by three requests at
+ * once ends with its full blocks once in the pool; a request cancelled
+ * midway leaves the others' answers as they are alone. */
+#include <pthread.h>
+#include <spng.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pinhole.h"
+#include "test.h"
+
+#define NGEN 8
+#define NTOP 5
+#define NREQ 4
+
+static char idcache[64];
+static const char *llm, *mmproj;
+
+typedef struct file {
+    void *p;
+    size_t n;
+} file;
+
+/* A w x h PNG whose pixels depend on seed. */
+static file make_png(int w, int h, int seed) {
+    file f = {0};
+    uint8_t *px = malloc((size_t)w * h * 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint8_t *p = px + ((size_t)y * w + x) * 3;
+            p[0] = (uint8_t)(x * 3 + seed * 40);
+            p[1] = (uint8_t)(y * 5 + seed * 17);
+            p[2] = (uint8_t)((x ^ y) + seed * 90);
+        }
+    spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
+    struct spng_ihdr ih = {
+        .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
+    spng_set_option(c, SPNG_ENCODE_TO_BUFFER, 1);
+    spng_set_ihdr(c, &ih);
+    int rc = spng_encode_image(c, px, (size_t)w * h * 3, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+    if (rc == 0) f.p = spng_get_png_buffer(c, &f.n, &rc);
+    spng_ctx_free(c);
+    free(px);
+    return f;
+}
+
+typedef struct result {
+    int32_t tok[NGEN];
+    float top[NGEN][NTOP];
+    int32_t top_id[NGEN][NTOP];
+    int n;
+    int cancel_after; /* > 0: the callback cancels after this many tokens */
+    ph_turn_report r;
+    int rc;
+} result;
+
+static int collect(void *ud, const ph_gen_event *ev) {
+    result *res = ud;
+    if (ev->token < 0 || res->n >= NGEN) return 0;
+    res->tok[res->n] = ev->token;
+    for (int i = 0; i < NTOP; i++) {
+        res->top[res->n][i] = i < ev->n_top ? ev->top_logprobs[i] : 0;
+        res->top_id[res->n][i] = i < ev->n_top ? ev->top_ids[i] : -1;
+    }
+    res->n++;
+    return res->cancel_after > 0 && res->n >= res->cancel_after;
+}
+
+/* A conversation: a system text, and a user message of a picture (or
+ * none) and a question. */
+typedef struct conv {
+    ph_chat_msg msgs[2];
+    ph_chat_part parts[3];
+    size_t n_msgs;
+} conv;
+
+static void conv_make(conv *c, const char *sys, ph_picture *pic, const char *question) {
+    memset(c, 0, sizeof *c);
+    c->parts[0] = (ph_chat_part){.text = sys, .len = strlen(sys)};
+    c->msgs[0] = (ph_chat_msg){.role = PH_ROLE_SYSTEM, .parts = &c->parts[0], .n_parts = 1};
+    size_t k = 1;
+    if (pic) c->parts[k++] = (ph_chat_part){.picture = pic};
+    c->parts[k++] = (ph_chat_part){.text = question, .len = strlen(question)};
+    c->msgs[1] = (ph_chat_msg){.role = PH_ROLE_USER, .parts = &c->parts[1], .n_parts = k - 1};
+    c->n_msgs = 2;
+}
+
+static ph_engine *engine_new(int n_parallel, int32_t batch_tokens) {
+    ph_engine_params p;
+    ph_engine_params_default(&p);
+    p.model_path = llm;
+    p.mmproj_path = mmproj;
+    p.n_ctx = 2048;
+    p.n_threads = 2;
+    p.id_cache_dir = idcache;
+    p.n_parallel = n_parallel;
+    p.batch_tokens = batch_tokens;
+    p.ram_cache_bytes = (size_t)64 << 20;
+    ph_err err = {0};
+    ph_engine *e = ph_engine_new(&p, &err);
+    if (!e) fprintf(stderr, "engine: %s\n", err.msg);
+    return e;
+}
+
+static void run_one(ph_engine *e, const conv *c, result *res) {
+    ph_gen_params g;
+    ph_gen_params_default(&g);
+    g.max_tokens = NGEN;
+    g.top_logprobs = NTOP;
+    g.sampler.temperature = 0;
+    ph_err err = {0};
+    res->rc = ph_engine_chat(e, c->msgs, c->n_msgs, &g, collect, res, &res->r, &err);
+    if (res->rc) fprintf(stderr, "turn failed: %s\n", err.msg);
+}
+
+typedef struct job {
+    ph_engine *e;
+    const conv *c;
+    result *res;
+    pthread_barrier_t *start;
+} job;
+
+static void *job_main(void *arg) {
+    job *j = arg;
+    pthread_barrier_wait(j->start);
+    run_one(j->e, j->c, j->res);
+    return NULL;
+}
+
+/* Runs n requests at once on e, each on a thread of its own. */
+static void run_together(ph_engine *e, const conv *cs, result *rs, int n) {
+    pthread_t th[NREQ];
+    job jobs[NREQ];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)n);
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (job){e, &cs[i], &rs[i], &start};
+        pthread_create(&th[i], NULL, job_main, &jobs[i]);
+    }
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&start);
+}
+
+/* Whether a (batched) is b (alone) bit for bit, for the first n tokens. */
+static bool same_bits(const result *a, const result *b, int n, const char *what) {
+    if (a->rc || b->rc || a->n < n || b->n < n) {
+        fprintf(stderr, "%s: rc %d/%d, %d and %d tokens\n", what, a->rc, b->rc, a->n, b->n);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        if (a->tok[i] != b->tok[i] || memcmp(a->top_id[i], b->top_id[i], sizeof a->top_id[i]) ||
+            memcmp(a->top[i], b->top[i], sizeof a->top[i])) {
+            fprintf(stderr, "%s: token %d: %d vs %d alone (top logprob %.9g vs %.9g)\n", what, i, a->tok[i],
+                    b->tok[i], (double)a->top[i][0], (double)b->top[i][0]);
+            return false;
+        }
+    }
+    return true;
+}
+
+static const char *long_system(void) {
+    static char s[4096];
+    s[0] = 0;
+    for (int i = 0; i < 30; i++) strcat(s, "You look at pictures carefully and describe them well. ");
+    return s;
+}
+
+static void test_model(const char *name, ph_picture *p0, ph_picture *p1) {
+    printf("%s\n", name);
+    conv cs[NREQ];
+    conv_make(&cs[0], "You are terse.", NULL, "Name three colours.");
+    conv_make(&cs[1], "You describe pictures.", p0, "What is in this picture?");
+    conv_make(&cs[2], long_system(), NULL, "Tell me a short story about a lighthouse keeper and the sea.");
+    conv_make(&cs[3], "You describe pictures.", p1, "Which colours do you see?");
+    result alone[NREQ] = {0};
+    for (int i = 0; i < NREQ; i++) {
+        ph_engine *e = engine_new(NREQ, 512);
+        CHECK(e != NULL);
+        if (!e) return;
+        run_one(e, &cs[i], &alone[i]);
+        CHECKF(alone[i].rc == 0 && alone[i].n == NGEN, "alone %d: rc %d, %d tokens", i, alone[i].rc, alone[i].n);
+        ph_engine_free(e);
+    }
+
+    /* four at once; a small batch limit cuts the long prompt across steps */
+    const int32_t limits[2] = {512, 48};
+    for (int l = 0; l < 2; l++) {
+        ph_engine *e = engine_new(NREQ, limits[l]);
+        CHECK(e != NULL);
+        if (!e) return;
+        result rs[NREQ] = {0};
+        run_together(e, cs, rs, NREQ);
+        for (int i = 0; i < NREQ; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s, batch of %d rows, request %d", name, limits[l], i);
+            CHECKF(same_bits(&rs[i], &alone[i], NGEN, what), "%s: not as alone", what);
+        }
+        ph_engine_stats st;
+        ph_engine_get_stats(e, &st);
+        CHECKF(st.batch_multi_steps > 0 && st.batch_max_seqs >= 2,
+               "%s: steps with several sequences: %llu of %llu (at most %llu at once)", name,
+               (unsigned long long)st.batch_multi_steps, (unsigned long long)st.batch_steps,
+               (unsigned long long)st.batch_max_seqs);
+        CHECKF(st.requests_running == 0, "%s: %llu requests still running", name,
+               (unsigned long long)st.requests_running);
+        printf("  batch of %3d rows: %llu steps, %llu with several sequences (at most %llu), %llu prompt rows, "
+               "%llu decoded, %llu encodes between steps: every answer as alone\n",
+               limits[l], (unsigned long long)st.batch_steps, (unsigned long long)st.batch_multi_steps,
+               (unsigned long long)st.batch_max_seqs, (unsigned long long)st.batch_prefill_rows,
+               (unsigned long long)st.batch_decode_rows, (unsigned long long)st.batch_slices);
+        ph_engine_free(e);
+    }
+
+    /* one cancelled after two tokens: the others answer as alone */
+    {
+        ph_engine *e = engine_new(NREQ, 512);
+        CHECK(e != NULL);
+        if (!e) return;
+        result rs[NREQ] = {0};
+        rs[2].cancel_after = 2;
+        run_together(e, cs, rs, NREQ);
+        for (int i = 0; i < NREQ; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s, one cancelled, request %d", name, i);
+            if (i == 2)
+                CHECKF(rs[i].rc == 0 && rs[i].r.finish == PH_FINISH_CANCELLED && rs[i].n == 2 &&
+                           same_bits(&rs[i], &alone[i], 2, what),
+                       "%s: finish %d after %d tokens", what, (int)rs[i].r.finish, rs[i].n);
+            else CHECKF(same_bits(&rs[i], &alone[i], NGEN, what), "%s: not as alone", what);
+        }
+        /* and the engine goes on: the cancelled one again, now alone in it */
+        result again = {0};
+        run_one(e, &cs[2], &again);
+        CHECKF(same_bits(&again, &alone[2], NGEN, "after the cancel"), "%s: the cancelled request again", name);
+        printf("  one request cancelled after 2 tokens: the others as alone\n");
+        ph_engine_free(e);
+    }
+
+    /* a long prefix sent by three at once: its full blocks once in the pool */
+    {
+        conv sh[3];
+        const char *qs[3] = {"First question.", "Second question, a little longer.", "Third."};
+        for (int i = 0; i < 3; i++) conv_make(&sh[i], long_system(), NULL, qs[i]);
+        result solo[3] = {0};
+        for (int i = 0; i < 3; i++) {
+            ph_engine *e = engine_new(3, 512);
+            run_one(e, &sh[i], &solo[i]);
+            ph_engine_free(e);
+        }
+        ph_engine *e = engine_new(3, 512);
+        CHECK(e != NULL);
+        if (!e) return;
+        ph_engine_stats st0, st;
+        ph_engine_get_stats(e, &st0);
+        result rs[3] = {0};
+        run_together(e, sh, rs, 3);
+        ph_engine_get_stats(e, &st);
+        int32_t least = rs[0].r.n_prompt;
+        uint64_t apart = 0;
+        for (int i = 0; i < 3; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "%s, shared prefix %d", name, i);
+            CHECKF(same_bits(&rs[i], &solo[i], NGEN, what), "%s: not as alone", what);
+            if (rs[i].r.n_prompt < least) least = rs[i].r.n_prompt;
+            apart += (uint64_t)(rs[i].r.n_prompt + NGEN + 63) / 64;
+        }
+        /* the prefix's full blocks (at least the first least / 64 - 1) once, not three times */
+        const uint64_t shared = (uint64_t)(least / 64 > 0 ? least / 64 - 1 : 0);
+        const uint64_t kept = st.kv_blocks_in_use + st.kv_blocks_cached + st.kv_blocks_pinned;
+        CHECKF(shared >= 3 && kept + 2 * shared <= apart,
+               "%s: %llu blocks kept for three requests of %llu blocks apart, sharing %llu", name,
+               (unsigned long long)kept, (unsigned long long)apart, (unsigned long long)shared);
+        printf("  a %d-row prefix sent by three at once: %llu blocks kept (%llu apart)\n", least,
+               (unsigned long long)kept, (unsigned long long)apart);
+        ph_engine_free(e);
+    }
+}
+
+int main(void) {
+    snprintf(idcache, sizeof idcache, "/tmp/ph-ids-XXXXXX");
+    if (!mkdtemp(idcache)) return 1;
+    file a = make_png(40, 32, 1), b = make_png(56, 28, 2);
+    CHECK(a.n && b.n);
+    ph_err err = {0};
+    ph_picture *pa = ph_picture_new(a.p, a.n, "picture a", &err), *pb = ph_picture_new(b.p, b.n, "picture b", &err);
+    CHECK(pa && pb);
+    llm = PH_ORACLE_DIR "/models/tiny-f16.gguf";
+    mmproj = PH_ORACLE_DIR "/models/tiny-f16-mmproj.gguf";
+    test_model("qwen3vl (tiny-f16)", pa, pb);
+    llm = PH_ORACLE_DIR "/qwen35/models/tiny.gguf";
+    mmproj = PH_ORACLE_DIR "/qwen35/models/tiny-mmproj.gguf";
+    test_model("qwen35 (tiny)", pa, pb);
+    ph_picture_free(pa);
+    ph_picture_free(pb);
+    free(a.p);
+    free(b.p);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", idcache);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", idcache);
+    TEST_END();
+}
