@@ -2,11 +2,11 @@
  * Qwen3-VL and Qwen3.5 model pairs: threads calling ph_engine_chat at once
  * on different conversations (text, and with pictures) get each the tokens
  * and top log-probabilities, bit for bit, of the same request run alone on
- * a fresh engine (of as many slots: with one, a decoded token takes
- * attention's decode path, batcher.h); their rows were evaluated together (steps
- * with more than one sequence); a long prefix sent by three requests at
- * once ends with its full blocks once in the pool; a request cancelled
- * midway leaves the others' answers as they are alone. */
+ * a fresh engine; their rows were evaluated together (steps with more than
+ * one sequence); a long prefix sent by three requests at once ends with
+ * its full blocks once in the pool; a request cancelled midway leaves the
+ * others' answers as they are alone; a stream goes on getting tokens while
+ * another request's picture encodes. */
 #include <pthread.h>
 #include <spng.h>
 #include <stdio.h>
@@ -284,6 +284,95 @@ static void test_model(const char *name, ph_picture *p0, ph_picture *p1) {
     }
 }
 
+/* A stream that notes, at each of its tokens, how many slices of other
+ * work (picture encodes) the batcher has run; after its first token it
+ * lets the picture request start and goes on once its encode has. */
+typedef struct ticker {
+    ph_engine *e;
+    uint64_t slices[64];
+    int n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool go;
+} ticker;
+
+static int tick(void *ud, const ph_gen_event *ev) {
+    ticker *t = ud;
+    if (ev->token < 0 || t->n >= 64) return 0;
+    ph_engine_stats st;
+    ph_engine_get_stats(t->e, &st);
+    t->slices[t->n++] = st.batch_slices;
+    if (t->n > 1) return 0;
+    pthread_mutex_lock(&t->mu);
+    t->go = true;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    /* the next token once the picture's first slice has run (else this
+     * tiny model's stream could end before the encode begins) */
+    for (int ms = 0; ms < 10000 && st.batch_slices == t->slices[0]; ms++) {
+        usleep(1000);
+        ph_engine_get_stats(t->e, &st);
+    }
+    return 0;
+}
+
+static void *stream_main(void *arg) {
+    ticker *t = arg;
+    conv c;
+    conv_make(&c, "You are a storyteller.", NULL, "Tell me a long story about the sea.");
+    ph_gen_params g;
+    ph_gen_params_default(&g);
+    g.max_tokens = 64;
+    ph_err err = {0};
+    ph_turn_report r;
+    if (ph_engine_chat(t->e, c.msgs, c.n_msgs, &g, tick, t, &r, &err)) fprintf(stderr, "stream: %s\n", err.msg);
+    pthread_mutex_lock(&t->mu);
+    t->go = true; /* however it ended */
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+/* A picture sent while another request streams: its encode runs in
+ * slices between the batch steps, so the stream gets tokens between them
+ * (it sees the count of slices run grow token by token, not jump once;
+ * the slices slowed down by a test hook, as a big picture's are). */
+static void test_picture_beside_stream(ph_picture *pic) {
+    setenv("PINHOLE_TEST_SLICE_DELAY_MS", "20", 1); /* a slice as slow as a big picture's */
+    ph_engine *e = engine_new(2, 512);
+    unsetenv("PINHOLE_TEST_SLICE_DELAY_MS");
+    CHECK(e != NULL);
+    if (!e) return;
+    ticker t = {.e = e};
+    pthread_mutex_init(&t.mu, NULL);
+    pthread_cond_init(&t.cv, NULL);
+    pthread_t th;
+    pthread_create(&th, NULL, stream_main, &t);
+    pthread_mutex_lock(&t.mu);
+    while (!t.go) pthread_cond_wait(&t.cv, &t.mu);
+    pthread_mutex_unlock(&t.mu);
+    conv c;
+    conv_make(&c, "You describe pictures.", pic, "What is in this picture?");
+    result res = {0};
+    run_one(e, &c, &res);
+    pthread_join(th, NULL);
+    ph_engine_stats st;
+    ph_engine_get_stats(e, &st);
+    int seen = 0;
+    for (int i = 1; i < t.n; i++) seen += t.slices[i] != t.slices[i - 1];
+    CHECKF(res.rc == 0 && res.r.pics_encoded == 1 && t.n > 8, "picture: rc %d, %d encoded; stream: %d tokens",
+           res.rc, res.r.pics_encoded, t.n);
+    /* a stream stalled for the whole encode would see the count change once */
+    CHECKF(seen >= 2 && st.batch_slices >= 3,
+           "the stream saw the slices run grow at %d of its tokens (%llu slices in all)", seen,
+           (unsigned long long)st.batch_slices);
+    printf("  a picture encoded in %llu slices beside a stream, which got tokens between %d of them\n",
+           (unsigned long long)st.batch_slices, seen);
+    pthread_mutex_destroy(&t.mu);
+    pthread_cond_destroy(&t.cv);
+    ph_engine_free(e);
+}
+
 int main(void) {
     snprintf(idcache, sizeof idcache, "/tmp/ph-ids-XXXXXX");
     if (!mkdtemp(idcache)) return 1;
@@ -295,6 +384,7 @@ int main(void) {
     llm = PH_ORACLE_DIR "/models/tiny-f16.gguf";
     mmproj = PH_ORACLE_DIR "/models/tiny-f16-mmproj.gguf";
     test_model("qwen3vl (tiny-f16)", pa, pb);
+    test_picture_beside_stream(pa);
     llm = PH_ORACLE_DIR "/qwen35/models/tiny.gguf";
     mmproj = PH_ORACLE_DIR "/qwen35/models/tiny-mmproj.gguf";
     test_model("qwen35 (tiny)", pa, pb);

@@ -1,6 +1,7 @@
 /* Test hooks: the faults and slowness a test asks for through the
  * environment (PINHOLE_TEST_DISK_KILL, PINHOLE_TEST_DISK_ENOSPC,
- * PINHOLE_TEST_LOAD_DELAY_MS, PINHOLE_TEST_PREFILL_DELAY_MS). Only test
+ * PINHOLE_TEST_LOAD_DELAY_MS, PINHOLE_TEST_PREFILL_DELAY_MS,
+ * PINHOLE_TEST_SLICE_DELAY_MS). Only test
  * builds read them, as SQLite's SQLITE_TEST, chosen when a binary is linked
  * rather than when the library is compiled: the library's test_hook
  * (base/test_hook.c) is a weak definition that answers NULL, which the

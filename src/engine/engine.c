@@ -100,6 +100,7 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     progress(p, "loading the model", 0.2);
     sleep_ms(test_hook_ms("PINHOLE_TEST_LOAD_DELAY_MS"));
     e->test_step_delay_ms = test_hook_ms("PINHOLE_TEST_PREFILL_DELAY_MS");
+    e->test_slice_delay_ms = test_hook_ms("PINHOLE_TEST_SLICE_DELAY_MS");
     if (!(e->m = ph_model_load(p->model_path, p->n_threads, err))) goto fail;
     /* A recurrent layer's state (qwen35) is what all of a sequence's rows
      * left behind: the live state and a resume point of the RAM tier can be cut back only
@@ -472,19 +473,22 @@ static int build_want(turn *t, ph_err *err) {
 /* The span of picture item k of the request. */
 static const seq_span *want_span(const turn *t, int32_t k) { return &t->want.spans[k]; }
 
-/* A picture's encode, run by the batcher between two steps. */
-typedef struct encode_job {
-    ph_engine *e;
+/* A slice of a picture's encode (vision_job_step), run by the batcher
+ * between two of its steps: the other sequences' rows go on while a
+ * picture encodes. */
+typedef struct encode_slice {
     slot *sl;
-    const prep_image *prep;
-    float *rows;
-    ph_err *err;
-} encode_job;
+    vision_job *job;
+} encode_slice;
 
-static int run_encode(void *ud) {
-    encode_job *j = ud;
-    const vision_progress vp = {on_encoder_step, j->sl};
-    return vision_encode(j->e->enc.tower, j->prep, j->rows, &vp, j->err);
+static int run_slice(void *ud) {
+    encode_slice *x = ud;
+    const int done = vision_job_step(x->job, VISION_STEP_FLOPS);
+    sleep_ms(x->sl->e->test_slice_delay_ms);
+    int layers, total;
+    vision_job_progress(x->job, &layers, &total);
+    on_encoder_step(x->sl, layers, total);
+    return done;
 }
 
 /* Encodes picture item k and puts its rows into the cache. */
@@ -504,8 +508,11 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
         return err_set(err, "out of memory for %s's rows", im->label);
     }
     double t0 = time_now_s();
-    encode_job ej = {e, t->sl, &prep, rows, err};
-    int rc = batcher_run(e->bat, run_encode, &ej);
+    /* the tower stays loaded: ph_engine_tick releases none while a request runs */
+    encode_slice x = {t->sl, vision_job_new(e->enc.tower, &prep, rows, err)};
+    int rc = x.job ? 0 : -1;
+    while (rc == 0 && batcher_run(e->bat, run_slice, &x) == 0) {}
+    vision_job_free(x.job);
     t->sl->enc_done += vision_get_info(e->enc.tower)->n_layer + 1;
     r->encode_s += time_now_s() - t0;
     bool geometry_ok = prep.grid_x == sp->grid_x && prep.grid_y == sp->grid_y;

@@ -79,6 +79,7 @@ struct ph_engine {
     ph_progress_fn progress; /* ph_engine_set_progress */
     void *progress_ud;
     int test_step_delay_ms;      /* PINHOLE_TEST_PREFILL_DELAY_MS: a test's slow prefill */
+    int test_slice_delay_ms;     /* PINHOLE_TEST_SLICE_DELAY_MS: a test's slow slices of a picture's encode */
 };
 
 /* The embed_key of a picture of w x h with this encoder (docs/state-cache.md, Identity) in an
