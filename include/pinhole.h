@@ -561,6 +561,11 @@ typedef struct ph_engine_stats {
     uint64_t batch_slices;
     uint64_t batch_rows_hist[9];
     uint64_t requests_running;
+    /* work done once for requests running together: requests that waited for another's prefill of the prefix
+     * they share (its blocks taken then), pictures that waited for another's encode of them */
+    uint64_t prefix_waits, picture_waits;
+    uint64_t requests_paused;  /* answers paused for blocks of the pool until an older one ended */
+    uint64_t requests_dropped; /* of them, those that gave their blocks back (evaluated again to resume) */
 } ph_engine_stats;
 
 /* The bounds of ph_engine_stats.batch_rows_hist's first 8 counts. */

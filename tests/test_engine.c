@@ -10,7 +10,6 @@
  * and never the running sequence, and admission refuses what the pool
  * cannot hold, changing nothing. */
 #include <math.h>
-#include <spng.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 #include "pinhole.h"
 #include "state/seq_state.h"
 #include "test.h"
+#include "test_files.h"
 #include "test_util.h"
 
 #define LLM        PH_ORACLE_DIR "/models/tiny-f16.gguf"
@@ -33,47 +33,6 @@
 static char idcache[64];
 /* the model pair of the engines made below (test_recurrent changes it) */
 static const char *llm = LLM, *mmproj = MMPROJ;
-
-typedef struct file {
-    void *p;
-    size_t n;
-} file;
-
-static file read_file(const char *path) {
-    file f = {0};
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return f;
-    fseek(fp, 0, SEEK_END);
-    f.n = (size_t)ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    f.p = malloc(f.n);
-    if (fread(f.p, 1, f.n, fp) != f.n) f.n = 0;
-    fclose(fp);
-    return f;
-}
-
-/* A w x h PNG whose pixels depend on seed. */
-static file make_png(int w, int h, int seed) {
-    file f = {0};
-    uint8_t *px = malloc((size_t)w * h * 3);
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++) {
-            uint8_t *p = px + ((size_t)y * w + x) * 3;
-            p[0] = (uint8_t)(x * 3 + seed * 40);
-            p[1] = (uint8_t)(y * 5 + seed * 17);
-            p[2] = (uint8_t)((x ^ y) + seed * 90);
-        }
-    spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
-    struct spng_ihdr ih = {
-        .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
-    spng_set_option(c, SPNG_ENCODE_TO_BUFFER, 1);
-    spng_set_ihdr(c, &ih);
-    int rc = spng_encode_image(c, px, (size_t)w * h * 3, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
-    if (rc == 0) f.p = spng_get_png_buffer(c, &f.n, &rc);
-    spng_ctx_free(c);
-    free(px);
-    return f;
-}
 
 typedef struct result {
     int32_t tok[NGEN];
@@ -105,6 +64,7 @@ static int collect(void *ud, const ph_gen_event *ev) {
 #define RAM_ON ((size_t)256 << 20)
 
 static int32_t n_ctx = 2048; /* the context of the engines the tests make (a test may raise it) */
+static int n_slots;          /* and their slots (0: the default, --parallel's 4; the tests of parking: 1) */
 
 /* The defaults, with the tiny model pair (model: the LLM file). */
 static ph_engine_params params(const char *model) {
@@ -115,7 +75,7 @@ static ph_engine_params params(const char *model) {
     p.n_ctx = n_ctx;
     p.n_threads = 2;
     p.id_cache_dir = idcache;
-    p.n_parallel = 1; /* one slot: the reuse of one live state at a time (tests/test_parallel.c: several) */
+    if (n_slots) p.n_parallel = n_slots;
     return p;
 }
 
@@ -529,10 +489,44 @@ static void test_ram_budget(file a, file b, file g) {
     ph_engine_free(e);
 }
 
-/* DESIGN 7, auxiliary requests: an agent's side calls between two turns of
- * its main conversation. The first parks the main conversation; the others
- * never displace it; the next main turn restores it. The RAM tier is off
- * here, so only the parked slot can bring it back. */
+/* DESIGN 7, auxiliary requests, with several slots: an agent's side calls
+ * between two turns of its main conversation run in other slots, so the
+ * main conversation stays live in its own (nothing parked, nothing
+ * evicted) and its next turn reuses all of it. The RAM tier is off. */
+static void test_auxiliary_slots(file a, file b) {
+    ph_engine *e = engine_ram(true, 32, 128u << 20, NULL, 0, 0);
+    ph_picture *pics[2] = {pic(a), pic(b)};
+    conv p1, p2, x1 = {0}, x2 = {0};
+    chat_about(&p1, pics, 0, 1);
+    chat_about(&p2, pics, 0, 2);
+    msg(&x1, 's', (const char *[]){"You write titles."}, 1, pics);
+    msg(&x1, 'u', (const char *[]){"A title for a chat about a picture."}, 1, pics);
+    msg(&x2, 'u', (const char *[]){"Summarize:", "@1"}, 2, pics);
+    result rp1 = turn(e, &p1);
+    result r = turn_as(e, &x1, true);
+    CHECKF(!r.r.parked && r.n > 0, "a side call beside the main conversation's slot: parked %d", r.r.parked);
+    r = turn_as(e, &x2, true);
+    CHECK(!r.r.parked && r.r.pics_encoded == 1);
+    result rp2 = turn(e, &p2);
+    CHECKF(!rp2.r.from_parked && rp2.r.n_reused >= rp1.r.n_prompt && rp2.r.n_from_ram == 0 &&
+               rp2.r.pics_from_kv == 1 && rp2.r.pics_encoded == 0,
+           "the main conversation after two side calls: %d rows reused of P1's %d (%d from RAM), picture from the KV "
+           "%d",
+           rp2.r.n_reused, rp1.r.n_prompt, rp2.r.n_from_ram, rp2.r.pics_from_kv);
+    same_as_cold(&p2, &rp2, "main conversation after 2 side calls in other slots");
+    ph_engine_stats st;
+    ph_engine_get_stats(e, &st);
+    CHECKF(st.conversations_parked == 0, "parked %llu", (unsigned long long)st.conversations_parked);
+    ph_picture_free(pics[0]);
+    ph_picture_free(pics[1]);
+    ph_engine_free(e);
+}
+
+/* DESIGN 7, auxiliary requests, with one slot (--parallel 1): an agent's
+ * side calls between two turns of its main conversation. The first parks
+ * the main conversation; the others never displace it; the next main turn
+ * restores it. The RAM tier is off here, so only the parked slot can bring
+ * it back. */
 static void test_auxiliary(file a, file b) {
     ph_engine *e = engine_ram(true, 32, 128u << 20, NULL, 0, 0);
     ph_picture *pics[2] = {pic(a), pic(b)};
@@ -1339,9 +1333,9 @@ static void test_pool_interleaved(file a, file b) {
         copied = st.kv_bytes_copied;
         same_as_cold(warm[i], &r, names[i]);
     }
-    printf("  pool: interleaved A1 B1 A2 B2 A3: %llu KV bytes copied in all (%llu on the warm turns; a row is %llu)\n",
-           (unsigned long long)st.kv_bytes_copied, (unsigned long long)resumed_copies,
-           (unsigned long long)row_bytes);
+    printf(
+        "  pool: interleaved A1 B1 A2 B2 A3: %llu KV bytes copied in all (%llu on the warm turns; a row is %llu)\n",
+        (unsigned long long)st.kv_bytes_copied, (unsigned long long)resumed_copies, (unsigned long long)row_bytes);
     ph_picture_free(pics[0]);
     ph_picture_free(pics[1]);
     ph_engine_free(e);
@@ -1391,8 +1385,9 @@ static void test_pool_shared_prefix(file a, file b) {
     pool_stats(e, &st);
     const int32_t once = ry.r.n_reused / 64; /* full blocks of the shared prefix */
     const uint64_t apart = (uint64_t)blocks_of(rx.r.n_prompt) + (uint64_t)blocks_of(ry.r.n_prompt);
-    CHECKF(blocks_kept(&st) + (uint64_t)once <= apart + 2, "shared prefix: %llu blocks kept for %llu apart, %d shared",
-           (unsigned long long)blocks_kept(&st), (unsigned long long)apart, once);
+    CHECKF(blocks_kept(&st) + (uint64_t)once <= apart + 2,
+           "shared prefix: %llu blocks kept for %llu apart, %d shared", (unsigned long long)blocks_kept(&st),
+           (unsigned long long)apart, once);
     same_as_cold(&x, &rx, "pool: shared prefix, picture 1");
     same_as_cold(&y, &ry, "pool: shared prefix, picture 2");
     result r2 = turn(e, &x2);
@@ -1487,12 +1482,17 @@ int main(void) {
     test_pool_interleaved(a, b);
     test_pool_shared_prefix(a, b);
     test_pool_eviction();
+    test_auxiliary_slots(a, b);
+    n_slots = 1; /* parking, and the RAM tier's points of one slot's displaced conversations */
     test_auxiliary(a, b);
+    n_slots = 0;
     test_disk(b);
     test_kv_disk();
     test_kv_disk_every_turn();
+    n_slots = 1;
     test_domains(a);
     test_recurrent(a, b);
+    n_slots = 0;
     test_recurrent_every();
     free(a.p);
     free(b.p);

@@ -8,7 +8,6 @@
  * others' answers as they are alone; a stream goes on getting tokens while
  * another request's picture encodes. */
 #include <pthread.h>
-#include <spng.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 
 #include "pinhole.h"
 #include "test.h"
+#include "test_files.h"
 
 #define NGEN 8
 #define NTOP 5
@@ -23,34 +23,7 @@
 
 static char idcache[64];
 static const char *llm, *mmproj;
-
-typedef struct file {
-    void *p;
-    size_t n;
-} file;
-
-/* A w x h PNG whose pixels depend on seed. */
-static file make_png(int w, int h, int seed) {
-    file f = {0};
-    uint8_t *px = malloc((size_t)w * h * 3);
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++) {
-            uint8_t *p = px + ((size_t)y * w + x) * 3;
-            p[0] = (uint8_t)(x * 3 + seed * 40);
-            p[1] = (uint8_t)(y * 5 + seed * 17);
-            p[2] = (uint8_t)((x ^ y) + seed * 90);
-        }
-    spng_ctx *c = spng_ctx_new(SPNG_CTX_ENCODER);
-    struct spng_ihdr ih = {
-        .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
-    spng_set_option(c, SPNG_ENCODE_TO_BUFFER, 1);
-    spng_set_ihdr(c, &ih);
-    int rc = spng_encode_image(c, px, (size_t)w * h * 3, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
-    if (rc == 0) f.p = spng_get_png_buffer(c, &f.n, &rc);
-    spng_ctx_free(c);
-    free(px);
-    return f;
-}
+static size_t pool_bytes; /* the engines' KV pool (0: the default) */
 
 typedef struct result {
     int32_t tok[NGEN];
@@ -93,21 +66,26 @@ static void conv_make(conv *c, const char *sys, ph_picture *pic, const char *que
     c->n_msgs = 2;
 }
 
-static ph_engine *engine_new(int n_parallel, int32_t batch_tokens) {
+static ph_engine *engine_ctx(int n_parallel, int32_t batch_tokens, int32_t n_ctx) {
     ph_engine_params p;
     ph_engine_params_default(&p);
     p.model_path = llm;
     p.mmproj_path = mmproj;
-    p.n_ctx = 2048;
+    p.n_ctx = n_ctx;
     p.n_threads = 2;
     p.id_cache_dir = idcache;
     p.n_parallel = n_parallel;
     p.batch_tokens = batch_tokens;
     p.ram_cache_bytes = (size_t)64 << 20;
+    p.kv_pool_bytes = pool_bytes;
     ph_err err = {0};
     ph_engine *e = ph_engine_new(&p, &err);
     if (!e) fprintf(stderr, "engine: %s\n", err.msg);
     return e;
+}
+
+static ph_engine *engine_new(int n_parallel, int32_t batch_tokens) {
+    return engine_ctx(n_parallel, batch_tokens, 2048);
 }
 
 static void run_one(ph_engine *e, const conv *c, result *res) {
@@ -121,33 +99,56 @@ static void run_one(ph_engine *e, const conv *c, result *res) {
     if (res->rc) fprintf(stderr, "turn failed: %s\n", err.msg);
 }
 
+/* A long answer: every token and its log-probability. */
+typedef struct long_answer {
+    int32_t tok[400];
+    float lp[400];
+    int n;
+    ph_turn_report r;
+    int rc;
+} long_answer;
+
+static int collect_long(void *ud, const ph_gen_event *ev) {
+    long_answer *a = ud;
+    if (ev->token >= 0 && a->n < 400) a->tok[a->n] = ev->token, a->lp[a->n++] = ev->logprob;
+    return 0;
+}
+
+static void run_long(ph_engine *e, const conv *c, long_answer *a);
+
+/* A request of a thread of its own: into res, or a long answer into lng. */
 typedef struct job {
     ph_engine *e;
     const conv *c;
     result *res;
+    long_answer *lng;
     pthread_barrier_t *start;
 } job;
 
 static void *job_main(void *arg) {
     job *j = arg;
     pthread_barrier_wait(j->start);
-    run_one(j->e, j->c, j->res);
+    if (j->lng) run_long(j->e, j->c, j->lng);
+    else run_one(j->e, j->c, j->res);
     return NULL;
 }
 
-/* Runs n requests at once on e, each on a thread of its own. */
-static void run_together(ph_engine *e, const conv *cs, result *rs, int n) {
+/* Runs n requests at once on e (cs[i] into rs[i], or into lng[i] when lng
+ * is not NULL), each on a thread of its own. */
+static void run_jobs(ph_engine *e, const conv *cs, result *rs, long_answer *lng, int n) {
     pthread_t th[NREQ];
     job jobs[NREQ];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)n);
     for (int i = 0; i < n; i++) {
-        jobs[i] = (job){e, &cs[i], &rs[i], &start};
+        jobs[i] = (job){e, &cs[i], rs ? &rs[i] : NULL, lng ? &lng[i] : NULL, &start};
         pthread_create(&th[i], NULL, job_main, &jobs[i]);
     }
     for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
     pthread_barrier_destroy(&start);
 }
+
+static void run_together(ph_engine *e, const conv *cs, result *rs, int n) { run_jobs(e, cs, rs, NULL, n); }
 
 /* Whether a (batched) is b (alone) bit for bit, for the first n tokens. */
 static bool same_bits(const result *a, const result *b, int n, const char *what) {
@@ -284,6 +285,129 @@ static void test_model(const char *name, ph_picture *p0, ph_picture *p1) {
     }
 }
 
+/* An agent's four sub-agents over one long system prompt and one
+ * screenshot, sent at once: the picture is encoded once, and (without
+ * recurrent layers, whose state is not in the blocks) the prefix through
+ * it is evaluated once: the three that wait for it take its blocks, the
+ * picture's rows among them. Each answer is the same request's alone. */
+static void test_siblings(const char *name, ph_picture *pic, bool recurrent) {
+    static char sys[16384];
+    sys[0] = 0;
+    for (int i = 0; i < 200; i++) strcat(sys, "You are a careful agent who reads the code before changing it. ");
+    char qs[NREQ][512];
+    for (int i = 0; i < NREQ; i++)
+        snprintf(qs[i], sizeof qs[i],
+                 "This screenshot shows the failing test run of the project after the last change to the parser "
+                 "and the build scripts. Read the log in it line by line, find the first error, and keep the "
+                 "names of the files and the functions it mentions. Sub-agent %d: %s",
+                 i, (const char *[]){"list the files.", "name the function.", "suggest a fix.", "write a test."}[i]);
+    conv cs[NREQ];
+    for (int i = 0; i < NREQ; i++) conv_make(&cs[i], sys, pic, qs[i]);
+    result alone[NREQ] = {0};
+    for (int i = 0; i < NREQ; i++) {
+        ph_engine *e = engine_ctx(1, 512, 4096);
+        CHECK(e != NULL);
+        if (!e) return;
+        run_one(e, &cs[i], &alone[i]);
+        ph_engine_free(e);
+    }
+    ph_engine *e = engine_ctx(NREQ, 512, 4096);
+    CHECK(e != NULL);
+    if (!e) return;
+    result rs[NREQ] = {0};
+    run_together(e, cs, rs, NREQ);
+    ph_engine_stats st;
+    ph_engine_get_stats(e, &st);
+    int took = 0;
+    uint64_t prefilled = 0;
+    for (int i = 0; i < NREQ; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s, sibling %d", name, i);
+        CHECKF(same_bits(&rs[i], &alone[i], NGEN, what), "%s: not as alone", what);
+        took += rs[i].r.pics_from_kv == 1 && rs[i].r.n_reused > 2000;
+        prefilled += (uint64_t)rs[i].r.n_prefilled;
+    }
+    CHECKF(st.pictures_encoded == 1, "%s: four siblings with one picture: %llu encodes", name,
+           (unsigned long long)st.pictures_encoded);
+    if (!recurrent)
+        CHECKF(took == NREQ - 1, "%s: %d of the siblings took the prefix and the picture's rows from the first", name,
+               took);
+    printf("  four siblings over a %d-row prompt sent at once: %llu encode, %llu prompt rows evaluated (%llu waited "
+           "for the prefix, %llu for the picture)\n",
+           rs[0].r.n_prompt, (unsigned long long)st.pictures_encoded, (unsigned long long)prefilled,
+           (unsigned long long)st.prefix_waits, (unsigned long long)st.picture_waits);
+    ph_engine_free(e);
+}
+
+static void run_long(ph_engine *e, const conv *c, long_answer *a) {
+    ph_gen_params g;
+    ph_gen_params_default(&g);
+    g.max_tokens = 280;
+    g.sampler.temperature = 0;
+    /* the test switch: an answer this long whatever the tiny model says
+     * (each token still evaluated; its log-probability the model's) */
+    static char text[4096];
+    if (!text[0])
+        for (int i = 0; i < 60; i++) strcat(text, "the sea is calm and blue ");
+    g.forced_output = text;
+    g.forced_len = strlen(text);
+    ph_err err = {0};
+    a->rc = ph_engine_chat(e, c->msgs, c->n_msgs, &g, collect_long, a, &a->r, &err);
+    if (a->rc) fprintf(stderr, "long answer: %s\n", err.msg);
+}
+
+/* The pool runs out mid-answer: two answers that need more blocks together
+ * than the pool has (each fits alone; one has a picture). The newer one pauses; the older,
+ * short of blocks, has it give its blocks back; once the older ends, the
+ * newer takes back what the pool still holds, evaluates the rest again and
+ * goes on. Both answers are whole and bit for bit as alone. */
+static void test_pool_runs_out(ph_picture *pic) {
+    ph_engine *probe = engine_new(1, 512);
+    CHECK(probe != NULL);
+    if (!probe) return;
+    ph_engine_stats st;
+    ph_engine_get_stats(probe, &st);
+    ph_engine_free(probe);
+    pool_bytes = 7 * (size_t)st.kv_block_bytes; /* 448 rows; each answer takes 5 blocks */
+    conv cs[2];
+    conv_make(&cs[0], "You are terse.", NULL, "Say something about the sea.");
+    conv_make(&cs[1], "You are a poet.", pic, "Write about the sea, please.");
+    long_answer alone[2] = {0}, both[2] = {0};
+    for (int i = 0; i < 2; i++) {
+        ph_engine *e = engine_new(1, 512);
+        CHECK(e != NULL);
+        if (!e) return;
+        run_long(e, &cs[i], &alone[i]);
+        ph_engine_free(e);
+    }
+    ph_engine *e = engine_new(2, 512);
+    CHECK(e != NULL);
+    if (e) {
+        ph_engine_get_stats(e, &st);
+        CHECKF(st.kv_blocks_free + st.kv_blocks_cached + st.kv_blocks_in_use == 7, "a pool of %llu blocks",
+               (unsigned long long)(st.kv_blocks_free + st.kv_blocks_cached + st.kv_blocks_in_use));
+        run_jobs(e, cs, NULL, both, 2);
+        ph_engine_get_stats(e, &st);
+        for (int i = 0; i < 2; i++) {
+            CHECKF(alone[i].rc == 0 && both[i].rc == 0 && alone[i].n == 280 && both[i].n == alone[i].n &&
+                       !memcmp(both[i].tok, alone[i].tok, sizeof alone[i].tok) &&
+                       !memcmp(both[i].lp, alone[i].lp, sizeof alone[i].lp) && both[i].r.finish == alone[i].r.finish,
+                   "answer %d with the pool short: %d tokens (alone %d), not bit for bit as alone", i, both[i].n,
+                   alone[i].n);
+        }
+        /* 10 blocks in 7: the newer pauses, and gives its blocks back for the older to finish */
+        CHECKF(st.requests_paused >= 1 && st.requests_dropped >= 1,
+               "answers paused: %llu, gave their blocks back: %llu", (unsigned long long)st.requests_paused,
+               (unsigned long long)st.requests_dropped);
+        printf(
+            "  two answers of 5 blocks in a pool of 7: %llu paused until the other ended (%llu gave its blocks back "
+            "and evaluated its rows again); both as alone\n",
+            (unsigned long long)st.requests_paused, (unsigned long long)st.requests_dropped);
+        ph_engine_free(e);
+    }
+    pool_bytes = 0;
+}
+
 /* A stream that notes, at each of its tokens, how many slices of other
  * work (picture encodes) the batcher has run; after its first token it
  * lets the picture request start and goes on once its encode has. */
@@ -360,8 +484,8 @@ static void test_picture_beside_stream(ph_picture *pic) {
     ph_engine_get_stats(e, &st);
     int seen = 0;
     for (int i = 1; i < t.n; i++) seen += t.slices[i] != t.slices[i - 1];
-    CHECKF(res.rc == 0 && res.r.pics_encoded == 1 && t.n > 8, "picture: rc %d, %d encoded; stream: %d tokens",
-           res.rc, res.r.pics_encoded, t.n);
+    CHECKF(res.rc == 0 && res.r.pics_encoded == 1 && t.n > 8, "picture: rc %d, %d encoded; stream: %d tokens", res.rc,
+           res.r.pics_encoded, t.n);
     /* a stream stalled for the whole encode would see the count change once */
     CHECKF(seen >= 2 && st.batch_slices >= 3,
            "the stream saw the slices run grow at %d of its tokens (%llu slices in all)", seen,
@@ -384,10 +508,13 @@ int main(void) {
     llm = PH_ORACLE_DIR "/models/tiny-f16.gguf";
     mmproj = PH_ORACLE_DIR "/models/tiny-f16-mmproj.gguf";
     test_model("qwen3vl (tiny-f16)", pa, pb);
+    test_siblings("qwen3vl (tiny-f16)", pa, false);
+    test_pool_runs_out(pa);
     test_picture_beside_stream(pa);
     llm = PH_ORACLE_DIR "/qwen35/models/tiny.gguf";
     mmproj = PH_ORACLE_DIR "/qwen35/models/tiny-mmproj.gguf";
     test_model("qwen35 (tiny)", pa, pb);
+    test_siblings("qwen35 (tiny)", pa, true);
     ph_picture_free(pa);
     ph_picture_free(pb);
     free(a.p);

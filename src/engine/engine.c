@@ -144,6 +144,7 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     e->n_slots = e->n_parallel;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->slot_freed, NULL);
+    pthread_cond_init(&e->changed, NULL);
     e->mu_ready = true;
     for (int i = 0; i < e->n_slots; i++) {
         slot *si = &e->slots[i];
@@ -255,6 +256,7 @@ void ph_engine_free(ph_engine *e) {
     if (e->mu_ready) {
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->slot_freed);
+        pthread_cond_destroy(&e->changed);
     }
     embed_cache_free(e->cache);
     jc_vocab_free(e->jv);
@@ -266,6 +268,7 @@ void ph_engine_free(ph_engine *e) {
     }
     for (int i = 0; i < e->n_slots; i++) {
         free(e->slots[i].names);
+        free(e->slots[i].shown);
         seq_free(&e->slots[i].live);
     }
     free(e->slots);
@@ -370,10 +373,13 @@ typedef struct turn {
     const uint8_t *domain; /* the request's isolation domain (32 bytes) */
     ph_prompt prompt;
     ph_picture **pics;
-    seq_state want;             /* the request's stream as rows */
-    const embed_entry **embeds; /* per picture item: its rows (referenced) */
-    int32_t *item_row;          /* per prompt item: its first row */
-    int32_t head;               /* with recurrent layers: the rows up to the answer's opener, or 0 */
+    seq_state want;                /* the request's stream as rows */
+    const embed_entry **embeds;    /* per picture item: its rows (referenced) */
+    int32_t *item_row;             /* per prompt item: its first row */
+    int32_t head;                  /* with recurrent layers: the rows up to the answer's opener, or 0 */
+    uint8_t (*names)[KV_NAME_LEN]; /* the names of want's full blocks (with the RAM tier), n_names */
+    int32_t n_names;
+    uint64_t encoded_at; /* e->st.pictures_encoded when its pictures were looked up */
 } turn;
 
 /* Frees the pictures' decoded pixels: they are needed only to identify
@@ -391,6 +397,7 @@ static void turn_free(turn *t) {
         pthread_mutex_unlock(&t->e->mu);
     }
     free(t->embeds);
+    free(t->names);
     free(t->item_row);
     free(t->pics);
     seq_free(&t->want);
@@ -535,6 +542,46 @@ static int encode_picture(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
     return 0;
 }
 
+/* Whether another request is encoding a picture of this embed_key now
+ * (e->mu held). */
+static bool encoding_elsewhere(const ph_engine *e, const slot *sl, const uint8_t key[32]) {
+    for (int i = 0; i < e->n_slots; i++)
+        if (&e->slots[i] != sl && e->slots[i].encoding && !memcmp(e->slots[i].enc_key, key, 32)) return true;
+    return false;
+}
+
+/* Picture item k's rows: those of another request's encode of the same
+ * picture when one runs now (waited for; its rows are then in the cache),
+ * else encoded here. */
+static int await_or_encode(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
+    ph_engine *e = t->e;
+    slot *sl = t->sl;
+    const uint8_t *key = want_span(t, k)->embed_key;
+    pthread_mutex_lock(&e->mu);
+    bool waited = false;
+    while (encoding_elsewhere(e, sl, key)) {
+        waited = true;
+        pthread_cond_wait(&e->changed, &e->mu);
+    }
+    if (waited) e->st.picture_waits++;
+    /* looked up again when a picture was encoded since resolve_pictures did */
+    if (waited || e->st.pictures_encoded != t->encoded_at) t->embeds[k] = embed_cache_get(e->cache, key);
+    if (t->embeds[k]) {
+        r->pics_from_cache++;
+        pthread_mutex_unlock(&e->mu);
+        return 0;
+    }
+    sl->encoding = true;
+    memcpy(sl->enc_key, key, 32);
+    pthread_mutex_unlock(&e->mu);
+    const int rc = encode_picture(t, k, r, err);
+    pthread_mutex_lock(&e->mu);
+    sl->encoding = false;
+    pthread_cond_broadcast(&e->changed);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
 /* Maps the pictures to be prefilled through the embedding cache, then
  * encodes the rest; a picture repeated in the request is looked up and
  * encoded once. */
@@ -545,6 +592,7 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
     if (!same) return err_set(err, "out of memory");
     int32_t missing = 0;
     pthread_mutex_lock(&e->mu);
+    t->encoded_at = e->st.pictures_encoded;
     for (int32_t k = 0; k < n; k++) {
         const seq_span *sp = want_span(t, k);
         same[k] = -1;
@@ -552,6 +600,7 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
             r->pics_from_kv++;
             continue;
         }
+        if (t->embeds[k]) continue; /* resolved before (rebuild) */
         for (int32_t j = 0; j < k && same[k] < 0; j++)
             if (want_span(t, j)->start >= keep && !memcmp(want_span(t, j)->embed_key, sp->embed_key, 32)) same[k] = j;
         if (same[k] >= 0) continue;
@@ -575,7 +624,7 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
         pthread_mutex_unlock(&e->mu);
     }
     for (int32_t k = 0; rc == 0 && k < n; k++)
-        if (want_span(t, k)->start >= keep && same[k] < 0 && !t->embeds[k]) rc = encode_picture(t, k, r, err);
+        if (want_span(t, k)->start >= keep && same[k] < 0 && !t->embeds[k]) rc = await_or_encode(t, k, r, err);
     pthread_mutex_lock(&e->mu);
     for (int32_t k = 0; rc == 0 && k < n; k++)
         if (same[k] >= 0) {
@@ -683,8 +732,114 @@ static bool constrained(const ph_gen_params *gp) {
     return gp->format != PH_FORMAT_TEXT || (gp->n_tools && gp->tool_choice != PH_TOOL_NONE);
 }
 
-static int generate(ph_engine *e, slot *sl, const ph_gen_params *gp, constraint *con, const ph_tokens *forced,
-                    ph_gen_cb cb, void *ud, ph_turn_report *r, double t_start, ph_err *err) {
+static void save_live(ph_engine *e, slot *sl);
+static void publish_live(ph_engine *e, slot *sl);
+
+/* Frees blocks for a running answer that needs need more (e->mu held):
+ * the live states of slots no request runs in, least recently used
+ * first, each kept as a resume point of the RAM tier first (its full
+ * blocks stay in the pool under their names, cached until taken). Whether
+ * need blocks can be had now. */
+static bool reclaim(ph_engine *e, int32_t need) {
+    while (need > kv_pool_available(&e->pool)) {
+        slot *lru = NULL;
+        for (int i = 0; i < e->n_slots; i++) {
+            slot *o = &e->slots[i];
+            if (!o->busy && o->s->kv.n_held && (!lru || o->used < lru->used)) lru = o;
+        }
+        if (!lru) return false;
+        if (e->disk) disk_tier_release_rows(e->disk, 0); /* the writer may be reading its cells */
+        publish_live(e, lru);
+        if (e->reuse) save_live(e, lru);
+        seq_clear(&lru->live);
+        ph_session_reset(lru->s);
+        lru->live_prompt = 0;
+        lru->n_named = 0;
+    }
+    return true;
+}
+
+/* Whether no request older than sl's runs (e->mu held). */
+static bool oldest_running(const ph_engine *e, const slot *sl) {
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->slots[i].busy && e->slots[i].used < sl->used) return false;
+    return true;
+}
+
+/* The newest paused answer but sl that still holds its blocks, or NULL;
+ * *others: whether a request but sl holds blocks at all (e->mu held). */
+static slot *newest_paused(ph_engine *e, const slot *sl, bool *others) {
+    slot *v = NULL;
+    *others = false;
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *o = &e->slots[i];
+        if (o == sl || !o->busy || !o->s->kv.n_held) continue;
+        *others = true;
+        if (o->paused && (!v || o->used > v->used)) v = o;
+    }
+    return v;
+}
+
+/* Gives a paused answer's blocks back to the pool (e->mu held): its full
+ * blocks published first, so that they stay there under their names until
+ * taken; rebuild takes them back, or evaluates their rows again. */
+static void give_back(ph_engine *e, slot *sl) {
+    if (e->disk) disk_tier_release_rows(e->disk, 0); /* the writer may be reading its cells */
+    publish_live(e, sl);
+    kv_cache_truncate(&sl->s->kv, 0);
+    sl->give_back = false;
+    sl->dropped = true;
+    e->st.requests_dropped++;
+    pthread_cond_broadcast(&e->changed);
+}
+
+static int rebuild(turn *t, ph_err *err);
+
+/* Room in the pool for the next row of t's answer (docs/server.md,
+ * Parallel requests): blocks reclaimed from idle slots; when there are
+ * none, an answer that is not the oldest running pauses, its blocks kept,
+ * until an older one ends and gives its blocks back. The oldest, short of
+ * blocks, has the newest paused answer give its blocks back (they are
+ * evaluated again when it resumes: rebuild). 0; 1: the oldest, with
+ * nothing left to take (it ends as at the context's end); -1 with err. */
+static int room_for(turn *t, ph_err *err) {
+    ph_engine *e = t->e;
+    slot *sl = t->sl;
+    pthread_mutex_lock(&e->mu);
+    bool paused = false;
+    int rc = 0;
+    for (;;) {
+        const int32_t n = sl->live.n_rows;
+        const int32_t need = sl->dropped ? blocks_for(n + 1) : kv_cache_blocks_needed(&sl->s->kv, n + 1);
+        if (reclaim(e, need)) break;
+        if (oldest_running(e, sl)) {
+            bool others;
+            slot *v = newest_paused(e, sl, &others);
+            if (v) {
+                v->give_back = true;
+                pthread_cond_broadcast(&e->changed);
+            } else if (!others) {
+                rc = 1;
+                break;
+            }
+        } else if (!paused) {
+            paused = sl->paused = true;
+            e->st.requests_paused++;
+            pthread_cond_broadcast(&e->changed); /* an older one may be waiting for a paused one */
+        }
+        if (sl->give_back) give_back(e, sl);
+        pthread_cond_wait(&e->changed, &e->mu);
+    }
+    sl->paused = sl->give_back = false;
+    pthread_mutex_unlock(&e->mu);
+    if (rc == 0 && sl->dropped) rc = rebuild(t, err);
+    return rc;
+}
+
+static int generate(turn *t, const ph_gen_params *gp, constraint *con, const ph_tokens *forced, ph_gen_cb cb,
+                    void *ud, ph_turn_report *r, double t_start, ph_err *err) {
+    ph_engine *e = t->e;
+    slot *sl = t->sl;
     const int32_t n_vocab = e->m->hp.n_vocab;
     gen g = {.e = e, .g = gp, .cb = cb, .ud = ud, .stop_index = -1};
     const chat_render_opts ro = {.thinking = gp->thinking};
@@ -775,11 +930,14 @@ static int generate(ph_engine *e, slot *sl, const ph_gen_params *gp, constraint 
         if (now_in_call && !in_call) constraint_call_open(con, body, body_len);
         in_call = now_in_call;
         if (gp->max_tokens > 0 && r->n_generated >= gp->max_tokens) break; /* no need to evaluate it */
-        const int32_t more = kv_cache_blocks_needed(&sl->s->kv, ph_session_n_rows(sl->s) + 1);
-        pthread_mutex_lock(&e->mu);
-        const bool full = more && more > kv_pool_available(&e->pool);
-        pthread_mutex_unlock(&e->mu);
-        if (full) break; /* the pool is full: as at the context's end */
+        if (kv_cache_blocks_needed(&sl->s->kv, ph_session_n_rows(sl->s) + 1)) {
+            const int room = room_for(t, err);
+            if (room < 0) {
+                rc = -1;
+                break;
+            }
+            if (room) break; /* the pool is full: as at the context's end */
+        }
         int32_t pos = ph_session_next_pos(sl->s);
         if ((rc = ph_session_eval_tokens(sl->s, &tok, 1, err)) != 0) break;
         if ((rc = seq_push_token(&sl->live, tok, pos, err)) != 0) break;
@@ -843,6 +1001,56 @@ static void snapshot(ph_engine *e, slot *sl) {
     if (e->reuse) kv_cache_snapshot(&sl->s->kv);
 }
 
+/* Publishes the live full blocks not named yet under their names
+ * (docs/state-cache.md, Blocks and the pool): from then on they are found
+ * by name, by this conversation once it is displaced and by any other that
+ * shares them. A block whose name another block has already (the same rows
+ * computed twice) is given up for that one, the disk writer first done
+ * reading it. Nothing without reuse. */
+static void publish_live(ph_engine *e, slot *sl) {
+    if (!e->reuse) return;
+    kv_cache *kv = &sl->s->kv;
+    const int32_t was = sl->n_named;
+    while (sl->n_named < sl->live.n_rows / KV_BLOCK_ROWS) {
+        const int32_t i = sl->n_named;
+        uint8_t prev[KV_NAME_LEN];
+        if (i) memcpy(prev, sl->names[i - 1], KV_NAME_LEN);
+        else kv_block_root(&sl->live, prev);
+        if (!kv_block_name(&sl->live, i, prev, false, sl->names[i])) break;
+        kv_block_info info;
+        kv_pool_get_block(&e->pool, kv->ids[i], &info);
+        if (!info.named) { /* a block found by name has that name already */
+            if (e->disk && kv_pool_contains(&e->pool, sl->names[i]))
+                disk_tier_release_rows(e->disk, i * KV_BLOCK_ROWS);
+            const int32_t id = kv_pool_publish(&e->pool, kv->ids[i], sl->names[i], prev);
+            if (id != kv->ids[i]) kv_cache_replace_block(kv, i, id);
+        }
+        sl->n_named++;
+    }
+    if (sl->n_named == was) return;
+    /* the pictures of the published blocks with their cond_hash, for the
+     * requests that take these blocks while this one runs (known_cond) */
+    const int32_t rows = sl->n_named * KV_BLOCK_ROWS;
+    int32_t n = 0;
+    while (n < sl->live.n_spans && sl->live.spans[n].start < rows) n++;
+    if (n > sl->cap_shown) {
+        seq_span *p = realloc(sl->shown, (size_t)n * sizeof *p);
+        if (p) sl->shown = p, sl->cap_shown = n;
+    }
+    sl->n_shown = n <= sl->cap_shown ? n : 0;
+    if (sl->n_shown) memcpy(sl->shown, sl->live.spans, (size_t)n * sizeof *sl->shown);
+    pthread_cond_broadcast(&e->changed);
+}
+
+/* Publishes the full blocks evaluated so far, for the requests waiting
+ * for them (await_shared). */
+static void publish_rows(ph_engine *e, slot *sl) {
+    if (!e->reuse) return;
+    pthread_mutex_lock(&e->mu);
+    publish_live(e, sl);
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* Evaluates the request's rows from keep on, recording their provenance;
  * with a disk tier or recurrent layers, checkpoints every checkpoint_every
  * rows on the way. With recurrent layers, snapshots of their state are
@@ -872,6 +1080,7 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
                 if (seq_push_token(&sl->live, w->tok[i], pos + (i - r), err)) return -1;
             r = end;
             if (r == t->head) snapshot(e, sl);
+            publish_rows(e, sl);
             continue;
         }
         const seq_span *sp = &w->spans[span];
@@ -885,37 +1094,11 @@ static int prefill(turn *t, int32_t keep, ph_err *err) {
         rec.has_cond = true;
         if (seq_push_span(&sl->live, &rec, pos, err)) return -1;
         snapshot(e, sl);
+        publish_rows(e, sl);
         r += sp->n_tokens;
         span++;
     }
     return 0;
-}
-
-/* Publishes the live full blocks not named yet under their names
- * (docs/state-cache.md, Blocks and the pool): from then on they are found
- * by name, by this conversation once it is displaced and by any other that
- * shares them. A block whose name another block has already (the same rows
- * computed twice) is given up for that one, the disk writer first done
- * reading it. Nothing without reuse. */
-static void publish_live(ph_engine *e, slot *sl) {
-    if (!e->reuse) return;
-    kv_cache *kv = &sl->s->kv;
-    while (sl->n_named < sl->live.n_rows / KV_BLOCK_ROWS) {
-        const int32_t i = sl->n_named;
-        uint8_t prev[KV_NAME_LEN];
-        if (i) memcpy(prev, sl->names[i - 1], KV_NAME_LEN);
-        else kv_block_root(&sl->live, prev);
-        if (!kv_block_name(&sl->live, i, prev, false, sl->names[i])) return;
-        kv_block_info info;
-        kv_pool_get_block(&e->pool, kv->ids[i], &info);
-        if (!info.named) { /* a block found by name has that name already */
-            if (e->disk && kv_pool_contains(&e->pool, sl->names[i]))
-                disk_tier_release_rows(e->disk, i * KV_BLOCK_ROWS);
-            const int32_t id = kv_pool_publish(&e->pool, kv->ids[i], sl->names[i], prev);
-            if (id != kv->ids[i]) kv_cache_replace_block(kv, i, id);
-        }
-        sl->n_named++;
-    }
 }
 
 /* Keeps the live state as a resume point of the RAM tier (when it is
@@ -957,9 +1140,12 @@ static bool known_cond(const ph_engine *e, const slot *sl, const seq_span *sp, u
     if (seq_span_cond(&sl->live, sp, cond) || (e->has_parked && seq_span_cond(&e->parked.seq, sp, cond)) ||
         ram_tier_cond(&e->ram, sp, cond))
         return true;
-    /* another slot's, when no request runs in it (its live state does not change under e->mu) */
-    for (int i = 0; i < e->n_slots; i++)
-        if (!e->slots[i].busy && seq_span_cond(&e->slots[i].live, sp, cond)) return true;
+    /* another slot's: its live state when no request runs in it (a running
+     * one changes it without e->mu), else its published blocks' pictures */
+    for (int i = 0; i < e->n_slots; i++) {
+        const slot *o = &e->slots[i];
+        if (o->busy ? seq_spans_cond(o->shown, o->n_shown, sp, cond) : seq_span_cond(&o->live, sp, cond)) return true;
+    }
     return false;
 }
 
@@ -1015,6 +1201,44 @@ static void keep_live(slot *sl, int32_t n) {
     if (sl->n_named > n / KV_BLOCK_ROWS) sl->n_named = n / KV_BLOCK_ROWS;
 }
 
+/* Evaluates the live rows of t's paused answer again after it gave its
+ * blocks back (room_for): the leading full blocks that the pool still
+ * holds by name are taken back, the prompt's rows after them evaluated as
+ * prefill does (its pictures' rows from the embedding cache, encoded again
+ * if it lost them), then the answer's tokens: the same KV bytes as before
+ * (a row's numbers do not depend on how the rows were cut, nor on the rows
+ * beside them). With recurrent layers, whose state is not in the blocks,
+ * every row. */
+static int rebuild(turn *t, ph_err *err) {
+    ph_engine *e = t->e;
+    slot *sl = t->sl;
+    seq_state was = {0};
+    if (seq_init(&was, sl->live.n_rows, err) || seq_copy(&was, &sl->live, sl->live.n_rows, err)) {
+        seq_free(&was);
+        return -1;
+    }
+    pthread_mutex_lock(&e->mu);
+    int32_t run = 0;
+    if (!sl->s->kv.recurrent)
+        while (run < sl->n_named && kv_pool_contains(&e->pool, sl->names[run])) run++;
+    bool used_up = true;
+    take_blocks(e, sl, NULL, (const uint8_t(*)[KV_NAME_LEN])sl->names, 0, run * KV_BLOCK_ROWS, &used_up);
+    sl->dropped = false;
+    pthread_mutex_unlock(&e->mu);
+    const int32_t keep = run * KV_BLOCK_ROWS, prompt = t->want.n_rows;
+    keep_live(sl, keep);
+    ph_turn_report r = {0};
+    int rc = 0;
+    if (keep < prompt && (resolve_pictures(t, keep, &r, err) || prefill(t, keep, err))) rc = -1;
+    const int32_t from = keep > prompt ? keep : prompt, pos = ph_session_next_pos(sl->s);
+    if (rc == 0 && from < was.n_rows)
+        rc = session_eval_prompt(sl->s, was.tok + from, (size_t)(was.n_rows - from), err);
+    for (int32_t i = from; rc == 0 && i < was.n_rows; i++)
+        rc = seq_push_token(&sl->live, was.tok[i], pos + (i - from), err);
+    seq_free(&was);
+    return rc;
+}
+
 /* The plan (docs/state-cache.md, The plan of a turn): the longest common
  * prefix of the request with the live state, the parked primary
  * conversation (for a primary request), a resume point of the RAM tier or
@@ -1031,20 +1255,17 @@ static void keep_live(slot *sl, int32_t n) {
  * kept; the session and the live provenance hold exactly those. Nothing of
  * another isolation domain is ever a match (seq_common_prefix, and the
  * block names). */
-static int32_t plan_reuse(ph_engine *e, slot *sl, seq_state *want, bool aux, ph_turn_report *r) {
+static int32_t plan_reuse(ph_engine *e, slot *sl, turn *t, bool aux, ph_turn_report *r) {
     kv_cache *kv = &sl->s->kv;
+    seq_state *want = &t->want;
+    const uint8_t(*names)[KV_NAME_LEN] = (const uint8_t(*)[KV_NAME_LEN])t->names;
     /* with recurrent layers, the most that is kept is a snapshot's rows */
     int32_t keep = e->reuse ? kv_cache_cut_point(kv, usable(want, seq_common_prefix(&sl->live, want))) : 0;
     const int32_t most = usable(want, want->n_rows);
-    /* the request's full blocks that the pool holds, from the first (the
-     * RAM tier's, when it is on) */
-    uint8_t(*names)[KV_NAME_LEN] = e->reuse && e->ram.budget ? malloc(((size_t)want->n_rows / KV_BLOCK_ROWS + 1) * KV_NAME_LEN) : NULL;
+    /* the request's full blocks that the pool holds, from the first */
     int32_t run = 0;
-    if (names) {
-        const int32_t n = kv_block_names(want, want->n_rows, true, names);
-        while (run < n && kv_pool_contains(&e->pool, names[run])) run++;
-        run *= KV_BLOCK_ROWS;
-    }
+    while (run < t->n_names && kv_pool_contains(&e->pool, names[run])) run++;
+    run *= KV_BLOCK_ROWS;
     bool pinned = false;
     if (aux && !sl->live_is_aux && !e->has_parked && keep < sl->live.n_rows)
         pinned = r->parked = park_primary(e, sl, blocks_for(want->n_rows + 1) - keep / KV_BLOCK_ROWS);
@@ -1135,8 +1356,7 @@ static int32_t plan_reuse(ph_engine *e, slot *sl, seq_state *want, bool aux, ph_
         bool used_up = from != FROM_POINT || r->from_parked || c.seq.n_rows - best <= best / 8;
         if (from == FROM_POOL) known_rows(e, sl, want, best, true);
         const seq_state *src = from == FROM_POOL ? want : &c.seq;
-        take_blocks(e, sl, from == FROM_POINT ? &c : NULL, (const uint8_t(*)[KV_NAME_LEN])names, keep, best,
-                    &used_up);
+        take_blocks(e, sl, from == FROM_POINT ? &c : NULL, names, keep, best, &used_up);
         seq_copy(&sl->live, src, best, NULL);
         sl->s->next_pos = seq_pos_at(src, best);
         if (c.rec) kv_cache_load_recurrent(kv, c.rec, c.rec_rows, c.n_rec, best);
@@ -1148,7 +1368,6 @@ static int32_t plan_reuse(ph_engine *e, slot *sl, seq_state *want, bool aux, ph_
     } else {
         keep_live(sl, keep);
     }
-    free(names);
     sl->live_prompt = keep;
     sl->live_is_aux = aux;
     memcpy(sl->live.domain, want->domain, sizeof sl->live.domain); /* what is kept is of its domain already */
@@ -1221,6 +1440,43 @@ static int admit(ph_engine *e, const slot *sl, const seq_state *want, ph_err *er
                     (double)ps.total * (double)ps.block_bytes / (1 << 20), ps.pinned, have);
 }
 
+/* Shared prefixes computed once (docs/server.md, Parallel requests): while
+ * another running request evaluates blocks that this one's prompt starts
+ * with too (the same names: the same rows, pictures and domain) and that
+ * neither the pool nor this slot's live state holds, waits for them to be
+ * published (e->mu held); the plan then takes them from the pool. A
+ * request waits only for one that planned before it, so no two wait for
+ * each other. Nothing with recurrent layers: their state at a block's end
+ * is not in the block. */
+static void await_shared(ph_engine *e, slot *sl, const turn *t) {
+    if (!t->n_names || sl->s->kv.recurrent) return;
+    const int32_t own = usable(&t->want, seq_common_prefix(&sl->live, &t->want)) / KV_BLOCK_ROWS;
+    bool waited = false;
+    for (;;) {
+        int32_t have = 0, coming = 0;
+        while (have < t->n_names && kv_pool_contains(&e->pool, t->names[have])) have++;
+        for (int i = 0; i < e->n_slots; i++) {
+            const slot *o = &e->slots[i];
+            int32_t m = 0;
+            while (m < o->n_claim && m < t->n_names && !memcmp(o->claim[m], t->names[m], KV_NAME_LEN)) m++;
+            if (o != sl && m > coming) coming = m;
+        }
+        if (coming <= have || coming <= own) break;
+        waited = true;
+        pthread_cond_wait(&e->changed, &e->mu);
+    }
+    if (waited) e->st.prefix_waits++;
+}
+
+/* Gives up a slot's claim (e->mu held): its request evaluated them, or
+ * failed. */
+static void drop_claim(ph_engine *e, slot *sl) {
+    if (!sl->n_claim) return;
+    sl->claim = NULL;
+    sl->n_claim = 0;
+    pthread_cond_broadcast(&e->changed);
+}
+
 /* The slot for a request (e->mu held; waits for one to be free): the free
  * one whose live state shares the longest usable prefix with want, else the
  * one least recently used. An auxiliary request leaves a primary
@@ -1248,6 +1504,8 @@ static slot *take_slot(ph_engine *e, const seq_state *want, const ph_gen_params 
         slot *sl = best ? best : lru;
         if (sl) {
             sl->busy = true;
+            sl->n_shown = 0;
+            sl->paused = sl->give_back = sl->dropped = false;
             sl->used = ++e->slot_clock;
             e->running++;
             sl->progress = gp->progress ? gp->progress : e->progress;
@@ -1261,9 +1519,11 @@ static slot *take_slot(ph_engine *e, const seq_state *want, const ph_gen_params 
 
 static void give_slot(ph_engine *e, slot *sl) {
     pthread_mutex_lock(&e->mu);
+    drop_claim(e, sl);
     sl->busy = false;
     e->running--;
     pthread_cond_signal(&e->slot_freed);
+    pthread_cond_broadcast(&e->changed); /* a paused answer may reclaim its blocks, or be the oldest now */
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -1295,6 +1555,13 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     pthread_mutex_unlock(&e->mu);
     if (rc || (rc = build_want(&t, err)) != 0 || (rc = find_head(&t, &ro, err)) != 0) goto out;
     r->n_prompt = t.want.n_rows;
+    if (e->reuse && e->ram.budget) { /* the names the pool knows blocks by */
+        if (!(t.names = malloc(((size_t)t.want.n_rows / KV_BLOCK_ROWS + 1) * KV_NAME_LEN))) {
+            rc = err_set(err, "out of memory");
+            goto out;
+        }
+        t.n_names = kv_block_names(&t.want, t.want.n_rows, true, t.names);
+    }
 
     /* a slot, and the plan, under the engine's lock */
     pthread_mutex_lock(&e->mu);
@@ -1303,9 +1570,12 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
         pthread_mutex_unlock(&e->mu);
         goto out;
     }
+    await_shared(e, sl, &t);
     const double tp = time_now_s();
-    int32_t keep = plan_reuse(e, sl, &t.want, gp->auxiliary, r);
+    int32_t keep = plan_reuse(e, sl, &t, gp->auxiliary, r);
     r->checkpoint_s = time_now_s() - tp;
+    sl->claim = (const uint8_t(*)[KV_NAME_LEN])t.names; /* the rows it evaluates now, for the others */
+    sl->n_claim = t.n_names;
     r->n_reused = keep;
     r->n_prefilled = t.want.n_rows - keep;
     pthread_mutex_unlock(&e->mu);
@@ -1322,6 +1592,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
     r->prefill_s = time_now_s() - t1;
     pthread_mutex_lock(&e->mu);
     publish_live(e, sl);
+    drop_claim(e, sl);
     sl->live_prompt = sl->live.n_rows;
     e->st.prompt_tokens_reused += (uint64_t)r->n_reused;
     e->st.prompt_tokens_prefilled += (uint64_t)r->n_prefilled;
@@ -1332,7 +1603,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
      * client makes of the answer (a thinking model's history drops its
      * reasoning; a client may render the answer otherwise) */
     checkpoint(e, sl, 0, true);
-    if ((rc = generate(e, sl, gp, &con, &forced, cb, ud, r, t0, err)) != 0) goto reset;
+    if ((rc = generate(&t, gp, &con, &forced, cb, ud, r, t0, err)) != 0) goto reset;
     pthread_mutex_lock(&e->mu);
     publish_live(e, sl);
     pthread_mutex_unlock(&e->mu);

@@ -42,6 +42,16 @@ typedef struct slot {
     ph_progress_fn progress; /* the running request's progress (its own, or the engine's) */
     void *progress_ud;
     int64_t enc_done, enc_total; /* the request's encoder steps (PH_PROGRESS_ENCODE) */
+    /* Read by other requests under e->mu (its request writes live without it): */
+    const uint8_t (*claim)[KV_NAME_LEN]; /* while its prompt is evaluated: the names of its full blocks */
+    int32_t n_claim;                     /* (a request that shares them waits for them: await_shared) */
+    seq_span *shown;                     /* the pictures of its published blocks, with their cond_hash */
+    int32_t n_shown, cap_shown;
+    bool paused;         /* its answer waits for blocks of the pool (room_for) */
+    bool give_back;      /* asked to give its blocks back while paused */
+    bool dropped;        /* it gave them back: its live rows are evaluated again when it resumes */
+    bool encoding;       /* a picture of embed_key enc_key is being encoded for it */
+    uint8_t enc_key[32]; /* (a request with the same picture waits for it: resolve_pictures) */
 } slot;
 
 struct ph_engine {
@@ -49,17 +59,18 @@ struct ph_engine {
     batcher *bat;       /* evaluates the slots' rows together, and runs the picture encodes */
     pthread_mutex_t mu; /* the pool, the tiers, the caches, the slots' bookkeeping and the stats */
     pthread_cond_t slot_freed;
+    pthread_cond_t changed; /* blocks published, a claim given up, an encode done */
     bool mu_ready;
     int n_parallel;
     slot *slots; /* n_slots (n_parallel) of them */
     int n_slots;
     uint64_t slot_clock;
-    int running;         /* requests in a slot now */
-    ph_ctx_choice ctx;   /* how the session's context size was chosen */
-    kv_pool pool;        /* every KV block: the slots', the RAM tier's, a parked one's */
+    int running;       /* requests in a slot now */
+    ph_ctx_choice ctx; /* how the session's context size was chosen */
+    kv_pool pool;      /* every KV block: the slots', the RAM tier's, a parked one's */
     bool pool_ready;
-    ram_tier ram;                  /* resume points of displaced sequences */
-    ram_point parked;              /* the primary conversation, parked for auxiliary requests */
+    ram_tier ram;     /* resume points of displaced sequences */
+    ram_point parked; /* the primary conversation, parked for auxiliary requests */
     bool has_parked;
     size_t park_budget;
     chat_fmt fmt;
@@ -78,8 +89,8 @@ struct ph_engine {
     jc_vocab *jv;            /* the constraint's tables over the vocabulary, built on first use */
     ph_progress_fn progress; /* ph_engine_set_progress */
     void *progress_ud;
-    int test_step_delay_ms;      /* PINHOLE_TEST_PREFILL_DELAY_MS: a test's slow prefill */
-    int test_slice_delay_ms;     /* PINHOLE_TEST_SLICE_DELAY_MS: a test's slow slices of a picture's encode */
+    int test_step_delay_ms;  /* PINHOLE_TEST_PREFILL_DELAY_MS: a test's slow prefill */
+    int test_slice_delay_ms; /* PINHOLE_TEST_SLICE_DELAY_MS: a test's slow slices of a picture's encode */
 };
 
 /* The embed_key of a picture of w x h with this encoder (docs/state-cache.md, Identity) in an

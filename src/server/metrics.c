@@ -69,9 +69,8 @@ bool metrics_field_ignored(metrics *m, const char *endpoint, const char *name, b
     *other = false;
     pthread_mutex_lock(&m->mu);
     int i = 0;
-    while (i < m->n_ignored &&
-           !(!strcmp(m->ignored[i].endpoint, endpoint) && !strncmp(m->ignored[i].name, name, len) &&
-             m->ignored[i].name[len] == 0))
+    while (i < m->n_ignored && !(!strcmp(m->ignored[i].endpoint, endpoint) &&
+                                 !strncmp(m->ignored[i].name, name, len) && m->ignored[i].name[len] == 0))
         i++;
     if (i == m->n_ignored && m->n_ignored < METRICS_MAX_FIELDS) {
         m->ignored[i].endpoint = endpoint;
@@ -135,11 +134,11 @@ static const engine_metric engine_metrics[] = {
        "Embedding files removed to keep --image-cache-dir within its budget.", picture_cache_disk_evictions, false),
     EM("pinhole_ram_cache_tokens_restored_total", "Prompt rows restored from the RAM tier (part of reused).",
        prompt_tokens_from_ram, false),
-    EM("pinhole_ram_cache_hits_total", "Turns that resumed a conversation from the RAM tier.", ram_cache_hits,
-       false),
-    EM("pinhole_ram_cache_saves_total", "Displaced conversations kept as resume points of the RAM tier.", ram_cache_saves, false),
-    EM("pinhole_ram_cache_evictions_total", "Resume points of the RAM tier dropped (budget, or held by a longer one).",
-       ram_cache_evictions, false),
+    EM("pinhole_ram_cache_hits_total", "Turns that resumed a conversation from the RAM tier.", ram_cache_hits, false),
+    EM("pinhole_ram_cache_saves_total", "Displaced conversations kept as resume points of the RAM tier.",
+       ram_cache_saves, false),
+    EM("pinhole_ram_cache_evictions_total",
+       "Resume points of the RAM tier dropped (budget, or held by a longer one).", ram_cache_evictions, false),
     EM("pinhole_ram_cache_refused_total", "Checkpoints not taken because memory was short.", ram_cache_refused,
        false),
     EM("pinhole_conversations_parked_total", "Primary conversations parked before an auxiliary request.",
@@ -176,8 +175,8 @@ static const engine_metric engine_metrics[] = {
     EM("pinhole_disk_cache_writes_queued",
        "Checkpoints and block records waiting for the writer threads (or being written).", disk_cache_queued, true),
     EM("pinhole_ram_cache_entries", "Resume points of displaced conversations held in RAM.", ram_cache_entries, true),
-    EM("pinhole_ram_cache_bytes", "Bytes of displaced conversations' KV (all their rows) that the resume points hold.",
-       ram_cache_bytes, true),
+    EM("pinhole_ram_cache_bytes",
+       "Bytes of displaced conversations' KV (all their rows) that the resume points hold.", ram_cache_bytes, true),
     EM("pinhole_kv_block_bytes", "Bytes of one KV block (64 rows).", kv_block_bytes, true),
     EM("pinhole_kv_pool_bytes", "Bytes of the KV pool's blocks (--kv-pool-mib).", kv_pool_bytes, true),
     EM("pinhole_kv_blocks_evicted_total", "Cached KV blocks taken for new ones.", kv_blocks_evicted, false),
@@ -284,6 +283,20 @@ char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns 
             st->batch_decode_rows);
     counter(f, "pinhole_batch_slices_total", "Pieces of other work (picture encodes) run between batch steps.",
             st->batch_slices);
+    counter(f, "pinhole_prefix_waits_total",
+            "Requests that waited for another running request's prefill of the prefix they share, and took its "
+            "blocks instead of computing them.",
+            st->prefix_waits);
+    counter(f, "pinhole_picture_waits_total",
+            "Pictures that waited for another running request's encode of them instead of encoding them again.",
+            st->picture_waits);
+    counter(f, "pinhole_requests_paused_total",
+            "Answers paused because the KV pool ran out, until an older answer ended and gave its blocks back.",
+            st->requests_paused);
+    counter(
+        f, "pinhole_requests_dropped_total",
+        "Paused answers that gave their KV blocks back to an older one, and evaluated their rows again to resume.",
+        st->requests_dropped);
     fprintf(f,
             "# HELP pinhole_batch_step_seconds_total Time in batch steps.\n"
             "# TYPE pinhole_batch_step_seconds_total counter\npinhole_batch_step_seconds_total %.6f\n",

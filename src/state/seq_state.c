@@ -139,8 +139,12 @@ bool seq_complete(const seq_state *s, int32_t n) {
 }
 
 bool seq_span_cond(const seq_state *s, const seq_span *sp, uint8_t cond[32]) {
-    for (int32_t k = 0; k < s->n_spans; k++) {
-        const seq_span *q = &s->spans[k];
+    return seq_spans_cond(s->spans, s->n_spans, sp, cond);
+}
+
+bool seq_spans_cond(const seq_span *spans, int32_t n, const seq_span *sp, uint8_t cond[32]) {
+    for (int32_t k = 0; k < n; k++) {
+        const seq_span *q = &spans[k];
         if (q->start == sp->start && q->has_cond && q->grid_x == sp->grid_x && q->grid_y == sp->grid_y &&
             !memcmp(q->embed_key, sp->embed_key, 32)) {
             memcpy(cond, q->cond_hash, 32);

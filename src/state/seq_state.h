@@ -66,6 +66,8 @@ int32_t seq_back_off(const seq_state *s, int32_t n);
 /* The cond_hash s holds for a picture span like sp (the same start,
  * embed_key and grid): true with it in cond. */
 bool seq_span_cond(const seq_state *s, const seq_span *sp, uint8_t cond[32]);
+/* The same, among n spans. */
+bool seq_spans_cond(const seq_span *spans, int32_t n, const seq_span *sp, uint8_t cond[32]);
 /* Whether every span of the first n rows is whole and has a cond_hash
  * (docs/state-cache.md, Reuse rules: only such state may be saved). */
 bool seq_complete(const seq_state *s, int32_t n);

@@ -32,7 +32,7 @@ const swallow = (p) => p.catch((e) => { if (e.name !== 'AbortError') throw e; })
 
 describe('abandoned requests', { timeout: 300_000 }, () => {
   let srv;
-  before(async () => { srv = await startServer({ vision: false, extra: ['-c', '4096', '--max-queue', '3'] }); });
+  before(async () => { srv = await startServer({ vision: false, extra: ['-c', '4096', '--max-queue', '3', '--parallel', '1'] }); });
   after(() => stopServer(srv));
 
   test('a running non-streaming request stops when its client leaves', async () => {

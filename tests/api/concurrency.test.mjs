@@ -31,7 +31,7 @@ function ask(srv, i, N) {
 
 describe('concurrent clients', { timeout: 300_000 }, () => {
   let srv;
-  before(async () => { srv = await startServer(); });
+  before(async () => { srv = await startServer({ extra: ['--parallel', '1'] }); }); // one worker: the queue's order
   after(() => stopServer(srv));
 
   test('8 clients: same answers as alone, first come first served', async () => {

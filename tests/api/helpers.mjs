@@ -91,10 +91,7 @@ function cacheDir() {
 export async function startServer({ model = QWEN3VL, vision = true, extra = [], env = {}, bin = BIN } = {}) {
   const named = typeof model === 'string';
   const visionArgs = vision === false ? ['--no-mmproj'] : vision && !named ? ['--mmproj', model.mmproj] : [];
-  // one request at a time unless the test asks for more: the tests of reuse
-  // and of the queue's order count on one slot (parallel.test.mjs: several)
-  const parallel = extra.includes('--parallel') ? [] : ['--parallel', '1'];
-  const args = ['serve', '-m', named ? model : model.llm, ...visionArgs, '--port', '0', '-t', '2', ...parallel, ...extra];
+  const args = ['serve', '-m', named ? model : model.llm, ...visionArgs, '--port', '0', '-t', '2', ...extra];
   const inherited = { ...process.env };
   delete inherited.PINHOLE_API_KEY; // a key of the caller's shell would lock every test out
   const proc = spawn(bin, args, {

@@ -156,7 +156,8 @@ describe('pictures too large for the context', { timeout: 300_000 }, () => {
 describe('a queued picture', { timeout: 300_000 }, () => {
   let srv, base;
   before(async () => {
-    srv = await startServer({ extra: ['--image-max-tokens', '64'] }); // an 8192x8192 picture fits: 64 rows
+    // one worker, kept busy: the picture request waits in the queue
+    srv = await startServer({ extra: ['--image-max-tokens', '64', '--parallel', '1'] }); // an 8192x8192 picture fits: 64 rows
     base = memory(srv);
   });
   after(() => stopServer(srv));
@@ -182,7 +183,8 @@ describe('a queued picture', { timeout: 300_000 }, () => {
 
 describe('--max-pixels-in-flight', { timeout: 300_000 }, () => {
   let srv;
-  before(async () => { srv = await startServer({ extra: ['--max-pixels-in-flight', '1000000'] }); });
+  // one worker, kept busy: the picture requests wait in the queue
+  before(async () => { srv = await startServer({ extra: ['--max-pixels-in-flight', '1000000', '--parallel', '1'] }); });
   after(() => stopServer(srv));
 
   test('past it 503 with Retry-After, in each API\'s shape; a request over it alone 400; counted out when done', async () => {

@@ -174,10 +174,13 @@ export function reuseCases(M) {
 
 export function auxiliaryCases(M) {
   describe(`auxiliary requests (an agent's side calls) (${M.id})`, { timeout: 600_000 }, () => {
-    test('side calls park the main conversation; the next main turn resumes it', async () => {
-      // the RAM tier is off: only the parked slot can bring the conversation back
+    // one slot: the side calls park the main conversation, the next main turn
+    // restores it; several: they run in other slots, the main conversation
+    // stays in its own. Either way the next main turn resumes all of it.
+    for (const slots of [1, 4]) test(`side calls (--parallel ${slots}) leave the main conversation; the next main turn resumes it`, async () => {
+      // the RAM tier is off: only the parked slot (or its own) can bring the conversation back
       // --any-model on purpose: this server is asked for model 'x' (a client that hard-codes a name)
-      const srv = await startServer({ model: M, extra: ['--cache-ram-mib', '0', '--any-model'] });
+      const srv = await startServer({ model: M, extra: ['--cache-ram-mib', '0', '--any-model', '--parallel', String(slots)] });
       try {
         const PARK = { parked: 'pinhole_conversations_parked_total', restored: 'pinhole_conversations_restored_total',
                        dropped: 'pinhole_conversations_dropped_total', encoded: 'pinhole_images_encoded_total' };
@@ -196,11 +199,11 @@ export function auxiliaryCases(M) {
         await openai(srv).chat.completions.create({ model: 'x', max_tokens: 4, auxiliary: true, messages: [
           { role: 'user', content: [text('Summarize:'), pic(gen(31))] }] });
         let c = await count();
-        assert.equal(c.parked, 1, 'parked once, by the first side call');
+        assert.equal(c.parked, slots === 1 ? 1 : 0, slots === 1 ? 'parked once, by the first side call' : 'nothing parked');
         main.push({ role: 'assistant', content: first.choices[0].message.content }, { role: 'user', content: 'And its colours?' });
         const r = await openai(srv).chat.completions.create({ model: 'x', max_tokens: N, temperature: 0, messages: main });
         c = await count();
-        assert.equal(c.restored, 1);
+        assert.equal(c.restored, slots === 1 ? 1 : 0);
         assert.equal(c.encoded, 2, 'the main picture was not encoded again');
         resumesAfter(M, { prompt: first.usage.prompt_tokens }, r.usage.prompt_tokens_details.cached_tokens, 'resumed');
         await openaiError(openai(srv).chat.completions.create({ model: 'x', max_tokens: 1, messages: main },
