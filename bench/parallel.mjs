@@ -24,7 +24,7 @@ const KNOBS = {
   AGG_TOKENS: num('AGG_TOKENS', 128),
   GAP_STREAMS: num('GAP_STREAMS', 3),
   GAP_PROMPT: num('GAP_PROMPT', 128),
-  GAP_TOKENS: num('GAP_TOKENS', 400),
+  GAP_TOKENS: num('GAP_TOKENS', 1500), // at most: stopped 1 s after the picture's answer
   GAP_DELAY_S: num('GAP_DELAY_S', 2), // after the streams' first tokens
   PIC_TOKENS: num('PIC_TOKENS', 16),
   SIB_N: num('SIB_N', 4),
@@ -125,14 +125,32 @@ function ggufTokens(file) {
 
 // End-of-generation ids, control tokens (type 3) and the think / tool-call
 // markers: banned, so that answers run to max_tokens and stay plain text.
-function bannedTokens(model) {
+// With `utf8`, also every token whose bytes are not valid UTF-8 on their own
+// (a byte-level BPE's pieces of characters; 1448 in Qwen's vocabulary): this
+// llama-server parses every answer as it streams, and at the first invalid
+// byte sequence it sends an error and nothing more of the answer (a random
+// model's output has them; pinhole passes them on and allows 1024 biases).
+function bannedTokens(model, utf8) {
   const kv = ggufTokens(model)
   const toks = kv['tokenizer.ggml.tokens'] || [], types = kv['tokenizer.ggml.token_type'] || []
   const ids = new Set(['eos', 'eot', 'eom'].map((k) => kv[`tokenizer.ggml.${k}_token_id`]).filter((x) => x !== undefined))
   toks.forEach((t, i) => {
     if (types[i] === 3 || /^<\|.*\|>$/.test(t) || /^<\/?(think|tool_call|tool_response)>$/.test(t)) ids.add(i)
   })
-  if (ids.size > 1024) throw new Error(`${model}: ${ids.size} tokens to ban, more than a logit_bias may hold`)
+  if (utf8 && kv['tokenizer.ggml.model'] === 'gpt2') {
+    // GPT-2's byte-to-character map, inverted
+    const bs = [], cs = []
+    for (let b = 0; b < 256; b++) if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) { bs.push(b); cs.push(b) }
+    for (let b = 0, n = 0; b < 256; b++) if (!bs.includes(b)) { bs.push(b); cs.push(256 + n++) }
+    const byteOf = new Map(cs.map((c, i) => [String.fromCodePoint(c), bs[i]]))
+    const strict = new TextDecoder('utf-8', { fatal: true })
+    toks.forEach((t, i) => {
+      if (types[i] !== 1) return
+      const bytes = [...t].map((ch) => byteOf.get(ch))
+      if (bytes.some((x) => x === undefined)) return
+      try { strict.decode(new Uint8Array(bytes)) } catch { ids.add(i) }
+    })
+  }
   return Object.fromEntries([...ids].map((i) => [String(i), -100]))
 }
 
@@ -141,13 +159,15 @@ let BANS = {}
 let ENGINE = ''
 let URL_ = ''
 
-const newResult = () => ({ t0: performance.now(), first: null, times: [], usage: null, error: null, text: '' })
+const newResult = () => ({ t0: performance.now(), first: null, times: [], usage: null, error: null, text: '',
+                           ctl: new AbortController(), stopped: false })
 
-// Sends one request; r (a newResult()) is filled as the tokens come.
+// Sends one request; r (a newResult()) is filled as the tokens come;
+// r.stopped = true and r.ctl.abort() end it early (not an error).
 async function stream(messages, maxTokens, extra = {}, r = newResult()) {
   try {
     const res = await fetch(`${URL_}/v1/chat/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal: r.ctl.signal,
       body: JSON.stringify({ model: 'any', messages, max_tokens: maxTokens, temperature: 0, stream: true,
                              stream_options: { include_usage: true }, logit_bias: BANS, ...extra }),
     })
@@ -178,7 +198,7 @@ async function stream(messages, maxTokens, extra = {}, r = newResult()) {
       }
     }
   } catch (e) {
-    r.error = String(e)
+    if (!r.stopped) r.error = String(e)
   }
   r.end = performance.now()
   return r
@@ -191,6 +211,8 @@ const round = (x, d = 3) => (x === null || x === undefined || !Number.isFinite(x
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms))
 const out = (o) => process.stdout.write(JSON.stringify({ engine: ENGINE, ...o }) + '\n')
 const user = (text) => ({ role: 'user', content: text })
+// a system message in every request: a template's default one (Qwen2's) is then never added
+const SYSTEM = { role: 'system', content: 'You are a helpful assistant.' }
 const picMessage = (uri, text) => ({ role: 'user', content: [{ type: 'image_url', image_url: { url: uri } }, { type: 'text', text }] })
 
 // Counters of /metrics: pinhole's own, or llama-server's (started with --metrics).
@@ -217,7 +239,7 @@ const delta = (a, b) => Object.fromEntries(Object.keys(b).filter((k) => k in a).
 // One short untimed request: pinhole pages its weights in on the first one,
 // llama-server runs a warm-up pass when it starts.
 async function warmUp() {
-  const r = await stream([user(words(16, 999999))], 4)
+  const r = await stream([SYSTEM, user(words(16, 999999))], 16)
   if (r.error) throw new Error(`warm-up request failed: ${r.error}`)
 }
 
@@ -226,13 +248,13 @@ async function agg() {
   for (const [run, n] of KNOBS.AGG_CLIENTS.entries()) {
     // distinct prompts (from their first words) across clients and runs: nothing reused
     const rs = await Promise.all(Array.from({ length: n }, (_, i) =>
-      stream([user(words(wordsFor(KNOBS.AGG_PROMPT), 1000 * run + i))], KNOBS.AGG_TOKENS)))
+      stream([SYSTEM, user(words(wordsFor(KNOBS.AGG_PROMPT), 1000 * run + i))], KNOBS.AGG_TOKENS)))
     const errors = rs.filter((r) => r.error).map((r) => r.error)
     const ok = rs.filter((r) => r.first !== null)
     const tokens = rs.reduce((s, r) => s + tokensOf(r), 0)
     const t0 = Math.min(...rs.map((r) => r.t0)), first = Math.min(...ok.map((r) => r.first))
     const last = Math.max(...ok.map((r) => r.times[r.times.length - 1]))
-    const per = ok.map((r) => (r.times.length - 1) / ((r.times[r.times.length - 1] - r.first) / 1000))
+    const per = ok.map((r) => (tokensOf(r) - 1) / ((r.times[r.times.length - 1] - r.first) / 1000))
     out({ scenario: 'agg', clients: n, max_tokens: KNOBS.AGG_TOKENS, tokens, short: rs.filter((r) => tokensOf(r) < KNOBS.AGG_TOKENS).length,
           prompt_tokens: rs.map(promptOf), decode_s: round((last - first) / 1000), wall_s: round((last - t0) / 1000),
           agg_tok_s: round(tokens / ((last - first) / 1000), 2), agg_tok_s_wall: round(tokens / ((last - t0) / 1000), 2),
@@ -251,7 +273,7 @@ async function gapScenario(picture) {
   const uri = `data:image/png;base64,${fs.readFileSync(picture).toString('base64')}`
   const before = await metrics()
   const handles = Array.from({ length: KNOBS.GAP_STREAMS }, (_, i) => {
-    const r = newResult(), p = stream([user(words(wordsFor(KNOBS.GAP_PROMPT), 2000 + i))], KNOBS.GAP_TOKENS, {}, r)
+    const r = newResult(), p = stream([SYSTEM, user(words(wordsFor(KNOBS.GAP_PROMPT), 2000 + i))], KNOBS.GAP_TOKENS, {}, r)
     const h = { r, done: false }
     h.p = p.then((x) => { h.done = true; return x })
     return h
@@ -263,7 +285,10 @@ async function gapScenario(picture) {
     await sleep(20)
   }
   await sleep(KNOBS.GAP_DELAY_S * 1000)
-  const pic = await stream([picMessage(uri, 'Describe the picture in a few words.')], KNOBS.PIC_TOKENS)
+  const pic = await stream([SYSTEM, picMessage(uri, 'Describe the picture in a few words.')], KNOBS.PIC_TOKENS)
+  // the answers need not run to GAP_TOKENS: they are stopped a second after the picture's
+  await sleep(1000)
+  for (const h of handles) if (!h.done) { h.r.stopped = true; h.r.ctl.abort() }
   const rs = await Promise.all(handles.map((h) => h.p))
   const d = delta(before, await metrics())
   const streams = rs.map((r, i) => {
@@ -274,7 +299,7 @@ async function gapScenario(picture) {
       if (r.times[k] > pic.t0 && r.times[k - 1] < pic.end) g.push(gapS)
       else if (r.times[k] <= pic.t0) pre.push(gapS)
     }
-    return { stream: i, tokens: tokensOf(r), gaps_during: g.length, max_gap_s: round(g.length ? Math.max(...g) : null),
+    return { stream: i, tokens: r.stopped ? r.times.length : tokensOf(r), stopped: r.stopped, gaps_during: g.length, max_gap_s: round(g.length ? Math.max(...g) : null),
              p95_gap_s: round(quantile(g, 0.95)), median_gap_before_s: round(quantile(pre, 0.5)),
              ended_before_picture: r.times.length > 0 && r.times[r.times.length - 1] < pic.end, error: r.error }
   })
@@ -282,7 +307,7 @@ async function gapScenario(picture) {
         picture_prompt_tokens: promptOf(pic), picture_error: pic.error,
         max_gap_s: round(Math.max(...streams.map((s) => s.max_gap_s ?? 0))),
         p95_gap_s: round(Math.max(...streams.map((s) => s.p95_gap_s ?? 0))),
-        short: rs.filter((r) => tokensOf(r) < KNOBS.GAP_TOKENS).length, metrics: d })
+        short: rs.filter((r) => !r.stopped && tokensOf(r) < KNOBS.GAP_TOKENS).length, metrics: d })
 }
 
 async function siblings(picture) {
@@ -427,7 +452,7 @@ if (argv[0] === 'table') {
   }
   ENGINE = engine
   URL_ = url.replace(/\/$/, '')
-  BANS = bannedTokens(model)
+  BANS = bannedTokens(model, engine === 'llama-server')
   await warmUp()
   if (scenario === 'agg') await agg()
   else if (scenario === 'gap') await gapScenario(picture)

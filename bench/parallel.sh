@@ -10,16 +10,18 @@
 # SCENARIOS ["agg gap siblings agent"]:
 #   agg       AGG_CLIENTS ["1 2 4 8"] clients at once, AGG_PROMPT [128] tokens, AGG_TOKENS [128] each
 #             (servers: --parallel / -np AGG_PARALLEL [8])
-#   gap       GAP_STREAMS [3] answers of GAP_TOKENS [400] (GAP_PROMPT [128]-token prompts);
-#             GAP_DELAY_S [2] s after their first tokens one SIZE [1024x768] picture request
-#             (PIC_TOKENS [16]): the gaps between tokens while it runs, its TTFT (-np 4)
+#   gap       GAP_STREAMS [3] answers (GAP_PROMPT [128]-token prompts) of at most GAP_TOKENS
+#             [1500], stopped 1 s after the picture's answer; GAP_DELAY_S [2] s after their
+#             first tokens one SIZE [1024x768] picture request (PIC_TOKENS [16]): the gaps
+#             between tokens while it runs, its TTFT (-np 4)
 #   siblings  SIB_N [4] requests together: one system prompt of SIB_PREFIX [2048] tokens, one
 #             SIZE picture, different questions, SIB_TOKENS [16] each (--parallel / -np 4)
 #   agent     a system prompt of PROMPT_TOKENS [12288] tokens with tools, AGENT_TURNS [4] main
 #             turns (AGENT_TOKENS [32]), two passes: main only, and each main turn followed by
 #             two side calls (SIDE_TOKENS [16]) (--parallel / -np 4)
 # THREADS [2], ENGINES ["pinhole llama-server"], MODEL [bench/models/synth-2b-q4_k_m: MODEL.gguf
-# and MODEL-mmproj.gguf], PEER [llama-peer.sh's bin folder], CTX [per request; default by
+# and MODEL-mmproj.gguf], PEER [llama-peer.sh's bin folder], TEMPLATE [llama-server's
+# --chat-template-file; tests/oracle/templates/Qwen3-VL-Instruct.jinja], CTX [per request; default by
 # scenario]; llama-server gets -c NP*CTX (its unified cache holds every slot's rows),
 # JSONL [a file that collects the results; default a temporary one]. Prints the tables
 # (parallel.mjs table); with RECORD=1 writes them between the parallel markers of
@@ -34,6 +36,9 @@ THREADS=${THREADS:-2}
 MODEL=${MODEL:-bench/models/synth-2b-q4_k_m}
 MODEL=${MODEL%.gguf}
 SIZE=${SIZE:-1024x768}
+# the synthetic models carry a plain ChatML template that renders no tools: pinhole renders
+# them as Qwen3-VL's template does (docs/chat-format.md), llama-server needs that template
+TEMPLATE=${TEMPLATE:-tests/oracle/templates/Qwen3-VL-Instruct.jinja}
 export PROMPT_TOKENS=${PROMPT_TOKENS:-12288}
 [ -f "$MODEL.gguf" ] && [ -f "$MODEL-mmproj.gguf" ] ||
     { echo "parallel.sh: no $MODEL.gguf and $MODEL-mmproj.gguf (bench/run.sh synthesizes the 2B pair)" >&2; exit 1; }
@@ -65,7 +70,7 @@ start() {
         port=$(node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })')
         LD_LIBRARY_PATH=$PEER "$PEER/llama-server" -m "$MODEL.gguf" --mmproj "$MODEL-mmproj.gguf" --host 127.0.0.1 \
             --port "$port" -t "$THREADS" -c $((np * ctx)) -np "$np" --kv-unified -fa on --metrics --no-webui \
-            2>"$TMP/llama.log" &
+            --chat-template-file "$TEMPLATE" 2>"$TMP/llama.log" &
         pid=$!
         url="http://127.0.0.1:$port"
         for _ in $(seq 1200); do curl -sf "$url/health" >/dev/null && break; sleep 0.2; done
