@@ -301,7 +301,8 @@ async function gapScenario(picture) {
     }
     return { stream: i, tokens: r.stopped ? r.times.length : tokensOf(r), stopped: r.stopped, gaps_during: g.length, max_gap_s: round(g.length ? Math.max(...g) : null),
              p95_gap_s: round(quantile(g, 0.95)), median_gap_before_s: round(quantile(pre, 0.5)),
-             ended_before_picture: r.times.length > 0 && r.times[r.times.length - 1] < pic.end, error: r.error }
+             ended_before_picture: r.times.length > 0 && r.times[r.times.length - 1] < pic.end, error: r.error,
+             gaps_s: g.map((x) => round(x)) }
   })
   out({ scenario: 'gap', streams, picture_ttft_s: round(ttft(pic)), picture_total_s: round((pic.end - pic.t0) / 1000),
         picture_prompt_tokens: promptOf(pic), picture_error: pic.error,
