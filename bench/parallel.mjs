@@ -12,8 +12,9 @@
 // (temperature 0) and bans the model's end-of-turn and control tokens with
 // logit_bias -100 (read from the GGUF's tokenizer), so that both engines
 // answer with exactly max_tokens tokens; a line's "short" counts the answers
-// that came back with fewer. Prompts are made of common English words from a
-// seeded generator: the same bytes for both engines.
+// that came back with fewer (llama-server's requests also ban the tokens that
+// are not UTF-8 alone: see bannedTokens). Prompts are made of common English
+// words from a seeded generator: the same bytes for both engines.
 import fs from 'node:fs'
 
 const env = (k, d) => (process.env[k] === undefined || process.env[k] === '' ? d : process.env[k])
@@ -116,7 +117,7 @@ function ggufTokens(file) {
   for (let i = 0; i < nKv; i++) {
     const key = str(), t = u32()
     if (key.startsWith('tokenizer.ggml.') && key !== 'tokenizer.ggml.merges') kv[key] = value(t)
-    else if (t === 9) { const et = u32(), n = u64(); if (et === 8) for (let k = 0; k < n; k++) str(); else { need(0); pos += SIZE[et] * n } }
+    else if (t === 9) { const et = u32(), n = u64(); if (et === 8) for (let k = 0; k < n; k++) str(); else pos += SIZE[et] * n }
     else value(t)
   }
   fs.closeSync(fd)
