@@ -564,6 +564,7 @@ typedef struct ph_engine_stats {
     /* work done once for requests running together: requests that waited for another's prefill of the prefix
      * they share (its blocks taken then), pictures that waited for another's encode of them */
     uint64_t prefix_waits, picture_waits;
+    uint64_t prompt_tokens_forked; /* prompt rows taken from another running request's blocks (part of reused) */
     uint64_t requests_paused;  /* answers paused for blocks of the pool until an older one ended */
     uint64_t requests_dropped; /* of them, those that gave their blocks back (evaluated again to resume) */
 } ph_engine_stats;

@@ -755,6 +755,7 @@ static bool reclaim(ph_engine *e, int32_t need) {
         ph_session_reset(lru->s);
         lru->live_prompt = 0;
         lru->n_named = 0;
+        lru->stable = lru->n_shown = 0;
     }
     return true;
 }
@@ -787,6 +788,7 @@ static void give_back(ph_engine *e, slot *sl) {
     if (e->disk) disk_tier_release_rows(e->disk, 0); /* the writer may be reading its cells */
     publish_live(e, sl);
     kv_cache_truncate(&sl->s->kv, 0);
+    sl->stable = 0; /* its live rows stay, to be evaluated again, but not their blocks */
     sl->give_back = false;
     sl->dropped = true;
     e->st.requests_dropped++;
@@ -1027,19 +1029,20 @@ static void publish_live(ph_engine *e, slot *sl) {
         }
         sl->n_named++;
     }
-    if (sl->n_named == was) return;
-    /* the pictures of the published blocks with their cond_hash, for the
-     * requests that take these blocks while this one runs (known_cond) */
-    const int32_t rows = sl->n_named * KV_BLOCK_ROWS;
-    int32_t n = 0;
-    while (n < sl->live.n_spans && sl->live.spans[n].start < rows) n++;
+    /* the rows evaluated so far, and their pictures with their cond_hash,
+     * for the requests that take these rows while this one runs (known_cond,
+     * forkable): the live state's first rows do not change until the next
+     * plan or a reset, both under e->mu; its spans may move (realloc'd) */
+    const int32_t n = sl->live.n_spans;
     if (n > sl->cap_shown) {
         seq_span *p = realloc(sl->shown, (size_t)n * sizeof *p);
         if (p) sl->shown = p, sl->cap_shown = n;
     }
-    sl->n_shown = n <= sl->cap_shown ? n : 0;
-    if (sl->n_shown) memcpy(sl->shown, sl->live.spans, (size_t)n * sizeof *sl->shown);
-    pthread_cond_broadcast(&e->changed);
+    const bool shown = n <= sl->cap_shown;
+    sl->n_shown = shown ? n : 0;
+    if (n && shown) memcpy(sl->shown, sl->live.spans, (size_t)n * sizeof *sl->shown);
+    sl->stable = shown ? sl->live.n_rows : 0;
+    if (sl->n_named != was) pthread_cond_broadcast(&e->changed);
 }
 
 /* Publishes the full blocks evaluated so far, for the requests waiting
@@ -1239,6 +1242,51 @@ static int rebuild(turn *t, ph_err *err) {
     return rc;
 }
 
+/* The rows of want that another running request's evaluated rows share
+ * (e->mu held): o's first o->stable live rows (tokens by id, pictures by
+ * their embed_key and grid, from o->shown, with a cond_hash), never
+ * cutting a picture; none of another isolation domain. */
+static int32_t forkable(const slot *o, const seq_state *want) {
+    if (memcmp(o->live.domain, want->domain, sizeof want->domain)) return 0;
+    const int32_t n = o->stable < want->n_rows ? o->stable : want->n_rows;
+    int32_t r = 0, k = 0;
+    while (r < n) {
+        const int32_t a = o->live.tok[r], b = want->tok[r];
+        if (a != b) break;
+        if (a != SEQ_ROW_PICTURE) {
+            r++;
+            continue;
+        }
+        while (k < want->n_spans && want->spans[k].start < r) k++;
+        const seq_span *y = k < want->n_spans && want->spans[k].start == r ? &want->spans[k] : NULL, *x = NULL;
+        for (int32_t i = 0; i < o->n_shown && !x; i++)
+            if (o->shown[i].start == r) x = &o->shown[i];
+        if (!x || !y || !x->has_cond || x->n_tokens != y->n_tokens || x->grid_x != y->grid_x ||
+            x->grid_y != y->grid_y || memcmp(x->embed_key, y->embed_key, 32) || r + x->n_tokens > n)
+            break;
+        r += x->n_tokens;
+    }
+    return seq_back_off(want, r);
+}
+
+/* Makes sl's table o's blocks of rows [keep, n) (e->mu held), each held by
+ * one more reference: o's full blocks shared, its last one copied when
+ * either writes into it (kv_pool_cow); want's pictures there take the
+ * cond_hash o evaluated them with. */
+static void take_forked(ph_engine *e, slot *sl, const slot *o, seq_state *want, int32_t keep, int32_t n) {
+    kv_cache *kv = &sl->s->kv;
+    kv_cache_drop_blocks(kv, keep / KV_BLOCK_ROWS);
+    for (int32_t b = keep / KV_BLOCK_ROWS; b < blocks_for(n); b++) {
+        kv_pool_ref(&e->pool, o->s->kv.ids[b]);
+        kv_cache_push_block(kv, o->s->kv.ids[b]);
+    }
+    kv_cache_set_rows(kv, n);
+    for (int32_t k = 0; k < want->n_spans && want->spans[k].start < n; k++) {
+        seq_span *sp = &want->spans[k];
+        sp->has_cond = seq_spans_cond(o->shown, o->n_shown, sp, sp->cond_hash);
+    }
+}
+
 /* The plan (docs/state-cache.md, The plan of a turn): the longest common
  * prefix of the request with the live state, the parked primary
  * conversation (for a primary request), a resume point of the RAM tier or
@@ -1271,7 +1319,7 @@ static int32_t plan_reuse(ph_engine *e, slot *sl, turn *t, bool aux, ph_turn_rep
         pinned = r->parked = park_primary(e, sl, blocks_for(want->n_rows + 1) - keep / KV_BLOCK_ROWS);
     ram_point c = {.tail = -1};
     int32_t best = keep;
-    enum { FROM_LIVE, FROM_POINT, FROM_POOL, FROM_DISK } from = FROM_LIVE;
+    enum { FROM_LIVE, FROM_POINT, FROM_POOL, FROM_SLOT, FROM_DISK } from = FROM_LIVE;
     const bool had_parked = !aux && e->has_parked;
     if (had_parked) { /* the primary conversation is back, or has moved on */
         int32_t n = ram_point_cut(&e->parked, usable(want, seq_common_prefix(&e->parked.seq, want)));
@@ -1291,7 +1339,18 @@ static int32_t plan_reuse(ph_engine *e, slot *sl, turn *t, bool aux, ph_turn_rep
     const int32_t ck = names && best < most ? ram_tier_find(&e->ram, want, most, run, &from_ram) : -1;
     const int32_t from_pool =
         names && !kv->recurrent && best < most ? known_rows(e, sl, want, run < most ? run : most, false) : 0;
-    const int32_t beat = from_ram > from_pool ? from_ram : from_pool;
+    /* another running request's rows (a fork: its last, partial block too) */
+    int32_t from_slot = 0;
+    const slot *fork = NULL;
+    for (int i = 0; names && !kv->recurrent && best < most && i < e->n_slots; i++) {
+        const slot *o = &e->slots[i];
+        if (o == sl || !o->busy || !o->stable) continue;
+        int32_t m = forkable(o, want);
+        if (m > most) m = seq_back_off(want, most);
+        if (m > from_slot) from_slot = m, fork = o;
+    }
+    int32_t beat = from_ram > from_pool ? from_ram : from_pool;
+    if (from_slot > beat) beat = from_slot;
     disk_match dm = {0};
     int32_t from_disk = 0;
     if (e->disk && e->reuse && best < most && beat < most &&
@@ -1304,7 +1363,12 @@ static int32_t plan_reuse(ph_engine *e, slot *sl, turn *t, bool aux, ph_turn_rep
         from = FROM_DISK;
     } else {
         disk_match_free(&dm);
-        if (ck >= 0 && from_ram > best && from_ram >= from_pool) {
+        if (from_slot > best && from_slot > from_ram && from_slot > from_pool) {
+            ram_point_free(&c, &e->pool); /* a parked conversation that a running request beats */
+            best = from_slot;
+            r->from_parked = false;
+            from = FROM_SLOT;
+        } else if (ck >= 0 && from_ram > best && from_ram >= from_pool) {
             ram_point_free(&c, &e->pool); /* a parked conversation that a resume point beats */
             ram_tier_take(&e->ram, ck, &c);
             best = from_ram;
@@ -1355,16 +1419,18 @@ static int32_t plan_reuse(ph_engine *e, slot *sl, turn *t, bool aux, ph_turn_rep
          * more is kept for them (a parked one is taken whole) */
         bool used_up = from != FROM_POINT || r->from_parked || c.seq.n_rows - best <= best / 8;
         if (from == FROM_POOL) known_rows(e, sl, want, best, true);
-        const seq_state *src = from == FROM_POOL ? want : &c.seq;
-        take_blocks(e, sl, from == FROM_POINT ? &c : NULL, names, keep, best, &used_up);
+        const seq_state *src = from == FROM_POOL || from == FROM_SLOT ? want : &c.seq;
+        if (from == FROM_SLOT) take_forked(e, sl, fork, want, keep, best);
+        else take_blocks(e, sl, from == FROM_POINT ? &c : NULL, names, keep, best, &used_up);
         seq_copy(&sl->live, src, best, NULL);
         sl->s->next_pos = seq_pos_at(src, best);
         if (c.rec) kv_cache_load_recurrent(kv, c.rec, c.rec_rows, c.n_rec, best);
         if (used_up) ram_point_free(&c, &e->pool); /* the live state holds what it could give */
         else ram_tier_return(&e->ram, &c);
         sl->n_named = 0;
+        if (from == FROM_SLOT) e->st.prompt_tokens_forked += (uint64_t)(best - keep);
+        else r->n_from_ram = best;
         keep = best;
-        r->n_from_ram = best;
     } else {
         keep_live(sl, keep);
     }
@@ -1504,7 +1570,6 @@ static slot *take_slot(ph_engine *e, const seq_state *want, const ph_gen_params 
         slot *sl = best ? best : lru;
         if (sl) {
             sl->busy = true;
-            sl->n_shown = 0;
             sl->paused = sl->give_back = sl->dropped = false;
             sl->used = ++e->slot_clock;
             e->running++;
@@ -1550,9 +1615,7 @@ int ph_engine_chat(ph_engine *e, const ph_chat_msg *msgs, size_t n_msgs, const p
         (rc = forced_tokens(e, gp, &forced, err)) != 0)
         goto out;
     if ((rc = check_fits(&t, err)) != 0) goto out;
-    pthread_mutex_lock(&e->mu); /* the bytes_id memo */
     rc = identify_pictures(&t, err);
-    pthread_mutex_unlock(&e->mu);
     if (rc || (rc = build_want(&t, err)) != 0 || (rc = find_head(&t, &ro, err)) != 0) goto out;
     r->n_prompt = t.want.n_rows;
     if (e->reuse && e->ram.budget) { /* the names the pool knows blocks by */
@@ -1619,6 +1682,7 @@ reset:
     ph_session_reset(sl->s);
     sl->live_prompt = 0;
     sl->n_named = 0;
+    sl->stable = sl->n_shown = 0;
     pthread_mutex_unlock(&e->mu);
 out:
     if (sl) give_slot(e, sl);

@@ -45,7 +45,8 @@ typedef struct slot {
     /* Read by other requests under e->mu (its request writes live without it): */
     const uint8_t (*claim)[KV_NAME_LEN]; /* while its prompt is evaluated: the names of its full blocks */
     int32_t n_claim;                     /* (a request that shares them waits for them: await_shared) */
-    seq_span *shown;                     /* the pictures of its published blocks, with their cond_hash */
+    int32_t stable;                      /* its live rows evaluated so far (they change only under e->mu) */
+    seq_span *shown;                     /* the pictures of its live state, with their cond_hash */
     int32_t n_shown, cap_shown;
     bool paused;         /* its answer waits for blocks of the pool (room_for) */
     bool give_back;      /* asked to give its blocks back while paused */
@@ -82,7 +83,7 @@ struct ph_engine {
     int32_t checkpoint_every;
     bool reuse;
     char format_tag[128];
-    /* bytes_id -> image_id memo, per isolation domain (the turn's thread only) */
+    /* bytes_id -> image_id memo, per isolation domain (under mu) */
     image_memo_entry memo[ENGINE_MEMO];
     uint64_t memo_clock;
     ph_engine_stats st;
@@ -99,7 +100,8 @@ void engine_embed_key(const ph_engine *e, const ph_picture *im, const uint8_t do
                       int32_t *grid_x, int32_t *grid_y);
 /* Makes the picture's image_id known: from the bytes_id memo of the
  * request's isolation domain, else by decoding it (the pixels are then
- * kept in im->img). */
+ * kept in im->img). Takes e->mu for the memo only: the decode runs
+ * without it. */
 int engine_picture_identify(ph_engine *e, ph_picture *im, const uint8_t domain[32], ph_err *err);
 
 #endif

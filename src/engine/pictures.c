@@ -129,14 +129,19 @@ int engine_picture_identify(ph_engine *e, ph_picture *im, const uint8_t domain[3
     uint8_t key[32];
     memcpy(key, im->bytes_id, 32);
     domain_fold(key, domain);
+    pthread_mutex_lock(&e->mu);
     image_memo_entry *hit = memo_find(e, key);
     if (hit) {
         memcpy(im->image_id, hit->image_id, 32);
         hit->used = ++e->memo_clock;
-    } else {
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!hit) { /* decoded without the lock: the running requests go on meanwhile */
         if (picture_decode(im, err)) return -1;
         memcpy(im->image_id, im->img.image_id, 32);
+        pthread_mutex_lock(&e->mu);
         memo_put(e, key, im);
+        pthread_mutex_unlock(&e->mu);
     }
     im->identified = true;
     return 0;

@@ -287,6 +287,10 @@ char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns 
             "Requests that waited for another running request's prefill of the prefix they share, and took its "
             "blocks instead of computing them.",
             st->prefix_waits);
+    counter(f, "pinhole_prompt_tokens_forked_total",
+            "Prompt rows taken from another running request's KV blocks, its last, partial block included (part of "
+            "reused).",
+            st->prompt_tokens_forked);
     counter(f, "pinhole_picture_waits_total",
             "Pictures that waited for another running request's encode of them instead of encoding them again.",
             st->picture_waits);
