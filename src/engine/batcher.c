@@ -2,13 +2,26 @@
  * thread that turns them into batch steps. */
 #include "engine/batcher.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/timeutil.h"
 
 const int32_t ph_batch_row_bounds[BATCHER_BUCKETS] = {1, 2, 4, 8, 16, 64, 256, 512};
+
+/* How long a step waits for the next rows of the sequences that decoded
+ * in the step before (their threads sample the token, pass it on and hand
+ * it back, a millisecond or two each, several threads on few cores): an
+ * eighth of the last step's time, within these bounds. Without it each
+ * answer's token would start a step of its own as soon as it came, and
+ * answers running together would take turns instead of sharing steps. A
+ * sequence that does not come back in time (its answer ended, or its
+ * client is slow) is not waited for again until it does. */
+#define GATHER_MIN_S 0.002
+#define GATHER_MAX_S 0.050
 
 /* A submitted segment, or a piece of work (fn set). */
 typedef struct bjob {
@@ -37,8 +50,11 @@ struct batcher {
     bjob **in;     /* their jobs */
     pthread_mutex_t mu;
     pthread_cond_t work, done;
-    bjob *rows;   /* segments, in order of arrival */
-    bjob *pieces; /* other work, in order of arrival */
+    bjob *rows;            /* segments, in order of arrival */
+    const llm_kv **expect; /* the sequences that decoded in the last step, n_expect */
+    int n_expect;
+    double last_step_s; /* how long the last step took */
+    bjob *pieces;       /* other work, in order of arrival */
     bool stop, started;
     pthread_t th;
     batcher_stats st;
@@ -86,6 +102,31 @@ static int build_step(batcher *b, int64_t *n_rows) {
     return n_seg;
 }
 
+/* Whether every sequence that decoded in the last step has its next row
+ * queued (b->mu held). */
+static bool gathered(const batcher *b) {
+    for (int i = 0; i < b->n_expect; i++) {
+        const bjob *j = b->rows;
+        while (j && !(j->decode && j->kv == b->expect[i])) j = j->next;
+        if (!j) return false;
+    }
+    return true;
+}
+
+/* Waits (b->mu held) a while (GATHER_MIN_S..GATHER_MAX_S) for the next rows of the
+ * sequences that decoded in the last step. */
+static void gather(batcher *b) {
+    if (!b->n_expect || gathered(b)) return;
+    double wait = b->last_step_s / 8;
+    wait = wait < GATHER_MIN_S ? GATHER_MIN_S : wait > GATHER_MAX_S ? GATHER_MAX_S : wait;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(wait * 1e9);
+    while (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    while (!b->stop && !gathered(b))
+        if (pthread_cond_timedwait(&b->work, &b->mu, &until) == ETIMEDOUT) break;
+}
+
 static void *loop(void *arg) {
     batcher *b = arg;
     const int32_t n_vocab = b->m->hp.n_vocab;
@@ -104,6 +145,7 @@ static void *loop(void *arg) {
             pthread_cond_broadcast(&b->done);
             if (!b->rows) continue;
         }
+        gather(b);
         int64_t rows;
         const int n_seg = build_step(b, &rows);
         pthread_mutex_unlock(&b->mu);
@@ -113,8 +155,10 @@ static void *loop(void *arg) {
         const double dt = time_now_s() - t0;
         pthread_mutex_lock(&b->mu);
         int k = 0;
+        b->n_expect = 0;
         for (int i = 0; i < n_seg; i++) {
             bjob *j = b->in[i];
+            if (j->decode && !rc) b->expect[b->n_expect++] = j->kv;
             if (rc) {
                 j->rc = -1;
                 j->err = err;
@@ -134,6 +178,7 @@ static void *loop(void *arg) {
         b->st.multi_steps += n_seg > 1;
         if (n_seg > b->st.max_seqs_step) b->st.max_seqs_step = n_seg;
         b->st.step_s += dt;
+        b->last_step_s = dt;
         int bk = 0;
         while (bk < BATCHER_BUCKETS && rows > ph_batch_row_bounds[bk]) bk++;
         b->st.rows_hist[bk]++;
@@ -159,10 +204,11 @@ batcher *batcher_new(const ph_model *m, int32_t batch_tokens, int max_seqs, ph_e
     b->pos = malloc((size_t)4 * batch_tokens * sizeof *b->pos);
     b->segs = calloc((size_t)max_seqs, sizeof *b->segs);
     b->in = calloc((size_t)max_seqs, sizeof *b->in);
+    b->expect = calloc((size_t)max_seqs, sizeof *b->expect);
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->work, NULL);
     pthread_cond_init(&b->done, NULL);
-    if (!b->pos || !b->segs || !b->in) {
+    if (!b->pos || !b->segs || !b->in || !b->expect) {
         err_set(err, "out of memory");
         batcher_free(b);
         return NULL;
@@ -193,6 +239,7 @@ void batcher_free(batcher *b) {
     free(b->pos);
     free(b->segs);
     free(b->in);
+    free(b->expect);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->work);
     pthread_cond_destroy(&b->done);
