@@ -475,7 +475,7 @@ static void *stream_main(void *arg) {
  * (it sees the count of slices run grow token by token, not jump once;
  * the slices slowed down by a test hook, as a big picture's are). */
 static void test_picture_beside_stream(ph_picture *pic) {
-    setenv("PINHOLE_TEST_SLICE_DELAY_MS", "20", 1); /* a slice as slow as a big picture's */
+    setenv("PINHOLE_TEST_SLICE_DELAY_MS", "600", 1); /* each piece of the encode a slice (over its 0.5 s) */
     ph_engine *e = engine_new(2, 512);
     unsetenv("PINHOLE_TEST_SLICE_DELAY_MS");
     CHECK(e != NULL);
