@@ -842,6 +842,12 @@ static int room_for(turn *t, ph_err *err) {
         pthread_cond_wait(&e->changed, &e->mu);
     }
     sl->paused = sl->give_back = false;
+    if (rc == 1 && sl->dropped) { /* it ends here, with nothing to resume on: its rows are forgotten */
+        seq_clear(&sl->live);
+        ph_session_reset(sl->s);
+        sl->live_prompt = sl->n_named = sl->stable = sl->n_shown = 0;
+        sl->dropped = false;
+    }
     pthread_mutex_unlock(&e->mu);
     if (rc == 0 && sl->dropped) rc = rebuild(t, err);
     return rc;
