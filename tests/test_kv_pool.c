@@ -433,8 +433,10 @@ static void test_cow(void) {
     kv_pool_free(&p);
 }
 
-/* The arena's pages are backed only when written: none after init, and
- * a block written backs its own pages, not a far one's. */
+/* The arena's pages are backed only when written or populated: none after
+ * init, a block written backs its own pages, not a far one's, and
+ * kv_pool_populate backs the blocks asked for, not a far one, keeping
+ * what was written. */
 static void test_pages(void) {
     kv_pool p;
     CHECK(kv_pool_init(&p, (size_t)16 << 18, 4096, 2, NULL) == 0); /* 16 blocks of 256 KiB */
@@ -452,6 +454,19 @@ static void test_pages(void) {
     for (size_t i = 0; i < per; i++) first += vec[i] & 1;
     for (size_t i = np - per; i < np; i++) far += vec[i] & 1;
     CHECKF(first == per && far == 0, "block 0: %zu of %zu pages, block 15: %zu", first, per, far);
+    /* populated: blocks 0-2 backed, block 0's bytes kept, block 3 on not */
+    if (kv_pool_populate(&p, 0, 3) == 0) {
+        CHECK(mincore(p.base, p.arena_bytes, vec) == 0);
+        size_t three = 0, far2 = 0;
+        for (size_t i = 0; i < 3 * per; i++) three += vec[i] & 1;
+        for (size_t i = np - per; i < np; i++) far2 += vec[i] & 1; /* (huge pages may back blocks 3-7 too) */
+        CHECKF(three == 3 * per && far2 == 0, "blocks 0-2: %zu of %zu pages, block 15: %zu", three, 3 * per, far2);
+        size_t ones = 0;
+        for (size_t i = 0; i < p.block_bytes; i++) ones += kv_pool_data(&p, 0)[i] == 1;
+        CHECK(ones == p.block_bytes);
+    } else {
+        printf("# kv_pool_populate: not on this kernel (MADV_POPULATE_WRITE), skipped\n");
+    }
     free(vec);
     kv_pool_free(&p);
 }

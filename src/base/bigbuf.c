@@ -14,6 +14,12 @@ void *big_alloc(size_t n) {
     return p;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+int big_populate(void *p, size_t n) { return n && madvise(p, n, MADV_POPULATE_WRITE) ? -1 : 0; }
+
 void big_free(void *p, size_t n) {
     if (p) munmap(p, n ? n : 1);
 }

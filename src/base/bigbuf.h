@@ -10,6 +10,11 @@
 
 /* n bytes (zeroed, page aligned), or NULL. */
 void *big_alloc(size_t n);
+/* Backs the pages of [p, p + n) now (p page aligned), as a first write
+ * would, leaving the bytes of pages already backed as they are, so it may
+ * run while other threads use the buffer: 0, or -1 (the kernel has no
+ * MADV_POPULATE_WRITE, before Linux 5.14: nothing done). */
+int big_populate(void *p, size_t n);
 /* Frees what big_alloc(n) returned (NULL is allowed). */
 void big_free(void *p, size_t n);
 

@@ -168,6 +168,12 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
     const int32_t warm = 0;
     if (ph_session_eval_tokens(sl->s, &warm, 1, err)) goto fail;
     ph_session_reset(sl->s);
+    /* and the pages of the blocks the pool hands out first, up to a
+     * context's or 128 MiB: a page's first write costs more than a copy into
+     * it (on a virtual machine several times more), which a first long
+     * prompt or a conversation resumed from disk would pay otherwise */
+    const int32_t first = (int32_t)(((size_t)128 << 20) / e->pool.stride);
+    (void)kv_pool_populate(&e->pool, 0, first < blocks_for(e->ctx.n_ctx) ? first : blocks_for(e->ctx.n_ctx));
     /* from now on every row goes through the batcher (one step: at most
      * batch_tokens rows, the session's chunk by default, so that a prompt
      * evaluated alone is cut as before) */

@@ -185,6 +185,14 @@ void kv_pool_free(kv_pool *p) {
     memset(p, 0, sizeof *p);
 }
 
+int kv_pool_populate(const kv_pool *p, int32_t first, int32_t n) {
+    if (first < 0 || n <= 0 || first >= p->n_blocks) return 0;
+    if (n > p->n_blocks - first) n = p->n_blocks - first;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), from = (size_t)first * p->stride / page * page,
+                 to = ((size_t)(first + n) * p->stride + page - 1) / page * page; /* the mapping's pages are whole */
+    return big_populate(p->base + from, to - from);
+}
+
 int32_t kv_pool_alloc(kv_pool *p) {
     int32_t id = p->free_head;
     if (id >= 0) {

@@ -105,6 +105,12 @@ int kv_pool_init(kv_pool *p, size_t budget, size_t row_bytes, int32_t n_parts, p
 size_t kv_pool_stride(size_t row_bytes);
 /* Frees the arena and the bookkeeping, whatever is still held. */
 void kv_pool_free(kv_pool *p);
+/* Backs the pages of blocks [first, first + n) now, as a first write would
+ * (base/bigbuf, big_populate), keeping every byte already written: the one
+ * call that may come from a thread other than the worker's, at any time
+ * while the pool lives (it reads only the arena's geometry). 0, or -1 when
+ * the kernel cannot (nothing done). */
+int kv_pool_populate(const kv_pool *p, int32_t first, int32_t n);
 
 /* Where block id's bytes are (block_bytes of them). */
 static inline uint8_t *kv_pool_data(const kv_pool *p, int32_t id) { return p->base + (size_t)id * p->stride; }
