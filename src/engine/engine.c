@@ -385,7 +385,6 @@ typedef struct turn {
     int32_t head;                  /* with recurrent layers: the rows up to the answer's opener, or 0 */
     uint8_t (*names)[KV_NAME_LEN]; /* the names of want's full blocks (with the RAM tier), n_names */
     int32_t n_names;
-    uint64_t encoded_at; /* e->st.pictures_encoded when its pictures were looked up */
 } turn;
 
 /* Frees the pictures' decoded pixels: they are needed only to identify
@@ -579,8 +578,8 @@ static int await_or_encode(turn *t, int32_t k, ph_turn_report *r, ph_err *err) {
         pthread_cond_wait(&e->changed, &e->mu);
     }
     if (waited) e->st.picture_waits++;
-    /* looked up again when a picture was encoded since resolve_pictures did */
-    if (waited || e->st.pictures_encoded != t->encoded_at) t->embeds[k] = embed_cache_get(e->cache, key);
+    /* looked up again: another request may have put it since resolve_pictures did */
+    t->embeds[k] = embed_cache_recheck(e->cache, key);
     if (t->embeds[k]) {
         r->pics_from_cache++;
         pthread_mutex_unlock(&e->mu);
@@ -607,7 +606,6 @@ static int resolve_pictures(turn *t, int32_t keep, ph_turn_report *r, ph_err *er
     if (!same) return err_set(err, "out of memory");
     int32_t missing = 0;
     pthread_mutex_lock(&e->mu);
-    t->encoded_at = e->st.pictures_encoded;
     for (int32_t k = 0; k < n; k++) {
         const seq_span *sp = want_span(t, k);
         same[k] = -1;
@@ -750,6 +748,15 @@ static bool constrained(const ph_gen_params *gp) {
 static void save_live(ph_engine *e, slot *sl);
 static void publish_live(ph_engine *e, slot *sl);
 
+/* Forgets sl's live state (e->mu held): its rows, its blocks (back to the
+ * pool: those published stay there under their names) and what was known
+ * of them; the disk writer is done with its cells (the caller saw to it). */
+static void forget_live(slot *sl) {
+    seq_clear(&sl->live);
+    ph_session_reset(sl->s);
+    sl->live_prompt = sl->n_named = sl->stable = sl->n_shown = 0;
+}
+
 /* Frees blocks for a running answer that needs need more (e->mu held):
  * the live states of slots no request runs in, least recently used
  * first, each kept as a resume point of the RAM tier first (its full
@@ -766,11 +773,7 @@ static bool reclaim(ph_engine *e, int32_t need) {
         if (e->disk) disk_tier_release_rows(e->disk, 0); /* the writer may be reading its cells */
         publish_live(e, lru);
         if (e->reuse) save_live(e, lru);
-        seq_clear(&lru->live);
-        ph_session_reset(lru->s);
-        lru->live_prompt = 0;
-        lru->n_named = 0;
-        lru->stable = lru->n_shown = 0;
+        forget_live(lru);
     }
     return true;
 }
@@ -849,9 +852,7 @@ static int room_for(turn *t, ph_err *err) {
     }
     sl->paused = sl->give_back = false;
     if (rc == 1 && sl->dropped) { /* it ends here, with nothing to resume on: its rows are forgotten */
-        seq_clear(&sl->live);
-        ph_session_reset(sl->s);
-        sl->live_prompt = sl->n_named = sl->stable = sl->n_shown = 0;
+        forget_live(sl);
         sl->dropped = false;
     }
     pthread_mutex_unlock(&e->mu);
@@ -1699,11 +1700,7 @@ reset:
      * once the disk writer is done reading them) */
     pthread_mutex_lock(&e->mu);
     if (e->disk) disk_tier_release_rows(e->disk, 0);
-    seq_clear(&sl->live);
-    ph_session_reset(sl->s);
-    sl->live_prompt = 0;
-    sl->n_named = 0;
-    sl->stable = sl->n_shown = 0;
+    forget_live(sl);
     pthread_mutex_unlock(&e->mu);
 out:
     if (sl) give_slot(e, sl);

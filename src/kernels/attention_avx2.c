@@ -197,36 +197,65 @@ static void qk_narrow_rows8(const float *k, const float *qt, int d, float scale,
     _mm256_storeu_ps(st + 7 * TN, _mm256_mul_ps(a7, sc));
 }
 
-/* The same with the first four columns only, in an xmm (the per-lane
- * operations are those of the ymm). */
-static void qk_narrow4_rows8(const float *k, const float *qt, int d, float scale, float *st) {
-    __m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    for (int t = 0; t < d; t++) {
-        const __m128 q = _mm_loadu_ps(qt + t * TN);
-        a0 = _mm_fmadd_ps(_mm_broadcast_ss(k + t), q, a0);
-        a1 = _mm_fmadd_ps(_mm_broadcast_ss(k + d + t), q, a1);
-        a2 = _mm_fmadd_ps(_mm_broadcast_ss(k + 2 * d + t), q, a2);
-        a3 = _mm_fmadd_ps(_mm_broadcast_ss(k + 3 * d + t), q, a3);
-        a4 = _mm_fmadd_ps(_mm_broadcast_ss(k + 4 * d + t), q, a4);
-        a5 = _mm_fmadd_ps(_mm_broadcast_ss(k + 5 * d + t), q, a5);
-        a6 = _mm_fmadd_ps(_mm_broadcast_ss(k + 6 * d + t), q, a6);
-        a7 = _mm_fmadd_ps(_mm_broadcast_ss(k + 7 * d + t), q, a7);
+/* r[u][c] = r[c][u]: eight rows of eight floats transposed. */
+static inline void transpose8(__m256 r[8]) {
+    const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]),
+                 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]),
+                 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]),
+                 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xee),
+                 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xee),
+                 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xee),
+                 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xee);
+    r[0] = _mm256_permute2f128_ps(b0, b4, 0x20);
+    r[1] = _mm256_permute2f128_ps(b1, b5, 0x20);
+    r[2] = _mm256_permute2f128_ps(b2, b6, 0x20);
+    r[3] = _mm256_permute2f128_ps(b3, b7, 0x20);
+    r[4] = _mm256_permute2f128_ps(b0, b4, 0x31);
+    r[5] = _mm256_permute2f128_ps(b1, b5, 0x31);
+    r[6] = _mm256_permute2f128_ps(b2, b6, 0x31);
+    r[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
+}
+
+/* Eight rows of keys against NC (1-4) columns, the rows in the lanes: each
+ * lane the chain of qk_rows4 over t (k[t] * q[t] + s, fused), so the same
+ * scores as the column-lane kernels, for a quarter to a half of their
+ * instructions when the columns are few (a decoded row's query heads of
+ * one KV head). */
+static inline __attribute__((always_inline)) void qk_cells8(const float *k, const float *qt, int d, float scale,
+                                                            float *st, const int NC) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int t = 0;
+    for (; t + 8 <= d; t += 8) {
+        __m256 r[8];
+        for (int c = 0; c < 8; c++) r[c] = _mm256_loadu_ps(k + c * d + t);
+        transpose8(r);
+        for (int u = 0; u < 8; u++)
+            for (int i = 0; i < NC; i++)
+                acc[i] = _mm256_fmadd_ps(r[u], _mm256_broadcast_ss(qt + (t + u) * TN + i), acc[i]);
     }
-    const __m128 sc = _mm_set1_ps(scale);
-    _mm_storeu_ps(st, _mm_mul_ps(a0, sc));
-    _mm_storeu_ps(st + TN, _mm_mul_ps(a1, sc));
-    _mm_storeu_ps(st + 2 * TN, _mm_mul_ps(a2, sc));
-    _mm_storeu_ps(st + 3 * TN, _mm_mul_ps(a3, sc));
-    _mm_storeu_ps(st + 4 * TN, _mm_mul_ps(a4, sc));
-    _mm_storeu_ps(st + 5 * TN, _mm_mul_ps(a5, sc));
-    _mm_storeu_ps(st + 6 * TN, _mm_mul_ps(a6, sc));
-    _mm_storeu_ps(st + 7 * TN, _mm_mul_ps(a7, sc));
+    for (; t < d; t++) {
+        const __m256 kc = _mm256_set_ps(k[7 * d + t], k[6 * d + t], k[5 * d + t], k[4 * d + t], k[3 * d + t],
+                                        k[2 * d + t], k[d + t], k[t]);
+        for (int i = 0; i < NC; i++) acc[i] = _mm256_fmadd_ps(kc, _mm256_broadcast_ss(qt + t * TN + i), acc[i]);
+    }
+    float out[4][8];
+    for (int i = 0; i < NC; i++) _mm256_storeu_ps(out[i], _mm256_mul_ps(acc[i], _mm256_set1_ps(scale)));
+    for (int c = 0; c < 8; c++) {
+        for (int i = 0; i < NC; i++) st[c * TN + i] = out[i][c];
+        for (int i = NC; i < TN; i++) st[c * TN + i] = 0.0f;
+    }
 }
 
 static void avx2_qk_narrow(const float *k, int nk, const float *qt, int d, float scale, float *st, int nc) {
     int j = 0;
-    if (nc <= 4) { /* half the work; the other columns' scores are 0 */
-        for (; j + 8 <= nk; j += 8) qk_narrow4_rows8(k + j * d, qt, d, scale, st + j * TN);
+    if (nc <= 4) { /* the rows in the lanes; the other columns' scores are 0 */
+        for (; j + 8 <= nk; j += 8) switch (nc) {
+            case 1: qk_cells8(k + j * d, qt, d, scale, st + j * TN, 1); break;
+            case 2: qk_cells8(k + j * d, qt, d, scale, st + j * TN, 2); break;
+            case 3: qk_cells8(k + j * d, qt, d, scale, st + j * TN, 3); break;
+            default: qk_cells8(k + j * d, qt, d, scale, st + j * TN, 4); break;
+            }
         for (; j < nk; j++) {
             __m128 a = _mm_setzero_ps();
             for (int t = 0; t < d; t++)

@@ -501,7 +501,7 @@ void embed_cache_free(embed_store *c) {
     free(c);
 }
 
-const embed_entry *embed_cache_get(embed_store *c, const uint8_t key[32]) {
+static const embed_entry *lookup(embed_store *c, const uint8_t key[32], bool count_miss) {
     entry *en = find(c, key);
     if (en) {
         unlist(c, en);
@@ -510,13 +510,17 @@ const embed_entry *embed_cache_get(embed_store *c, const uint8_t key[32]) {
         c->st.disk_hits++;
         admit(c, en);
     } else {
-        c->st.misses++;
+        if (count_miss) c->st.misses++;
         return NULL;
     }
     c->st.hits++;
     en->refs++;
     return &en->pub;
 }
+
+const embed_entry *embed_cache_get(embed_store *c, const uint8_t key[32]) { return lookup(c, key, true); }
+
+const embed_entry *embed_cache_recheck(embed_store *c, const uint8_t key[32]) { return lookup(c, key, false); }
 
 void embed_cache_retain(embed_store *c, const embed_entry *pub) {
     (void)c;

@@ -101,6 +101,9 @@ void embed_cache_free(embed_store *c);
  * and is returned referenced (release it); a miss returns NULL. A disk hit
  * is added to memory (within the bounds). */
 const embed_entry *embed_cache_get(embed_store *c, const uint8_t key[32]);
+/* embed_cache_get again for a key whose miss was counted (another request
+ * may have put it since): a miss counts nothing. */
+const embed_entry *embed_cache_recheck(embed_store *c, const uint8_t key[32]);
 /* Takes one more reference on an entry the caller holds (each needs its own
  * release). */
 void embed_cache_retain(embed_store *c, const embed_entry *en);
