@@ -401,7 +401,9 @@ typedef struct ph_gen_params {
     int32_t max_tokens;      /* <= 0: until the context is full */
     const char *const *stop; /* stop strings (not included in the answer) */
     size_t n_stop;
-    int32_t top_logprobs; /* alternatives per token in events (0..20) */
+    bool logprobs;        /* events carry their token's logprob (default true; false: 0, and no
+                             pass over the vocabulary for it) */
+    int32_t top_logprobs; /* alternatives per token in events (0..20; implies logprobs) */
     bool auxiliary;       /* a side call (an agent's title, summary, tool check...): the primary
                                    conversation's state is parked first and never displaced by it */
     /* the isolation domain (all zero: the default one): state (the live KV,

@@ -302,7 +302,8 @@ static void check_narrow(const attn_kernels *kk, const char *name) {
  * prompt cut in chunks or decoded token by token), and uneven chunks; on
  * one thread and on the pool; causal (GQA groups of 4, head size 40: a
  * tail past the last multiple of 16) and bidirectional (a picture's rows
- * against all cells, in groups of rows). */
+ * against all cells, in groups of rows); the chunks one call each, and all
+ * in one attn_compute_n (as a batch's sequences go). */
 static void check_chunks(tpool *pool, isa_level isa) {
     enum { B = 30, P = 70, HKV = 2, GROUP = 4, H = HKV * GROUP, D = 40 };
     const int64_t qs = (int64_t)H * D, kvs = (int64_t)HKV * D, n_kv = B + P;
@@ -327,23 +328,39 @@ static void check_chunks(tpool *pool, isa_level isa) {
             a.q = q, a.out = all, a.n_q = P, a.first_cell = B, a.n_kv = n_kv;
             attn_kv_contiguous(&a, table, kv, 0, sizeof(f16_bits) * (size_t)(n_kv * kvs));
             attn_compute(tp, &a);
-            int bad_sizes = 0;
+            int bad_sizes = 0, bad_batched = 0;
+            attn_args parts[P];
+            const uint8_t *tables[P][1];
             for (int cs = 0; cs <= P; cs++) { /* cs 0: uneven chunks 5, 1, 63, 1 */
                 static const int uneven[] = {5, 1, 63, 1};
-                memset(got, 0, sizeof(float) * (size_t)(P * qs));
-                for (int r0 = 0, u = 0; r0 < P; u++) {
+                int n_parts = 0;
+                for (int r0 = 0, u = 0; r0 < P; u++, n_parts++) {
                     int n = cs ? cs : uneven[u];
                     if (n > P - r0) n = P - r0;
-                    a.q = q + r0 * qs, a.out = got + r0 * qs, a.n_q = n, a.first_cell = B + r0;
-                    a.n_kv = causal ? B + r0 + n : n_kv;
-                    attn_kv_contiguous(&a, table, kv, 0, sizeof(f16_bits) * (size_t)(n_kv * kvs));
-                    attn_compute(tp, &a);
+                    attn_args *c = &parts[n_parts];
+                    *c = a;
+                    c->q = q + r0 * qs, c->n_q = n, c->first_cell = B + r0;
+                    c->n_kv = causal ? B + r0 + n : n_kv;
+                    attn_kv_contiguous(c, tables[n_parts], kv, 0, sizeof(f16_bits) * (size_t)(n_kv * kvs));
                     r0 += n;
                 }
-                bad_sizes += memcmp(all, got, sizeof(float) * (size_t)(P * qs)) != 0;
+                /* one after the other, and all in one job (up to 70 calls: 32 a job;
+                 * the short chunks, and the long ones beside short: tiled and narrow) */
+                for (int batched = 0; batched < (cs < 8 || cs > 60 ? 2 : 1); batched++) {
+                    memset(got, 0, sizeof(float) * (size_t)(P * qs));
+                    for (int i = 0; i < n_parts; i++) parts[i].out = got + (parts[i].q - q);
+                    if (batched) attn_compute_n(tp, parts, n_parts);
+                    else
+                        for (int i = 0; i < n_parts; i++) attn_compute(tp, &parts[i]);
+                    const int bad = memcmp(all, got, sizeof(float) * (size_t)(P * qs)) != 0;
+                    if (batched) bad_batched += bad;
+                    else bad_sizes += bad;
+                }
             }
             CHECKF(bad_sizes == 0, "%s%s, %s: %d of %d chunkings change a row's result", isa_name(isa),
                    causal ? " causal" : " bidirectional", p ? "pool" : "one thread", bad_sizes, P + 1);
+            CHECKF(bad_batched == 0, "%s%s, %s: %d of %d chunkings change a row's result in one batch", isa_name(isa),
+                   causal ? " causal" : " bidirectional", p ? "pool" : "one thread", bad_batched, P + 1);
         }
     free(q), free(all), free(got), free(kv);
 }

@@ -37,6 +37,7 @@ void ph_engine_params_default(ph_engine_params *p) {
 void ph_gen_params_default(ph_gen_params *g) {
     memset(g, 0, sizeof *g);
     g->sampler = ph_sampler_defaults();
+    g->logprobs = true;
     g->parallel_tool_calls = true;
     g->thinking = -1;
     g->thinking_budget = -1;
@@ -921,14 +922,17 @@ static int generate(turn *t, const ph_gen_params *gp, constraint *con, const ph_
         if (reasoning && !forcing) r->n_reasoning++;
         ph_sampler_accept(smp, tok);
         const bool call_done = constraint_accept(con, tok);
-        double lse = ph_logits_lse(logits, n_vocab);
-        g.ev = (ph_gen_event){.token = tok, .logprob = (float)((double)logits[tok] - lse)};
-        if (n_top) {
-            ph_logits_top(logits, n_vocab, n_top, top_ids, top_vals);
-            for (int32_t i = 0; i < n_top; i++) top_vals[i] = (float)((double)top_vals[i] - lse);
-            g.ev.n_top = n_top;
-            g.ev.top_ids = top_ids;
-            g.ev.top_logprobs = top_vals;
+        g.ev = (ph_gen_event){.token = tok};
+        if (gp->logprobs || n_top) {
+            const double lse = ph_logits_lse(logits, n_vocab);
+            g.ev.logprob = (float)((double)logits[tok] - lse);
+            if (n_top) {
+                ph_logits_top(logits, n_vocab, n_top, top_ids, top_vals);
+                for (int32_t i = 0; i < n_top; i++) top_vals[i] = (float)((double)top_vals[i] - lse);
+                g.ev.n_top = n_top;
+                g.ev.top_ids = top_ids;
+                g.ev.top_logprobs = top_vals;
+            }
         }
         g.ev_sent = false;
         size_t n = ph_detok_token(&dt, e->m, tok, piece, piece_cap);

@@ -75,13 +75,6 @@ const attn_kernels attn_kernels_ref = {ref_f16_to_f32, ref_qk_tile,        ref_s
  * this many query tiles. */
 #define ATTN_GROUP 4
 
-typedef struct tiled_job {
-    const attn_args *a;
-    const attn_kernels *k;
-    int64_t n_groups, n_tasks;
-    atomic_long next; /* next task to take; each thread starts at task ith */
-} tiled_job;
-
 /* Per-thread buffers of the tiled path. */
 typedef struct tiled_work {
     float *kf, *vf;                                        /* [TK][d] a tile of keys / values as f32 */
@@ -93,9 +86,8 @@ typedef struct tiled_work {
 
 /* One task: query head h, query rows [q0, q1) (at most ATTN_GROUP tiles)
  * against every visible cell, PH_ATTN_TILE_KV cells at a time. */
-static void tiled_task(const tiled_job *job, int h, int64_t q0, int64_t q1, const tiled_work *w) {
-    const attn_args *a = job->a;
-    const attn_kernels *kk = job->k;
+static void tiled_task(const attn_args *a, const attn_kernels *kk, int h, int64_t q0, int64_t q1,
+                       const tiled_work *w) {
     const int d = a->head_dim, TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV;
     const int g = h / (a->n_head / a->n_head_kv);
     const int nt = (int)((q1 - q0 + TQ - 1) / TQ);
@@ -145,15 +137,13 @@ static void tiled_task(const tiled_job *job, int h, int64_t q0, int64_t q1, cons
         }
 }
 
-static void tiled_worker(void *ctx, int ith, int nth) {
-    (void)nth;
-    tiled_job *job = ctx;
-    const attn_args *a = job->a;
-    const size_t d = (size_t)a->head_dim, TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV;
-    const size_t per_tile = 2 * d * TQ + 3 * TQ;
-    float *buf = NULL;
-    if (posix_memalign((void **)&buf, 64, (2 * TK * d + TK * TQ + ATTN_GROUP * per_tile) * sizeof(float)))
-        abort(); /* a few hundred KiB; nothing sensible to do without it */
+static size_t tiled_work_bytes(size_t d) {
+    const size_t TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV;
+    return (2 * TK * d + TK * TQ + ATTN_GROUP * (2 * d * TQ + 3 * TQ)) * sizeof(float);
+}
+
+static tiled_work tiled_work_at(float *buf, size_t d) {
+    const size_t TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV, per_tile = 2 * d * TQ + 3 * TQ;
     tiled_work w;
     w.kf = buf;
     w.vf = w.kf + TK * d;
@@ -165,14 +155,7 @@ static void tiled_worker(void *ctx, int ith, int nth) {
         w.L[b] = w.M[b] + TQ;
         w.ms[b] = w.L[b] + TQ;
     }
-    /* head-major, so the threads share one head's K and V in cache */
-    const int64_t span = (int64_t)ATTN_GROUP * PH_ATTN_TILE_Q;
-    for (long t = ith; t < job->n_tasks; t = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) {
-        const int h = (int)(t / job->n_groups);
-        const int64_t q0 = t % job->n_groups * span;
-        tiled_task(job, h, q0, q0 + span < a->n_q ? q0 + span : a->n_q, &w);
-    }
-    free(buf);
+    return w;
 }
 
 void attn_kv_contiguous(attn_args *a, const uint8_t **table, const void *base, size_t k_off, size_t v_off) {
@@ -192,17 +175,6 @@ void attn_kv_contiguous(attn_args *a, const uint8_t **table, const void *base, s
  * KV heads, which meet the cells tile by tile together: a cell's row holds
  * all heads, so a run of them reads it in one piece (one head alone would
  * read short pieces far apart, slow once the cells are out of cache). */
-typedef struct gqa_job {
-    const attn_args *a;
-    const attn_kernels *k;
-    int64_t n_cols;  /* per KV head */
-    int64_t n_wide;  /* wide tiles per KV head */
-    int64_t n_tiles; /* tiles per KV head */
-    int heads;       /* KV heads per task */
-    int64_t n_runs, n_tasks;
-    atomic_long next; /* next task to take; each thread starts at task ith */
-} gqa_job;
-
 /* Per-thread buffers, for `heads` KV heads. */
 typedef struct gqa_work {
     float *kf, *vf; /* [TK][d] a tile of one head's keys / values as f32 */
@@ -215,9 +187,8 @@ typedef struct gqa_work {
 
 /* KV heads [g0, g1), columns [col0, col0 + nc) of each, in one tile of T =
  * PH_ATTN_TILE_Q (wide) or PH_ATTN_TILE_N columns. */
-static void gqa_task(const gqa_job *job, int g0, int g1, int64_t col0, int nc, bool wide, const gqa_work *w) {
-    const attn_args *a = job->a;
-    const attn_kernels *kk = job->k;
+static void gqa_task(const attn_args *a, const attn_kernels *kk, int g0, int g1, int64_t col0, int nc, bool wide,
+                     const gqa_work *w) {
     const int d = a->head_dim, TK = PH_ATTN_TILE_KV, T = wide ? PH_ATTN_TILE_Q : PH_ATTN_TILE_N;
     const int group = a->n_head / a->n_head_kv;
     const size_t qo = (size_t)d * T; /* one head's qt, o */
@@ -303,15 +274,13 @@ static void gqa_task(const gqa_job *job, int g0, int g1, int64_t col0, int nc, b
         }
 }
 
-static void gqa_worker(void *ctx, int ith, int nth) {
-    (void)nth;
-    gqa_job *job = ctx;
-    const attn_args *a = job->a;
-    const size_t d = (size_t)a->head_dim, TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV, nh = (size_t)job->heads;
-    float *buf = NULL;
-    if (posix_memalign((void **)&buf, 64,
-                       (2 * TK * d + TK * TQ + nh * (2 * d * TQ + 3 * TQ)) * sizeof(float) + TQ * sizeof(int64_t)))
-        abort(); /* at most a few MiB; nothing sensible to do without it */
+static size_t gqa_work_bytes(size_t d, size_t nh) {
+    const size_t TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV;
+    return (2 * TK * d + TK * TQ + nh * (2 * d * TQ + 3 * TQ)) * sizeof(float) + TQ * sizeof(int64_t);
+}
+
+static gqa_work gqa_work_at(float *buf, size_t d, size_t nh) {
+    const size_t TQ = PH_ATTN_TILE_Q, TK = PH_ATTN_TILE_KV;
     gqa_work w;
     w.kf = buf;
     w.vf = w.kf + TK * d;
@@ -322,42 +291,102 @@ static void gqa_worker(void *ctx, int ith, int nth) {
     w.L = w.M + nh * TQ;
     w.ms = w.L + nh * TQ;
     w.lim = (int64_t *)(w.ms + nh * TQ);
+    return w;
+}
+
+/* ---- a batch of calls: one pool job -------------------------------------- */
+
+/* One call's tasks, numbered [first, first + n_tasks) in the batch. Tiled:
+ * a task is a head's group of query tiles (head-major, so the threads
+ * share one head's K and V in cache); else a run of KV heads times one
+ * tile of their columns. */
+typedef struct attn_part {
+    const attn_args *a;
+    bool tiled;
+    int64_t n_groups;                /* tiled: groups of query tiles per head */
+    int64_t n_cols, n_wide, n_tiles; /* per KV head: columns, wide tiles, tiles */
+    int heads;                       /* KV heads per task */
+    int64_t first, n_tasks;
+} attn_part;
+
+typedef struct attn_job {
+    const attn_kernels *k;
+    const attn_part *parts;
+    int n_parts;
+    int64_t n_tasks;
+    size_t buf_bytes; /* per thread: the largest part's buffers */
+    atomic_long next; /* next task to take; each thread starts at task ith */
+} attn_job;
+
+static void part_task(const attn_part *p, const attn_kernels *k, int64_t t, void *buf) {
+    const attn_args *a = p->a;
+    const size_t d = (size_t)a->head_dim;
+    if (p->tiled) {
+        const tiled_work w = tiled_work_at(buf, d);
+        const int h = (int)(t / p->n_groups);
+        const int64_t span = (int64_t)ATTN_GROUP * PH_ATTN_TILE_Q, q0 = t % p->n_groups * span;
+        tiled_task(a, k, h, q0, q0 + span < a->n_q ? q0 + span : a->n_q, &w);
+        return;
+    }
+    const gqa_work w = gqa_work_at(buf, d, (size_t)p->heads);
+    const int g0 = (int)(t / p->n_tiles) * p->heads;
+    const int g1 = g0 + p->heads < a->n_head_kv ? g0 + p->heads : a->n_head_kv;
+    const int64_t tile = t % p->n_tiles;
+    const bool wide = tile < p->n_wide;
+    const int64_t col0 =
+        wide ? tile * PH_ATTN_TILE_Q : p->n_wide * PH_ATTN_TILE_Q + (tile - p->n_wide) * PH_ATTN_TILE_N;
+    const int64_t left = p->n_cols - col0, T = wide ? PH_ATTN_TILE_Q : PH_ATTN_TILE_N;
+    gqa_task(a, k, g0, g1, col0, (int)(left < T ? left : T), wide, &w);
+}
+
+static void attn_worker(void *ctx, int ith, int nth) {
+    (void)nth;
+    attn_job *job = ctx;
+    void *buf = NULL;
+    if (posix_memalign(&buf, 64, job->buf_bytes)) abort(); /* at most a few MiB; nothing sensible to do without it */
+    int p = 0;                                             /* a thread's tasks only grow: its part never goes back */
     for (long t = ith; t < job->n_tasks; t = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) {
-        const int g0 = (int)(t / job->n_tiles) * job->heads;
-        const int g1 = g0 + job->heads < a->n_head_kv ? g0 + job->heads : a->n_head_kv;
-        const int64_t tile = t % job->n_tiles;
-        const bool wide = tile < job->n_wide;
-        const int64_t col0 =
-            wide ? tile * PH_ATTN_TILE_Q : job->n_wide * PH_ATTN_TILE_Q + (tile - job->n_wide) * PH_ATTN_TILE_N;
-        const int64_t left = job->n_cols - col0, T = wide ? PH_ATTN_TILE_Q : PH_ATTN_TILE_N;
-        gqa_task(job, g0, g1, col0, (int)(left < T ? left : T), wide, &w);
+        while (t >= job->parts[p].first + job->parts[p].n_tasks) p++;
+        part_task(&job->parts[p], job->k, t - job->parts[p].first, buf);
     }
     free(buf);
 }
 
-void attn_compute(tpool *pool, const attn_args *a) {
+void attn_compute_n(tpool *pool, const attn_args *a, int n) {
     const attn_kernels *k = kernels_isa() >= PH_ISA_AVX512 ? &attn_kernels_avx512
                             : kernels_isa() >= PH_ISA_AVX2 ? &attn_kernels_avx2
                                                            : &attn_kernels_ref;
-    if (a->n_q <= 0) return;
-    if (a->n_q >= PH_ATTN_TILE_Q) {
-        tiled_job job = {.a = a, .k = k};
-        job.n_groups = (a->n_q + ATTN_GROUP * PH_ATTN_TILE_Q - 1) / (ATTN_GROUP * PH_ATTN_TILE_Q);
-        job.n_tasks = job.n_groups * a->n_head;
-        atomic_init(&job.next, tpool_size(pool));
-        tpool_run(pool, tiled_worker, &job);
-        return;
-    }
-    gqa_job job = {.a = a, .k = k};
-    job.n_cols = a->n_q * (a->n_head / a->n_head_kv);
-    job.n_wide = job.n_cols / PH_ATTN_TILE_Q;
-    job.n_tiles = job.n_wide + (job.n_cols % PH_ATTN_TILE_Q + PH_ATTN_TILE_N - 1) / PH_ATTN_TILE_N;
-    /* the KV heads in one run per thread where each has a tile to itself,
-     * else one head per task (the split changes no result) */
     const int nth = tpool_size(pool);
-    job.heads = job.n_tiles < 2 ? (a->n_head_kv + nth - 1) / nth : 1;
-    job.n_runs = (a->n_head_kv + job.heads - 1) / job.heads;
-    job.n_tasks = job.n_tiles * job.n_runs;
-    atomic_init(&job.next, tpool_size(pool));
-    tpool_run(pool, gqa_worker, &job);
+    for (int c0 = 0; c0 < n; c0 += PH_ATTN_BATCH) {
+        attn_part parts[PH_ATTN_BATCH];
+        attn_job job = {.k = k, .parts = parts};
+        for (int i = c0; i < n && i < c0 + PH_ATTN_BATCH; i++) {
+            const attn_args *ai = &a[i];
+            if (ai->n_q <= 0) continue;
+            attn_part *p = &parts[job.n_parts++];
+            *p = (attn_part){.a = ai, .tiled = ai->n_q >= PH_ATTN_TILE_Q, .first = job.n_tasks};
+            size_t bytes;
+            if (p->tiled) {
+                p->n_groups = (ai->n_q + ATTN_GROUP * PH_ATTN_TILE_Q - 1) / (ATTN_GROUP * PH_ATTN_TILE_Q);
+                p->n_tasks = p->n_groups * ai->n_head;
+                bytes = tiled_work_bytes((size_t)ai->head_dim);
+            } else {
+                p->n_cols = ai->n_q * (ai->n_head / ai->n_head_kv);
+                p->n_wide = p->n_cols / PH_ATTN_TILE_Q;
+                p->n_tiles = p->n_wide + (p->n_cols % PH_ATTN_TILE_Q + PH_ATTN_TILE_N - 1) / PH_ATTN_TILE_N;
+                /* the KV heads in one run per thread where each has a tile to
+                 * itself, else one head per task (the split changes no result) */
+                p->heads = p->n_tiles < 2 ? (ai->n_head_kv + nth - 1) / nth : 1;
+                p->n_tasks = p->n_tiles * ((ai->n_head_kv + p->heads - 1) / p->heads);
+                bytes = gqa_work_bytes((size_t)ai->head_dim, (size_t)p->heads);
+            }
+            if (bytes > job.buf_bytes) job.buf_bytes = bytes;
+            job.n_tasks += p->n_tasks;
+        }
+        if (!job.n_tasks) continue;
+        atomic_init(&job.next, nth);
+        tpool_run(pool, attn_worker, &job);
+    }
 }
+
+void attn_compute(tpool *pool, const attn_args *a) { attn_compute_n(pool, a, 1); }

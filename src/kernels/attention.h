@@ -52,6 +52,13 @@ typedef struct attn_args {
 
 void attn_compute(tpool *pool, const attn_args *a);
 
+/* The n calls a[0..n) as one job of the pool per PH_ATTN_BATCH of them,
+ * each as attn_compute alone to the bit: a batch's sequences share one
+ * wait for the threads instead of one each. Their outputs must not
+ * overlap. */
+#define PH_ATTN_BATCH 32
+void attn_compute_n(tpool *pool, const attn_args *a, int n);
+
 /* Sets a's table to one block holding all a->n_kv cells (set n_kv first):
  * K's cells from byte k_off of base, V's from v_off, kv_stride apart;
  * table is the caller's one-entry array, which must outlive the call to

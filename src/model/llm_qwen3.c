@@ -365,6 +365,7 @@ static void attention(const ph_model *m, const llm_layer *L, const llm_seg *sg, 
             rope_apply(kh, hp->rope.n_dims, cs);
         }
     }
+    attn_args aa[PH_ATTN_BATCH];
     for (int64_t g = 0, off = 0; g < n_seg; off += sg[g++].n) {
         const llm_kv *kv = sg[g].kv;
         const int64_t r0 = off, sn = sg[g].n;
@@ -377,7 +378,7 @@ static void attention(const ph_model *m, const llm_layer *L, const llm_seg *sg, 
             quantize_act_row(PH_TYPE_F16, s->kx + (r0 + i) * nkv, (f16_bits *)(block + k_off) + r * nkv, nkv);
             quantize_act_row(PH_TYPE_F16, s->vx + (r0 + i) * nkv, (f16_bits *)(block + v_off) + r * nkv, nkv);
         }
-        attn_args aa = {
+        aa[g % PH_ATTN_BATCH] = (attn_args){
             .q = s->q + r0 * nq,
             .q_stride = nq,
             .blocks = (const uint8_t *const *)kv->blocks,
@@ -396,7 +397,8 @@ static void attention(const ph_model *m, const llm_layer *L, const llm_seg *sg, 
             .out = s->att + r0 * nq,
             .out_stride = nq,
         };
-        attn_compute(m->pool, &aa);
+        if (g % PH_ATTN_BATCH == PH_ATTN_BATCH - 1 || g == n_seg - 1) /* the segments' attention in one job */
+            attn_compute_n(m->pool, aa, (int)(g % PH_ATTN_BATCH) + 1);
     }
     if (hp->gated_attn)
         for (int64_t i = 0; i < n * nq; i++) s->att[i] *= 1.0f / (1.0f + expf(-s->gate[i]));

@@ -188,6 +188,7 @@ static int parse(job *j, ph_err *err) {
     j->gen.max_tokens = (int32_t)max_tokens;
     j->gen.thinking_budget = (int32_t)budget;
     j->logprobs = logprobs;
+    j->gen.logprobs = logprobs;
     j->gen.top_logprobs = logprobs ? (int32_t)top_lp : 0;
     api_make_id(j->id, sizeof j->id, "chatcmpl-");
     return 0;

@@ -120,6 +120,7 @@ static job *job_new(srv *s, const api_kind *api, json_t *root) {
     j->gen.sampler.top_p = (float)s->cfg.top_p;
     j->gen.sampler.top_k = s->cfg.top_k;
     j->gen.max_tokens = s->cfg.max_tokens;
+    j->gen.logprobs = false; /* only Chat Completions' logprobs asks for them */
     j->fd = -1;
     pthread_mutex_init(&j->mu, NULL);
     return j;
