@@ -158,6 +158,7 @@ function bannedTokens(model, utf8) {
 // ---- one streamed request -----------------------------------------------------
 let BANS = {}
 let ENGINE = ''
+let MODEL_NAME = '' // the LLM file's name, without .gguf: which model a line measured
 let URL_ = ''
 
 const newResult = () => ({ t0: performance.now(), first: null, times: [], usage: null, error: null, text: '',
@@ -210,7 +211,7 @@ const cachedOf = (r) => r.usage?.prompt_tokens_details?.cached_tokens ?? null
 const ttft = (r) => (r.first === null ? null : (r.first - r.t0) / 1000)
 const round = (x, d = 3) => (x === null || x === undefined || !Number.isFinite(x) ? null : Number(x.toFixed(d)))
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms))
-const out = (o) => process.stdout.write(JSON.stringify({ engine: ENGINE, ...o }) + '\n')
+const out = (o) => process.stdout.write(JSON.stringify({ engine: ENGINE, model: MODEL_NAME, ...o }) + '\n')
 const user = (text) => ({ role: 'user', content: text })
 // a system message in every request: a template's default one (Qwen2's) is then never added
 const SYSTEM = { role: 'system', content: 'You are a helpful assistant.' }
@@ -384,11 +385,13 @@ function table(files) {
          'the time from the first client\'s first token to the last token (and over the whole wall time, from sending). ' +
          'All streaming: the tokens that came while every client was streaming (from the last first token to the first ' +
          'last token) over that time: the decode rate without the steps that still prefill other clients\' prompts.\n\n' +
-         '| clients | pinhole tok/s | (whole wall) | all streaming | per client | llama-server tok/s | (whole wall) | all streaming | per client | pinhole / llama-server (all streaming) |\n' +
-         '|---|---|---|---|---|---|---|---|---|---|\n'
-    for (const n of [...new Set(agg.map((r) => r.clients))].sort((a, b) => a - b)) {
-      const p = last(pick('agg', 'pinhole', (r) => r.clients === n)), l = last(pick('agg', 'llama-server', (r) => r.clients === n))
-      s += `| ${n} | ${f(p?.agg_tok_s)} | ${f(p?.agg_tok_s_wall)} | ${f(p?.all_streaming_tok_s)} | ${f(p?.client_tok_s_mean)} | ` +
+         '| model | clients | pinhole tok/s | (whole wall) | all streaming | per client | llama-server tok/s | (whole wall) | all streaming | per client | pinhole / llama-server (all streaming) |\n' +
+         '|---|---|---|---|---|---|---|---|---|---|---|\n'
+    for (const mo of [...new Set(agg.map((r) => r.model ?? ''))])
+    for (const n of [...new Set(agg.filter((r) => (r.model ?? '') === mo).map((r) => r.clients))].sort((a, b) => a - b)) {
+      const at = (r) => r.clients === n && (r.model ?? '') === mo
+      const p = last(pick('agg', 'pinhole', at)), l = last(pick('agg', 'llama-server', at))
+      s += `| ${mo || '-'} | ${n} | ${f(p?.agg_tok_s)} | ${f(p?.agg_tok_s_wall)} | ${f(p?.all_streaming_tok_s)} | ${f(p?.client_tok_s_mean)} | ` +
            `${f(l?.agg_tok_s)} | ${f(l?.agg_tok_s_wall)} | ${f(l?.all_streaming_tok_s)} | ${f(l?.client_tok_s_mean)} | ` +
            `${ratio(p?.agg_tok_s, l?.agg_tok_s)} (${ratio(p?.all_streaming_tok_s, l?.all_streaming_tok_s)}) |\n`
     }
@@ -462,6 +465,7 @@ if (argv[0] === 'table') {
     process.exit(2)
   }
   ENGINE = engine
+  MODEL_NAME = model.replace(/^.*\//, '').replace(/\.gguf$/, '')
   URL_ = url.replace(/\/$/, '')
   BANS = bannedTokens(model, engine === 'llama-server')
   await warmUp()
