@@ -291,8 +291,9 @@ typedef struct ph_engine_params {
     int picture_min_tokens;  /* picture budget in merged tokens; 0: 8 */
     int picture_max_tokens;  /* 0: 4096; at most half the context in any case */
     bool reuse;              /* reuse the live state's common prefix (default on) */
-    size_t ram_cache_bytes;  /* RAM tier: KV of displaced conversations kept beyond one context (default 2 GiB; 0: off) */
-    size_t kv_pool_bytes;    /* the KV pool: every sequence's blocks (0: one context's plus ram_cache_bytes) */
+    size_t
+        ram_cache_bytes; /* RAM tier: KV of displaced conversations kept beyond one context (default 2 GiB; 0: off) */
+    size_t kv_pool_bytes; /* the KV pool: every sequence's blocks (0: one context's plus ram_cache_bytes) */
     size_t
         conversation_cache_bytes; /* the primary conversation parked for auxiliary requests (default 2 GiB; 0: off) */
     int picture_cache_entries;    /* embedding cache: most entries (default 32; 0: off) */
@@ -304,6 +305,13 @@ typedef struct ph_engine_params {
     uint64_t kv_disk_bytes;  /* at most this many bytes of checkpoint files (default 16 GiB) */
     /* also checkpoint (recurrent layers: snapshot) every N rows of a long prompt (default 4096; 0: never) */
     int32_t checkpoint_every;
+    /* the shared tier (docs/cluster.md): redis://HOST[:PORT][/DB] (NULL: off), the password (NULL: none, or the
+     * URL's), how long a read waits for each reply (default 200 ms), and the most bytes of values queued to be
+     * written (default 256 MiB) */
+    const char *shared_tier;
+    const char *shared_tier_password;
+    int shared_tier_timeout_ms;
+    uint64_t shared_tier_queue_bytes;
     const char *id_cache_dir; /* where file ids are remembered; NULL: $XDG_CACHE_HOME/pinhole */
     /* requests served at once (each in a slot of its own, their rows evaluated together: default 4; 1: one at a
      * time, as before) and the most rows one batch step takes (default 512) */
@@ -552,6 +560,13 @@ typedef struct ph_engine_stats {
     uint64_t disk_cache_queued;                    /* checkpoints waiting to be written */
     uint64_t disk_cache_bytes_written, disk_cache_bytes_read;
     double disk_cache_write_s, disk_cache_read_s;
+    uint64_t disk_cache_shared_records; /* block records fetched from the shared tier into the folder */
+    /* shared tier (--shared-tier): values asked for, found, refused (failed a check), errors (timeouts among
+     * them), reads not tried (resting after an error), values queued, written, dropped, bytes, the queue now,
+     * whether it is connected; pictures served from it */
+    uint64_t shared_gets, shared_found, shared_refused, shared_errors, shared_timeouts, shared_skipped;
+    uint64_t shared_queued, shared_written, shared_dropped, shared_bytes_read, shared_bytes_written;
+    uint64_t shared_queue_bytes, shared_connected, picture_cache_shared_hits;
     bool encoder_loaded;
     /* batching (docs/server.md, Parallel requests): forward passes, those with rows of more than one sequence,
      * the most sequences one held, their prompt and decoded rows, their time, pieces of other work (picture
@@ -567,15 +582,15 @@ typedef struct ph_engine_stats {
      * they share (its blocks taken then), pictures that waited for another's encode of them */
     uint64_t prefix_waits, picture_waits;
     uint64_t prompt_tokens_forked; /* prompt rows taken from another running request's blocks (part of reused) */
-    uint64_t requests_paused;  /* answers paused for blocks of the pool until an older one ended */
-    uint64_t requests_dropped; /* of them, those that gave their blocks back (evaluated again to resume) */
+    uint64_t requests_paused;      /* answers paused for blocks of the pool until an older one ended */
+    uint64_t requests_dropped;     /* of them, those that gave their blocks back (evaluated again to resume) */
 } ph_engine_stats;
 
 /* The bounds of ph_engine_stats.batch_rows_hist's first 8 counts. */
 extern const int32_t ph_batch_row_bounds[8];
 
 void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st);
-/* Refreshes only the disk_cache_* fields (but disk_cache_tokens_restored);
+/* Refreshes only the disk_cache_* fields (but disk_cache_tokens_restored) and the shared_* ones;
  * unlike ph_engine_get_stats, may be called from any thread at any time. */
 void ph_engine_get_disk_stats(const ph_engine *e, ph_engine_stats *st);
 

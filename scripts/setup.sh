@@ -6,12 +6,13 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
-# (chromium: tests/api/webchat.test.mjs drives the web chat page in it, headless)
+# (chromium: tests/api/webchat.test.mjs drives the web chat page in it, headless;
+# redis-server, haproxy: tests/cluster starts them on loopback, deploy/ uses them)
 $SUDO apt-get install -y --no-install-recommends \
   build-essential cmake pkg-config clang libclang-rt-dev valgrind \
   libjansson-dev libmicrohttpd-dev libspng-dev libturbojpeg0-dev libwebp-dev libgif-dev \
-  libexif-dev libssl-dev libsqlite3-dev libxxhash-dev libedit-dev libcurl4-openssl-dev \
-  chromium
+  libexif-dev libssl-dev libsqlite3-dev libxxhash-dev libhiredis-dev libedit-dev libcurl4-openssl-dev \
+  chromium redis-server haproxy
 
 # The API tests run the official npm clients, which need Node.js 20 or later.
 if ! command -v node >/dev/null 2>&1; then

@@ -98,6 +98,12 @@ static void serve_usage(FILE *out) {
                  "  --kv-disk-space-mb N      at most N MiB of block records (default 16384)\n"
                  "  --checkpoint-every N      also checkpoint (Qwen3.5: snapshot) every N rows of a long prompt\n"
                  "                            (default 4096; 0: never)\n"
+                 "  --shared-tier URL         share picture embeddings and (with --kv-disk-dir) KV blocks with\n"
+                 "                            other replicas through Redis: redis://HOST[:PORT][/DB]; the link\n"
+                 "                            is unencrypted: keep it on a private network (default: off)\n"
+                 "  --shared-tier-password-file F  Redis's password: F's first line\n"
+                 "  --shared-tier-timeout-ms N  a read waits at most N ms for each reply, then the turn goes\n"
+                 "                            on without it (default 200)\n"
                  "  --no-reuse                evaluate every prompt from scratch (no live-state reuse)\n"
                  "  --no-cache                no reuse and no embedding cache (a cold run, for comparisons)\n"
                  "  --log-format FMT          text: each log line starts with an ISO-8601 UTC timestamp; json:\n"
@@ -146,20 +152,28 @@ static const char *line_key_problem(const key_list *keys, const char *key) {
     return why;
 }
 
+/* Opens the file of secrets path (flag: the option that named it), saying
+ * why on stderr when it cannot; warns when group or others can read it. */
+static FILE *open_secret(const char *flag, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "pinhole serve: %s %s: %s\n", flag, path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
+        PH_WARN("%s %s can be read by group or others (mode %03o); chmod 600 it", flag, path,
+                (unsigned)(st.st_mode & 0777));
+    return f;
+}
+
 /* Reads the keys of path, one a line (line endings stripped; lines that
  * are blank or start with '#' skipped), into *keys. Refuses a file without
  * a key, a bad key and a key given twice; warns when the file is readable
  * by group or others. Returns 0 or 2. */
 static int read_key_file(const char *path, key_list *keys) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "pinhole serve: --api-key-file %s: %s\n", path, strerror(errno));
-        return 2;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
-        PH_WARN("--api-key-file %s can be read by group or others (mode %03o); chmod 600 it", path,
-                (unsigned)(st.st_mode & 0777));
+    FILE *f = open_secret("--api-key-file", path);
+    if (!f) return 2;
     char *line = NULL;
     size_t cap = 0, line_no = 0;
     ssize_t n;
@@ -209,8 +223,28 @@ typedef struct serve_args {
     ph_engine_params *ep;
     const char **aliases, **cors, **hosts; /* room for argc names each */
     const char *key, *key_file;
+    const char *shared_password_file;
     log_format log_fmt;
 } serve_args;
+
+#define SECRET_MAX 512
+
+/* The first line of path (its line ending stripped), the shared tier's
+ * password, into out (SECRET_MAX + 1 bytes). Warns when the file is
+ * readable by group or others. Returns 0 or 2. */
+static int read_secret_file(const char *path, char out[SECRET_MAX + 1]) {
+    FILE *f = open_secret("--shared-tier-password-file", path);
+    if (!f) return 2;
+    const bool got = fgets(out, SECRET_MAX + 1, f) != NULL;
+    fclose(f);
+    size_t n = got ? strlen(out) : 0;
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r')) out[--n] = '\0';
+    if (!n) {
+        fprintf(stderr, "pinhole serve: --shared-tier-password-file %s: no password on its first line\n", path);
+        return 2;
+    }
+    return 0;
+}
 
 static int serve_option(void *ud, const arg_opt *o, const char *flag, const char *v) {
     serve_args *sa = ud;
@@ -270,7 +304,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     model_args ma = {0};
     srv_config cfg;
     server_config_default(&cfg);
-    serve_args sa = {&cfg, &ep, aliases, cors, hosts, NULL, NULL, LOG_TEXT};
+    serve_args sa = {.cfg = &cfg, .ep = &ep, .aliases = aliases, .cors = cors, .hosts = hosts, .log_fmt = LOG_TEXT};
     arg_opt opts[64] = {
         {"model", 'm', ARG_STR, &ma.model, 0, 0},
         {"mmproj", 0, ARG_STR, &ma.mmproj, 0, 0},
@@ -311,6 +345,9 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
         {"kv-disk-dir", 0, ARG_STR, &ep.kv_disk_dir, 0, 0},
         {"kv-disk-space-mb", 0, ARG_MIB_U64, &ep.kv_disk_bytes, 1, 1L << 30},
         {"checkpoint-every", 0, ARG_I32, &ep.checkpoint_every, 0, 1 << 22},
+        {"shared-tier", 0, ARG_STR, &ep.shared_tier, 0, 0},
+        {"shared-tier-password-file", 0, ARG_STR, &sa.shared_password_file, 0, 0},
+        {"shared-tier-timeout-ms", 0, ARG_INT, &ep.shared_tier_timeout_ms, 1, 600000},
         {"vision-idle-s", 0, ARG_F64, &ep.vision_idle_s, 0.001, 1e9},
         {"no-reuse", 0, ARG_CALL_FLAG, NULL, 0, 0},
         {"no-cache", 0, ARG_CALL_FLAG, NULL, 0, 0},
@@ -355,6 +392,16 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     }
     cfg.cors_origins = cors;
     cfg.allow_hosts = hosts;
+    char shared_password[SECRET_MAX + 1];
+    if (sa.shared_password_file) {
+        if (read_secret_file(sa.shared_password_file, shared_password)) return 2;
+        ep.shared_tier_password = shared_password;
+    }
+    if (ep.shared_tier && !ep.reuse) {
+        fprintf(stderr, "pinhole serve: --shared-tier shares state for reuse; it cannot go with --no-reuse or "
+                        "--no-cache\n");
+        return 2;
+    }
     if (ep.kv_disk_dir && !ep.reuse) {
         fprintf(stderr,
                 "pinhole serve: --kv-disk-dir saves state for reuse; it cannot go with --no-reuse or --no-cache\n");
@@ -381,6 +428,7 @@ static int serve_main(int argc, char **argv, const char **aliases, const char **
     ep.progress_ud = s;
     ep.n_parallel = cfg.parallel;
     ph_engine *e = ph_engine_new(&ep, &err);
+    explicit_bzero(shared_password, sizeof shared_password); /* the tier keeps its own copy */
     if (!e) {
         PH_ERROR("%s", err.msg);
         server_close(s);

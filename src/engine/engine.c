@@ -29,6 +29,8 @@ void ph_engine_params_default(ph_engine_params *p) {
     p->picture_cache_disk_bytes = (uint64_t)4 << 30;
     p->conversation_cache_bytes = (size_t)2 << 30;
     p->kv_disk_bytes = (uint64_t)16 << 30;
+    p->shared_tier_timeout_ms = 200;
+    p->shared_tier_queue_bytes = (uint64_t)256 << 20;
     p->checkpoint_every = 4096;
     p->n_parallel = 4;
     p->batch_tokens = 512;
@@ -210,6 +212,13 @@ ph_engine *ph_engine_new(const ph_engine_params *p, ph_err *err) {
         progress(p, "opening the checkpoint folder", 0.95);
         if (!(e->disk = disk_tier_open(p->kv_disk_dir, p->kv_disk_bytes, err))) goto fail;
     }
+    if (p->shared_tier) {
+        if (!(e->shared = shared_tier_open(p->shared_tier, p->shared_tier_password, p->shared_tier_timeout_ms,
+                                           p->shared_tier_queue_bytes, err)))
+            goto fail;
+        embed_cache_set_shared(e->cache, e->shared);
+        if (e->disk) disk_tier_set_shared(e->disk, e->shared);
+    }
     e->checkpoint_every = p->checkpoint_every > 0 ? p->checkpoint_every : 0;
     progress(p, "ready", 1.0);
     return e;
@@ -266,6 +275,7 @@ void ph_engine_free(ph_engine *e) {
         pthread_cond_destroy(&e->changed);
     }
     embed_cache_free(e->cache);
+    shared_tier_close(e->shared); /* after the disk tier, whose writer queues values for it */
     jc_vocab_free(e->jv);
     if (e->pool_ready) { /* the holds on the pool's blocks, then the pool */
         ram_tier_free(&e->ram);
@@ -309,6 +319,7 @@ void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
     st->picture_cache_bytes = cs.bytes;
     st->picture_cache_disk_bytes = cs.disk_bytes;
     st->picture_cache_disk_evictions = cs.disk_evictions;
+    st->picture_cache_shared_hits = cs.shared_hits;
     st->encoder_loads = e->enc.loads;
     st->encoder_unloads = e->enc.unloads;
     st->encoder_loaded = e->has_vision && e->enc.tower != NULL;
@@ -345,6 +356,23 @@ void ph_engine_get_stats(const ph_engine *e, ph_engine_stats *st) {
 }
 
 void ph_engine_get_disk_stats(const ph_engine *e, ph_engine_stats *st) {
+    if (e->shared) {
+        shared_tier_stats ss;
+        shared_tier_get_stats(e->shared, &ss);
+        st->shared_gets = ss.gets;
+        st->shared_found = ss.found;
+        st->shared_refused = ss.refused;
+        st->shared_errors = ss.errors;
+        st->shared_timeouts = ss.timeouts;
+        st->shared_skipped = ss.skipped;
+        st->shared_queued = ss.queued;
+        st->shared_written = ss.written;
+        st->shared_dropped = ss.dropped;
+        st->shared_bytes_read = ss.bytes_read;
+        st->shared_bytes_written = ss.bytes_written;
+        st->shared_queue_bytes = ss.queue_bytes;
+        st->shared_connected = ss.connected;
+    }
     if (!e->disk) return;
     disk_tier_stats ds;
     disk_tier_get_stats(e->disk, &ds);
@@ -361,6 +389,7 @@ void ph_engine_get_disk_stats(const ph_engine *e, ph_engine_stats *st) {
     st->disk_cache_bytes_read = ds.bytes_read;
     st->disk_cache_write_s = ds.write_s;
     st->disk_cache_read_s = ds.read_s;
+    st->disk_cache_shared_records = ds.shared_records;
 }
 
 double ph_engine_tick(ph_engine *e) {

@@ -12,6 +12,7 @@
 #include "engine/session.h"
 #include "pinhole.h"
 #include "state/disk_tier.h"
+#include "state/shared_tier.h"
 #include "state/embed_cache.h"
 #include "state/encoder.h"
 #include "state/ram_tier.h"
@@ -79,7 +80,8 @@ struct ph_engine {
     bool has_vision;
     vis_encoder enc;
     embed_store *cache;
-    disk_tier *disk; /* the disk tier's block records (NULL: none) */
+    disk_tier *disk;     /* the disk tier's block records (NULL: none) */
+    shared_tier *shared; /* the shared tier (NULL: none) */
     int32_t checkpoint_every;
     bool reuse;
     char format_tag[128];

@@ -174,6 +174,34 @@ static const engine_metric engine_metrics[] = {
     EM("pinhole_disk_cache_bytes", "Bytes of block records in --kv-disk-dir.", disk_cache_bytes, true),
     EM("pinhole_disk_cache_writes_queued",
        "Checkpoints and block records waiting for the writer threads (or being written).", disk_cache_queued, true),
+    EM("pinhole_disk_cache_shared_records_total",
+       "Block records fetched from the shared tier into --kv-disk-dir (each checked before it is kept).",
+       disk_cache_shared_records, false),
+    EM("pinhole_image_cache_shared_hits_total", "Picture embeddings found in the shared tier (part of hits).",
+       picture_cache_shared_hits, false),
+    EM("pinhole_shared_tier_gets_total", "Values asked of the shared tier.", shared_gets, false),
+    EM("pinhole_shared_tier_found_total", "Values the shared tier returned (refused ones included).", shared_found,
+       false),
+    EM("pinhole_shared_tier_refused_total",
+       "Values from the shared tier that failed a check (checksum, header, model, format, domain, provenance): "
+       "never used.",
+       shared_refused, false),
+    EM("pinhole_shared_tier_errors_total", "Connections and commands to the shared tier that failed.", shared_errors,
+       false),
+    EM("pinhole_shared_tier_timeouts_total", "Replies of the shared tier past --shared-tier-timeout-ms.",
+       shared_timeouts, false),
+    EM("pinhole_shared_tier_skipped_total", "Reads not tried while the shared tier rests after an error.",
+       shared_skipped, false),
+    EM("pinhole_shared_tier_written_total", "Values written to the shared tier.", shared_written, false),
+    EM("pinhole_shared_tier_dropped_total",
+       "Values not written to the shared tier: its queue was full, or Redis refused or failed.", shared_dropped,
+       false),
+    EM("pinhole_shared_tier_read_bytes_total", "Bytes read from the shared tier.", shared_bytes_read, false),
+    EM("pinhole_shared_tier_written_bytes_total", "Bytes written to the shared tier.", shared_bytes_written, false),
+    EM("pinhole_shared_tier_queue_bytes", "Bytes of values waiting to be written to the shared tier.",
+       shared_queue_bytes, true),
+    EM("pinhole_shared_tier_connected", "Whether the shared tier's reading connection is up.", shared_connected,
+       true),
     EM("pinhole_ram_cache_entries", "Resume points of displaced conversations held in RAM.", ram_cache_entries, true),
     EM("pinhole_ram_cache_bytes",
        "Bytes of displaced conversations' KV (all their rows) that the resume points hold.", ram_cache_bytes, true),
@@ -261,6 +289,20 @@ char *metrics_render(metrics *m, const ph_engine_stats *st, const metrics_conns 
     pthread_mutex_unlock(&m->mu);
     gauge(f, "pinhole_requests_waiting", "Requests waiting in the queue for a worker (as pinhole_queue_length).",
           (uint64_t)(waiting > 0 ? waiting : 0));
+    /* The names inference gateways read by default (the Gateway API inference
+     * extension's endpoint picker, llm-d): vLLM's, with vLLM's meaning
+     * (docs/cluster.md, Gauges for gateways). Usage counts the blocks that
+     * sequences hold (an idle slot's last conversation too) or pin; cached
+     * blocks are free to take, as vLLM's prefix-cached blocks are. */
+    gauge(f, "vllm:num_requests_running", "Requests running (as pinhole_requests_running).", st->requests_running);
+    gauge(f, "vllm:num_requests_waiting", "Requests waiting (as pinhole_requests_waiting).",
+          (uint64_t)(waiting > 0 ? waiting : 0));
+    const uint64_t kv_total = st->kv_blocks_in_use + st->kv_blocks_cached + st->kv_blocks_pinned + st->kv_blocks_free;
+    fprintf(f,
+            "# HELP vllm:kv_cache_usage_perc KV pool use, 1 meaning full: blocks in use or pinned over all "
+            "blocks (pinhole_kv_blocks).\n# TYPE vllm:kv_cache_usage_perc gauge\n"
+            "vllm:kv_cache_usage_perc %.6f\n",
+            kv_total ? (double)(st->kv_blocks_in_use + st->kv_blocks_pinned) / (double)kv_total : 0.0);
     fprintf(f, "# HELP pinhole_batch_rows Rows per batch step (one forward pass over the rows of every running "
                "sequence).\n# TYPE pinhole_batch_rows histogram\n");
     uint64_t cum = 0;

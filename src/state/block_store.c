@@ -38,7 +38,7 @@
  *  320  provenance (P), then payload (L) */
 #define MAGIC       "PHBLKS01"
 #define VERSION     1
-#define HDR         320
+#define HDR         BLOCK_RECORD_HDR
 #define SUM_AT      312
 #define MAX_PROV    (1u << 26)
 #define MAX_PAYLOAD (1ull << 34)
@@ -194,12 +194,20 @@ static int read_at(int fd, void *dst, size_t count, uint64_t off) {
     return 0;
 }
 
+static int hdr_parse(rec_hdr *h, uint64_t avail, char *why, size_t cap);
+
 /* Reads and checks the header of the record at off, of which avail bytes
  * are in the file: 0, or -1 with why (torn, or not a record of this
  * version). */
 static int hdr_read(int fd, uint64_t off, uint64_t avail, rec_hdr *h, char *why, size_t cap) {
-    uint8_t *b = h->raw;
-    if (avail < HDR || read_at(fd, b, HDR, off)) return fail(why, cap, "shorter than a record's header");
+    if (avail < HDR || read_at(fd, h->raw, HDR, off)) return fail(why, cap, "shorter than a record's header");
+    return hdr_parse(h, avail, why, cap);
+}
+
+/* Checks and decodes the header in h->raw of a record of which avail
+ * bytes are at hand: 0, or -1 with why. */
+static int hdr_parse(rec_hdr *h, uint64_t avail, char *why, size_t cap) {
+    const uint8_t *b = h->raw;
     if (memcmp(b, MAGIC, 8) || get32(b + 8) != VERSION || get32(b + 12) != HDR || get32(b + 28) != 0 ||
         get64(b + 304) != 0)
         return fail(why, cap, "not a record of this version");
@@ -255,6 +263,36 @@ static int body_check(int fd, uint64_t off, const rec_hdr *h, void *prov, void *
     if (rc == 0 && XXH3_64bits_digest(x) != h->sum) rc = fail(why, cap, "checksum mismatch");
     XXH3_freeState(x);
     return rc;
+}
+
+/* ---- a record as one value (the shared tier) -------------------------------- */
+
+int block_record_header(const block_put *r, uint8_t hdr[BLOCK_RECORD_HDR]) {
+    return hdr_encode(r, (int64_t)time(NULL), hdr);
+}
+
+int block_record_parse(const void *buf, size_t len, block_put *r, char *why, size_t cap) {
+    rec_hdr h;
+    if (len < HDR) return fail(why, cap, "shorter than a record's header");
+    memcpy(h.raw, buf, HDR);
+    if (hdr_parse(&h, len, why, cap)) return -1;
+    if (h.len != len) return fail(why, cap, "longer than its header says");
+    const uint8_t *b = buf;
+    XXH3_state_t *x = XXH3_createState();
+    if (!x) return fail(why, cap, "out of memory");
+    XXH3_64bits_reset(x);
+    XXH3_64bits_update(x, b, SUM_AT);
+    XXH3_64bits_update(x, b + HDR, (size_t)(len - HDR));
+    const bool ok = XXH3_64bits_digest(x) == h.sum;
+    XXH3_freeState(x);
+    if (!ok) return fail(why, cap, "checksum mismatch");
+    *r = (block_put){.key = h.key,
+                     .n_rows = h.n_rows,
+                     .prov = b + HDR,
+                     .prov_bytes = h.prov_bytes,
+                     .payload = b + HDR + h.prov_bytes,
+                     .payload_bytes = h.payload_bytes};
+    return 0;
 }
 
 static char *seg_path(const block_store *s, int64_t id) {

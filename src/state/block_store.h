@@ -169,6 +169,20 @@ int block_store_peek(block_store *s, const uint8_t name[BLOCK_NAME_BYTES], block
 
 void block_store_get_stats(block_store *s, block_store_stats *st);
 
+/* ---- a record as one value (the shared tier, state/shared_tier.h) ------- */
+
+/* A record's bytes as one value are its header, then its provenance, then
+ * its payload: what a segment holds (docs/state-cache.md, Block records). */
+#define BLOCK_RECORD_HDR 320
+
+/* The header of r (made now), its checksum over the provenance and
+ * payload included: 0, or -1 (out of memory). */
+int block_record_header(const block_put *r, uint8_t hdr[BLOCK_RECORD_HDR]);
+/* Checks a value of len bytes as block_record_header's header, provenance
+ * and payload (magic, version, sizes, length, checksum) and fills *r
+ * (prov and payload point into buf, ud NULL): 0, or -1 with why. */
+int block_record_parse(const void *buf, size_t len, block_put *r, char *why, size_t cap);
+
 /* ---- administration (pinhole cache) -------------------------------------- */
 
 /* The end of a chain: a record no stored record names as its parent. */

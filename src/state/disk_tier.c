@@ -16,6 +16,7 @@
 #include "state/block_store.h"
 #include "state/kv_block.h"
 #include "state/kv_pool.h"
+#include "state/shared_tier.h"
 
 #define REC_MAX  (KV_SNAPSHOTS + 1)
 #define PROV_HDR 16               /* rows, pictures in the record, pictures started before its end, zero */
@@ -46,7 +47,8 @@ struct disk_tier {
     job *busy; /* the one being written */
     bool stop, started;
     pthread_t thread;
-    disk_tier_stats st; /* hits, misses, write_s, read_s (the rest are the store's) */
+    disk_tier_stats st;  /* hits, misses, write_s, read_s, shared_records (the rest are the store's) */
+    shared_tier *shared; /* NULL: none */
 };
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -336,6 +338,18 @@ static bool block_records(disk_tier *t, batch *bt, const uint8_t (*names)[32], i
     return add_record(bt, BLOCK_KIND_KV, names[b], parent, b, k ? chain[k - 1].to : 0, KV_BLOCK_ROWS, -1);
 }
 
+/* Queues a record for the shared tier: the same bytes as in a segment, and
+ * its name among its parent's children (a chain's first has none). */
+static void push_record(disk_tier *t, const block_put *r) {
+    static const uint8_t zero[32];
+    uint8_t hdr[BLOCK_RECORD_HDR];
+    if (block_record_header(r, hdr)) return;
+    const void *parts[3] = {hdr, r->prov, r->payload};
+    const size_t lens[3] = {sizeof hdr, r->prov_bytes, (size_t)r->payload_bytes};
+    shared_tier_put(t->shared, SHARED_RECORD, r->key.name, memcmp(r->key.parent, zero, 32) ? r->key.parent : NULL,
+                    parts, lens, 3);
+}
+
 /* Hands one checkpoint's new records to the store and waits until they are
  * written (the full blocks read straight from the live cells; the next
  * checkpoint's lookups then see them). */
@@ -368,6 +382,8 @@ static void write_job(disk_tier *t, job *j) {
     pthread_mutex_lock(&t->lock);
     j->pending = bt.n;
     pthread_mutex_unlock(&t->lock);
+    if (t->shared) /* copied now: the store may release the cells as soon as it has them */
+        for (int i = 0; i < bt.n; i++) push_record(t, &bt.puts[i]);
     if (bt.n) block_store_put(t->bs, bt.puts, bt.n, released, t);
     pthread_mutex_lock(&t->lock);
     while (j->pending) pthread_cond_wait(&t->cv, &t->lock);
@@ -565,6 +581,8 @@ disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *err) {
     return t;
 }
 
+void disk_tier_set_shared(disk_tier *t, shared_tier *shared) { t->shared = shared; }
+
 void disk_tier_close(disk_tier *t) {
     if (!t) return;
     pthread_mutex_lock(&t->lock);
@@ -646,6 +664,112 @@ static int32_t partial_piece(disk_tier *t, const seq_state *want, disk_match *m,
     return best;
 }
 
+/* ---- the shared tier: what this folder lacks, fetched into it ------------------ */
+
+#define PULL_MAX   (2 * MAX_PIECES) /* records one lookup fetches at most */
+#define PULL_LISTS 16               /* and sets of children it reads */
+
+static void free_value(void *ctx, void *ud) {
+    (void)ctx;
+    free(ud);
+}
+
+static bool meta_same(const block_meta *a, const block_meta *b) {
+    return !memcmp(a->model_id, b->model_id, 32) && !memcmp(a->domain, b->domain, 32) &&
+           !strncmp(a->format, b->format, BLOCK_FORMAT_BYTES);
+}
+
+/* Fetches record name from the shared tier into the folder's store,
+ * checked: its bytes whole (block_record_parse), its name, made for meta,
+ * a KV block or resume point, and a child of parent (NULL: any). Its
+ * parent into got_parent. false when it is not there or refused (counted
+ * there); its rows' provenance is checked when it is loaded, as for any
+ * record of the folder. */
+static bool pull_record(disk_tier *t, const block_meta *meta, const uint8_t name[32], const uint8_t *parent,
+                        uint8_t got_parent[32], int *budget) {
+    void *v;
+    size_t len;
+    if (*budget <= 0 || shared_tier_get(t->shared, SHARED_RECORD, name, &v, &len) != 1) return false;
+    --*budget;
+    block_put r;
+    char why[128] = "";
+    if (block_record_parse(v, len, &r, why, sizeof why)) {
+    } else if (memcmp(r.key.name, name, 32)) {
+        snprintf(why, sizeof why, "a record of another name");
+    } else if (!meta_same(&r.key.meta, meta)) {
+        snprintf(why, sizeof why, "made for another model, format or isolation domain");
+    } else if (r.key.kind != BLOCK_KIND_KV && r.key.kind != BLOCK_KIND_RESUME) {
+        snprintf(why, sizeof why, "neither a KV block nor a resume point");
+    } else if (parent && memcmp(r.key.parent, parent, 32)) {
+        snprintf(why, sizeof why, "not a child of the record it is listed under");
+    }
+    if (why[0]) {
+        shared_tier_refused(t->shared, SHARED_RECORD, name, why);
+        free(v);
+        return false;
+    }
+    memcpy(got_parent, r.key.parent, 32);
+    r.ud = v;
+    block_store_put(t->bs, &r, 1, free_value, NULL);
+    pthread_mutex_lock(&t->lock);
+    t->st.shared_records++;
+    pthread_mutex_unlock(&t->lock);
+    return true;
+}
+
+/* Fetches full block b (named names[b]) and the pieces it is made of, back
+ * to the block's start (start): false when any is missing. */
+static bool pull_block(disk_tier *t, const block_meta *meta, const uint8_t (*names)[32], int32_t b,
+                       const uint8_t start[32], int *budget) {
+    static const uint8_t zero[32];
+    uint8_t name[32], parent[32];
+    memcpy(name, names[b], 32);
+    for (int i = 0; i < MAX_PIECES; i++) {
+        block_info info;
+        if (block_store_find(t->bs, name, &info) == 1) memcpy(parent, info.parent, 32);
+        else if (!pull_record(t, meta, name, NULL, parent, budget)) return false;
+        if (!memcmp(parent, start, 32) || !memcmp(parent, zero, 32)) return true;
+        memcpy(name, parent, 32);
+    }
+    return false;
+}
+
+/* Fetches the resume points under parent (and under them, depth first)
+ * that the folder lacks; each set of children read costs one of *lists. */
+static void pull_children(disk_tier *t, const block_meta *meta, const uint8_t parent[32], int depth, int *budget,
+                          int *lists) {
+    uint8_t kids[CHILDREN][32], got[32];
+    if (depth >= MAX_PIECES || *lists <= 0) return;
+    --*lists;
+    const int n = shared_tier_children(t->shared, parent, kids, CHILDREN);
+    for (int i = 0; i < n; i++) {
+        if (*budget <= 0) break;
+        if (block_store_find(t->bs, kids[i], NULL) == 1 || pull_record(t, meta, kids[i], parent, got, budget))
+            pull_children(t, meta, kids[i], depth + 1, budget, lists);
+    }
+}
+
+/* What the shared tier holds of want past the folder's stored blocks (its
+ * named blocks names[0..named-1]): its blocks, then the resume points after
+ * the last, written to the folder (flushed before the lookup reads the
+ * index). */
+static void pull(disk_tier *t, const seq_state *want, const uint8_t (*names)[32], int32_t named) {
+    block_meta meta;
+    meta_of(want, &meta);
+    int budget = PULL_MAX, lists = PULL_LISTS;
+    int32_t b = block_store_prefix(t->bs, names, named);
+    uint8_t start[32];
+    for (; b < named; b++) {
+        block_start(want, names, b, start);
+        if (!pull_block(t, &meta, names, b, start, &budget)) break;
+    }
+    if (b * KV_BLOCK_ROWS < want->n_rows) {
+        block_start(want, names, b, start);
+        pull_children(t, &meta, start, 0, &budget, &lists);
+    }
+    if (budget < PULL_MAX) block_store_flush(t->bs);
+}
+
 int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match *m) {
     memset(m, 0, sizeof *m);
     const int32_t nb = want->n_rows / KV_BLOCK_ROWS;
@@ -657,6 +781,7 @@ int disk_tier_find(disk_tier *t, const seq_state *want, int32_t beat, disk_match
     memcpy(m->seq.domain, want->domain, sizeof want->domain);
     m->recurrent = is_recurrent(want);
     const int32_t named = kv_block_names(want, want->n_rows, true, m->names);
+    if (t->shared && want->n_rows > beat) pull(t, want, (const uint8_t(*)[32])m->names, named);
     m->n_full = block_store_prefix(t->bs, (const uint8_t(*)[BLOCK_NAME_BYTES])m->names, named);
     uint8_t start[32];
     if (!m->recurrent) {

@@ -80,7 +80,8 @@ typedef struct disk_tier_stats {
     uint64_t entries, bytes; /* records in the index now (all processes) */
     uint64_t queued;         /* checkpoints and records waiting for the writers (or being written) */
     uint64_t bytes_written, bytes_read;
-    double write_s, read_s; /* time spent writing (writer thread) and reading */
+    double write_s, read_s;  /* time spent writing (writer thread) and reading */
+    uint64_t shared_records; /* records fetched from the shared tier into the folder */
 } disk_tier_stats;
 
 /* Opens (creating it) the folder's block store with budget bytes of
@@ -89,6 +90,12 @@ typedef struct disk_tier_stats {
 disk_tier *disk_tier_open(const char *dir, uint64_t budget, ph_err *err);
 /* Writes what is queued, then closes. */
 void disk_tier_close(disk_tier *t);
+/* Also writes every record to the shared tier (from the writer thread, the
+ * same bytes as in the folder), and has disk_tier_find fetch into the
+ * folder what it lacks of a request's blocks and of the resume points after
+ * them, each checked before it is kept (docs/cluster.md, Shared tier). */
+struct shared_tier;
+void disk_tier_set_shared(disk_tier *t, struct shared_tier *shared);
 
 /* Queues a checkpoint of seq's first n rows, whose KV cells are kv's
  * first n, to be written after delay_s seconds (0: at once) unless a newer

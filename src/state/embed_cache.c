@@ -17,6 +17,7 @@
 #include "base/grow.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "state/shared_tier.h"
 
 #define EMBD_MAGIC         "PHEMBD01"
 #define EMBD_VERSION       1u
@@ -54,6 +55,7 @@ struct embed_store {
     size_t n, bytes;
     bool warned_full;     /* a shortage of space is logged once until a write succeeds */
     embed_write_fn write; /* cache_dir_write_file, or a test's */
+    shared_tier *shared;  /* NULL: none */
     embed_cache_stats st; /* counters; entries and bytes are filled in by get_stats */
 };
 
@@ -370,6 +372,64 @@ static void reject(embed_store *c, const uint8_t key[32], const char *path, cons
     c->st.disk_rejects++;
 }
 
+/* Checks an entry's header h (of a file or value of len bytes in all) as
+ * key's, and gives its dimensions and payload bytes: NULL, or why not. */
+static const char *header_check(const uint8_t h[EMBD_HEADER], const uint8_t key[32], uint64_t len, int32_t *gx,
+                                int32_t *gy, int32_t *w, uint64_t *payload) {
+    uint8_t sum[32];
+    sha256_digest(h, EMBD_HEADER_HASHED, sum);
+    *gx = (int32_t)get_le(h + 48, 4), *gy = (int32_t)get_le(h + 52, 4), *w = (int32_t)get_le(h + 56, 4);
+    *payload = get_le(h + 96, 8);
+    if (memcmp(h, EMBD_MAGIC, 8) != 0) return "not an embedding file (bad magic)";
+    if (get_le(h + 8, 4) != EMBD_VERSION) return "an unknown format version";
+    if (memcmp(sum, h + EMBD_HEADER_HASHED, 32) != 0) return "a corrupt header (checksum mismatch)";
+    if (get_le(h + 12, 4) != 0 || get_le(h + 60, 4) != 0) return "nonzero reserved header fields";
+    if (memcmp(h + 16, key, 32) != 0) return "its key differs from its name";
+    if (!dims_ok(*gx, *gy, *w)) return "insane dimensions";
+    if (*payload != payload_bytes(*gx, *gy, *w)) return "a payload size that disagrees with its dimensions";
+    if (len != EMBD_HEADER + *payload) return "a length that disagrees with its header (truncated?)";
+    if (*payload > SIZE_MAX) return "too large for memory";
+    return NULL;
+}
+
+/* Checks the rows (payload bytes) against header_check's header h; their
+ * hash into sum: NULL, or why not. */
+static const char *rows_check(const uint8_t h[EMBD_HEADER], const float *rows, uint64_t payload, uint8_t sum[32]) {
+    embed_rows_hash(rows, (size_t)payload / sizeof(float), sum);
+    if (memcmp(sum, h + 104, 32) != 0) return "a corrupt payload (checksum mismatch)";
+    if (memcmp(sum, h + 64, 32) != 0) return "a cond_hash that does not match its rows";
+    return NULL;
+}
+
+/* key's value in the shared tier, checked as a file is: NULL when there is
+ * none or it is refused (counted there). The entry is returned
+ * unreferenced, not cached. */
+static entry *shared_load(embed_store *c, const uint8_t key[32]) {
+    void *v;
+    size_t len;
+    if (shared_tier_get(c->shared, SHARED_EMBED, key, &v, &len) != 1) return NULL;
+    int32_t gx, gy, w;
+    uint64_t payload;
+    uint8_t sum[32];
+    float *rows = NULL;
+    const char *why =
+        len < EMBD_HEADER ? "shorter than its header" : header_check(v, key, len, &gx, &gy, &w, &payload);
+    if (!why && !(rows = malloc((size_t)payload))) why = "out of memory";
+    if (!why) {
+        memcpy(rows, (const uint8_t *)v + EMBD_HEADER, (size_t)payload);
+        why = rows_check(v, rows, payload, sum);
+    }
+    free(v);
+    entry *en = why ? NULL : entry_new(key, gx, gy, w, rows, sum);
+    if (!en) {
+        free(rows);
+        if (why) shared_tier_refused(c->shared, SHARED_EMBED, key, why);
+        return NULL;
+    }
+    if (c->dir) disk_write(c, &en->pub);
+    return en;
+}
+
 /* Loads key's file, checking everything; NULL when there is none or it is
  * bad (then it is removed). The entry is returned unreferenced, not cached. */
 static entry *disk_load(embed_store *c, const uint8_t key[32]) {
@@ -403,20 +463,9 @@ static entry *disk_load(embed_store *c, const uint8_t key[32]) {
         why = "shorter than its header (truncated)";
         goto out;
     }
-    sha256_digest(h, EMBD_HEADER_HASHED, sum);
-    int32_t gx = (int32_t)get_le(h + 48, 4), gy = (int32_t)get_le(h + 52, 4), w = (int32_t)get_le(h + 56, 4);
-    uint64_t payload = get_le(h + 96, 8);
-    if (memcmp(h, EMBD_MAGIC, 8) != 0) why = "not an embedding file (bad magic)";
-    else if (get_le(h + 8, 4) != EMBD_VERSION) why = "an unknown format version";
-    else if (memcmp(sum, h + EMBD_HEADER_HASHED, 32) != 0) why = "a corrupt header (checksum mismatch)";
-    else if (get_le(h + 12, 4) != 0 || get_le(h + 60, 4) != 0) why = "nonzero reserved header fields";
-    else if (memcmp(h + 16, key, 32) != 0) why = "its key differs from its name";
-    else if (!dims_ok(gx, gy, w)) why = "insane dimensions";
-    else if (payload != payload_bytes(gx, gy, w)) why = "a payload size that disagrees with its dimensions";
-    else if ((uint64_t)st.st_size != EMBD_HEADER + payload)
-        why = "a length that disagrees with its header (truncated?)";
-    else if (payload > SIZE_MAX) why = "too large for memory";
-    if (why) goto out;
+    int32_t gx, gy, w;
+    uint64_t payload;
+    if ((why = header_check(h, key, (uint64_t)st.st_size, &gx, &gy, &w, &payload))) goto out;
     rows = malloc((size_t)payload);
     if (!rows) {
         PH_WARN("embedding cache: %s: out of memory for %llu bytes", path, (unsigned long long)payload);
@@ -431,10 +480,7 @@ static entry *disk_load(embed_store *c, const uint8_t key[32]) {
         why = "shorter than its header says (truncated)";
         goto out;
     }
-    embed_rows_hash(rows, (size_t)payload / sizeof(float), sum);
-    if (memcmp(sum, h + 104, 32) != 0) why = "a corrupt payload (checksum mismatch)";
-    else if (memcmp(sum, h + 64, 32) != 0) why = "a cond_hash that does not match its rows";
-    if (why) goto out;
+    if ((why = rows_check(h, rows, payload, sum))) goto out;
     en = entry_new(key, gx, gy, w, rows, sum);
     if (!en) {
         PH_WARN("embedding cache: %s: out of memory", path);
@@ -487,6 +533,8 @@ void embed_cache_set_disk_budget(embed_store *c, uint64_t bytes) {
     space_for(c, 0);
 }
 
+void embed_cache_set_shared(embed_store *c, shared_tier *shared) { c->shared = shared; }
+
 void embed_cache_set_write_hook(embed_store *c, embed_write_fn write) {
     c->write = write ? write : cache_dir_write_file;
 }
@@ -508,6 +556,9 @@ static const embed_entry *lookup(embed_store *c, const uint8_t key[32], bool cou
         push_newest(c, en);
     } else if (c->dir && (en = disk_load(c, key))) {
         c->st.disk_hits++;
+        admit(c, en);
+    } else if (c->shared && (en = shared_load(c, key))) {
+        c->st.shared_hits++;
         admit(c, en);
     } else {
         if (count_miss) c->st.misses++;
@@ -559,6 +610,13 @@ int embed_cache_put(embed_store *c, const uint8_t key[32], int32_t grid_x, int32
         return err_set(err, "embedding cache: out of memory");
     }
     if (c->dir) disk_write(c, &en->pub);
+    if (c->shared) {
+        uint8_t hdr[EMBD_HEADER];
+        build_header(&en->pub, payload, hdr);
+        const void *parts[2] = {hdr, en->pub.rows};
+        const size_t lens[2] = {sizeof hdr, (size_t)payload};
+        shared_tier_put(c->shared, SHARED_EMBED, key, NULL, parts, lens, 2);
+    }
     entry *old = find(c, key);
     if (old) detach(c, old); /* replaced: not an eviction */
     admit(c, en);

@@ -70,12 +70,14 @@ typedef struct embed_entry {
 } embed_entry;
 
 typedef struct embed_store embed_store;
+struct shared_tier;
 
 typedef struct embed_cache_stats {
     uint64_t hits;         /* gets that returned an entry (disk_hits included) */
     uint64_t misses;       /* gets that returned NULL */
     uint64_t evictions;    /* entries pushed out of memory by the bounds */
     uint64_t disk_hits;    /* hits served from dir */
+    uint64_t shared_hits;  /* hits served from the shared tier */
     uint64_t disk_writes;  /* files written */
     uint64_t disk_rejects; /* files found bad, removed and not used */
     uint64_t
@@ -94,12 +96,17 @@ embed_store *embed_cache_new(int max_entries, size_t max_bytes, const char *dir,
 /* Bounds the folder's entry files to bytes, removing the least recently
  * used ones now if needed. */
 void embed_cache_set_disk_budget(embed_store *c, uint64_t bytes);
+/* Also looks entries up in the shared tier (after memory and dir) and
+ * queues every entry put there (the value: the file's bytes, checked as a
+ * file is); NULL: none. */
+void embed_cache_set_shared(embed_store *c, struct shared_tier *shared);
 /* Frees the cache and the entries no caller holds; NULL is allowed. */
 void embed_cache_free(embed_store *c);
 
-/* Looks key up: memory first, then dir. A hit becomes the most recent entry
- * and is returned referenced (release it); a miss returns NULL. A disk hit
- * is added to memory (within the bounds). */
+/* Looks key up: memory first, then dir, then the shared tier. A hit
+ * becomes the most recent entry and is returned referenced (release it); a
+ * miss returns NULL. A disk or shared hit is added to memory (within the
+ * bounds), a shared one to dir too. */
 const embed_entry *embed_cache_get(embed_store *c, const uint8_t key[32]);
 /* embed_cache_get again for a key whose miss was counted (another request
  * may have put it since): a miss counts nothing. */

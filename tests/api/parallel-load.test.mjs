@@ -133,12 +133,19 @@ describe('16 clients at once on the default --parallel', { timeout: 600_000 }, (
     // the gauges seen while the clients wait
     let maxRunning = 0;
     let maxWaiting = 0;
+    let maxUsage = 0;
     let polling = true;
     const poll = (async () => {
       while (polling) {
         const s = await metrics(srv);
         maxRunning = Math.max(maxRunning, metric(s, M.running));
         maxWaiting = Math.max(maxWaiting, metric(s, M.waiting));
+        // the gauges inference gateways read (docs/cluster.md), from the same sample
+        assert.equal(metric(s, 'vllm:num_requests_running'), metric(s, M.running));
+        assert.equal(metric(s, 'vllm:num_requests_waiting'), metric(s, M.waiting));
+        const usage = metric(s, 'vllm:kv_cache_usage_perc');
+        assert.ok(usage >= 0 && usage <= 1, `vllm:kv_cache_usage_perc ${usage}`);
+        if (metric(s, M.running) > 0) maxUsage = Math.max(maxUsage, usage);
         await sleep(20);
       }
     })();
@@ -155,6 +162,7 @@ describe('16 clients at once on the default --parallel', { timeout: 600_000 }, (
     assert.ok(metric(s1, M.shared) > metric(s0, M.shared), 'steps held rows of several requests');
     assert.equal(maxRunning, 4, 'four requests ran at once (--parallel 4), never more');
     assert.ok(maxWaiting >= 1, `requests waited for a slot (at most ${maxWaiting} seen)`);
+    assert.ok(maxUsage > 0, 'the running requests held KV blocks (vllm:kv_cache_usage_perc)');
     assert.equal(metric(s1, M.cancelled), metric(s0, M.cancelled), 'nothing cancelled');
   });
 });
