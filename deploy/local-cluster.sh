@@ -152,11 +152,18 @@ shared_tier=$(on_off shared-tier "$shared_tier" auto)
 # (Linux only).
 
 proc_start() { # PID -> its start time, or fails
-    local s f
+    local s f t ts live=0
     s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
     s=${s##*) }
     read -r -a f <<<"$s"
-    [[ ${f[0]} != [ZX] ]] || return 1 # ended, not yet reaped
+    # ended, not yet reaped: every thread of it (a killed process's first
+    # thread ends before the others, which hold its sockets until they end)
+    for t in /proc/"$1"/task/*/stat; do
+        ts=$(cat "$t" 2>/dev/null) || continue
+        ts=${ts##*) }
+        if [[ ${ts:0:1} != [ZX] ]]; then live=1; break; fi
+    done
+    ((live)) || return 1
     printf '%s\n' "${f[19]}"
 }
 

@@ -5,7 +5,8 @@
 // replica, different keys spread, a busy replica's keys spill (bounded
 // load), a drained replica finishes what it runs and takes no new request,
 // a replica killed with SIGKILL loses only its own keys, each to one other
-// replica, and the script's status and down work.
+// replica, a picture sent through one replica is not encoded by another
+// (the shared tier), and the script's status, restart and down work.
 //
 // Which replica answered: HAProxy's X-Pinhole-Replica header, checked
 // against the replicas' own /metrics counters. PH_CLUSTER_KEEP=1 keeps the
@@ -100,6 +101,26 @@ test('replicas behind HAProxy: session affinity, bounded load, drain, failover, 
       for (let i = 0; i < N; i++) none.add(saw(await chat({ session: '' })));
     });
     assert.ok(none.size > 1, `requests without a key spread (all on ${[...none]})`);
+  });
+
+  await t.test('(shared tier) a picture sent through one replica is not encoded by another', async () => {
+    const k1 = KEYS[0], k2 = KEYS.find((k) => home.get(k) !== home.get(k1));
+    assert.ok(k2, 'two keys on two replicas');
+    const at = (name) => ({ url: `http://127.0.0.1:${cluster.replicaPort(name)}` });
+    const picture = api.picture('grad.png');
+    const ask = (session) => chat({ session, body: { messages: [{ role: 'user', content: [
+      { type: 'text', text: `Seen by ${session}?` }, { type: 'image_url', image_url: { url: picture.url } }] }] } });
+    const enc = async (name) => api.metric(await api.metrics(at(name)), 'pinhole_images_encoded_total');
+    const fromTier = async (name) => api.metric(await api.metrics(at(name)), 'pinhole_image_cache_shared_hits_total');
+    const [a, b] = [home.get(k1), home.get(k2)];
+    const [encA, encB, hitsB] = [await enc(a), await enc(b), await fromTier(b)];
+    assert.equal(await ask(k1), a);
+    assert.equal(await enc(a) - encA, 1, `${a} encoded the picture`);
+    await api.waitMetrics(at(a), (m) => api.metric(m, 'pinhole_shared_tier_queue_bytes') === 0 &&
+      api.metric(m, 'pinhole_shared_tier_written_total') >= 1);
+    assert.equal(await ask(k2), b);
+    assert.equal(await enc(b) - encB, 0, `${b} did not encode it`);
+    assert.equal(await fromTier(b) - hitsB, 1, `${b} took it from the shared tier`);
   });
 
   await t.test('(b) the body\'s prompt_cache_key, metadata.user_id, safety_identifier: the header\'s replica', async () => {
