@@ -205,9 +205,11 @@ bool shared_tier_put(shared_tier *t, char ns, const uint8_t name[32], const uint
                      const size_t *lens, int n) {
     size_t len = 0;
     for (int i = 0; i < n; i++) len += lens[i];
+    /* the room is taken now, so that writers at once never pass the bound */
     pthread_mutex_lock(&t->lock);
     const bool room = t->st.queue_bytes + len <= t->queue_max && !t->stop;
-    if (!room) t->st.dropped++;
+    if (room) t->st.queue_bytes += len;
+    else t->st.dropped++;
     pthread_mutex_unlock(&t->lock);
     if (!room) return false;
     item *it = calloc(1, sizeof *it);
@@ -215,6 +217,7 @@ bool shared_tier_put(shared_tier *t, char ns, const uint8_t name[32], const uint
     if (!it || !it->val) {
         item_free(it);
         pthread_mutex_lock(&t->lock);
+        t->st.queue_bytes -= len;
         t->st.dropped++;
         pthread_mutex_unlock(&t->lock);
         return false;
@@ -236,7 +239,6 @@ bool shared_tier_put(shared_tier *t, char ns, const uint8_t name[32], const uint
     else t->head = it;
     t->tail = it;
     t->st.queued++;
-    t->st.queue_bytes += len;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->lock);
     return true;
